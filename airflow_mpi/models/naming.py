@@ -1,0 +1,110 @@
+"""Deterministic MPIJob names and the labels that tie an MPIJob to one Airflow task instance.
+
+A retry or a restarted worker must find the MPIJob of its task instance again (and never start a
+second one), so the name is derived from the task instance's identity, and the same identity is
+written as labels (label-safe, for selectors) and annotations (raw values, for humans).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+LABEL_PREFIX = "airflow-mpi.io/"
+DAG_ID_LABEL = LABEL_PREFIX + "dag-id"
+TASK_ID_LABEL = LABEL_PREFIX + "task-id"
+RUN_ID_LABEL = LABEL_PREFIX + "run-id"
+MAP_INDEX_LABEL = LABEL_PREFIX + "map-index"
+TRY_NUMBER_LABEL = LABEL_PREFIX + "try-number"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "airflow-mpi"
+
+MAX_NAME_LENGTH = 63
+_LABEL_VALUE_MAX = 63
+_HASH_LENGTH = 8
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _digest(*parts: object) -> str:
+    joined = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(joined.encode()).hexdigest()[:_HASH_LENGTH]
+
+
+def _slug(text: str) -> str:
+    """Lowercase DNS-1035 fragment: letters, digits and single dashes."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
+
+
+def job_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1) -> str:
+    """A DNS-1035 name unique to the task instance (not the try), short enough for its pods.
+
+    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job
+    ``<name>-launcher``; both must stay within 63 characters, so the name leaves room for the
+    longest of them. The hash covers the raw identity, so different runs never collide even when
+    their slugs are truncated to the same text.
+    """
+    longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
+    budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
+    if budget < 1:
+        raise ValueError(f"max_workers={max_workers!r}: too many workers to name pods within 63 characters")
+    digest = _digest(dag_id, task_id, run_id, map_index)
+    slug = _slug(f"{dag_id}-{task_id}")[:budget].strip("-")
+    if not slug or not slug[0].isalpha():
+        slug = ("mpi-" + slug)[:budget].strip("-")
+    return f"{slug}-{digest}"
+
+
+def sanitize_label_value(value: object) -> str:
+    """Return ``value`` unchanged when Kubernetes accepts it as a label value, else a safe form.
+
+    Run ids such as ``manual__2026-11-22T10:00:00+00:00`` contain ``:`` and ``+`` that labels
+    forbid; the altered form carries a hash of the raw value so two different values never map
+    to the same label.
+    """
+    text = str(value)
+    if len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):
+        return text
+    digest = _digest(text)
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
+    cleaned = cleaned[: _LABEL_VALUE_MAX - _HASH_LENGTH - 1]
+    cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def identity_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+    """Labels of the MPIJob of one task instance try (selectable, label-safe)."""
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        DAG_ID_LABEL: sanitize_label_value(dag_id),
+        TASK_ID_LABEL: sanitize_label_value(task_id),
+        RUN_ID_LABEL: sanitize_label_value(run_id),
+        MAP_INDEX_LABEL: str(map_index),
+        TRY_NUMBER_LABEL: str(try_number),
+    }
+
+
+def identity_annotations(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+    """The raw identity, for people reading the object (labels may be hashed)."""
+    return {
+        DAG_ID_LABEL: dag_id,
+        TASK_ID_LABEL: task_id,
+        RUN_ID_LABEL: run_id,
+        MAP_INDEX_LABEL: str(map_index),
+        TRY_NUMBER_LABEL: str(try_number),
+    }
+
+
+def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (labels or {}).items() if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL}
+
+
+def reattach_selector(labels: dict[str, str]) -> str:
+    """Label selector matching every try of the task instance these labels describe."""
+    identity = _task_identity(labels)
+    return ",".join(f"{k}={v}" for k, v in sorted(identity.items()))
+
+
+def same_task(labels_a: dict[str, str] | None, labels_b: dict[str, str] | None) -> bool:
+    """True when both label sets name the same task instance (the try number may differ)."""
+    a, b = _task_identity(labels_a), _task_identity(labels_b)
+    return bool(a) and a == b

@@ -1,0 +1,77 @@
+"""Reading an MPIJob object's status: which condition it is in and whether it is finished.
+
+Both API versions report ``status.conditions`` with types Created, Running, Restarting,
+Succeeded, Failed and Suspended; v1 sometimes writes odd reasons (``MPIJobMPIJobFailed``), so
+decisions are made on the condition *type*, never on the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+CREATED = "Created"
+RUNNING = "Running"
+SUSPENDED = "Suspended"
+TERMINAL_CONDITIONS = (SUCCEEDED, FAILED)
+KNOWN_CONDITIONS = (CREATED, RUNNING, "Restarting", SUCCEEDED, FAILED, SUSPENDED)
+
+
+@dataclass(frozen=True)
+class JobState:
+    name: str
+    namespace: str
+    resource_version: str | None
+    condition: str | None
+    reason: str | None
+    message: str | None
+    start_time: str | None
+    completion_time: str | None
+    created: bool
+    terminal: bool
+    succeeded: bool
+
+    def describe(self) -> str:
+        detail = ": ".join(p for p in (self.reason, self.message) if p)
+        return f"{self.condition or 'Pending'}" + (f" ({detail})" if detail else "")
+
+
+def _true_conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if str(c.get("status")) == "True" and c.get("type") in KNOWN_CONDITIONS]
+
+
+def true_condition_types(obj: dict[str, Any]) -> set[str]:
+    """Every condition type currently True (a job can be Created and Running at once)."""
+    return {c["type"] for c in _true_conditions(obj)}
+
+
+def job_state(obj: dict[str, Any]) -> JobState:
+    """Summarise an MPIJob object as returned by the API server."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    true_conditions = _true_conditions(obj)
+    terminal = [c for c in true_conditions if c["type"] in TERMINAL_CONDITIONS]
+    if terminal:
+        current = terminal[-1]
+    elif true_conditions:
+        # Newest transition wins; the list order is the operator's insertion order as a tiebreak.
+        indexed = list(enumerate(true_conditions))
+        current = max(indexed, key=lambda ic: (ic[1].get("lastTransitionTime") or "", ic[0]))[1]
+    else:
+        current = None
+    return JobState(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace", ""),
+        resource_version=metadata.get("resourceVersion"),
+        condition=current["type"] if current else None,
+        reason=current.get("reason") if current else None,
+        message=current.get("message") if current else None,
+        start_time=status.get("startTime"),
+        completion_time=status.get("completionTime"),
+        created=any(c["type"] == CREATED for c in true_conditions),
+        terminal=bool(terminal),
+        succeeded=bool(terminal) and current["type"] == SUCCEEDED,
+    )
