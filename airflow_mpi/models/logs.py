@@ -1,0 +1,103 @@
+"""Exactly-once delivery of container log lines across reconnects.
+
+Logs are always read with ``timestamps=True``. A follow stream can break at any time (API server
+restart, triggerer hand-over, a deferrable task resuming in a new process); the reader then asks
+again with ``sinceTime`` = the last timestamp it printed. ``sinceTime`` has one-second precision on
+the wire, so the answer repeats lines already printed: the cursor remembers, per stream, the last
+timestamp printed and how many lines carried exactly that timestamp, and drops the repeats.
+The cursor is plain data so it can travel in a trigger event.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S)
+
+
+def stream_key(pod: str, container: str, restart_count: int = 0) -> str:
+    """One container incarnation: a new pod per attempt, or a restart of the same container."""
+    return f"{pod}/{container}/{restart_count}"
+
+
+def split_timestamp(raw_line: str) -> tuple[tuple[int, int] | None, str]:
+    """``(epoch seconds, nanoseconds)`` and the message of a ``timestamps=True`` log line."""
+    match = _TS_RE.match(raw_line)
+    if not match:
+        return None, raw_line
+    base, fraction, zone, message = match.groups()
+    stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+    nanos = int((fraction or "0").ljust(9, "0"))
+    return (int(stamp.timestamp()), nanos), message
+
+
+def _format_since(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Position:
+    stamp: tuple[int, int]
+    count_at_stamp: int
+
+
+class LogPass:
+    """One read of one stream; drops the lines an earlier read of the same stream printed."""
+
+    def __init__(self, position: _Position | None, on_emit) -> None:
+        self._previous = position
+        self._seen_at_previous = 0
+        self._on_emit = on_emit
+
+    def accept(self, raw_line: str) -> str | None:
+        """The message to print, or None when it was printed before."""
+        stamp, message = split_timestamp(raw_line.rstrip("\n"))
+        if stamp is None:
+            return message  # nothing to de-duplicate on; never drop a line
+        if self._previous is not None:
+            if stamp < self._previous.stamp:
+                return None
+            if stamp == self._previous.stamp:
+                self._seen_at_previous += 1
+                if self._seen_at_previous <= self._previous.count_at_stamp:
+                    return None
+        self._on_emit(stamp)
+        return message
+
+
+class LogCursor:
+    """Per-stream positions of what has been printed so far."""
+
+    def __init__(self, positions: dict[str, _Position] | None = None) -> None:
+        self._positions: dict[str, _Position] = positions or {}
+
+    def since_time(self, key: str) -> str | None:
+        """The ``sinceTime`` to resume ``key`` with (None: read from the start)."""
+        position = self._positions.get(key)
+        return _format_since(position.stamp[0]) if position else None
+
+    def seen(self, key: str) -> bool:
+        return key in self._positions
+
+    def new_pass(self, key: str) -> LogPass:
+        """Start reading ``key`` (again); feed every raw line of the answer to ``accept``."""
+        start = self._positions.get(key)
+        previous = _Position(start.stamp, start.count_at_stamp) if start else None
+
+        def on_emit(stamp: tuple[int, int]) -> None:
+            current = self._positions.get(key)
+            if current is not None and current.stamp == stamp:
+                current.count_at_stamp += 1
+            else:
+                self._positions[key] = _Position(stamp, 1)
+
+        return LogPass(previous, on_emit)
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {k: [p.stamp[0], p.stamp[1], p.count_at_stamp] for k, p in self._positions.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list[int]] | None) -> LogCursor:
+        return cls({k: _Position((int(v[0]), int(v[1])), int(v[2])) for k, v in (data or {}).items()})
