@@ -1,0 +1,3 @@
+from airflow_mpi.sensors.mpijob import MPIJobSensor
+
+__all__ = ["MPIJobSensor"]

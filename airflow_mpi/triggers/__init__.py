@@ -1,0 +1,3 @@
+from airflow_mpi.triggers.mpijob import MPIJobTrigger
+
+__all__ = ["MPIJobTrigger"]

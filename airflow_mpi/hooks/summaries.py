@@ -1,0 +1,79 @@
+"""Turn Kubernetes API objects (sync or asyncio client models) into the model's plain summaries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_mpi.models.progress import EventSummary, PodSummary
+
+ROLE_LABELS = ("training.kubeflow.org/job-role", "training.kubeflow.org/replica-type")
+
+
+def _role(labels: dict[str, str]) -> str:
+    for key in ROLE_LABELS:
+        value = (labels.get(key) or "").lower()
+        if value in ("launcher", "master"):
+            return "launcher"
+        if value == "worker":
+            return "worker"
+    return "worker"
+
+
+def _main_status(pod: Any, container: str | None) -> Any:
+    statuses = list(getattr(pod.status, "container_statuses", None) or [])
+    if container:
+        statuses = [s for s in statuses if s.name == container] or statuses
+    return statuses[0] if statuses else None
+
+
+def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
+    """Summarise a V1Pod; ``container`` names the MPI container (default: the first one)."""
+    metadata, status, spec = pod.metadata, pod.status, pod.spec
+    containers = list(getattr(spec, "containers", None) or [])
+    name = container or (containers[0].name if containers else None)
+    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in (getattr(status, "conditions", None) or []))
+    main = _main_status(pod, name)
+    state = waiting_reason = waiting_message = None
+    exit_code = None
+    if main is not None and main.state is not None:
+        if main.state.running is not None:
+            state = "running"
+        elif main.state.terminated is not None:
+            state, exit_code = "terminated", main.state.terminated.exit_code
+        elif main.state.waiting is not None:
+            state = "waiting"
+            waiting_reason, waiting_message = main.state.waiting.reason, main.state.waiting.message
+    return PodSummary(
+        name=metadata.name,
+        role=_role(metadata.labels or {}),
+        created=metadata.creation_timestamp,
+        phase=getattr(status, "phase", None),
+        scheduled=scheduled,
+        container=name,
+        restart_count=int(getattr(main, "restart_count", 0) or 0) if main is not None else 0,
+        state=state,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        exit_code=exit_code,
+    )
+
+
+def event_summary(event: Any) -> EventSummary:
+    """Summarise a CoreV1Event (object or dict)."""
+    if isinstance(event, dict):
+        involved = event.get("involvedObject") or event.get("involved_object") or {}
+        return EventSummary(
+            type=event.get("type") or "",
+            reason=event.get("reason") or "",
+            message=event.get("message") or "",
+            object_name=involved.get("name") or "",
+            count=int(event.get("count") or 1),
+        )
+    involved = event.involved_object
+    return EventSummary(
+        type=event.type or "",
+        reason=event.reason or "",
+        message=event.message or "",
+        object_name=getattr(involved, "name", "") or "",
+        count=int(event.count or 1),
+    )

@@ -1,0 +1,74 @@
+"""Turning a wait's result into the task's outcome: XCom, cleanup, or the right exception.
+
+Shared by the operator (sync and deferrable) and the sensor so every path cleans up alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_mpi.version_compat import AirflowException, AirflowFailException
+
+ON_FINISH_ACTIONS = ("keep", "delete_succeeded", "delete")
+# Outcomes after which nothing useful is left running: delete what was created, whatever the action.
+ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout")
+# Outcomes no Airflow retry can fix.
+PERMANENT = ("invalid",)
+
+
+def xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
+    """The operator's return value (plain JSON)."""
+    return {
+        "name": payload.get("name"),
+        "namespace": payload.get("namespace"),
+        "api_version": api_version,
+        "condition": payload.get("condition"),
+        "reason": payload.get("reason"),
+        "message": payload.get("job_message"),
+        "start_time": payload.get("start_time"),
+        "completion_time": payload.get("completion_time"),
+        "launcher_attempts": payload.get("launcher_attempts", 0),
+        "launcher_pods": list(payload.get("launcher_pods") or []),
+    }
+
+
+def _should_delete(outcome: str, on_finish_action: str) -> bool:
+    if outcome in ABANDONED or on_finish_action == "delete":
+        return True
+    return on_finish_action == "delete_succeeded" and outcome in ("success", "target")
+
+
+def finish(
+    task: Any,
+    payload: dict[str, Any],
+    *,
+    api_version: str,
+    on_finish_action: str,
+    fail_permanently: bool,
+    worker_log_tail_lines: int = 0,
+) -> dict[str, Any]:
+    """Report, clean up and return the XCom value, or raise.
+
+    ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
+    inside the MPIJob); otherwise AirflowException, so Airflow's own retries apply.
+    """
+    outcome = payload.get("status") or "error"
+    name, namespace = payload.get("name"), payload.get("namespace")
+    if outcome not in ("success", "target"):
+        for line in payload.get("warnings") or []:
+            task.log.warning("Kubernetes event: %s", line)
+        if worker_log_tail_lines and outcome == "failed":
+            for pod, lines in task.hook.worker_log_tails(name, namespace, worker_log_tail_lines).items():
+                task.log.warning("---- last %s lines of worker %s ----", worker_log_tail_lines, pod)
+                for line in lines:
+                    task.log.warning("%s", line)
+    if name and _should_delete(outcome, on_finish_action):
+        task.log.info("Deleting MPIJob %s/%s (%s)", namespace, name, outcome)
+        task.hook.delete_mpijob(name, namespace)
+    if outcome in ("success", "target"):
+        task.log.info("MPIJob %s/%s: %s", namespace, name, payload.get("message"))
+        return xcom_result(payload, api_version)
+    message = f"MPIJob {namespace}/{name} {outcome}: {payload.get('message')}"
+    if outcome in PERMANENT or (outcome == "failed" and fail_permanently):
+        raise AirflowFailException(message)
+    raise AirflowException(message)

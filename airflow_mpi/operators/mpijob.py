@@ -1,0 +1,582 @@
+"""MPIJobOperator: run one Kubeflow MPIJob per task instance and wait for its launcher.
+
+What it guarantees, where the peers (SparkKubernetesOperator, KubernetesJobOperator, Flyte's MPI
+plugin) fall short:
+
+* one MPIJob per task instance: a deterministic name plus identity labels, so a new try or a
+  restarted worker reattaches instead of submitting a duplicate, and a Succeeded job is not rerun;
+* Airflow ``retries`` become the MPIJob's ``runPolicy.backoffLimit`` (launcher ``restartPolicy:
+  Never``, so every attempt keeps its pod and log), and a Failed job fails the task for good:
+  attempts are not multiplied;
+* the launcher log streams live into the task log, every attempt under its own header, exactly once;
+* invalid specs, unschedulable pods and image errors fail fast and leave nothing behind; killing
+  the task (also while deferred) deletes the MPIJob, so no GPU stays held.
+
+The Kubernetes clients are imported lazily: DAG files import this module at parse time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import shlex
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow_mpi.models import (
+    API_V2BETA1,
+    MPIJobSpec,
+    MPIJobValidationError,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    build_manifest,
+    load_base_manifest,
+    mpirun_command,
+    validate,
+)
+from airflow_mpi.models.naming import identity_annotations, identity_labels, job_name, reattach_selector, same_task
+from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.models.status import job_state
+from airflow_mpi.operators._outcome import ON_FINISH_ACTIONS, finish
+from airflow_mpi.operators._params import parse_time_values
+from airflow_mpi.version_compat import AirflowFailException, BaseOperator, conf
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks import MPIJobHook
+
+STATE_STORE_KEY = "airflow_mpi_job"
+TEMPLATE_EXT = (".yaml", ".yml", ".json")
+SENSITIVE_ENV_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "PASSWD")
+
+
+class MPIJobOperator(BaseOperator):
+    """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
+
+    :param image: image of both roles (``launcher`` / ``worker`` dicts may override per role).
+    :param command: launcher command (list, or a shell string split with shlex). When omitted and
+        ``program`` is given, the launcher runs ``mpirun`` for ``mpi_implementation`` with
+        ``-np = workers x slots_per_worker`` and ``mpirun_args`` appended.
+    :param backoff_limit: ``None`` maps the task's ``retries`` onto the MPIJob (see module docstring);
+        an explicit value is used as given and Airflow's retries each start a fresh MPIJob.
+    :param on_finish_action: ``keep``, ``delete_succeeded`` (default) or ``delete``.
+    """
+
+    template_fields: Sequence[str] = (
+        "name",
+        "namespace",
+        "image",
+        "command",
+        "args",
+        "program",
+        "mpirun_args",
+        "env",
+        "env_from",
+        "labels",
+        "annotations",
+        "base_manifest",
+        "resources",
+        "launcher_resources",
+        "gpus_per_worker",
+        "workers",
+        "slots_per_worker",
+        "mpi_implementation",
+        "launcher",
+        "worker",
+    )
+    template_ext: Sequence[str] = TEMPLATE_EXT
+    template_fields_renderers = {
+        "base_manifest": "yaml",
+        "env": "json",
+        "resources": "json",
+        "launcher_resources": "json",
+        "launcher": "json",
+        "worker": "json",
+        "labels": "json",
+        "annotations": "json",
+    }
+    ui_color = "#c7e2f7"
+
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        command: list[str] | str | None = None,
+        args: list[str] | None = None,
+        program: list[str] | str | None = None,
+        mpirun_args: list[str] | None = None,
+        workers: int = 1,
+        slots_per_worker: int = 1,
+        mpi_implementation: str | None = "OpenMPI",
+        api_version: str = API_V2BETA1,
+        name: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        env: dict[str, str] | list[dict] | None = None,
+        env_from: list[dict] | None = None,
+        resources: dict | None = None,
+        gpus_per_worker: int | None = None,
+        launcher_resources: dict | None = None,
+        volumes: list[dict] | None = None,
+        volume_mounts: list[dict] | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: list[dict] | None = None,
+        affinity: dict | None = None,
+        service_account_name: str | None = None,
+        image_pull_secrets: list[str] | None = None,
+        priority_class_name: str | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        launcher: dict[str, Any] | None = None,
+        worker: dict[str, Any] | None = None,
+        launcher_creation_policy: str | None = None,
+        run_launcher_as_worker: bool | None = None,
+        ssh_auth_mount_path: str | None = None,
+        worker_readiness_probe: dict | None = None,
+        main_container: str | None = None,
+        backoff_limit: int | None = None,
+        clean_pod_policy: str | None = "Running",
+        ttl_seconds_after_finished: int | None = None,
+        active_deadline_seconds: int | None = None,
+        scheduling_policy: dict[str, Any] | None = None,
+        suspend: bool | None = None,
+        managed_by: str | None = None,
+        base_manifest: dict | str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        get_logs: bool = True,
+        poll_interval: float = 10.0,
+        startup_timeout: float | None = 120.0,
+        schedule_timeout: float | None = 300.0,
+        on_finish_action: str = "delete_succeeded",
+        worker_log_tail_lines: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.image = image
+        self.command = command
+        self.args = args
+        self.program = program
+        self.mpirun_args = mpirun_args
+        self.workers = workers
+        self.slots_per_worker = slots_per_worker
+        self.mpi_implementation = mpi_implementation
+        self.api_version = api_version
+        self.name = name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.env = env
+        self.env_from = env_from
+        self.resources = resources
+        self.gpus_per_worker = gpus_per_worker
+        self.launcher_resources = launcher_resources
+        self.volumes = volumes
+        self.volume_mounts = volume_mounts
+        self.node_selector = node_selector
+        self.tolerations = tolerations
+        self.affinity = affinity
+        self.service_account_name = service_account_name
+        self.image_pull_secrets = image_pull_secrets
+        self.priority_class_name = priority_class_name
+        self.labels = labels
+        self.annotations = annotations
+        self.launcher = launcher
+        self.worker = worker
+        self.launcher_creation_policy = launcher_creation_policy
+        self.run_launcher_as_worker = run_launcher_as_worker
+        self.ssh_auth_mount_path = ssh_auth_mount_path
+        self.worker_readiness_probe = worker_readiness_probe
+        self.main_container = main_container
+        self.backoff_limit = backoff_limit
+        self.clean_pod_policy = clean_pod_policy
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.active_deadline_seconds = active_deadline_seconds
+        self.scheduling_policy = scheduling_policy
+        self.suspend = suspend
+        self.managed_by = managed_by
+        self.base_manifest = base_manifest
+        self.deferrable = deferrable
+        self.get_logs = get_logs
+        self.poll_interval = poll_interval
+        self.startup_timeout = startup_timeout
+        self.schedule_timeout = schedule_timeout
+        self.on_finish_action = on_finish_action
+        self.worker_log_tail_lines = worker_log_tail_lines
+        self._job: tuple[str, str] | None = None  # (name, namespace) once created or attached
+        self._validate_at_parse_time()
+
+    # ------------------------------------------------------------------ spec building
+    def _validate_at_parse_time(self) -> None:
+        """Reject bad non-templated values when the DAG is parsed (an import error naming the field)."""
+        if self.on_finish_action not in ON_FINISH_ACTIONS:
+            raise MPIJobValidationError("on_finish_action", self.on_finish_action, f"must be one of {ON_FINISH_ACTIONS}")
+        for field_name in ("poll_interval", "startup_timeout", "schedule_timeout", "worker_log_tail_lines"):
+            value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise MPIJobValidationError(field_name, value, "must be a non-negative number")
+        if self.poll_interval <= 0:
+            raise MPIJobValidationError("poll_interval", self.poll_interval, "must be > 0")
+        rendered = {f: getattr(self, f) for f in self.template_fields}
+        stand_ins = {
+            "image": "parse-time-image",
+            "command": ["true"],
+            "program": ["true"],
+            "workers": 1,
+            "slots_per_worker": 1,
+            "mpi_implementation": "OpenMPI",
+            "name": "parse-time-name",
+        }
+        values = parse_time_values(rendered, stand_ins, tuple(self.template_ext))
+        if self.base_manifest is not None and values.get("base_manifest") is None:
+            values["image"] = values["image"] or stand_ins["image"]  # the base manifest may carry it
+        validate(self._spec(values, name=values.get("name") or "parse-time-name", namespace=None, identity=({}, {})))
+
+    def _launcher_command(self, values: dict[str, Any]) -> list[str] | None:
+        command = values.get("command")
+        if isinstance(command, str):
+            return shlex.split(command)
+        if command is None and values.get("program") is not None:
+            return mpirun_command(
+                values["program"],
+                workers=int(values["workers"]),
+                slots_per_worker=int(values["slots_per_worker"]),
+                implementation=values.get("mpi_implementation") or "OpenMPI",
+                extra_args=tuple(values.get("mpirun_args") or ()),
+            )
+        return command
+
+    def effective_backoff_limit(self) -> int:
+        """``runPolicy.backoffLimit`` to submit (see ``backoff_limit``)."""
+        return (self.retries or 0) if self.backoff_limit is None else self.backoff_limit
+
+    def _spec(
+        self, values: dict[str, Any], *, name: str, namespace: str | None, identity: tuple[dict, dict]
+    ) -> MPIJobSpec:
+        labels, annotations = identity
+        common = {
+            "env": values.get("env"),
+            "env_from": values.get("env_from"),
+            "volumes": self.volumes,
+            "volume_mounts": self.volume_mounts,
+            "node_selector": self.node_selector,
+            "tolerations": self.tolerations,
+            "affinity": self.affinity,
+            "service_account_name": self.service_account_name,
+            "image_pull_secrets": self.image_pull_secrets,
+            "priority_class_name": self.priority_class_name,
+        }
+        launcher = ReplicaSpec(
+            replicas=1,
+            image=values.get("image"),
+            command=self._launcher_command(values),
+            args=values.get("args"),
+            resources=values.get("launcher_resources"),
+            restart_policy="Never" if self.backoff_limit is None else None,
+            **common,
+        )
+        worker = ReplicaSpec(
+            replicas=int(values["workers"]) if values.get("workers") is not None else None,
+            image=values.get("image"),
+            resources=values.get("resources"),
+            gpus=int(values["gpus_per_worker"]) if values.get("gpus_per_worker") not in (None, "") else None,
+            readiness_probe=self.worker_readiness_probe,
+            **common,
+        )
+        scheduling = SchedulingPolicy(**_snake_keys(self.scheduling_policy)) if self.scheduling_policy else None
+        return MPIJobSpec(
+            name=name,
+            namespace=namespace,
+            launcher=_override(launcher, values.get("launcher"), "launcher"),
+            worker=_override(worker, values.get("worker"), "worker"),
+            slots_per_worker=int(values["slots_per_worker"]) if values.get("slots_per_worker") is not None else None,
+            run_launcher_as_worker=self.run_launcher_as_worker,
+            ssh_auth_mount_path=self.ssh_auth_mount_path,
+            launcher_creation_policy=self.launcher_creation_policy,
+            mpi_implementation=values.get("mpi_implementation") if self.api_version == API_V2BETA1 else None,
+            run_policy=RunPolicy(
+                clean_pod_policy=self.clean_pod_policy,
+                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+                active_deadline_seconds=self.active_deadline_seconds,
+                backoff_limit=self.effective_backoff_limit(),
+                scheduling_policy=scheduling,
+                suspend=self.suspend,
+                managed_by=self.managed_by,
+            ),
+            labels={**(values.get("labels") or {}), **labels},
+            annotations={**(values.get("annotations") or {}), **annotations},
+            api_version=self.api_version,
+            base_manifest=load_base_manifest(values["base_manifest"]) if values.get("base_manifest") else None,
+            main_container=self.main_container,
+        )
+
+    def build_manifest(self, context: Any) -> dict:
+        """Exactly the manifest this task instance submits (validated; raises before any I/O)."""
+        ti = context["ti"]
+        values = {f: getattr(self, f) for f in self.template_fields}
+        base = load_base_manifest(values["base_manifest"]) if values.get("base_manifest") else {}
+        workers = int(values["workers"]) if values.get("workers") is not None else 1
+        name = values.get("name") or (base.get("metadata") or {}).get("name") or job_name(
+            ti.dag_id, ti.task_id, ti.run_id, ti.map_index, max_workers=workers
+        )
+        namespace = values.get("namespace") or (base.get("metadata") or {}).get("namespace") or self.hook.resolve_namespace(None)
+        identity = (
+            identity_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number),
+            identity_annotations(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number),
+        )
+        return build_manifest(self._spec(values, name=name, namespace=namespace, identity=identity))
+
+    # ------------------------------------------------------------------ I/O
+    @cached_property
+    def hook(self) -> MPIJobHook:
+        from airflow_mpi.hooks import MPIJobHook
+
+        return MPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+
+    def execute(self, context: Any) -> dict:
+        manifest = self.build_manifest(context)
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        self._log_retry_mapping(manifest)
+        self.log.info("MPIJob manifest:\n%s", _redacted_yaml(manifest))
+        job = self._reattach(context, manifest) or self._create(manifest)
+        self._job = (name, namespace)
+        _remember(context, name, namespace)
+        submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
+        if self.deferrable:
+            self._defer(context, name, namespace, submitted_at)
+        payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None))
+        return self._finish(payload)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
+        """Resume after the trigger: print the log lines the trigger could not, then finish."""
+        name, namespace = event["name"], event["namespace"]
+        self._job = (name, namespace)
+        if self.get_logs and event.get("status") not in ("invalid",):
+            asyncio.run(self._drain(name, namespace, event.get("log_state")))
+        return self._finish(event)
+
+    def on_kill(self) -> None:
+        """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed."""
+        if self._job is None:
+            return
+        name, namespace = self._job
+        self.log.info("Task killed: deleting MPIJob %s/%s", namespace, name)
+        self.hook.delete_mpijob(name, namespace)
+
+    def _log_retry_mapping(self, manifest: dict) -> None:
+        limit = manifest["spec"].get("runPolicy", {}).get("backoffLimit")
+        if self.backoff_limit is None:
+            self.log.info(
+                "Retries: Airflow retries=%s are mapped onto the MPIJob (runPolicy.backoffLimit=%s, launcher "
+                "restartPolicy=Never): up to %s launcher attempts in one MPIJob; a Failed MPIJob fails the task "
+                "without further Airflow retries; infrastructure errors stay retryable and reattach.",
+                self.retries,
+                limit,
+                (limit or 0) + 1,
+            )
+        else:
+            self.log.info(
+                "Retries: runPolicy.backoffLimit=%s as given; Airflow retries=%s each start a fresh MPIJob "
+                "(up to %s launcher attempts in total).",
+                limit,
+                self.retries,
+                ((limit or 0) + 1) * ((self.retries or 0) + 1),
+            )
+
+    def _reattach(self, context: Any, manifest: dict) -> dict | None:
+        """The live (or Succeeded) MPIJob of this task instance, if one exists."""
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        labels = manifest["metadata"]["labels"]
+        candidates = []
+        stored = _remembered(context)
+        if stored:
+            candidates.append(stored)
+        candidates.append((name, namespace))
+        for cand_name, cand_ns in candidates:
+            existing = self.hook.get_mpijob(cand_name, cand_ns)
+            if existing is not None:
+                break
+        else:
+            found = self.hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))
+            live = [j for j in found if not job_state(j).terminal]
+            existing = live[0] if live else None
+        if existing is None:
+            return None
+        existing_labels = (existing.get("metadata") or {}).get("labels") or {}
+        existing_name = existing["metadata"]["name"]
+        if not same_task(existing_labels, labels):
+            raise AirflowFailException(
+                f"MPIJob {namespace}/{existing_name} already exists and belongs to another task instance "
+                f"(labels {existing_labels}); choose another name"
+            )
+        state = job_state(existing)
+        if state.terminal and not state.succeeded:
+            self.log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
+            self.hook.delete_mpijob(existing_name, existing["metadata"]["namespace"])
+            self.hook.wait_for_deleted(existing_name, existing["metadata"]["namespace"], timeout=120)
+            return None
+        if state.succeeded:
+            self.log.info("MPIJob %s already Succeeded: not running it again", existing_name)
+        else:
+            self.log.info("Reattaching to MPIJob %s (%s) instead of creating another", existing_name, state.describe())
+        manifest["metadata"]["name"] = existing_name
+        return existing
+
+    def _create(self, manifest: dict) -> dict:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.hook.create_mpijob(manifest, manifest["metadata"]["namespace"])
+        except ApiException as err:
+            if err.status in (400, 403, 404, 422):
+                raise AirflowFailException(
+                    f"The API server rejected MPIJob {manifest['metadata']['name']} "
+                    f"({err.status} {err.reason}): {_api_message(err)}"
+                ) from err
+            raise
+
+    def _monitor_kwargs(self, submitted_at: datetime, deadline: datetime | None) -> dict[str, Any]:
+        return {
+            "submitted_at": submitted_at,
+            "timeouts": Timeouts(self.startup_timeout, self.schedule_timeout),
+            "poll_interval": self.poll_interval,
+            "get_logs": self.get_logs,
+            "max_attempts": self.effective_backoff_limit() + 1,
+            "deadline": deadline,
+        }
+
+    async def _wait(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None) -> dict:
+        from airflow_mpi.hooks import AsyncMPIJobHook
+        from airflow_mpi.hooks.monitor import JobMonitor
+
+        async with AsyncMPIJobHook.from_sync(self.hook) as hook:
+            monitor = JobMonitor(hook, name, namespace, emit=self.log.info, **self._monitor_kwargs(submitted_at, deadline))
+            return await monitor.run()
+
+    async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
+        from airflow_mpi.hooks import AsyncMPIJobHook
+        from airflow_mpi.hooks.monitor import JobMonitor
+
+        async with AsyncMPIJobHook.from_sync(self.hook) as hook:
+            monitor = JobMonitor(
+                hook, name, namespace, emit=self.log.info, log_state=log_state, **self._monitor_kwargs(_now(), None)
+            )
+            await monitor.drain_logs()
+
+    def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime) -> None:
+        from airflow_mpi.triggers import MPIJobTrigger
+
+        deadline = _now() + self.execution_timeout if self.execution_timeout else None
+        trigger = MPIJobTrigger(
+            name=name,
+            namespace=namespace,
+            api_version=self.api_version,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            connection=self.hook.connection_settings(),
+            submitted_at=submitted_at.isoformat(),
+            poll_interval=self.poll_interval,
+            startup_timeout=self.startup_timeout,
+            schedule_timeout=self.schedule_timeout,
+            get_logs=self.get_logs,
+            max_attempts=self.effective_backoff_limit() + 1,
+            deadline=deadline.isoformat() if deadline else None,
+        )
+        # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
+        # is a backstop in case the triggerer is down.
+        backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+
+    def _finish(self, payload: dict[str, Any]) -> dict:
+        return finish(
+            self,
+            payload,
+            api_version=self.api_version,
+            on_finish_action=self.on_finish_action,
+            fail_permanently=self.backoff_limit is None,
+            worker_log_tail_lines=self.worker_log_tail_lines,
+        )
+
+
+def _override(base: ReplicaSpec, overrides: dict[str, Any] | None, role: str) -> ReplicaSpec:
+    """Apply a role's ``launcher``/``worker`` dict (ReplicaSpec field names) over the shared values."""
+    if not overrides:
+        return base
+    if not isinstance(overrides, dict):
+        raise MPIJobValidationError(role, overrides, "must be a dict of ReplicaSpec fields")
+    known = set(ReplicaSpec.__dataclass_fields__)
+    for key in overrides:
+        if key not in known:
+            raise MPIJobValidationError(f"{role}.{key}", overrides[key], f"unknown field; known: {sorted(known)}")
+    merged = copy.copy(base)
+    for key, value in overrides.items():
+        current = getattr(merged, key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            value = {**current, **value}
+        setattr(merged, key, value)
+    return merged
+
+
+def _snake_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept both the manifest's camelCase and Python's snake_case keys."""
+    import re
+
+    return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in data.items()}
+
+
+def _redacted_yaml(manifest: dict) -> str:
+    import yaml
+
+    safe = copy.deepcopy(manifest)
+    for replica in (safe.get("spec", {}).get("mpiReplicaSpecs") or {}).values():
+        for container in (replica.get("template", {}).get("spec", {}).get("containers") or []):
+            for env in container.get("env") or []:
+                if "value" in env and any(w in str(env.get("name", "")).upper() for w in SENSITIVE_ENV_WORDS):
+                    env["value"] = "***"
+    try:
+        from airflow.providers.common.compat.sdk import redact
+
+        safe = redact(safe)
+    except ImportError:  # pragma: no cover - very old common-compat
+        pass
+    return yaml.safe_dump(safe, sort_keys=False)
+
+
+def _api_message(err: Any) -> str:
+    import json
+
+    try:
+        body = json.loads(err.body)
+    except (TypeError, ValueError):
+        return str(err.body or err)
+    causes = (body.get("details") or {}).get("causes") or []
+    return "; ".join(f"{c.get('field')}: {c.get('message')}" for c in causes) or body.get("message", "")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _remember(context: Any, name: str, namespace: str) -> None:
+    """Airflow 3.3+: keep the job's identity in the task state store (durable across tries)."""
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is not None:
+        store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace})
+
+
+def _remembered(context: Any) -> tuple[str, str] | None:
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    stored = store.get(STATE_STORE_KEY) if store is not None else None
+    if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
+        return stored["name"], stored["namespace"]
+    return None
+
+
+__all__ = ["MPIJobOperator"]

@@ -1,0 +1,124 @@
+"""MPIJobSensor: wait for an existing MPIJob to reach a condition (``Succeeded`` by default).
+
+Poke, reschedule and deferrable modes; a ``Failed`` job fails the sensor at once instead of
+poking until the timeout. Deferrable mode reuses :class:`~airflow_mpi.triggers.MPIJobTrigger`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow_mpi.models import API_V2BETA1
+from airflow_mpi.models.errors import MPIJobValidationError
+from airflow_mpi.models.status import KNOWN_CONDITIONS, job_state, true_condition_types
+from airflow_mpi.operators._outcome import finish
+from airflow_mpi.version_compat import AirflowException, AirflowFailException, BaseSensorOperator, conf
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks import MPIJobHook
+
+
+class MPIJobSensor(BaseSensorOperator):
+    """Wait for MPIJob ``job_name`` to have condition ``target_condition``.
+
+    :param attach_logs: print the launcher's log into the task log when the wait ends.
+    """
+
+    template_fields: Sequence[str] = ("job_name", "namespace", "target_condition")
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        api_version: str = API_V2BETA1,
+        target_condition: str = "Succeeded",
+        attach_logs: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.api_version = api_version
+        self.target_condition = target_condition
+        self.attach_logs = attach_logs
+        self.deferrable = deferrable
+        if "{{" not in target_condition and target_condition not in KNOWN_CONDITIONS:
+            raise MPIJobValidationError("target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}")
+
+    @cached_property
+    def hook(self) -> MPIJobHook:
+        from airflow_mpi.hooks import MPIJobHook
+
+        return MPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+
+    def _namespace(self) -> str:
+        return self.hook.resolve_namespace(self.namespace)
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from airflow_mpi.triggers import MPIJobTrigger
+
+        now = datetime.now(timezone.utc)
+        self.defer(
+            trigger=MPIJobTrigger(
+                name=self.job_name,
+                namespace=self._namespace(),
+                api_version=self.api_version,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                connection=self.hook.connection_settings(),
+                submitted_at=now.isoformat(),
+                poll_interval=self.poke_interval,
+                startup_timeout=None,
+                schedule_timeout=None,
+                get_logs=False,
+                target_condition=self.target_condition,
+                deadline=(now + timedelta(seconds=self.timeout)).isoformat() if self.timeout else None,
+                owns_job=False,
+            ),
+            method_name="execute_complete",
+        )
+
+    def poke(self, context: Any) -> bool:
+        namespace = self._namespace()
+        obj = self.hook.get_mpijob(self.job_name, namespace)
+        if obj is None:
+            raise AirflowException(f"MPIJob {namespace}/{self.job_name} does not exist")
+        state = job_state(obj)
+        self.log.info("MPIJob %s/%s: %s", namespace, self.job_name, state.describe())
+        if state.terminal and not state.succeeded:
+            self._attach_logs(namespace)
+            raise AirflowFailException(f"MPIJob {namespace}/{self.job_name} failed: {state.describe()}")
+        if self.target_condition in true_condition_types(obj) or state.succeeded:
+            self._attach_logs(namespace)
+            return True
+        return False
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
+        if event.get("status") == "success" or event.get("status") == "target":
+            self._attach_logs(event["namespace"])
+        elif event.get("status") == "timeout":
+            raise AirflowException(f"MPIJob {event['namespace']}/{self.job_name}: sensor timed out")
+        return finish(self, event, api_version=self.api_version, on_finish_action="keep", fail_permanently=True)
+
+    def _attach_logs(self, namespace: str) -> None:
+        if not self.attach_logs:
+            return
+        from airflow_mpi.hooks import AsyncMPIJobHook
+        from airflow_mpi.hooks.monitor import JobMonitor
+
+        async def drain() -> None:
+            async with AsyncMPIJobHook.from_sync(self.hook) as hook:
+                monitor = JobMonitor(hook, self.job_name, namespace, emit=self.log.info,
+                                     submitted_at=datetime.now(timezone.utc))
+                await monitor.drain_logs()
+
+        asyncio.run(drain())

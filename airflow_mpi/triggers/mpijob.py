@@ -1,0 +1,167 @@
+"""MPIJobTrigger: the deferrable wait, run by the triggerer.
+
+It carries only plain data (the triggerer may run on another machine): the job's identity, the
+connection settings resolved on the worker, the timeouts, the log position and the deadline that
+enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
+leave it running). It emits exactly one terminal event with what ``execute_complete`` needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
+
+
+class MPIJobTrigger(BaseTrigger):
+    """Wait for an MPIJob (or one of its conditions) while streaming the launcher log."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str,
+        api_version: str = "kubeflow.org/v2beta1",
+        kubernetes_conn_id: str = "kubernetes_default",
+        connection: dict[str, Any] | None = None,
+        submitted_at: str,
+        poll_interval: float = 10.0,
+        startup_timeout: float | None = 120.0,
+        schedule_timeout: float | None = 300.0,
+        get_logs: bool = True,
+        max_attempts: int | None = None,
+        log_state: dict | None = None,
+        deadline: str | None = None,
+        target_condition: str | None = None,
+        owns_job: bool = True,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.namespace = namespace
+        self.api_version = api_version
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.connection = connection or {}
+        self.submitted_at = submitted_at
+        self.poll_interval = poll_interval
+        self.startup_timeout = startup_timeout
+        self.schedule_timeout = schedule_timeout
+        self.get_logs = get_logs
+        self.max_attempts = max_attempts
+        self.log_state = log_state
+        self.deadline = deadline
+        self.target_condition = target_condition
+        self.owns_job = owns_job
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "name": self.name,
+                "namespace": self.namespace,
+                "api_version": self.api_version,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "connection": self.connection,
+                "submitted_at": self.submitted_at,
+                "poll_interval": self.poll_interval,
+                "startup_timeout": self.startup_timeout,
+                "schedule_timeout": self.schedule_timeout,
+                "get_logs": self.get_logs,
+                "max_attempts": self.max_attempts,
+                "log_state": self.log_state,
+                "deadline": self.deadline,
+                "target_condition": self.target_condition,
+                "owns_job": self.owns_job,
+            },
+        )
+
+    def _hook(self):
+        from airflow_mpi.hooks import AsyncMPIJobHook
+
+        return AsyncMPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_mpi.hooks.monitor import JobMonitor
+
+        try:
+            async with self._hook() as hook:
+                monitor = JobMonitor(
+                    hook,
+                    self.name,
+                    self.namespace,
+                    emit=self.log.info,
+                    submitted_at=datetime.fromisoformat(self.submitted_at),
+                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout),
+                    poll_interval=self.poll_interval,
+                    get_logs=self.get_logs,
+                    max_attempts=self.max_attempts,
+                    log_state=self.log_state,
+                    deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
+                    target_condition=self.target_condition,
+                    owns_job=self.owns_job,
+                )
+                payload = await monitor.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # surfaced by execute_complete, which cleans up
+            payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
+                       "namespace": self.namespace, "log_state": self.log_state}
+        self._fired = True
+        yield TriggerEvent(payload)
+
+    async def _delete(self) -> None:
+        self.log.info("Deferred task killed: deleting MPIJob %s/%s", self.namespace, self.name)
+        try:
+            async with self._hook() as hook:
+                await hook.delete_mpijob(self.name, self.namespace)
+        except Exception:
+            self.log.exception("Could not delete MPIJob %s/%s", self.namespace, self.name)
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: a user marked the deferred task failed/success or cleared it."""
+        if self.owns_job and not self._fired:
+            await self._delete()
+
+    async def cleanup(self) -> None:
+        """Before Airflow 3.3 ``on_kill`` is not called: delete only if the task left ``deferred``
+        (a triggerer restart also calls cleanup, and must not kill the job)."""
+        if AIRFLOW_V_3_3_PLUS or self._fired or not self.owns_job:
+            return
+        try:
+            state = await self._task_state()
+        except Exception:
+            self.log.warning("Could not read the task state; keeping MPIJob %s", self.name, exc_info=True)
+            return
+        if state != "deferred":
+            await self._delete()
+
+    async def _task_state(self) -> str | None:
+        from asgiref.sync import sync_to_async
+
+        ti = self.task_instance
+        if AIRFLOW_V_3_0_PLUS:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+            )
+            key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
+            return str(states[ti.run_id][key])
+
+        def read_state() -> str | None:  # Airflow 2: the triggerer has database access
+            from airflow.models.taskinstance import TaskInstance
+            from airflow.utils.session import create_session
+
+            with create_session() as session:
+                row = (
+                    session.query(TaskInstance.state)
+                    .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
+                    .scalar()
+                )
+                return str(row) if row is not None else None
+
+        return await sync_to_async(read_state)()
