@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
 RETRY_DELAY = 1.0
+FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
 
 
 def utcnow() -> datetime:
@@ -244,6 +245,7 @@ class JobMonitor:
 
     # ---------------------------------------------------------------- log pump
     async def _pump_logs(self, finished: asyncio.Event) -> None:
+        failures = 0
         while True:
             try:
                 pods = [pod_summary(p) for p in await self.hook.launcher_pods(self.name, self.namespace)]
@@ -258,7 +260,8 @@ class JobMonitor:
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                if finished.is_set():
+                failures += 1
+                if finished.is_set() and failures > FINAL_READ_RETRIES:
                     self.emit(f"(could not read the rest of the launcher log: {err})")
                     return
                 log.warning("launcher log stream of %s interrupted (%s): resuming", self.name, err)

@@ -1,0 +1,100 @@
+"""In-memory stand-ins for the provider's own hook interface (not for the Kubernetes API).
+
+Unit tests of the operator, trigger and monitor use these to script what the cluster reports;
+the real hooks are tested against the client boundary in tests/unit/hooks and against a real
+API server in tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import SimpleNamespace as NS
+from typing import Any
+
+
+def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
+        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher"):
+    container_state = NS(running=None, terminated=None, waiting=None)
+    if state == "running":
+        container_state.running = NS()
+    elif state == "terminated":
+        container_state.terminated = NS(exit_code=exit_code or 0)
+    elif state == "waiting":
+        container_state.waiting = NS(reason=waiting_reason, message="")
+    return NS(
+        metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role},
+                    creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc)),
+        spec=NS(containers=[NS(name=container)]),
+        status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False")],
+                  container_statuses=[NS(name=container, restart_count=restart_count, state=container_state)]
+                  if state else None),
+    )
+
+
+def job(name="job", namespace="ns", *conditions, rv="1", labels=None):
+    return {
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels or {},
+                     "creationTimestamp": "2026-11-22T10:00:00Z"},
+        "status": {"conditions": [{"type": c, "status": "True", "reason": r} for c, r in conditions]},
+    }
+
+
+@dataclass
+class FakeAsyncHook:
+    """Scripted cluster: ``watch_script`` is a list of watch rounds, each a list of (type, obj) or
+    an exception to raise; ``logs`` maps (pod, previous) to CRI-less ``timestamps=True`` lines."""
+
+    job_obj: dict | None
+    watch_script: list = field(default_factory=list)
+    launchers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)
+    logs: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    log_failures: dict = field(default_factory=dict)  # pod -> lines after which one read breaks
+    deleted: list = field(default_factory=list)
+    log_requests: list = field(default_factory=list)
+
+    async def get_mpijob(self, name, namespace):
+        return self.job_obj
+
+    async def watch_mpijob(self, name, namespace, *, resource_version=None, timeout_seconds=60):
+        if not self.watch_script:
+            await asyncio.sleep(0)
+            return
+        round_ = self.watch_script.pop(0)
+        if isinstance(round_, BaseException):
+            raise round_
+        for event in round_:
+            if event[0] != "BOOKMARK":
+                self.job_obj = event[1]
+            yield event
+
+    async def launcher_pods(self, name, namespace):
+        return list(reversed(self.launchers))  # newest first, like the real hook
+
+    async def worker_pods(self, name, namespace):
+        return list(self.workers)
+
+    async def job_events(self, name, namespace):
+        return [e for e in self.events if e["involvedObject"]["name"] == name]
+
+    async def pod_events(self, pod_names, namespace):
+        return [e for e in self.events if e["involvedObject"]["name"] in pod_names]
+
+    async def delete_mpijob(self, name, namespace, **kwargs):
+        self.deleted.append((name, namespace))
+        return True
+
+    async def read_pod_log(self, pod, namespace, *, container=None, since_time=None, previous=False,
+                           follow=False, tail_lines=None):
+        self.log_requests.append((pod, since_time, previous, follow))
+        lines = self.logs.get((pod, previous), [])
+        if since_time:
+            lines = [ln for ln in lines if ln[:19] >= since_time[:19]]
+        breaks_after = self.log_failures.pop(pod, None)
+        for i, line in enumerate(lines):
+            if breaks_after is not None and i == breaks_after:
+                raise ConnectionError("stream cut")
+            yield line

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_mpi.hooks.errors import WatchExpired
+from airflow_mpi.hooks.monitor import JobMonitor
+from airflow_mpi.models.progress import Timeouts
+from tests.unit.fakes import FakeAsyncHook, job, pod
+
+NOW = datetime.now(timezone.utc)
+
+
+def monitor(hook, lines, **kw):
+    kw.setdefault("submitted_at", NOW)
+    kw.setdefault("poll_interval", 0.01)
+    return JobMonitor(hook, "job", "ns", emit=lines.append, **kw)
+
+
+async def test_success_streams_each_line_once_across_a_cut_stream():
+    running = job("job", "ns", ("Created", "MPIJobCreated"), ("Running", "MPIJobRunning"), rv="2")
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"), rv="3")
+    hook = FakeAsyncHook(
+        job_obj=running,
+        watch_script=[[("MODIFIED", done)]],
+        launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
+        logs={("job-launcher-a", False): [
+            "2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two", "2026-11-22T10:00:02Z three"]},
+        log_failures={"job-launcher-a": 2},
+    )
+    lines: list[str] = []
+    result = await monitor(hook, lines).run()
+    assert result["status"] == "success"
+    assert lines[0] == "========== launcher attempt 1, pod job-launcher-a =========="
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three"]
+    assert result["launcher_pods"] == ["job-launcher-a"] and result["launcher_attempts"] == 1
+    assert hook.deleted == []
+
+
+async def test_every_attempt_gets_a_header_in_order():
+    failed = job("job", "ns", ("Created", "x"), ("Failed", "BackoffLimitExceeded"))
+    hook = FakeAsyncHook(
+        job_obj=failed,
+        launchers=[
+            pod("job-launcher-1", created="2026-11-22T10:00:00", state="terminated", exit_code=1, phase="Failed"),
+            pod("job-launcher-2", created="2026-11-22T10:00:10", state="terminated", exit_code=1, phase="Failed"),
+        ],
+        logs={("job-launcher-1", False): ["2026-11-22T10:00:01Z first"],
+              ("job-launcher-2", False): ["2026-11-22T10:00:11Z second"]},
+    )
+    lines: list[str] = []
+    result = await monitor(hook, lines, max_attempts=2).run()
+    assert result["status"] == "failed" and result["reason"] == "BackoffLimitExceeded"
+    assert lines == [
+        "========== launcher attempt 1 of 2, pod job-launcher-1 ==========", "first",
+        "========== launcher attempt 2 of 2, pod job-launcher-2 ==========", "second",
+    ]
+    assert result["launcher_attempts"] == 2
+
+
+async def test_restarted_container_log_is_read_with_previous():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(
+        job_obj=done,
+        launchers=[pod("job-launcher-a", state="terminated", restart_count=1, phase="Succeeded")],
+        logs={("job-launcher-a", True): ["2026-11-22T10:00:01Z before restart"],
+              ("job-launcher-a", False): ["2026-11-22T10:00:05Z after restart"]},
+    )
+    lines: list[str] = []
+    await monitor(hook, lines).run()
+    assert [ln for ln in lines if not ln.startswith("=")] == ["before restart", "after restart"]
+    assert "container restart 1" in lines[2]
+
+
+async def test_watch_expiry_and_disconnect_are_survived():
+    created = job("job", "ns", ("Created", "x"), rv="5")
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
+    hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
+                                                        [("MODIFIED", done)]])
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "success" and hook.watch_script == []
+
+
+async def test_validation_error_event_fails_fast():
+    hook = FakeAsyncHook(job_obj=job("job", "ns"), events=[
+        {"type": "Warning", "reason": "ValidationError", "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
+         "involvedObject": {"name": "job"}}])
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "invalid" and "replicas: bad" in result["message"]
+
+
+async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
+    created = job("job", "ns", ("Created", "x"))
+    hook = FakeAsyncHook(
+        job_obj=created,
+        workers=[pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False,
+                     created="2020-01-01T00:00:00")],
+        events=[{"type": "Warning", "reason": "FailedScheduling", "message": "0/4 nodes are available: Insufficient nvidia.com/gpu",
+                 "involvedObject": {"name": "job-worker-0"}}],
+    )
+    result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 5)).run()
+    assert result["status"] == "unschedulable"
+    assert "Insufficient nvidia.com/gpu" in result["message"]
+
+
+async def test_startup_timeout_without_created():
+    hook = FakeAsyncHook(job_obj=job("job", "ns"))
+    result = await monitor(hook, [], get_logs=False, submitted_at=NOW - timedelta(seconds=10),
+                           timeouts=Timeouts(5, 300)).run()
+    assert result["status"] == "startup_timeout"
+
+
+async def test_deadline_deletes_the_job_when_owned_only():
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"))
+    owned = FakeAsyncHook(job_obj=running)
+    result = await monitor(owned, [], get_logs=False, deadline=NOW - timedelta(seconds=1)).run()
+    assert result["status"] == "timeout" and owned.deleted == [("job", "ns")]
+    watched = FakeAsyncHook(job_obj=running)
+    await monitor(watched, [], get_logs=False, deadline=NOW - timedelta(seconds=1), owns_job=False).run()
+    assert watched.deleted == []
+
+
+async def test_deleted_job_ends_the_wait():
+    hook = FakeAsyncHook(job_obj=None)
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "deleted"
+
+
+async def test_target_condition_reached():
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")))
+    result = await monitor(hook, [], get_logs=False, target_condition="Running").run()
+    assert result["status"] == "target"
+
+
+async def test_drain_resumes_from_state_without_duplicates():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a", "2026-11-22T10:00:01Z b", "2026-11-22T10:00:02Z c"]}
+    hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    first: list[str] = []
+    m = monitor(hook, first)
+    # the trigger printed the first two lines, then handed over
+    log_pass = m.logs.cursor.new_pass("job-launcher-a/launcher/0")
+    for raw in logs[("job-launcher-a", False)][:2]:
+        log_pass.accept(raw)
+    m.logs.streams.append("job-launcher-a/launcher/0")
+    state = m.logs.to_dict()
+    hook.launchers = [pod("job-launcher-a", state="terminated")]
+    resumed: list[str] = []
+    await monitor(hook, resumed, log_state=state).drain_logs()
+    assert resumed == ["c"]
+
+
+@pytest.mark.parametrize("status", [403, 401])
+async def test_client_errors_are_not_retried(status):
+    class Forbidden(Exception):
+        pass
+
+    err = Forbidden("forbidden")
+    err.status = status
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")), watch_script=[err])
+    with pytest.raises(Forbidden):
+        await monitor(hook, [], get_logs=False).run()
