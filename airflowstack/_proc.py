@@ -1,0 +1,180 @@
+"""Process plumbing shared by the PostgreSQL and Airflow services: process groups, ports, deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class StackError(RuntimeError):
+    """A service did not start, died, or did not reach the expected state in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (callers retry if they lose the race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    what: str = "condition",
+    check: Callable[[], None] | None = None,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; raise StackError after ``timeout`` seconds.
+
+    ``check`` runs before each probe and may raise (e.g. "the service died") to stop early.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        if check is not None:
+            check()
+        try:
+            value = probe()
+        except StackError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the probe's errors only mean "not yet"
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_exc!r})" if last_exc else ""
+            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Service:
+    """One long-running command in its own process group, output appended to ``log_path``."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        cwd: str | os.PathLike | None = None,
+        stop_signal: int = signal.SIGTERM,
+        stop_timeout: float = 20.0,
+    ):
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = Path(log_path)
+        self.cwd = cwd
+        self.stop_signal = stop_signal
+        self.stop_timeout = stop_timeout
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Service:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed right after
+        try:
+            log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: stop() signals the service and all its children
+            )
+        finally:
+            log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise StackError(
+                f"{self.name} exited with code {self.proc.returncode}; last lines of {self.log_path}:\n"
+                f"{tail(self.log_path)}"
+            )
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # a member changed user (runuser): it still exists
+            return True
+        return True
+
+    def stop(self) -> None:
+        """Signal the whole group, wait up to ``stop_timeout``, then KILL whatever is left of it."""
+        if self.proc is None:
+            return
+        self._signal_group(self.stop_signal)
+        deadline = time.monotonic() + self.stop_timeout
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            if self.proc.returncode is not None and not self._group_alive():
+                break
+            time.sleep(0.2)
+        else:
+            self._signal_group(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - KILL does not fail
+            pass
+        # children re-parented to init may linger a moment after KILL
+        for _ in range(50):
+            if not self._group_alive():
+                break
+            self._signal_group(signal.SIGKILL)
+            time.sleep(0.1)
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 300, log_path: Path | None = None,
+        cwd: str | os.PathLike | None = None) -> str:
+    """Run a command to completion; raise StackError with its output on failure."""
+    try:
+        cp = subprocess.run(
+            list(argv), env=dict(env) if env is not None else None, cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, text=True, errors="replace",
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(f"{' '.join(argv)} timed out after {timeout:.0f}s") from exc
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as f:
+            f.write(f"\n=== {' '.join(argv)}\n{cp.stdout}")
+    if cp.returncode != 0:
+        raise StackError(f"{' '.join(argv)} failed with code {cp.returncode}:\n{cp.stdout[-4000:]}")
+    return cp.stdout

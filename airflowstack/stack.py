@@ -1,0 +1,217 @@
+"""Airflow 3 services (api-server, scheduler, dag-processor, triggerer; LocalExecutor) on a throw-away PostgreSQL.
+
+    with AirflowStack(dags_folder="dags", home=tmp, kubeconfig=path, namespace="default") as stack:
+        client = stack.client()          # logged in as admin / stack.password
+        client.trigger("mpi_pi", {...})
+
+Every service runs in its own process group with its output in ``<home>/service-logs/<name>.log``; stop() sends
+TERM to each group, waits, and KILLs what is left (the triggerer can hang in cleanup).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from pathlib import Path
+
+from airflowstack._proc import Service, StackError, free_port, run, wait_until
+from airflowstack.client import AirflowClient
+from airflowstack.postgres import Postgres
+
+SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def default_airflow_bin() -> str:
+    """The ``airflow`` script of the running interpreter's environment (the venv), else the one on PATH."""
+    candidate = Path(sys.executable).parent / "airflow"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("airflow")
+    if not found:
+        raise StackError("no `airflow` executable next to the interpreter or on PATH")
+    return found
+
+
+def kubernetes_connection(kubeconfig: str | os.PathLike, namespace: str | None = None, context: str | None = None) -> str:
+    """The ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` JSON for a kubeconfig file."""
+    extra: dict[str, str] = {"kube_config_path": str(kubeconfig)}
+    if namespace:
+        extra["namespace"] = namespace
+    if context:
+        extra["cluster_context"] = context
+    return json.dumps({"conn_type": "kubernetes", "extra": extra})
+
+
+class AirflowStack:
+    def __init__(
+        self,
+        dags_folder: str | os.PathLike,
+        *,
+        home: str | os.PathLike | None = None,
+        kubeconfig: str | os.PathLike | None = None,
+        namespace: str | None = None,
+        username: str = "admin",
+        password: str = "admin",
+        port: int | None = None,
+        parallelism: int = 4,
+        airflow_bin: str | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        start_timeout: float = 120,
+        keep_home: bool = True,
+    ):
+        self.dags_folder = Path(dags_folder).resolve()
+        self._own_home = home is None
+        self.home = Path(home) if home else Path(tempfile.mkdtemp(prefix="airflowstack-"))
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.home = self.home.resolve()
+        self.log_dir = self.home / "service-logs"
+        self.kubeconfig = Path(kubeconfig).resolve() if kubeconfig else None
+        self.namespace = namespace
+        self.username = username
+        self.password = password
+        self.requested_port = port
+        self.parallelism = parallelism
+        self.airflow_bin = airflow_bin or default_airflow_bin()
+        self.extra_env = dict(extra_env or {})
+        self.start_timeout = start_timeout
+        self.keep_home = keep_home
+        self.port: int | None = None
+        self.postgres: Postgres | None = None
+        self.services: dict[str, Service] = {}
+        self.env: dict[str, str] = {}
+        self._clients: list[AirflowClient] = []
+
+    # -- configuration -------------------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _build_env(self, db_url: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
+        env.pop("AIRFLOW_HOME", None)
+        # the services run from the venv: make sure its scripts (airflow, python) come first on PATH
+        bin_dir = str(Path(self.airflow_bin).parent)
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        env.update({
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+            # the log servers default to fixed ports (8793/8794): free ones let several stacks run side by side
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            # pick up DAG files added while running within seconds instead of minutes
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        if self.kubeconfig:
+            env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(self.kubeconfig, self.namespace)
+        env.update(self.extra_env)
+        return env
+
+    @property
+    def passwords_file(self) -> Path:
+        return self.home / "simple_auth_manager_passwords.json.generated"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def start(self) -> AirflowStack:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # a fixed password instead of the generated one
+        self.passwords_file.write_text(json.dumps({self.username: self.password}))
+        self.postgres = Postgres(log_dir=self.log_dir).start()
+        db_url = self.postgres.create_database("airflow")
+        self.port = self.requested_port or free_port()
+        self.env = self._build_env(db_url)
+        run([self.airflow_bin, "db", "migrate"], env=self.env, timeout=300, log_path=self.log_dir / "db-migrate.log",
+            cwd=self.home)
+        commands = {
+            "api-server": [self.airflow_bin, "api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            "scheduler": [self.airflow_bin, "scheduler"],
+            "dag-processor": [self.airflow_bin, "dag-processor"],
+            "triggerer": [self.airflow_bin, "triggerer"],
+        }
+        for name in SERVICES:
+            self.services[name] = Service(name, commands[name], env=self.env, log_path=self.log_dir / f"{name}.log",
+                                          cwd=self.home, stop_timeout=20).start()
+        probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
+        try:
+            wait_until(probe_client.healthy, timeout=self.start_timeout, interval=0.5,
+                       what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
+                       check=self.check_alive)
+        finally:
+            probe_client.close()
+
+    def check_alive(self) -> None:
+        """Raise StackError (with the tail of its log) if a service has exited."""
+        for service in self.services.values():
+            service.check_alive()
+        if self.postgres and self.postgres.service:
+            self.postgres.service.check_alive()
+
+    def client(self, timeout: float = 30) -> AirflowClient:
+        c = AirflowClient(self.base_url, self.username, self.password, timeout=timeout)
+        c.login()
+        self._clients.append(c)
+        return c
+
+    def airflow(self, *args: str, timeout: float = 300) -> str:
+        """Run an ``airflow`` CLI command against this stack's configuration."""
+        return run([self.airflow_bin, *args], env=self.env, timeout=timeout, cwd=self.home)
+
+    def task_log_files(self) -> list[Path]:
+        return sorted((self.home / "logs").rglob("*.log"))
+
+    def stop(self) -> None:
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
+        # the api-server last: tasks still running report their end through the execution API
+        api_server = self.services.pop("api-server", None)
+        others = list(self.services.values())
+        self.services.clear()
+        if others:
+            with ThreadPoolExecutor(len(others)) as pool:
+                list(pool.map(Service.stop, others))
+        if api_server is not None:
+            api_server.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+            self.postgres = None
+        if self._own_home and not self.keep_home:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+    def __enter__(self) -> AirflowStack:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
