@@ -1,0 +1,290 @@
+"""Build (once) and cache the upstream binaries of the local cluster.
+
+Every tool lives in its own Go module under ``localcluster/go/<module>`` (only ``go.mod``/``go.sum``; the
+binaries are declared with ``tool`` directives) so that minimal version selection never mixes the k8s.io
+versions of different tools.  Binaries are built with ``go build -trimpath -ldflags='-s -w'`` into
+``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/.cache/airflow-mpi``), where ``<key>`` hashes the Go version,
+the build flags and every ``go.mod``/``go.sum``: a second build with the same pins is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+LDFLAGS = "-s -w"
+BUILD_FLAGS = ("-trimpath",)
+_COMPLETE = ".complete.json"
+RECIPE = 2  # bump when the way binaries are built changes (e.g. the -X version stamps)
+
+
+@dataclass(frozen=True)
+class Tool:
+    binary: str
+    module: str  # directory under localcluster/go
+    package: str
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
+    Tool("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver"),
+    Tool("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+    Tool("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"),
+    # kwokctl runs `kubectl get --raw /version` to see that the cluster is served; handy for humans too.
+    Tool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
+    Tool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
+    Tool("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
+    Tool("mpi-operator", "mpi-operator", "github.com/kubeflow/mpi-operator/cmd/mpi-operator"),
+)
+
+# CRDs read from module sources (after `go mod download`), copied next to the binaries.
+CRDS: dict[str, tuple[str, str, str]] = {
+    # name: (module dir, module path, path inside the module)
+    "mpijobs-v2beta1.yaml": ("mpi-operator", "github.com/kubeflow/mpi-operator", "manifests/base/kubeflow.org_mpijobs.yaml"),
+    "mpijobs-v1.yaml": (
+        "training-operator",
+        "github.com/kubeflow/training-operator",
+        "manifests/base/crds/kubeflow.org_mpijobs.yaml",
+    ),
+}
+
+
+# kwok's own node stages (node-initialize, heartbeat with lease), read from the kwok module like the CRDs.
+# (Data files: copied into the bin dir when missing; not part of the build key.)
+NODE_STAGES: dict[str, tuple[str, str, str]] = {
+    "node-initialize.yaml": ("kwok", "sigs.k8s.io/kwok", "kustomize/stage/node/fast/node-initialize.yaml"),
+    "node-heartbeat-with-lease.yaml": (
+        "kwok",
+        "sigs.k8s.io/kwok",
+        "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    ),
+}
+
+
+def cache_root() -> Path:
+    env = os.environ.get("AIRFLOW_MPI_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "airflow-mpi"
+
+
+def go_binary() -> str:
+    env = os.environ.get("GO")
+    if env:
+        return env
+    found = shutil.which("go")
+    if found:
+        return found
+    for candidate in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("no Go toolchain found (set $GO or put go on PATH)")
+
+
+def _go_version(go: str) -> str:
+    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def modules() -> list[str]:
+    return sorted(p.name for p in GO_DIR.iterdir() if (p / "go.mod").is_file())
+
+
+PINNED_MODULES = (
+    "k8s.io/kubernetes",
+    "go.etcd.io/etcd/server/v3",
+    "sigs.k8s.io/kwok",
+    "github.com/kubeflow/mpi-operator",
+    "github.com/kubeflow/training-operator",
+)
+
+
+def pinned_versions() -> dict[str, str]:
+    """Version of each upstream project, read from our go.mod files (tool modules show as `// indirect`)."""
+    out: dict[str, str] = {}
+    for mod in modules():
+        for raw in (GO_DIR / mod / "go.mod").read_text().splitlines():
+            parts = raw.split("//")[0].replace("require", " ").split()
+            if len(parts) == 2 and parts[0] in PINNED_MODULES and parts[1].startswith("v"):
+                out[parts[0]] = parts[1]
+    return out
+
+
+def _module_info(go: str, moddir: str, module_path: str) -> dict:
+    res = subprocess.run(
+        [go, "mod", "download", "-json", module_path],
+        cwd=GO_DIR / moddir,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    info = json.loads(res.stdout)
+    if info.get("Error"):
+        raise RuntimeError(f"go mod download {module_path}: {info['Error']}")
+    return info
+
+
+def _version_ldflags(go: str, mod: str) -> str:
+    """`-X` stamps that upstream release builds set (kwokctl reads `<binary> --version` to pick flags)."""
+    versions = pinned_versions()
+    if mod == "kubernetes":
+        res = subprocess.run(
+            [go, "list", "-m", "-json", "k8s.io/kubernetes"], cwd=GO_DIR / mod, check=True, capture_output=True, text=True
+        )
+        info = json.loads(res.stdout)
+        v = info["Version"]
+        major, minor = v.lstrip("v").split(".")[:2]
+        date = (info.get("Time") or "1970-01-01T00:00:00Z")[:19] + "Z"
+        flags = []
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            flags += [
+                f"-X {pkg}.gitVersion={v}",
+                f"-X {pkg}.gitMajor={major}",
+                f"-X {pkg}.gitMinor={minor}",
+                f"-X {pkg}.gitTreeState=clean",
+                f"-X {pkg}.buildDate={date}",
+            ]
+        return " ".join(flags)
+    if mod == "kwok":
+        kube = versions.get("k8s.io/kubernetes") or ""
+        flags = [f"-X sigs.k8s.io/kwok/pkg/consts.Version={versions['sigs.k8s.io/kwok'].lstrip('v')}"]
+        if kube:
+            flags.append(f"-X sigs.k8s.io/kwok/pkg/consts.KubeVersion={kube.lstrip('v')}")
+        return " ".join(flags)
+    return ""
+
+
+def build_key(go: str | None = None) -> str:
+    go = go or go_binary()
+    h = hashlib.sha256()
+    h.update(_go_version(go).encode())
+    h.update(repr((RECIPE, BUILD_FLAGS, LDFLAGS)).encode())
+    h.update(repr(TOOLS).encode())
+    h.update(repr(sorted(CRDS.items())).encode())
+    for mod in modules():
+        for name in ("go.mod", "go.sum"):
+            p = GO_DIR / mod / name
+            h.update(f"{mod}/{name}\0".encode())
+            if p.exists():
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def bin_dir(key: str | None = None) -> Path:
+    return cache_root() / "bin" / (key or build_key())
+
+
+def is_built(path: Path | None = None) -> bool:
+    path = path or bin_dir()
+    return (path / _COMPLETE).is_file() and all((path / t.binary).is_file() for t in TOOLS)
+
+
+def _log(msg: str) -> None:
+    print(f"[localcluster.build] {msg}", file=sys.stderr, flush=True)
+
+
+def _module_dir(go: str, moddir: str, module_path: str) -> Path:
+    return Path(_module_info(go, moddir, module_path)["Dir"])
+
+
+def build(force: bool = False, verbose: bool = True) -> Path:
+    """Build every tool (unless cached) and return the directory holding the binaries and CRDs."""
+    go = go_binary()
+    key = build_key(go)
+    final = bin_dir(key)
+    if not force and is_built(final):
+        _ensure_data(go, final)
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{key}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    try:
+        by_module: dict[str, list[Tool]] = {}
+        for tool in TOOLS:
+            by_module.setdefault(tool.module, []).append(tool)
+        for mod, tools in by_module.items():
+            t0 = time.monotonic()
+            if verbose:
+                _log(f"go build ({mod}): {', '.join(t.binary for t in tools)}")
+            # One `go build` per module: packages shared by its binaries are compiled once.
+            # With several packages and -o <dir>/, each main package lands as <dir>/<last path element>.
+            outdir = tmp / f".out-{mod}"
+            outdir.mkdir()
+            ldflags = f"{LDFLAGS} {_version_ldflags(go, mod)}".strip()
+            cmd = [go, "build", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(outdir) + os.sep]
+            cmd += [t.package for t in tools]
+            subprocess.run(cmd, cwd=GO_DIR / mod, env=env, check=True)
+            for tool in tools:
+                produced = outdir / tool.package.rstrip("/").split("/")[-1]
+                if tool.package == "go.etcd.io/etcd/server/v3":
+                    produced = outdir / "server"
+                    if not produced.exists():
+                        produced = outdir / "v3"
+                if not produced.exists():
+                    raise RuntimeError(f"go build did not produce {produced} (have {sorted(os.listdir(outdir))})")
+                produced.rename(tmp / tool.binary)
+            outdir.rmdir()
+            timings[mod] = round(time.monotonic() - t0, 1)
+        _ensure_data(go, tmp)
+        total = round(time.monotonic() - started, 1)
+        (tmp / _COMPLETE).write_text(
+            json.dumps(
+                {
+                    "key": key,
+                    "go": _go_version(go),
+                    "flags": [*BUILD_FLAGS, f"-ldflags={LDFLAGS}"],
+                    "versions": pinned_versions(),
+                    "seconds": timings,
+                    "total_seconds": total,
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                indent=2,
+            )
+        )
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        if verbose:
+            _log(f"built in {total}s: {final}")
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ensure_data(go: str, path: Path) -> None:
+    """Copy the CRDs and kwok node stages from the module sources into ``path`` (if missing)."""
+    for sub, files in (("crds", CRDS), ("stages", NODE_STAGES)):
+        (path / sub).mkdir(exist_ok=True)
+        for name, (mod, module_path, rel) in files.items():
+            dest = path / sub / name
+            if not dest.exists():
+                tmp = dest.with_suffix(f".tmp{os.getpid()}")
+                shutil.copyfile(_module_dir(go, mod, module_path) / rel, tmp)
+                tmp.replace(dest)
+
+
+def binaries(path: Path | None = None) -> dict[str, Path]:
+    path = path or build()
+    return {t.binary: path / t.binary for t in TOOLS}
+
+
+def crd_path(api_version: str, path: Path | None = None) -> Path:
+    path = path or build()
+    return path / "crds" / ("mpijobs-v1.yaml" if api_version == "v1" else "mpijobs-v2beta1.yaml")
+
+
+def build_info(path: Path | None = None) -> dict:
+    path = path or bin_dir()
+    try:
+        return json.loads((path / _COMPLETE).read_text())
+    except FileNotFoundError:
+        return {}

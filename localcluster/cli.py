@@ -1,0 +1,64 @@
+"""python -m localcluster {build,up,down,status,kubeconfig,list}"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from . import build as _build
+from .cluster import API_VERSIONS, DEFAULT_NAME, ClusterError, LocalCluster, list_clusters
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m localcluster",
+        description="Local Kubernetes (real control plane, SIMULATED kwok nodes) + mpi-operator for airflow-mpi tests.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build and cache the binaries (no-op when cached)")
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
+    up.add_argument("--name", default=DEFAULT_NAME)
+    up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
+    up.add_argument("--nodes", type=int, default=None)
+    for name, help_ in (
+        ("down", "stop a cluster and delete its data (component logs are kept)"),
+        ("status", "show a cluster's state"),
+        ("kubeconfig", "print the kubeconfig path"),
+    ):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("--name", default=DEFAULT_NAME)
+    sub.add_parser("list", help="list clusters known in the cache")
+    args = p.parse_args(argv)
+
+    try:
+        if args.cmd == "build":
+            t0 = time.monotonic()
+            path = _build.build(force=args.force)
+            print(path)
+            print(f"# {time.monotonic() - t0:.1f}s; versions: {json.dumps(_build.pinned_versions())}", file=sys.stderr)
+        elif args.cmd == "up":
+            kw = {} if args.nodes is None else {"nodes": args.nodes}
+            c = LocalCluster(args.name, args.api_version, **kw).start()
+            print(c.kubeconfig_path)
+            print(f"export KUBECONFIG={c.kubeconfig_path}")
+        elif args.cmd == "down":
+            LocalCluster(args.name).stop()
+        elif args.cmd == "status":
+            print(json.dumps(LocalCluster(args.name, verbose=False).status(), indent=2))
+        elif args.cmd == "kubeconfig":
+            c = LocalCluster(args.name, verbose=False)
+            if not c.kubeconfig_path.exists():
+                print(f"no running cluster named {args.name!r}", file=sys.stderr)
+                return 1
+            print(c.kubeconfig_path)
+        elif args.cmd == "list":
+            for n in list_clusters():
+                st = LocalCluster(n, verbose=False).read_state()
+                print(f"{n}\t{st.get('api_version')}\t{st.get('phase')}")
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,768 @@
+"""A local Kubernetes cluster made of real upstream components, with simulated (kwok) nodes.
+
+    etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok controller   (kwokctl, binary runtime)
+    + the mpi-operator (v2beta1 clusters) as a local process with the cluster's kubeconfig.
+
+NODES ARE SIMULATED: no container runs.  kwok plays the kubelet on every node; pod statuses follow the kwok
+Stages of ``localcluster/stages.py`` steered by ``localcluster/behaviour.py``.  Log lines are files that tests
+write; kwok serves them through the API server's ``pods/log`` endpoint.
+
+Layout (``$AIRFLOW_MPI_CACHE``, default ``~/.cache/airflow-mpi``)::
+
+    bin/<key>/                  binaries + CRDs + kwok node stages (localcluster.build)
+    clusters/<name>/state.json  what `status` reports (ports, pids, versions)
+    clusters/<name>/kubeconfig  admin kubeconfig (also printed by `python -m localcluster kubeconfig`)
+    clusters/<name>/logs/       component logs (copied there at stop; live under kwok/ while running) + mpi-operator.log
+    clusters/<name>/pod-logs/   CRI log files served for pods (set_launcher_logs)
+    clusters/<name>/kwok/       kwokctl's workdir (KWOK_WORKDIR): pki, etcd data, pids, live logs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import behaviour as bh
+from . import build as _build
+from . import stages as _stages
+
+API_V2BETA1 = "v2beta1"
+API_V1 = "v1"
+API_VERSIONS = (API_V2BETA1, API_V1)
+KWOK_GROUP = "kwok.x-k8s.io"
+KWOK_VERSION = "v1alpha1"
+KWOK_CRDS = ("Stage", "Logs", "ClusterLogs")
+MPI_OPERATOR_HEALTH_PORT = 8080  # hard-coded in mpi-operator v0.8.2 (cmd/mpi-operator/app/server.go)
+MPI_OPERATOR_LOCK_NAMESPACE = "mpi-operator"
+DEFAULT_NAME = "airflow-mpi"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def _log(msg: str) -> None:
+    print(f"[localcluster] {msg}", file=sys.stderr, flush=True)
+
+
+def _now_rfc3339nano(t: float | None = None) -> str:
+    t = time.time() if t is None else t
+    dt = _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int((t % 1) * 1e9):09d}Z"
+
+
+_CRI_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (stdout|stderr) [FP] ")
+
+
+def cri_lines(lines: Iterable[str], start: float | None = None, step: float = 0.001) -> list[str]:
+    """Format messages as CRI log lines ``<RFC3339Nano> stdout F <text>``; lines already in CRI format pass as is.
+
+    Timestamps start at ``start`` (default: now) and grow by ``step`` seconds per line so that their order is
+    stable and distinct even at second precision when ``step >= 1``.
+    """
+    t = time.time() if start is None else start
+    out = []
+    for i, line in enumerate(lines):
+        line = line.rstrip("\n")
+        out.append(line if _CRI_LINE.match(line) else f"{_now_rfc3339nano(t + i * step)} stdout F {line}")
+    return out
+
+
+def _free_port(port: int, host: str = "0.0.0.0") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombie?
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait(predicate, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``predicate`` (a readiness check) every ``interval`` s until it returns a truthy value or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - readiness probes fail in many ways while starting
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last_exc}" if last_exc else ""))
+        time.sleep(interval)
+
+
+def cache_root() -> Path:
+    return _build.cache_root()
+
+
+def clusters_root() -> Path:
+    return cache_root() / "clusters"
+
+
+class LocalCluster:
+    """One local cluster.  ``api_version`` "v2beta1": mpi-operator CRD + the real mpi-operator process;
+    "v1": the training-operator's kubeflow.org/v1 MPIJob CRD only (no controller)."""
+
+    def __init__(
+        self,
+        name: str = DEFAULT_NAME,
+        api_version: str = API_V2BETA1,
+        *,
+        nodes: int = bh.NODE_COUNT,
+        run_operator: bool | None = None,
+        verbose: bool = True,
+    ) -> None:
+        if api_version not in API_VERSIONS:
+            raise ValueError(f"api_version must be one of {API_VERSIONS}, not {api_version!r}")
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+            raise ValueError(f"cluster name must be a DNS label: {name!r}")
+        self.name = name
+        self.api_version = api_version
+        self.nodes = nodes
+        self.run_operator = (api_version == API_V2BETA1) if run_operator is None else run_operator
+        self.verbose = verbose
+        self._api_client = None
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def state_dir(self) -> Path:
+        return clusters_root() / self.name
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Component logs (live ones are under the kwok workdir until `stop()` copies them here)."""
+        return self.state_dir / "logs"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        return self.state_dir / "pod-logs"
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.state_dir / "kwok"
+
+    @property
+    def kwokctl_cluster_dir(self) -> Path:
+        return self.kwok_workdir / "clusters" / self.name
+
+    @property
+    def live_logs_dir(self) -> Path:
+        return self.kwokctl_cluster_dir / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def operator_pid_file(self) -> Path:
+        return self.state_dir / "mpi-operator.pid"
+
+    def _info(self, msg: str) -> None:
+        if self.verbose:
+            _log(f"{self.name}: {msg}")
+
+    # ------------------------------------------------------------------ state
+    def read_state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _write_state(self, **updates: Any) -> dict:
+        state = self.read_state()
+        state.update(updates)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+        return state
+
+    @classmethod
+    def existing(cls, name: str = DEFAULT_NAME, verbose: bool = True) -> LocalCluster:
+        """Handle on a cluster started earlier (e.g. by `python -m localcluster up`)."""
+        probe = cls(name, verbose=verbose)
+        state = probe.read_state()
+        if not state:
+            raise ClusterError(f"no local cluster named {name!r} (state dir {probe.state_dir})")
+        c = cls(name, state.get("api_version", API_V2BETA1), nodes=state.get("nodes", bh.NODE_COUNT), verbose=verbose)
+        c.run_operator = state.get("run_operator", c.run_operator)
+        return c
+
+    # ------------------------------------------------------------------ env / tools
+    def _bin(self) -> Path:
+        state = self.read_state()
+        if state.get("bin_dir") and Path(state["bin_dir"]).is_dir():
+            return Path(state["bin_dir"])
+        return _build.build(verbose=self.verbose)
+
+    def _kwok_env(self, bin_dir: Path) -> dict:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.kwok_workdir)
+        env["KWOK_KUBECTL_BINARY"] = str(bin_dir / "kubectl")
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("KUBECONFIG", None)
+        return env
+
+    def kwokctl(self, *args: str, check: bool = True, capture: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+        bin_dir = self._bin()
+        cmd = [str(bin_dir / "kwokctl"), "--name", self.name, *args]
+        return subprocess.run(
+            cmd,
+            env=self._kwok_env(bin_dir),
+            check=check,
+            timeout=timeout,
+            text=True,
+            capture_output=capture,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def api_client(self):
+        """A kubernetes.client.ApiClient for this cluster (cached)."""
+        if self._api_client is None:
+            from kubernetes import config as kconfig
+
+            self._api_client = kconfig.new_client_from_config(config_file=str(self.kubeconfig_path))
+        return self._api_client
+
+    def _get(self, path: str, timeout: float = 5) -> tuple[int, str]:
+        client = self.api_client()
+        resp = client.call_api(
+            path, "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout
+        )[0]
+        return resp.status, resp.data.decode()
+
+    def ready(self) -> bool:
+        """GET /readyz == 200."""
+        try:
+            status, body = self._get("/readyz")
+        except Exception:  # noqa: BLE001
+            return False
+        return status == 200 and body.strip() == "ok"
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        _wait(self.ready, timeout, f"kube-apiserver /readyz of {self.name}")
+
+    # ------------------------------------------------------------------ lifecycle
+    def is_running(self) -> bool:
+        return self.kubeconfig_path.exists() and self._component_pid("kube-apiserver") is not None and self.ready()
+
+    def start(self, timeout: float = 300) -> LocalCluster:
+        """Build (if needed) and start the cluster; returns self.  An existing cluster of that name is replaced."""
+        t0 = time.monotonic()
+        bin_dir = _build.build(verbose=self.verbose)
+        if self.read_state() or self.kwokctl_cluster_dir.exists():
+            self._info("replacing an existing cluster of that name")
+            self.stop(keep_logs=False)
+        if self.run_operator and not _free_port(MPI_OPERATOR_HEALTH_PORT):
+            raise ClusterError(
+                f"port {MPI_OPERATOR_HEALTH_PORT} is in use: the mpi-operator (v0.8.2) always serves its health check on "
+                f":{MPI_OPERATOR_HEALTH_PORT} (hard-coded), so only one v2beta1 local cluster can run at a time and "
+                f"nothing else may listen on {MPI_OPERATOR_HEALTH_PORT}. Stop the other process/cluster "
+                f"(`python -m localcluster down --name ...`) or reuse it (AIRFLOW_MPI_CLUSTER_NAME)."
+            )
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.state_dir.mkdir(parents=True)
+        self.logs_dir.mkdir()
+        self.pod_logs_dir.mkdir()
+        self._write_state(
+            name=self.name,
+            api_version=self.api_version,
+            nodes=self.nodes,
+            run_operator=self.run_operator,
+            bin_dir=str(bin_dir),
+            versions=_build.pinned_versions(),
+            phase="starting",
+        )
+        try:
+            self._create(bin_dir, timeout)
+            self._info(f"kube-apiserver ready ({time.monotonic() - t0:.1f}s)")
+            self._setup(bin_dir, timeout)
+            if self.run_operator:
+                self.start_mpi_operator()
+        except BaseException:
+            self._info(f"start failed; component logs in {self.live_logs_dir} and {self.logs_dir}")
+            with contextlib.suppress(Exception):
+                self._collect_logs()
+            raise
+        elapsed = time.monotonic() - t0
+        self._write_state(phase="running", started_seconds=round(elapsed, 1))
+        self._info(f"up in {elapsed:.1f}s; KUBECONFIG={self.kubeconfig_path}")
+        return self
+
+    def _create(self, bin_dir: Path, timeout: float) -> None:
+        args = [
+            "create",
+            "cluster",
+            "--runtime=binary",
+            f"--etcd-binary={bin_dir / 'etcd'}",
+            f"--kube-apiserver-binary={bin_dir / 'kube-apiserver'}",
+            f"--kube-controller-manager-binary={bin_dir / 'kube-controller-manager'}",
+            f"--kube-scheduler-binary={bin_dir / 'kube-scheduler'}",
+            f"--kwok-controller-binary={bin_dir / 'kwok'}",
+            f"--enable-crds={','.join(KWOK_CRDS)}",
+            "--kube-admission=true",
+            "--kube-authorization=true",
+            "--kubeconfig=",  # never touch ~/.kube/config
+            "--wait=0s",
+            f"--timeout={int(timeout)}s",
+            "--quiet-pull",
+        ]
+        self._info("kwokctl create cluster (binary runtime)")
+        self.kwokctl(*args, timeout=timeout + 30)
+        src = self.kwokctl_cluster_dir / "kubeconfig.yaml"
+        shutil.copyfile(src, self.kubeconfig_path)
+        self._api_client = None
+        self.wait_ready(timeout)
+        self._write_state(
+            kwok_config=str(self.kwokctl_cluster_dir / "kwok.yaml"),
+            server=self._server_url(),
+            components={n: self._component_pid(n) for n in self._component_names()},
+        )
+
+    def _server_url(self) -> str:
+        cfg = yaml.safe_load(self.kubeconfig_path.read_text())
+        return cfg["clusters"][0]["cluster"]["server"]
+
+    def _setup(self, bin_dir: Path, timeout: float) -> None:
+        from kubernetes import client
+
+        api = self.api_client()
+        ext = client.ApiextensionsV1Api(api)
+        crds = [f"{p}.{KWOK_GROUP}" for p in ("stages", "logs", "clusterlogs")]
+        _wait(lambda: all(self._crd_established(ext, c) for c in crds), timeout, "kwok CRDs")
+        co = client.CustomObjectsApi(api)
+        node_stages = sorted((bin_dir / "stages").glob("*.yaml"))
+        stage_objs = [yaml.safe_load(p.read_text()) for p in node_stages] + _stages.pod_stages()
+        for obj in stage_objs:
+            co.create_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "stages", obj)
+        # the MPIJob CRD
+        crd = yaml.safe_load(_build.crd_path(self.api_version, bin_dir).read_text())
+        ext.create_custom_resource_definition(crd)
+        _wait(lambda: self._crd_established(ext, crd["metadata"]["name"]), timeout, "MPIJob CRD")
+        self._create_nodes(client.CoreV1Api(api), timeout)
+
+    @staticmethod
+    def _crd_established(ext, name: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            crd = ext.read_custom_resource_definition(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+    def _create_nodes(self, core, timeout: float) -> None:
+        from kubernetes import watch
+
+        resources = {
+            "cpu": bh.NODE_CPU,
+            "memory": bh.NODE_MEMORY,
+            "pods": bh.NODE_PODS,
+            bh.GPU_RESOURCE: str(bh.NODE_GPUS),
+        }
+        names = [f"{bh.NODE_NAME_PREFIX}{i}" for i in range(self.nodes)]
+        for name in names:
+            core.create_node(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            bh.NODE_LABEL: bh.NODE_LABEL_VALUE,
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            "kubernetes.io/role": "agent",
+                            "node-role.kubernetes.io/agent": "",
+                        },
+                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    },
+                    "status": {"capacity": resources, "allocatable": resources},
+                }
+            )
+        pending = set(names)
+        w = watch.Watch()
+        deadline = time.monotonic() + timeout
+        rv = None
+        while pending and time.monotonic() < deadline:
+            lst = core.list_node()
+            for n in lst.items:
+                if self._node_ready(n):
+                    pending.discard(n.metadata.name)
+            if not pending:
+                break
+            rv = lst.metadata.resource_version
+            for ev in w.stream(core.list_node, resource_version=rv, timeout_seconds=max(1, int(deadline - time.monotonic()))):
+                n = ev["object"]
+                if self._node_ready(n):
+                    pending.discard(n.metadata.name)
+                if not pending:
+                    w.stop()
+                    break
+        if pending:
+            raise ClusterError(f"nodes not Ready: {sorted(pending)}")
+        self._info(f"{self.nodes} simulated nodes Ready")
+
+    @staticmethod
+    def _node_ready(node) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])) and not any(
+            t.key.startswith("node.kubernetes.io/") for t in (node.spec.taints or [])
+        )
+
+    def stop(self, keep_logs: bool = True) -> None:
+        """Stop every process of the cluster and delete its data (component logs are kept in ``logs_dir``)."""
+        self.stop_mpi_operator()
+        if keep_logs:
+            with contextlib.suppress(Exception):
+                self._collect_logs()
+        if self.kwokctl_cluster_dir.exists():
+            res = self.kwokctl("delete", "cluster", check=False, capture=True, timeout=120)
+            if res.returncode != 0:
+                self._info(f"kwokctl delete cluster failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+        # belt and braces: nothing of ours may survive
+        for pid_file in (self.kwokctl_cluster_dir / "pids").glob("*.pid") if self.kwokctl_cluster_dir.exists() else []:
+            with contextlib.suppress(Exception):
+                self._kill_pid(int(pid_file.read_text().strip()))
+        shutil.rmtree(self.kwok_workdir, ignore_errors=True)
+        self._api_client = None
+        if keep_logs and self.state_dir.exists():
+            self._write_state(phase="stopped")
+            with contextlib.suppress(FileNotFoundError):
+                self.kubeconfig_path.unlink()
+        else:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _collect_logs(self) -> None:
+        if self.live_logs_dir.is_dir():
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            for f in self.live_logs_dir.iterdir():
+                if f.is_file():
+                    shutil.copyfile(f, self.logs_dir / f.name)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ components
+    def _kwok_config(self) -> list[dict]:
+        path = self.kwokctl_cluster_dir / "kwok.yaml"
+        return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+    def _component(self, name: str) -> dict:
+        for doc in self._kwok_config():
+            if doc.get("kind") == "KwokctlConfiguration":
+                for comp in doc.get("components") or []:
+                    if comp.get("name") == name:
+                        return comp
+        raise ClusterError(f"component {name!r} not found in {self.kwokctl_cluster_dir / 'kwok.yaml'}")
+
+    def _component_names(self) -> list[str]:
+        for doc in self._kwok_config():
+            if doc.get("kind") == "KwokctlConfiguration":
+                return [c["name"] for c in doc.get("components") or []]
+        return []
+
+    def _pid_file(self, binary: str) -> Path:
+        return self.kwokctl_cluster_dir / "pids" / f"{Path(binary).name}.pid"
+
+    def _component_pid(self, name: str) -> int | None:
+        try:
+            comp = self._component(name)
+            pid = int(self._pid_file(comp["binary"]).read_text().strip())
+        except (ClusterError, FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    @staticmethod
+    def _kill_pid(pid: int, timeout: float = 20) -> None:
+        if not _pid_alive(pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while _pid_alive(pid):
+                time.sleep(0.05)
+
+    def stop_component(self, name: str) -> None:
+        comp = self._component(name)
+        pid = self._component_pid(name)
+        if pid is not None:
+            self._kill_pid(pid)
+        with contextlib.suppress(FileNotFoundError):
+            self._pid_file(comp["binary"]).unlink()
+
+    def start_component(self, name: str) -> int:
+        """(Re)start a kwokctl-managed component with the exact command line kwokctl used; returns its pid."""
+        comp = self._component(name)
+        if self._component_pid(name) is not None:
+            raise ClusterError(f"{name} is already running")
+        workdir = comp.get("workDir") or str(self.kwokctl_cluster_dir)
+        env = dict(os.environ)
+        for e in comp.get("envs") or []:
+            env[e["name"]] = e["value"]
+        log_path = Path(workdir) / "logs" / f"{Path(comp['binary']).name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [comp["binary"], *(comp.get("args") or [])],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        self._pid_file(comp["binary"]).write_text(str(proc.pid))
+        return proc.pid
+
+    def restart_apiserver(self, timeout: float = 120, down_hook=None) -> None:
+        """Stop kube-apiserver (SIGTERM, like a control-plane restart), then start it again on the same port.
+
+        ``down_hook`` (optional callable) runs while the API server is down.  Returns once /readyz is ok again.
+        """
+        self._info("restarting kube-apiserver")
+        self.stop_component("kube-apiserver")
+        port = int(self._server_url().rsplit(":", 1)[1].split("/")[0])
+        _wait(lambda: _free_port(port, "127.0.0.1") or _free_port(port, "0.0.0.0"), 30, f"port {port} to be released")
+        if down_hook is not None:
+            down_hook()
+        self.start_component("kube-apiserver")
+        self.wait_ready(timeout)
+        self._write_state(components={n: self._component_pid(n) for n in self._component_names()})
+        self._info("kube-apiserver back")
+
+    # ------------------------------------------------------------------ mpi-operator
+    def _operator_pid(self) -> int | None:
+        try:
+            pid = int(self.operator_pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def start_mpi_operator(self, timeout: float = 60) -> int:
+        """Run the real mpi-operator binary against the cluster (all namespaces); returns the supervisor pid.
+
+        The operator always runs leader election (no flag to turn it off; lease in namespace ``mpi-operator``) and
+        exits when it loses the lease (e.g. the API server is down longer than its 5 s renew deadline), so it runs
+        under a tiny restart loop, as a Deployment would restart it.
+        """
+        from kubernetes import client
+
+        if self._operator_pid() is not None:
+            return self._operator_pid()
+        core = client.CoreV1Api(self.api_client())
+        with contextlib.suppress(client.exceptions.ApiException):
+            core.create_namespace({"metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
+        binary = str(self._bin() / "mpi-operator")
+        args = [
+            f"--kubeConfig={self.kubeconfig_path}",
+            "--namespace=",  # all namespaces
+            f"--lock-namespace={MPI_OPERATOR_LOCK_NAMESPACE}",
+            "--threadiness=4",
+            "--kube-api-qps=50",
+            "--kube-api-burst=100",
+            "--monitoring-port=0",
+        ]
+        log_path = self.logs_dir / "mpi-operator.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # restart loop: a crashed/demoted operator comes back (1 s pause between runs, like a crash-loop backoff)
+        script = 'while :; do "$@"; echo "[localcluster] mpi-operator exited with $?, restarting" >&2; sleep 1; done'
+        env = dict(os.environ)
+        env.pop("KUBECONFIG", None)  # the operator lets $KUBECONFIG override --kubeConfig
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", script, "mpi-operator", binary, *args],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        self.operator_pid_file.write_text(str(proc.pid))
+        self._write_state(mpi_operator={"pid": proc.pid, "binary": binary, "args": args, "log": str(log_path)})
+        self.wait_mpi_operator_leading(timeout)
+        self._info("mpi-operator leading")
+        return proc.pid
+
+    def mpi_operator_leading(self) -> bool:
+        from kubernetes import client
+
+        coord = client.CoordinationV1Api(self.api_client())
+        try:
+            lease = coord.read_namespaced_lease("mpi-operator", MPI_OPERATOR_LOCK_NAMESPACE)
+        except client.exceptions.ApiException:
+            return False
+        spec = lease.spec
+        if not spec or not spec.holder_identity or not spec.renew_time:
+            return False
+        renew = spec.renew_time
+        age = (_dt.datetime.now(_dt.timezone.utc) - renew).total_seconds()
+        return age < (spec.lease_duration_seconds or 15)
+
+    def wait_mpi_operator_leading(self, timeout: float = 60) -> None:
+        def check():
+            if self._operator_pid() is None:
+                raise ClusterError(f"mpi-operator is not running; see {self.logs_dir / 'mpi-operator.log'}")
+            return self.mpi_operator_leading()
+
+        _wait(check, timeout, "the mpi-operator to take its leader lease", interval=0.25)
+
+    def stop_mpi_operator(self) -> None:
+        pid = self._operator_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self._pgroup_alive(pid):
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while _pid_alive(pid):
+                time.sleep(0.05)
+        with contextlib.suppress(FileNotFoundError):
+            self.operator_pid_file.unlink()
+
+    @staticmethod
+    def _pgroup_alive(pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ logs
+    def set_launcher_logs(
+        self,
+        namespace: str,
+        lines: Sequence[str],
+        previous_lines: Sequence[str] | None = None,
+        *,
+        containers: Sequence[str] = (bh.LAUNCHER_CONTAINER,),
+        follow: bool = True,
+    ) -> Path:
+        """Serve ``lines`` as the logs of the given containers of every pod in ``namespace``.
+
+        Writes ``pod-logs/<namespace>/current.log`` (and ``previous.log`` for ``previous=true``, i.e. a restarted
+        container) in CRI format and (re)creates the kwok ``ClusterLogs`` object ``logs-<namespace>`` selecting the
+        namespace.  Plain messages get increasing timestamps starting now; lines already in CRI format
+        (``<RFC3339Nano> stdout F <text>``) are written as given.  Returns the current log file, to which
+        ``append_launcher_logs`` adds lines (``follow=True`` readers see them).
+        """
+        from kubernetes import client
+
+        d = self.pod_logs_dir / namespace
+        d.mkdir(parents=True, exist_ok=True)
+        current = d / "current.log"
+        previous = d / "previous.log"
+        now = time.time()
+        if previous_lines is not None:
+            prev = cri_lines(previous_lines, start=now - 60)
+            previous.write_text("".join(x + "\n" for x in prev))
+        current.write_text("".join(x + "\n" for x in cri_lines(lines, start=now)))
+        log_spec: dict = {"containers": list(containers), "logsFile": str(current), "follow": follow}
+        if previous_lines is not None:
+            log_spec["previousLogsFile"] = str(previous)
+        obj = {
+            "apiVersion": f"{KWOK_GROUP}/{KWOK_VERSION}",
+            "kind": "ClusterLogs",
+            "metadata": {"name": f"logs-{namespace}"},
+            "spec": {"selector": {"matchNamespaces": [namespace]}, "logs": [log_spec]},
+        }
+        co = client.CustomObjectsApi(self.api_client())
+        try:
+            co.create_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "clusterlogs", obj)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 409:
+                raise
+            existing = co.get_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "clusterlogs", obj["metadata"]["name"])
+            obj["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            co.replace_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "clusterlogs", obj["metadata"]["name"], obj)
+        return current
+
+    def append_launcher_logs(self, namespace: str, lines: Sequence[str]) -> None:
+        """Append lines to the current log file of ``namespace`` (followers receive them)."""
+        current = self.pod_logs_dir / namespace / "current.log"
+        with open(current, "a") as f:
+            for x in cri_lines(lines):
+                f.write(x + "\n")
+            f.flush()
+
+    def clear_launcher_logs(self, namespace: str) -> None:
+        from kubernetes import client
+
+        co = client.CustomObjectsApi(self.api_client())
+        with contextlib.suppress(client.exceptions.ApiException):
+            co.delete_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "clusterlogs", f"logs-{namespace}")
+        shutil.rmtree(self.pod_logs_dir / namespace, ignore_errors=True)
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict:
+        state = self.read_state()
+        comps = {}
+        if self.kwokctl_cluster_dir.exists():
+            for n in self._component_names():
+                comps[n] = self._component_pid(n)
+        return {
+            "name": self.name,
+            "api_version": state.get("api_version", self.api_version),
+            "phase": state.get("phase", "absent"),
+            "ready": bool(comps.get("kube-apiserver")) and self.ready(),
+            "server": state.get("server"),
+            "kubeconfig": str(self.kubeconfig_path) if self.kubeconfig_path.exists() else None,
+            "components": comps,
+            "mpi_operator_pid": self._operator_pid(),
+            "logs": str(self.live_logs_dir if self.live_logs_dir.exists() else self.logs_dir),
+            "versions": state.get("versions", {}),
+            "simulated_nodes": f"{state.get('nodes', self.nodes)} x (cpu {bh.NODE_CPU}, memory {bh.NODE_MEMORY}, "
+            f"{bh.GPU_RESOURCE} {bh.NODE_GPUS}) - kwok, no containers run",
+        }
+
+
+def list_clusters() -> list[str]:
+    root = clusters_root()
+    return sorted(p.name for p in root.iterdir() if (p / "state.json").exists()) if root.is_dir() else []

@@ -1,0 +1,170 @@
+"""Integration fixtures: a Kubernetes API server with the mpi-operator.
+
+By default a local cluster is started once per session (``localcluster``: real etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and mpi-operator v0.8.2; SIMULATED kwok nodes, no container runs).
+
+Environment:
+
+* ``AIRFLOW_MPI_KUBECONFIG=/path``: use that (real) cluster instead; it must have the mpi-operator (v2beta1) installed.
+  Tests marked ``needs_simulation`` (pod behaviour steered through ``localcluster.behaviour`` labels, served log
+  lines, API server restarts) are skipped there, as are ``v1_cluster`` tests unless
+  ``AIRFLOW_MPI_V1_KUBECONFIG`` points to a cluster with the kubeflow.org/v1 MPIJob CRD.
+* ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a local cluster started with ``python -m localcluster up --name name``
+  (left running at the end), which makes repeated runs start instantly.
+* ``AIRFLOW_MPI_CACHE``: where binaries and cluster state live (default ``~/.cache/airflow-mpi``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # localcluster/ is a dev-only folder, not installed
+    sys.path.insert(0, str(REPO))
+
+REAL_KUBECONFIG = os.environ.get("AIRFLOW_MPI_KUBECONFIG") or None
+REAL_V1_KUBECONFIG = os.environ.get("AIRFLOW_MPI_V1_KUBECONFIG") or None
+REUSE_NAME = os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None
+SESSION_V2_NAME = "it-v2beta1"
+SESSION_V1_NAME = "it-v1"
+SIMULATION_SKIP_REASON = (
+    "needs the local cluster's simulated pods (kwok stages, served log lines, API server restarts); "
+    "AIRFLOW_MPI_KUBECONFIG points to a real cluster"
+)
+
+
+class RealCluster:
+    """The subset of LocalCluster's API that makes sense on a real cluster."""
+
+    simulated = False
+
+    def __init__(self, kubeconfig: str, api_version: str = "v2beta1") -> None:
+        self.kubeconfig_path = Path(kubeconfig)
+        self.api_version = api_version
+        self.name = "real"
+        self._api_client = None
+
+    def api_client(self):
+        if self._api_client is None:
+            from kubernetes import config as kconfig
+
+            self._api_client = kconfig.new_client_from_config(config_file=str(self.kubeconfig_path))
+        return self._api_client
+
+    def set_launcher_logs(self, *args, **kwargs):
+        pytest.skip(SIMULATION_SKIP_REASON)
+
+    append_launcher_logs = clear_launcher_logs = restart_apiserver = set_launcher_logs
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    skip_sim = pytest.mark.skip(reason=SIMULATION_SKIP_REASON)
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+            if REAL_KUBECONFIG and item.get_closest_marker("needs_simulation"):
+                item.add_marker(skip_sim)
+
+
+def _local(name: str, api_version: str):
+    """Start (or reuse) a local cluster; yields it; stops it at the end unless reused."""
+    from localcluster.cluster import LocalCluster
+
+    if REUSE_NAME and api_version == "v2beta1":
+        c = LocalCluster.existing(REUSE_NAME)
+        if not c.is_running():
+            pytest.fail(f"AIRFLOW_MPI_CLUSTER_NAME={REUSE_NAME}: that local cluster is not running", pytrace=False)
+        c.simulated = True
+        yield c
+        return
+    c = LocalCluster(name, api_version)
+    c.simulated = True
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """v2beta1 cluster: ``.kubeconfig_path``, ``.api_client()``, ``.simulated``; on a local cluster also
+    ``.set_launcher_logs()``, ``.append_launcher_logs()``, ``.restart_apiserver()`` (see localcluster.cluster)."""
+    if REAL_KUBECONFIG:
+        yield RealCluster(REAL_KUBECONFIG)
+        return
+    yield from _local(SESSION_V2_NAME, "v2beta1")
+
+
+@pytest.fixture(scope="session")
+def v1_cluster():
+    """Second cluster with the training-operator's kubeflow.org/v1 MPIJob CRD (no controller runs)."""
+    if REAL_KUBECONFIG:
+        if not REAL_V1_KUBECONFIG:
+            pytest.skip("AIRFLOW_MPI_V1_KUBECONFIG is not set (a cluster with the kubeflow.org/v1 MPIJob CRD)")
+        yield RealCluster(REAL_V1_KUBECONFIG, "v1")
+        return
+    yield from _local(SESSION_V1_NAME, "v1")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster) -> str:
+    return str(cluster.kubeconfig_path)
+
+
+@pytest.fixture(scope="session")
+def k8s(cluster):
+    """kubernetes.client.ApiClient of the v2beta1 cluster."""
+    return cluster.api_client()
+
+
+def _make_namespace(api_client, request):
+    from kubernetes import client
+
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"it-{slug}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name, "labels": {"airflow-mpi.io/test": "integration"}}})
+    return name, core
+
+
+@pytest.fixture
+def namespace(cluster, request):
+    """A fresh namespace per test (deleted at teardown, with its served log lines)."""
+    name, core = _make_namespace(cluster.api_client(), request)
+    yield name
+    if getattr(cluster, "simulated", False):
+        cluster.clear_launcher_logs(name)
+    try:
+        core.delete_namespace(name)
+    except Exception:  # noqa: BLE001 - cluster may be gone when the session ends badly
+        pass
+
+
+@pytest.fixture
+def v1_namespace(v1_cluster, request):
+    name, core = _make_namespace(v1_cluster.api_client(), request)
+    yield name
+    try:
+        core.delete_namespace(name)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@pytest.fixture
+def kubernetes_default_conn(monkeypatch, kubeconfig, namespace) -> str:
+    """Airflow connection ``kubernetes_default`` (env) pointing at the cluster and the test's namespace."""
+    import json
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}}),
+    )
+    return "kubernetes_default"
