@@ -26,7 +26,7 @@ def _require_installed() -> None:
     try:
         importlib.metadata.distribution("airflow-mpi")
     except importlib.metadata.PackageNotFoundError:
-        pytest.fail("airflow-mpi is not installed in this environment: run scripts/venv first", pytrace=False)
+        pytest.fail("airflow-mpi is not installed in this environment: run scripts/bootstrap first", pytrace=False)
 
 
 @pytest.fixture(scope="session")
