@@ -98,3 +98,46 @@ class FakeAsyncHook:
             if breaks_after is not None and i == breaks_after:
                 raise ConnectionError("stream cut")
             yield line
+
+
+@dataclass
+class FakeSyncHook:
+    """The sync hook's interface over a dict of MPIJobs keyed by (namespace, name)."""
+
+    jobs: dict = field(default_factory=dict)
+    namespace: str = "default"
+    created: list = field(default_factory=list)
+    deleted: list = field(default_factory=list)
+    create_error: BaseException | None = None
+
+    def resolve_namespace(self, explicit=None):
+        return explicit or self.namespace
+
+    def get_mpijob(self, name, namespace):
+        return self.jobs.get((namespace, name))
+
+    def list_mpijobs(self, namespace, label_selector=None):
+        wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
+        return [j for (ns, _), j in self.jobs.items()
+                if ns == namespace and all(j["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+
+    def create_mpijob(self, manifest, namespace):
+        if self.create_error is not None:
+            raise self.create_error
+        obj = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": "2026-11-22T10:00:00Z"}}
+        self.jobs[(namespace, manifest["metadata"]["name"])] = obj
+        self.created.append(obj)
+        return obj
+
+    def delete_mpijob(self, name, namespace, **kwargs):
+        self.deleted.append((name, namespace))
+        return self.jobs.pop((namespace, name), None) is not None
+
+    def wait_for_deleted(self, name, namespace, timeout=60):
+        return (namespace, name) not in self.jobs
+
+    def connection_settings(self):
+        return {"kube_config_path": "/tmp/kubeconfig"}
+
+    def worker_log_tails(self, name, namespace, lines):
+        return {f"{name}-worker-0": ["worker said goodbye"]}

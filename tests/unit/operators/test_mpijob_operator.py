@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from airflow_mpi.models import MPIJobValidationError
+from airflow_mpi.models.naming import TRY_NUMBER_LABEL, identity_labels
+from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator
+from airflow_mpi.triggers import MPIJobTrigger
+from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from tests.unit.fakes import FakeSyncHook
+
+RUN_ID = "manual__2026-11-22T10:00:00+00:00"
+
+
+def context(try_number=1, map_index=-1):
+    return {"ti": NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=map_index, try_number=try_number)}
+
+
+def make(hook=None, **kwargs):
+    kwargs.setdefault("task_id", "mpi")
+    kwargs.setdefault("image", "mpi:1")
+    kwargs.setdefault("command", ["mpirun", "hostname"])
+    kwargs.setdefault("workers", 2)
+    kwargs.setdefault("namespace", "ns")
+    op = MPIJobOperator(**kwargs)
+    op.__dict__["hook"] = hook or FakeSyncHook()
+    return op
+
+
+def result(status="success", **extra):
+    return {"status": status, "name": "n", "namespace": "ns", "message": "m", "condition": "Succeeded",
+            "launcher_pods": ["p"], "launcher_attempts": 1, "warnings": [], **extra}
+
+
+# ---------------------------------------------------------------- manifest and retry mapping
+def test_retries_become_backoff_limit_with_never_restarting_launcher():
+    manifest = make(retries=3).build_manifest(context())
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 3
+    assert manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "Never"
+
+
+def test_explicit_backoff_limit_is_used_as_given():
+    manifest = make(retries=3, backoff_limit=1).build_manifest(context())
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 1
+    assert manifest["spec"]["mpiReplicaSpecs"]["Launcher"].get("restartPolicy", "OnFailure") == "OnFailure"
+
+
+def test_manifest_carries_identity_and_deterministic_name():
+    op = make()
+    first, again = op.build_manifest(context()), op.build_manifest(context(try_number=2))
+    assert first["metadata"]["name"] == again["metadata"]["name"]
+    labels = first["metadata"]["labels"]
+    assert labels == {**labels, **identity_labels("dag", "mpi", RUN_ID, -1, 1)}
+    assert first["metadata"]["annotations"]["airflow-mpi.io/run-id"] == RUN_ID
+    assert again["metadata"]["labels"][TRY_NUMBER_LABEL] == "2"
+    assert first["metadata"]["namespace"] == "ns"
+    assert first["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+
+
+def test_program_builds_mpirun_with_np_workers_times_slots():
+    manifest = make(command=None, program=["python", "pi.py"], workers=3, slots_per_worker=2).build_manifest(context())
+    container = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    cmd = container["command"] + container.get("args", [])
+    assert cmd[0] == "mpirun" and cmd[cmd.index("-np") + 1] == "6" and cmd[-2:] == ["python", "pi.py"]
+
+
+def test_role_overrides_and_user_labels():
+    manifest = make(worker={"annotations": {"a": "b"}}, labels={"team": "hpc"}).build_manifest(context())
+    assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"] == {"a": "b"}
+    assert manifest["metadata"]["labels"]["team"] == "hpc"
+
+
+def test_namespace_falls_back_to_the_hook():
+    op = make(namespace=None, hook=FakeSyncHook(namespace="from-conn"))
+    assert op.build_manifest(context())["metadata"]["namespace"] == "from-conn"
+
+
+# ---------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "kwargs, field, value",
+    [
+        ({"workers": 0}, "worker.replicas", "0"),
+        ({"slots_per_worker": 0}, "slots_per_worker", "0"),
+        ({"on_finish_action": "explode"}, "on_finish_action", "'explode'"),
+        ({"poll_interval": 0}, "poll_interval", "0"),
+        ({"backoff_limit": -1}, "backoff_limit", "-1"),
+        ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy", "'Sometimes'"),
+        ({"resources": {"limits": {"cpu": "lots"}}}, "cpu", "'lots'"),
+        ({"worker": {"colour": "red"}}, "worker.colour", "'red'"),
+    ],
+)
+def test_bad_parameters_fail_at_dag_parse_naming_field_and_value(kwargs, field, value):
+    with pytest.raises(MPIJobValidationError) as err:
+        make(**kwargs)
+    assert field in str(err.value) and value in str(err.value)
+
+
+def test_templated_values_are_validated_after_rendering_only():
+    op = make(workers="{{ params.workers }}")  # parse time: accepted
+    op.workers = "0"  # what rendering produced
+    hook = op.hook
+    with pytest.raises(MPIJobValidationError, match="replicas"):
+        op.execute(context())
+    assert hook.created == []
+
+
+# ---------------------------------------------------------------- execute, reattach, finish
+def test_execute_creates_once_and_returns_xcom(monkeypatch):
+    op = make()
+    captured = {}
+
+    async def fake_wait(name, namespace, submitted_at, deadline):
+        captured["name"] = name
+        return result(name=name)
+
+    monkeypatch.setattr(op, "_wait", fake_wait)
+    xcom = op.execute(context())
+    assert len(op.hook.created) == 1 and xcom["name"] == captured["name"]
+    assert xcom["launcher_pods"] == ["p"] and xcom["api_version"] == "kubeflow.org/v2beta1"
+    assert op.hook.deleted == [(captured["name"], "ns")]  # delete_succeeded
+
+
+def _existing(op, *conditions, labels=None, try_number=1):
+    manifest = op.build_manifest(context(try_number=try_number))
+    obj = {**manifest, "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
+    if labels is not None:
+        obj["metadata"] = {**obj["metadata"], "labels": labels}
+    op.hook.jobs[("ns", manifest["metadata"]["name"])] = obj
+    return obj
+
+
+@pytest.mark.parametrize("conditions", [("Created", "Running"), ("Created", "Succeeded")])
+def test_new_try_reattaches_to_live_or_succeeded_job(monkeypatch, conditions):
+    op = make(retries=2)
+    _existing(op, *conditions)
+
+    async def fake_wait(*args):
+        return result()
+
+    monkeypatch.setattr(op, "_wait", fake_wait)
+    op.execute(context(try_number=2))
+    assert op.hook.created == []
+
+
+def test_failed_job_of_an_earlier_try_is_replaced():
+    op = make(backoff_limit=0, retries=1)
+    _existing(op, "Created", "Failed")
+    op.deferrable = True
+    with pytest.raises(TaskDeferred):
+        op.execute(context(try_number=2))
+    assert len(op.hook.deleted) == 1 and len(op.hook.created) == 1
+
+
+def test_job_of_another_task_is_not_adopted():
+    op = make()
+    _existing(op, "Created", labels=identity_labels("other", "task", "run", -1, 1))
+    with pytest.raises(AirflowFailException, match="another task instance"):
+        op.execute(context())
+    assert op.hook.created == []
+
+
+def test_live_job_found_by_labels_under_another_name(monkeypatch):
+    op = make()
+    obj = _existing(op, "Created")
+    renamed = {**obj, "metadata": {**obj["metadata"], "name": "user-renamed"}}
+    op.hook.jobs = {("ns", "user-renamed"): renamed}
+
+    async def fake_wait(name, *args):
+        assert name == "user-renamed"
+        return result(name=name)
+
+    monkeypatch.setattr(op, "_wait", fake_wait)
+    op.execute(context())
+    assert op.hook.created == []
+
+
+def test_schema_rejection_is_a_permanent_error_naming_the_field():
+    from kubernetes.client.exceptions import ApiException
+
+    err = ApiException(status=422, reason="Unprocessable Entity")
+    err.body = '{"message": "invalid", "details": {"causes": [{"field": "spec.slotsPerWorker", "message": "Invalid value"}]}}'
+    op = make(hook=FakeSyncHook(create_error=err))
+    with pytest.raises(AirflowFailException, match="spec.slotsPerWorker: Invalid value"):
+        op.execute(context())
+
+
+def test_deferrable_defers_with_plain_data_trigger():
+    op = make(deferrable=True, retries=2)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, MPIJobTrigger)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_mpi.triggers.mpijob.MPIJobTrigger"
+    assert kwargs["max_attempts"] == 3 and kwargs["connection"] == {"kube_config_path": "/tmp/kubeconfig"}
+    import json
+
+    json.dumps(kwargs)  # plain data only
+
+
+@pytest.mark.parametrize(
+    "backoff_limit, exc",
+    [(None, AirflowFailException), (2, AirflowException)],
+)
+def test_failed_job_exception_follows_retry_mapping(monkeypatch, backoff_limit, exc):
+    op = make(backoff_limit=backoff_limit)
+    monkeypatch.setattr(op, "_drain", _no_drain)
+    with pytest.raises(exc) as err:
+        op.execute_complete(context(), result("failed", message="BackoffLimitExceeded"))
+    assert (type(err.value) is AirflowFailException) == (backoff_limit is None)
+    assert op.hook.deleted == []  # a failed job is kept for debugging by default
+
+
+async def _no_drain(*args):
+    return None
+
+
+@pytest.mark.parametrize("outcome", ["invalid", "unschedulable", "startup_timeout", "timeout"])
+def test_abandoned_jobs_are_deleted_whatever_the_action(monkeypatch, outcome):
+    op = make(on_finish_action="keep", get_logs=False)
+    with pytest.raises(AirflowException):
+        op.execute_complete(context(), result(outcome))
+    assert op.hook.deleted == [("n", "ns")]
+
+
+def test_on_finish_keep_keeps_a_succeeded_job(monkeypatch):
+    op = make(on_finish_action="keep", get_logs=False)
+    op.execute_complete(context(), result())
+    assert op.hook.deleted == []
+
+
+def test_failure_prints_warning_events_and_worker_tails(monkeypatch, caplog):
+    op = make(get_logs=False, worker_log_tail_lines=5)
+    with pytest.raises(AirflowFailException):
+        op.execute_complete(context(), result("failed", warnings=["job-worker-0: BackOff: crash"]))
+    text = caplog.text
+    assert "job-worker-0: BackOff: crash" in text and "worker said goodbye" in text
+
+
+def test_on_kill_deletes_the_job():
+    op = make()
+    op.on_kill()
+    assert op.hook.deleted == []
+    op._job = ("n", "ns")
+    op.on_kill()
+    assert op.hook.deleted == [("n", "ns")]
+
+
+def test_horovod_builds_horovodrun():
+    op = HorovodJobOperator(task_id="hvd", image="hvd:1", program=["python", "train.py"], workers=2,
+                            slots_per_worker=4, namespace="ns")
+    op.__dict__["hook"] = FakeSyncHook()
+    manifest = op.build_manifest(context())
+    container = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    cmd = container["command"] + container.get("args", [])
+    assert cmd[0] == "horovodrun" and cmd[cmd.index("-np") + 1] == "8" and cmd[-2:] == ["python", "train.py"]

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_mpi.sensors import MPIJobSensor
+from airflow_mpi.triggers import MPIJobTrigger
+from airflow_mpi.triggers import mpijob as trigger_module
+from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
+
+NOW = datetime.now(timezone.utc).isoformat()
+
+
+def trigger(**kw):
+    kw.setdefault("name", "job")
+    kw.setdefault("namespace", "ns")
+    kw.setdefault("submitted_at", NOW)
+    kw.setdefault("poll_interval", 0.01)
+    return MPIJobTrigger(**kw)
+
+
+def use_hook(monkeypatch, t, hook):
+    @contextlib.asynccontextmanager
+    async def cm():
+        yield hook
+
+    monkeypatch.setattr(t, "_hook", cm)
+
+
+def test_serialize_round_trips_plain_data():
+    t = trigger(connection={"kube_config_path": "/k"}, deadline=NOW, log_state={"cursor": {}, "streams": [], "done": []})
+    classpath, kwargs = t.serialize()
+    rebuilt = MPIJobTrigger(**kwargs)
+    assert rebuilt.serialize() == (classpath, kwargs)
+    assert classpath == "airflow_mpi.triggers.mpijob.MPIJobTrigger"
+
+
+async def test_run_yields_one_terminal_event_with_logs_position(monkeypatch):
+    t = trigger()
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded")),
+        launchers=[pod("job-launcher-a", state="terminated")],
+        logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z hello"]},
+    )
+    use_hook(monkeypatch, t, hook)
+    events = [e async for e in t.run()]
+    assert len(events) == 1
+    payload = events[0].payload
+    assert payload["status"] == "success" and payload["reason"] == "MPIJobSucceeded"
+    assert payload["log_state"]["streams"] == ["job-launcher-a/launcher/0"]
+
+
+async def test_run_turns_unexpected_errors_into_an_error_event(monkeypatch):
+    t = trigger()
+
+    class Broken(FakeAsyncHook):
+        async def get_mpijob(self, name, namespace):
+            raise RuntimeError("boom")
+
+    use_hook(monkeypatch, t, Broken(job_obj=None))
+    events = [e async for e in t.run()]
+    assert events[0].payload["status"] == "error" and "boom" in events[0].payload["message"]
+
+
+async def test_on_kill_deletes_unless_fired_or_not_owned(monkeypatch):
+    hook = FakeAsyncHook(job_obj=None)
+    t = trigger()
+    use_hook(monkeypatch, t, hook)
+    await t.on_kill()
+    assert hook.deleted == [("job", "ns")]
+    hook.deleted.clear()
+    t._fired = True
+    await t.on_kill()
+    not_owned = trigger(owns_job=False)
+    use_hook(monkeypatch, not_owned, hook)
+    await not_owned.on_kill()
+    assert hook.deleted == []
+
+
+@pytest.mark.parametrize("state, deleted", [("deferred", False), ("failed", True), ("up_for_retry", True)])
+async def test_cleanup_before_airflow_3_3_deletes_only_when_task_left_deferred(monkeypatch, state, deleted):
+    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
+    hook = FakeAsyncHook(job_obj=None)
+    t = trigger()
+    use_hook(monkeypatch, t, hook)
+
+    async def task_state():
+        return state
+
+    monkeypatch.setattr(t, "_task_state", task_state)
+    await t.cleanup()
+    assert bool(hook.deleted) is deleted
+
+
+async def test_cleanup_on_airflow_3_3_never_deletes(monkeypatch):
+    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", True)
+    hook = FakeAsyncHook(job_obj=None)
+    t = trigger()
+    use_hook(monkeypatch, t, hook)
+    await t.cleanup()
+    assert hook.deleted == []
+
+
+# ---------------------------------------------------------------- sensor
+def sensor(hook, **kw):
+    s = MPIJobSensor(task_id="wait", job_name="job", namespace="ns", **kw)
+    s.__dict__["hook"] = hook
+    return s
+
+
+def with_job(*conditions):
+    return FakeSyncHook(jobs={("ns", "job"): job("job", "ns", *[(c, "r") for c in conditions])})
+
+
+def test_sensor_pokes_until_target_condition():
+    assert sensor(with_job("Created")).poke({}) is False
+    assert sensor(with_job("Created", "Running"), target_condition="Running").poke({}) is True
+    assert sensor(with_job("Created", "Succeeded")).poke({}) is True
+
+
+def test_sensor_fails_fast_on_failed_job_and_on_missing_job():
+    with pytest.raises(AirflowFailException, match="failed"):
+        sensor(with_job("Created", "Failed")).poke({})
+    with pytest.raises(AirflowException, match="does not exist"):
+        sensor(FakeSyncHook()).poke({})
+
+
+def test_sensor_rejects_unknown_condition_at_parse_time():
+    with pytest.raises(ValueError, match="target_condition='Done'"):
+        MPIJobSensor(task_id="s", job_name="j", target_condition="Done")
+
+
+def test_deferrable_sensor_defers_without_owning_the_job():
+    s = sensor(with_job("Created"), deferrable=True, timeout=60)
+    with pytest.raises(TaskDeferred) as deferred:
+        s.execute({})
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["owns_job"] is False and kwargs["target_condition"] == "Succeeded" and kwargs["deadline"]
+
+
+def test_sensor_execute_complete_maps_events():
+    s = sensor(with_job("Created", "Succeeded"))
+    assert s.execute_complete({}, {"status": "success", "name": "job", "namespace": "ns", "message": ""})["name"] == "job"
+    with pytest.raises(AirflowFailException):
+        s.execute_complete({}, {"status": "failed", "name": "job", "namespace": "ns", "message": "x"})
+    with pytest.raises(AirflowException, match="timed out"):
+        s.execute_complete({}, {"status": "timeout", "name": "job", "namespace": "ns"})
+    assert s.hook.deleted == []
