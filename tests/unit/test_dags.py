@@ -80,6 +80,19 @@ def test_dag_files_do_not_touch_the_cluster_at_parse_time():
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_dag_serializes_as_the_dag_processor_does(dagbag, dag_id):
+    """The dag-processor stores DAGs serialized; scheduler and UI (trigger form) only see that form."""
+    from airflow.serialization import serialized_objects
+
+    serializer = getattr(serialized_objects, "DagSerialization", None) or serialized_objects.SerializedDAG
+    restored = serializer.from_dict(serializer.to_dict(dagbag.dags[dag_id]))
+    assert restored.dag_id == dag_id
+    assert set(restored.params.keys()) == set(dagbag.dags[dag_id].params.keys())
+    for name, param in restored.params.items():
+        assert param.schema == dagbag.dags[dag_id].params.get_param(name).schema
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
 def test_dag_is_documented_and_manual(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     assert dag.doc_md and len(dag.doc_md) > 200
