@@ -1,0 +1,155 @@
+"""Launcher command lines for Open MPI, Intel MPI, MPICH and Horovod inside an MPIJob.
+
+The operator writes the hosts to /etc/mpi/hostfile (one line per worker, ``slots`` each) and,
+for OpenMPI/Intel/MPICH, points the launcher's MPI at it through environment variables. So the
+process count is workers x slots_per_worker (+ one host's slots when the launcher also runs
+ranks), and the flags below only add what those variables do not cover.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from airflow_mpi.models.errors import ErrorList
+from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
+
+# Open MPI (as in the kubeflow examples): containers often run as root; no core binding (pods
+# share nodes and cgroups limit CPUs anyway); fill each host's slots in order; forward the paths
+# to remote ranks; TCP/shared memory via ob1 and no openib BTL (absent or noisy in containers).
+OPENMPI_DEFAULT_FLAGS: tuple[str, ...] = (
+    "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot",
+    "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+)  # fmt: skip
+# Intel MPI: name the hostfile explicitly. mpi-operator v2beta1 also exports it as
+# I_MPI_HYDRA_HOST_FILE, but -hostfile keeps the command correct when a user's env overrides
+# I_MPI_* variables and makes the host list visible in the logged command. No "-bootstrap ssh":
+# ssh is Hydra's default and is what v2beta1 sets up, while training-operator v1 sets
+# I_MPI_HYDRA_BOOTSTRAP=rsh with its kubexec.sh, which an explicit "-bootstrap ssh" would break.
+INTEL_DEFAULT_FLAGS: tuple[str, ...] = ("-hostfile", HOSTFILE)
+# MPICH (Hydra): mpi-operator exports HYDRA_HOST_FILE and HYDRA_LAUNCH_EXTRA_ARGS; nothing to add.
+MPICH_DEFAULT_FLAGS: tuple[str, ...] = ()
+DEFAULT_FLAGS = {OPENMPI: OPENMPI_DEFAULT_FLAGS, INTEL: INTEL_DEFAULT_FLAGS, MPICH: MPICH_DEFAULT_FLAGS}
+
+HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+
+
+def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
+    """A list of strings from a list or a shell string (shlex.split)."""
+    if isinstance(value, str):
+        try:
+            args = shlex.split(value)
+        except ValueError as exc:
+            errors.add(field, value, f"is not a valid shell string: {exc}")
+            return []
+    elif isinstance(value, Sequence) and all(isinstance(a, str) for a in value):
+        args = list(value)
+    else:
+        errors.add(field, value, "must be a list of strings or a shell string")
+        return []
+    if required and not args:
+        errors.add(field, value, "must not be empty")
+    return args
+
+
+def _positive(errors: ErrorList, field: str, value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        errors.add(field, value, "must be an integer >= 1")
+        return False
+    return True
+
+
+def mpirun_command(
+    program: str | Sequence[str],
+    *,
+    workers: int,
+    slots_per_worker: int = 1,
+    implementation: str = OPENMPI,
+    extra_args: str | Sequence[str] = (),
+    default_flags: str | Sequence[str] | None = None,
+    run_launcher_as_worker: bool = False,
+) -> list[str]:
+    """``mpirun <default flags> <process count> <extra_args> <program...>`` for the launcher.
+
+    Open MPI: ``-np N``; Intel MPI and MPICH: ``-n N -ppn S``. N = (workers [+ 1 when the
+    launcher runs as a worker]) x slots_per_worker. ``default_flags`` replaces the
+    implementation's defaults (pass ``()`` for none).
+    """
+    errors = ErrorList()
+    _positive(errors, "workers", workers)
+    _positive(errors, "slots_per_worker", slots_per_worker)
+    if implementation not in MPI_IMPLEMENTATIONS:
+        errors.add("implementation", implementation, f"must be one of {', '.join(MPI_IMPLEMENTATIONS)}")
+    if not isinstance(run_launcher_as_worker, bool):
+        errors.add("run_launcher_as_worker", run_launcher_as_worker, "must be a boolean")
+    flags = _args(
+        errors, "default_flags", DEFAULT_FLAGS.get(implementation, ()) if default_flags is None else default_flags
+    )
+    extra = _args(errors, "extra_args", extra_args)
+    argv = _args(errors, "program", program, required=True)
+    errors.raise_if_any()
+    np = str((workers + 1 if run_launcher_as_worker else workers) * slots_per_worker)
+    count = ["-np", np] if implementation == OPENMPI else ["-n", np, "-ppn", str(slots_per_worker)]
+    return ["mpirun", *flags, *count, *extra, *argv]
+
+
+def horovodrun_command(
+    program: str | Sequence[str],
+    *,
+    workers: int,
+    slots_per_worker: int = 1,
+    min_np: int | None = None,
+    max_np: int | None = None,
+    discovery_script: str = DISCOVER_HOSTS_SCRIPT,
+    log_level: str | None = None,
+    verbose: bool = False,
+    elastic_timeout: int | None = None,
+    network_interface: str | None = None,
+    extra_args: str | Sequence[str] = (),
+) -> list[str]:
+    """``horovodrun -np N [--min-np M] [--max-np X] --slots-per-host S --host-discovery-script P ...``.
+
+    The discovery script is the one mpi-operator keeps up to date with the running workers, so
+    elastic Horovod (min_np/max_np) follows workers that come and go. N = workers x slots.
+    """
+    errors = ErrorList()
+    valid = _positive(errors, "workers", workers) & _positive(errors, "slots_per_worker", slots_per_worker)
+    np = workers * slots_per_worker if valid else None
+    for field, value in (("min_np", min_np), ("max_np", max_np)):
+        if value is not None and _positive(errors, field, value) and np is not None:
+            if field == "min_np" and value > np:
+                errors.add(field, value, f"must be <= np ({np} = workers x slots_per_worker)")
+            if field == "max_np" and value < np:
+                errors.add(field, value, f"must be >= np ({np} = workers x slots_per_worker)")
+    if not isinstance(discovery_script, str) or not discovery_script:
+        errors.add("discovery_script", discovery_script, "must be a non-empty path")
+    if log_level is not None and log_level not in HOROVOD_LOG_LEVELS:
+        errors.add("log_level", log_level, f"must be one of {', '.join(HOROVOD_LOG_LEVELS)}")
+    if not isinstance(verbose, bool):
+        errors.add("verbose", verbose, "must be a boolean")
+    if elastic_timeout is not None and (
+        isinstance(elastic_timeout, bool) or not isinstance(elastic_timeout, int) or elastic_timeout < 0
+    ):
+        errors.add("elastic_timeout", elastic_timeout, "must be an integer number of seconds >= 0")
+    if network_interface is not None and (not isinstance(network_interface, str) or not network_interface):
+        errors.add(
+            "network_interface", network_interface, "must be a non-empty interface name (comma-separated for several)"
+        )
+    extra = _args(errors, "extra_args", extra_args)
+    argv = _args(errors, "program", program, required=True)
+    errors.raise_if_any()
+    command = ["horovodrun", "-np", str(np)]
+    if min_np is not None:
+        command += ["--min-np", str(min_np)]
+    if max_np is not None:
+        command += ["--max-np", str(max_np)]
+    command += ["--slots-per-host", str(slots_per_worker), "--host-discovery-script", discovery_script]
+    if log_level is not None:
+        command += ["--log-level", log_level]
+    if verbose:
+        command.append("--verbose")
+    if elastic_timeout is not None:
+        command += ["--elastic-timeout", str(elastic_timeout)]
+    if network_interface is not None:
+        command += ["--network-interface", network_interface]
+    return [*command, *extra, *argv]

@@ -1,0 +1,59 @@
+"""The one exception the model raises, so callers can tell a bad spec from a cluster error.
+
+Validation collects every violation it finds (fixing one bad field at a time through a DAG
+re-run is slow), so one error may carry several: ``field``/``value``/``reason`` are the first,
+``errors`` all of them, and the message lists all, each as ``field=value!r: reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class MPIJobValidationError(ValueError):
+    """A field of an MPIJob spec (or its base manifest) that the operator or Kubernetes would reject."""
+
+    def __init__(self, field: str, value: Any, reason: str, *, errors: Iterable[MPIJobValidationError] = ()):
+        self.field = field
+        self.value = value
+        self.reason = reason
+        self.errors: tuple[MPIJobValidationError, ...] = tuple(errors) or (self,)
+        super().__init__("; ".join(f"{e.field}={e.value!r}: {e.reason}" for e in self.errors))
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[MPIJobValidationError]) -> MPIJobValidationError:
+        """One error listing several; its field/value/reason are those of the first."""
+        errors = tuple(errors)
+        if not errors:
+            raise ValueError("no errors to report")
+        if len(errors) == 1:
+            return errors[0]
+        first = errors[0]
+        return cls(first.field, first.value, first.reason, errors=errors)
+
+    def __reduce__(self):
+        # Exceptions with keyword-only arguments do not pickle by default (Airflow may pickle them).
+        extra = self.errors if len(self.errors) > 1 else ()
+        return (_rebuild, (self.field, self.value, self.reason, extra))
+
+
+def _rebuild(field: str, value: Any, reason: str, errors: tuple) -> MPIJobValidationError:
+    return MPIJobValidationError(field, value, reason, errors=errors)
+
+
+class ErrorList:
+    """Collects violations in order so validation can report all of them in one error."""
+
+    def __init__(self) -> None:
+        self.items: list[MPIJobValidationError] = []
+
+    def add(self, field: str, value: Any, reason: str) -> None:
+        self.items.append(MPIJobValidationError(field, value, reason))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise MPIJobValidationError.from_errors(self.items)

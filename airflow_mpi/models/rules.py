@@ -1,0 +1,122 @@
+"""Kubernetes syntax rules (k8s.io/apimachinery/pkg/util/validation) as small predicates.
+
+Each returns the reason a value is invalid, or None. They are re-implemented (not imported)
+because the model must stay free of client libraries.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_CONFIG_MAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+_ALNUM_ENDS = "must consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric one"
+
+LABEL_MAX = 63
+SUBDOMAIN_MAX = 253
+ANNOTATIONS_TOTAL_MAX = 256 * 1024
+
+
+def dns1123_label(value: object) -> str | None:
+    """Pod hostnames, container/volume names, namespaces."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if len(value) > LABEL_MAX:
+        return f"must be no more than {LABEL_MAX} characters"
+    if not _DNS1123_LABEL.match(value):
+        return "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"
+    return None
+
+
+def dns1123_subdomain(value: object) -> str | None:
+    """Object names such as service accounts, secrets and priority classes."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if len(value) > SUBDOMAIN_MAX:
+        return f"must be no more than {SUBDOMAIN_MAX} characters"
+    if not _DNS1123_SUBDOMAIN.match(value):
+        return (
+            "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def dns1035_label(value: object) -> str | None:
+    """Service names (the MPIJob name in v2beta1): like DNS-1123 labels but starting with a letter."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if len(value) > LABEL_MAX:
+        return f"must be no more than {LABEL_MAX} characters"
+    if not _DNS1035_LABEL.match(value):
+        return (
+            "must be a DNS-1035 label: lowercase letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit"
+        )
+    return None
+
+
+def qualified_name(value: object) -> str | None:
+    """Label/annotation keys and resource names: optional DNS-1123 subdomain prefix + "/" + name."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if value.count("/") > 1:
+        return "must have at most one '/'"
+    prefix, slash, name = value.partition("/") if "/" in value else ("", "", value)
+    if slash:
+        if not prefix:
+            return "prefix part must be non-empty"
+        if problem := dns1123_subdomain(prefix):
+            return f"prefix part {problem}"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > LABEL_MAX:
+        return f"name part must be no more than {LABEL_MAX} characters"
+    if not _QUALIFIED_NAME.match(name):
+        return f"name part {_ALNUM_ENDS}"
+    return None
+
+
+def label_value(value: object) -> str | None:
+    """Label (and nodeSelector) values: empty, or up to 63 of [-_.A-Za-z0-9] with alphanumeric ends."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if len(value) > LABEL_MAX:
+        return f"must be no more than {LABEL_MAX} characters"
+    if value and not _QUALIFIED_NAME.match(value):
+        return f"must be empty or {_ALNUM_ENDS}"
+    return None
+
+
+def annotation_key(value: object) -> str | None:
+    """Annotation keys: qualified names, checked lowercased as the API server does."""
+    if not isinstance(value, str):
+        return "must be a string"
+    return qualified_name(value.lower())
+
+
+def env_var_name(value: object) -> str | None:
+    """The portable env var name rule (clusters before RelaxedEnvironmentVariableValidation)."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if not _ENV_VAR_NAME.match(value):
+        return "must consist of letters, digits, '_', '-' or '.', and must not start with a digit"
+    if value == "." or value.startswith(".."):
+        return "must not be '.' or start with '..'"
+    return None
+
+
+def config_map_key(value: object) -> str | None:
+    """Keys of ConfigMaps and Secrets (secretKeyRef.key / configMapKeyRef.key)."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if not value or len(value) > SUBDOMAIN_MAX or not _CONFIG_MAP_KEY.match(value):
+        return f"must be 1-{SUBDOMAIN_MAX} characters of letters, digits, '-', '_' or '.'"
+    if value in (".", "..") or value.startswith(".."):
+        return "must not be '.' or '..' or start with '..'"
+    return None
