@@ -206,6 +206,9 @@ def build(force: bool = False, verbose: bool = True) -> Path:
     tmp.mkdir(parents=True)
     env = dict(os.environ)
     env.setdefault("CGO_ENABLED", "0")
+    # never stamp our repository's VCS state into upstream binaries (keeps builds reproducible)
+    if "-buildvcs" not in env.get("GOFLAGS", ""):
+        env["GOFLAGS"] = f"{env.get('GOFLAGS', '')} -buildvcs=false".strip()
     timings: dict[str, float] = {}
     started = time.monotonic()
     try:

@@ -264,7 +264,9 @@ class LocalCluster:
         client = self.api_client()
         resp = client.call_api(
             path, "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout
-        )[0]
+        )
+        if isinstance(resp, tuple):  # older clients return (data, status, headers)
+            resp = resp[0]
         return resp.status, resp.data.decode()
 
     def ready(self) -> bool:
@@ -276,7 +278,7 @@ class LocalCluster:
         return status == 200 and body.strip() == "ok"
 
     def wait_ready(self, timeout: float = 120) -> None:
-        _wait(self.ready, timeout, f"kube-apiserver /readyz of {self.name}")
+        _wait(lambda: self._get("/readyz")[0] == 200, timeout, f"kube-apiserver /readyz of {self.name}")
 
     # ------------------------------------------------------------------ lifecycle
     def is_running(self) -> bool:
@@ -316,9 +318,9 @@ class LocalCluster:
             if self.run_operator:
                 self.start_mpi_operator()
         except BaseException:
-            self._info(f"start failed; component logs in {self.live_logs_dir} and {self.logs_dir}")
+            self._info(f"start failed; stopping it. Component logs: {self.logs_dir}")
             with contextlib.suppress(Exception):
-                self._collect_logs()
+                self.stop(keep_logs=True)
             raise
         elapsed = time.monotonic() - t0
         self._write_state(phase="running", started_seconds=round(elapsed, 1))
@@ -326,9 +328,21 @@ class LocalCluster:
         return self
 
     def _create(self, bin_dir: Path, timeout: float) -> None:
+        kwokctl_config = self.state_dir / "kwokctl.yaml"
+        kwokctl_config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                    "kind": "KwokctlConfiguration",
+                    # every component (etcd, kube-apiserver, ...) listens on loopback only, on free ports
+                    "options": {"bindAddress": "127.0.0.1"},
+                }
+            )
+        )
         args = [
             "create",
             "cluster",
+            f"--config={kwokctl_config}",
             "--runtime=binary",
             f"--etcd-binary={bin_dir / 'etcd'}",
             f"--kube-apiserver-binary={bin_dir / 'kube-apiserver'}",

@@ -147,6 +147,30 @@ def watch_pods(k8s, namespace: str, selector: str, until, timeout: float = TIMEO
                 return list(pods.values())
 
 
+def read_log(core, pod: str, namespace: str, **kwargs) -> str:
+    """pods/log as text.  (kubernetes client 36.x returns the repr of the bytes from read_namespaced_pod_log,
+    kubernetes-client/python#2596, so read the raw response.)"""
+    resp = core.read_namespaced_pod_log(pod, namespace, _preload_content=False, **kwargs)
+    try:
+        return resp.data.decode()
+    finally:
+        resp.release_conn()
+
+
+def follow_log(core, pod: str, namespace: str, **kwargs):
+    """Yield log lines with follow=true as they arrive (raw response; see read_log)."""
+    resp = core.read_namespaced_pod_log(pod, namespace, follow=True, _preload_content=False, **kwargs)
+    buf = b""
+    try:
+        for chunk in resp.stream(amt=None, decode_content=False):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                yield line.decode()
+    finally:
+        resp.release_conn()
+
+
 def _summary(pods: dict) -> dict:
     return {n: p.status.phase for n, p in pods.items()}
 
@@ -180,7 +204,7 @@ def test_mpijob_succeeds_with_launcher_logs(cluster, k8s, namespace):
     term = launchers[0].status.container_statuses[0].state.terminated
     assert term.exit_code == 0 and term.reason == "Completed"
     if cluster.simulated:
-        text = core.read_namespaced_pod_log(launchers[0].metadata.name, namespace, container="launcher", timestamps=True)
+        text = read_log(core, launchers[0].metadata.name, namespace, container="launcher", timestamps=True)
         got = text.splitlines()
         assert [line.split(" ", 1)[1] for line in got] == lines
         assert all(line.split(" ", 1)[0].endswith("Z") for line in got)  # RFC 3339 timestamps
@@ -200,23 +224,16 @@ def test_launcher_log_follow(cluster, k8s, namespace):
 
     core = client.CoreV1Api(k8s)
     got = []
-    w = watch.Watch()
-    for line in w.stream(
-        core.read_namespaced_pod_log,
-        pod.metadata.name,
-        namespace,
-        container="launcher",
-        timestamps=True,
-        _request_timeout=60,
-    ):
+    stream = follow_log(core, pod.metadata.name, namespace, container="launcher", timestamps=True, _request_timeout=60)
+    for line in stream:
         got.append(line.split(" ", 1)[1])
         if got == ["first", "second"]:
-            cluster.append_launcher_logs(namespace, ["third"])
+            cluster.append_launcher_logs(namespace, ["third"])  # written after the reader connected
         if len(got) == 3:
-            w.stop()
             break
+    stream.close()
     assert got == ["first", "second", "third"]
-    prev = core.read_namespaced_pod_log(pod.metadata.name, namespace, container="launcher", previous=True)
+    prev = read_log(core, pod.metadata.name, namespace, container="launcher", previous=True)
     assert prev.splitlines() == ["old attempt"]
 
 
