@@ -143,7 +143,7 @@ def test_defaults_are_valid(dagbag, dag_id):
 
 
 def _rendered_manifest(dag, task_id: str, conf: dict, namespace="ns") -> tuple[object, dict]:
-    task = dag.get_task(task_id)
+    task = copy.deepcopy(dag.get_task(task_id))  # rendering mutates the task: keep the module's DagBag pristine
     context = {
         "params": _resolve(dag, conf),
         "ti": NS(dag_id=dag.dag_id, task_id=task_id, run_id=RUN_ID, map_index=-1, try_number=1),
