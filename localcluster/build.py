@@ -1,10 +1,13 @@
 """Build (once) and cache the upstream binaries of the local cluster.
 
-Every tool lives in its own Go module under ``localcluster/go/<module>`` (only ``go.mod``/``go.sum``; the
-binaries are declared with ``tool`` directives) so that minimal version selection never mixes the k8s.io
-versions of different tools.  Binaries are built with ``go build -trimpath -ldflags='-s -w'`` into
-``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/.cache/airflow-mpi``), where ``<key>`` hashes the Go version,
-the build flags and every ``go.mod``/``go.sum``: a second build with the same pins is a no-op.
+Every tool lives in its own Go module under ``localcluster/go/<module>`` (``go.mod``/``go.sum``; binaries declared
+with ``tool`` directives; no third-party source in the repository) so that minimal version selection never mixes
+the k8s.io versions of different tools.  The one exception is ``go/mpi-operator/main.go``: a 30-line main of our own
+around the unmodified upstream ``cmd/mpi-operator/app`` package that makes its hard-coded :8080 health-check port
+configurable.  Binaries are built with ``go build -trimpath -ldflags='-s -w'`` (plus the version stamps that
+upstream release builds set) into ``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/.cache/airflow-mpi``), where
+``<key>`` hashes the Go version, the build recipe and every ``go.mod``/``go.sum``/``*.go`` of ours: a second build
+with the same pins is a no-op.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
     Tool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     Tool("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
-    Tool("mpi-operator", "mpi-operator", "github.com/kubeflow/mpi-operator/cmd/mpi-operator"),
+    # our 30-line main around the unmodified upstream app package (adds --health-check-port; see main.go)
+    Tool("mpi-operator", "mpi-operator", "airflow-mpi.localcluster/mpi-operator"),
 )
 
 # CRDs read from module sources (after `go mod download`), copied next to the binaries.
@@ -167,7 +171,8 @@ def build_key(go: str | None = None) -> str:
     h.update(repr(TOOLS).encode())
     h.update(repr(sorted(CRDS.items())).encode())
     for mod in modules():
-        for name in ("go.mod", "go.sum"):
+        names = ["go.mod", "go.sum", *sorted(p.name for p in (GO_DIR / mod).glob("*.go"))]
+        for name in names:
             p = GO_DIR / mod / name
             h.update(f"{mod}/{name}\0".encode())
             if p.exists():

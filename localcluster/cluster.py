@@ -46,7 +46,6 @@ API_VERSIONS = (API_V2BETA1, API_V1)
 KWOK_GROUP = "kwok.x-k8s.io"
 KWOK_VERSION = "v1alpha1"
 KWOK_CRDS = ("Stage", "Logs", "ClusterLogs")
-MPI_OPERATOR_HEALTH_PORT = 8080  # hard-coded in mpi-operator v0.8.2 (cmd/mpi-operator/app/server.go)
 MPI_OPERATOR_LOCK_NAMESPACE = "mpi-operator"
 DEFAULT_NAME = "airflow-mpi"
 
@@ -90,6 +89,12 @@ def _free_port(port: int, host: str = "0.0.0.0") -> bool:
         except OSError:
             return False
         return True
+
+
+def _pick_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -291,13 +296,6 @@ class LocalCluster:
         if self.read_state() or self.kwokctl_cluster_dir.exists():
             self._info("replacing an existing cluster of that name")
             self.stop(keep_logs=False)
-        if self.run_operator and not _free_port(MPI_OPERATOR_HEALTH_PORT):
-            raise ClusterError(
-                f"port {MPI_OPERATOR_HEALTH_PORT} is in use: the mpi-operator (v0.8.2) always serves its health check on "
-                f":{MPI_OPERATOR_HEALTH_PORT} (hard-coded), so only one v2beta1 local cluster can run at a time and "
-                f"nothing else may listen on {MPI_OPERATOR_HEALTH_PORT}. Stop the other process/cluster "
-                f"(`python -m localcluster down --name ...`) or reuse it (AIRFLOW_MPI_CLUSTER_NAME)."
-            )
         shutil.rmtree(self.state_dir, ignore_errors=True)
         self.state_dir.mkdir(parents=True)
         self.logs_dir.mkdir()
@@ -356,6 +354,9 @@ class LocalCluster:
             "--wait=0s",
             f"--timeout={int(timeout)}s",
             "--quiet-pull",
+            # on SIGTERM, end open watches within 2 s (else graceful shutdown waits ~60 s for them): keeps
+            # restart_apiserver() quick while still a graceful stop that clients see as a closed watch
+            "--extra-args=kube-apiserver=shutdown-watch-termination-grace-period=2s",
         ]
         self._info("kwokctl create cluster (binary runtime)")
         self.kwokctl(*args, timeout=timeout + 30)
@@ -621,11 +622,17 @@ class LocalCluster:
             "--kube-api-qps=50",
             "--kube-api-burst=100",
             "--monitoring-port=0",
+            # upstream hard-codes :8080; our build makes it configurable so clusters can run side by side
+            f"--health-check-port={_pick_port()}",
         ]
         log_path = self.logs_dir / "mpi-operator.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # restart loop: a crashed/demoted operator comes back (1 s pause between runs, like a crash-loop backoff)
-        script = 'while :; do "$@"; echo "[localcluster] mpi-operator exited with $?, restarting" >&2; sleep 1; done'
+        script = (
+            'trap \'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0\' TERM INT; '
+            'while :; do "$@" & pid=$!; wait "$pid"; '
+            'echo "[localcluster] mpi-operator exited with $?, restarting" >&2; sleep 1; done'
+        )
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)  # the operator lets $KUBECONFIG override --kubeConfig
         with open(log_path, "ab") as log:
@@ -643,8 +650,28 @@ class LocalCluster:
         self._info("mpi-operator leading")
         return proc.pid
 
+    def _operator_child_started(self) -> float | None:
+        """Start time (epoch) of the mpi-operator process currently run by the supervisor loop."""
+        sup = self._operator_pid()
+        if sup is None:
+            return None
+        try:
+            children = Path(f"/proc/{sup}/task/{sup}/children").read_text().split()
+        except OSError:
+            return None
+        for child in children:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/exe").resolve().name == "mpi-operator":
+                    return os.stat(f"/proc/{child}").st_ctime
+        return None
+
     def mpi_operator_leading(self) -> bool:
+        """The running operator process holds the leader lease (acquired since it started, renewed recently)."""
         from kubernetes import client
+
+        started = self._operator_child_started()
+        if started is None:
+            return False
 
         coord = client.CoordinationV1Api(self.api_client())
         try:
@@ -654,8 +681,9 @@ class LocalCluster:
         spec = lease.spec
         if not spec or not spec.holder_identity or not spec.renew_time:
             return False
-        renew = spec.renew_time
-        age = (_dt.datetime.now(_dt.timezone.utc) - renew).total_seconds()
+        if spec.acquire_time is None or spec.acquire_time.timestamp() < started - 1:
+            return False  # still the lease of a previous operator process
+        age = (_dt.datetime.now(_dt.timezone.utc) - spec.renew_time).total_seconds()
         return age < (spec.lease_duration_seconds or 15)
 
     def wait_mpi_operator_leading(self, timeout: float = 60) -> None:
@@ -683,6 +711,8 @@ class LocalCluster:
 
     @staticmethod
     def _pgroup_alive(pgid: int) -> bool:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child (a zombie still counts for killpg)
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:

@@ -210,7 +210,7 @@ def test_mpijob_succeeds_with_launcher_logs(cluster, k8s, namespace):
         assert all(line.split(" ", 1)[0].endswith("Z") for line in got)  # RFC 3339 timestamps
     # the launcher Job carries the Kubernetes Job controller's verdict
     job = client.BatchV1Api(k8s).read_namespaced_job(f"{name}-launcher", namespace)
-    assert {c.type for c in job.status.conditions if c.status == "True"} >= {"Complete"}
+    assert {c.type for c in job.status.conditions if c.status == "True"} >= {"SuccessCriteriaMet", "Complete"}
 
 
 @pytest.mark.needs_simulation
@@ -257,8 +257,25 @@ def test_failing_launcher_exhausts_backoff_limit(cluster, k8s, namespace):
         assert p.status.container_statuses[0].state.terminated.exit_code == 3
     job = client.BatchV1Api(k8s).read_namespaced_job(f"{name}-launcher", namespace)
     conds = {c.type: c for c in job.status.conditions if c.status == "True"}
-    assert "Failed" in conds and conds["Failed"].reason == "BackoffLimitExceeded"
+    assert {"FailureTarget", "Failed"} <= set(conds) and conds["Failed"].reason == "BackoffLimitExceeded"
     assert job.status.failed == 3
+
+
+@pytest.mark.needs_simulation
+def test_onfailure_launcher_restarts_in_place(cluster, k8s, namespace):
+    name = _name("restart")
+    meta = bh.pod_metadata(bh.FAIL, exit_code=7, run_duration=0.3, succeed_after_restarts=2)
+    manifest = mpijob(name, workers=1, launcher_meta=meta, restart_policy="OnFailure")
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, manifest)
+
+    final = watch_mpijob(k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o))
+    assert "Succeeded" in _true_conditions(final), final.get("status")
+    pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector=f"{JOB_NAME}={name},{JOB_ROLE}=launcher")
+    assert len(pods.items) == 1  # same pod, container restarted twice
+    st = pods.items[0].status.container_statuses[0]
+    assert st.restart_count == 2
+    assert st.last_state.terminated.exit_code == 7
+    assert st.state.terminated.exit_code == 0
 
 
 @pytest.mark.needs_simulation
