@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_mpi.hooks._common import is_transient
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
 from airflow_mpi.models.attempts import LogStream, attempt_header, launcher_streams
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
 RETRY_DELAY = 1.0
+API_OUTAGE_LIMIT = 300.0  # seconds of API errors before the wait gives up (the task stays retryable)
 FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
 
 
@@ -160,6 +162,7 @@ class JobMonitor:
     async def _watch(self) -> Verdict:
         obj: dict | None = None
         resource_version: str | None = None
+        outage_started: datetime | None = None
         while True:
             try:
                 if obj is None:
@@ -190,12 +193,17 @@ class JobMonitor:
                 obj = None
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # API unreachable, restart, 5xx: resume, never give up on the job
-                if _is_client_error(err):
+            except Exception as err:  # API unreachable, restarting, 5xx: resume from a fresh read
+                if not is_transient(err):
                     raise
+                outage_started = outage_started or utcnow()
+                if (utcnow() - outage_started).total_seconds() > API_OUTAGE_LIMIT:
+                    raise  # retryable for Airflow: the next try reattaches
                 log.warning("watch on MPIJob %s interrupted (%s): resuming", self.name, err)
                 obj = None
                 await asyncio.sleep(RETRY_DELAY)
+                continue
+            outage_started = None
             if self.deadline is not None and utcnow() >= self.deadline:
                 return Verdict("timeout", f"execution_timeout reached while waiting for MPIJob {self.name}")
 
@@ -293,9 +301,3 @@ class JobMonitor:
                 self.emit(message)
         if stream.finished:
             self.logs.done.add(stream.key)
-
-
-def _is_client_error(err: Exception) -> bool:
-    """4xx other than 404/409/410/429 will not heal by retrying (e.g. 403 Forbidden)."""
-    status = getattr(err, "status", None)
-    return isinstance(status, int) and 400 <= status < 500 and status not in (404, 409, 410, 429)

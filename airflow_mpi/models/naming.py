@@ -78,7 +78,7 @@ def identity_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_
         DAG_ID_LABEL: sanitize_label_value(dag_id),
         TASK_ID_LABEL: sanitize_label_value(task_id),
         RUN_ID_LABEL: sanitize_label_value(run_id),
-        MAP_INDEX_LABEL: str(map_index),
+        MAP_INDEX_LABEL: str(map_index) if map_index >= 0 else "none",  # "-1" is no valid label value
         TRY_NUMBER_LABEL: str(try_number),
     }
 

@@ -56,7 +56,7 @@ class HorovodJobOperator(MPIJobOperator):
         return horovodrun_command(
             values["program"],
             workers=int(values["workers"]),
-            slots_per_worker=int(values["slots_per_worker"]),
+            slots_per_worker=int(values.get("slots_per_worker") or 1),
             min_np=_int_or_none(getattr(self, "min_np", None)),
             max_np=_int_or_none(getattr(self, "max_np", None)),
             discovery_script=self.discovery_script,

@@ -77,7 +77,7 @@ class MPIJobOperator(BaseOperator):
         "labels",
         "annotations",
         "base_manifest",
-        "resources",
+        "worker_resources",
         "launcher_resources",
         "gpus_per_worker",
         "workers",
@@ -90,7 +90,7 @@ class MPIJobOperator(BaseOperator):
     template_fields_renderers = {
         "base_manifest": "yaml",
         "env": "json",
-        "resources": "json",
+        "worker_resources": "json",
         "launcher_resources": "json",
         "launcher": "json",
         "worker": "json",
@@ -108,7 +108,7 @@ class MPIJobOperator(BaseOperator):
         program: list[str] | str | None = None,
         mpirun_args: list[str] | None = None,
         workers: int = 1,
-        slots_per_worker: int = 1,
+        slots_per_worker: int | None = None,
         mpi_implementation: str | None = "OpenMPI",
         api_version: str = API_V2BETA1,
         name: str | None = None,
@@ -116,7 +116,7 @@ class MPIJobOperator(BaseOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         env: dict[str, str] | list[dict] | None = None,
         env_from: list[dict] | None = None,
-        resources: dict | None = None,
+        worker_resources: dict | None = None,
         gpus_per_worker: int | None = None,
         launcher_resources: dict | None = None,
         volumes: list[dict] | None = None,
@@ -168,7 +168,7 @@ class MPIJobOperator(BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.env = env
         self.env_from = env_from
-        self.resources = resources
+        self.worker_resources = worker_resources
         self.gpus_per_worker = gpus_per_worker
         self.launcher_resources = launcher_resources
         self.volumes = volumes
@@ -240,7 +240,7 @@ class MPIJobOperator(BaseOperator):
             return mpirun_command(
                 values["program"],
                 workers=int(values["workers"]),
-                slots_per_worker=int(values["slots_per_worker"]),
+                slots_per_worker=int(values.get("slots_per_worker") or 1),
                 implementation=values.get("mpi_implementation") or "OpenMPI",
                 extra_args=tuple(values.get("mpirun_args") or ()),
             )
@@ -278,7 +278,7 @@ class MPIJobOperator(BaseOperator):
         worker = ReplicaSpec(
             replicas=int(values["workers"]) if values.get("workers") is not None else None,
             image=values.get("image"),
-            resources=values.get("resources"),
+            resources=values.get("worker_resources"),
             gpus=int(values["gpus_per_worker"]) if values.get("gpus_per_worker") not in (None, "") else None,
             readiness_probe=self.worker_readiness_probe,
             **common,
@@ -335,10 +335,10 @@ class MPIJobOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         manifest = self.build_manifest(context)
-        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         self._log_retry_mapping(manifest)
         self.log.info("MPIJob manifest:\n%s", _redacted_yaml(manifest))
         job = self._reattach(context, manifest) or self._create(manifest)
+        name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
         _remember(context, name, namespace)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()

@@ -94,3 +94,9 @@ def test_job_state_without_conditions_is_pending():
 def test_job_state_newest_true_condition_wins():
     obj = {"status": {"conditions": [_cond("Created"), _cond("Running", ts="2026-11-22T10:01:00Z")]}}
     assert job_state(obj).condition == "Running"
+
+
+def test_unmapped_map_index_is_a_valid_label_value():
+    labels = identity_labels("d", "t", "r", -1, 1)
+    assert labels["airflow-mpi.io/map-index"] == "none"
+    assert all(LABEL_VALUE.match(v) for v in labels.values())

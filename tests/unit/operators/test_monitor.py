@@ -150,13 +150,20 @@ async def test_drain_resumes_from_state_without_duplicates():
     assert resumed == ["c"]
 
 
-@pytest.mark.parametrize("status", [403, 401])
+@pytest.mark.parametrize("status", [403, 401, 400])
 async def test_client_errors_are_not_retried(status):
-    class Forbidden(Exception):
-        pass
+    from kubernetes_asyncio.client.exceptions import ApiException
 
-    err = Forbidden("forbidden")
-    err.status = status
+    err = ApiException(status=status, reason="no")
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")), watch_script=[err])
-    with pytest.raises(Forbidden):
+    with pytest.raises(ApiException):
         await monitor(hook, [], get_logs=False).run()
+
+
+async def test_server_errors_are_retried():
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
+                         watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]])
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"

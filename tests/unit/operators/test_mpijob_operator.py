@@ -87,7 +87,7 @@ def test_namespace_falls_back_to_the_hook():
         ({"poll_interval": 0}, "poll_interval", "0"),
         ({"backoff_limit": -1}, "backoff_limit", "-1"),
         ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy", "'Sometimes'"),
-        ({"resources": {"limits": {"cpu": "lots"}}}, "cpu", "'lots'"),
+        ({"worker_resources": {"limits": {"cpu": "lots"}}}, "cpu", "'lots'"),
         ({"worker": {"colour": "red"}}, "worker.colour", "'red'"),
     ],
 )
@@ -136,7 +136,7 @@ def test_new_try_reattaches_to_live_or_succeeded_job(monkeypatch, conditions):
     op = make(retries=2)
     _existing(op, *conditions)
 
-    async def fake_wait(*args):
+    async def fake_wait(*args, **kwargs):
         return result()
 
     monkeypatch.setattr(op, "_wait", fake_wait)
@@ -167,7 +167,7 @@ def test_live_job_found_by_labels_under_another_name(monkeypatch):
     renamed = {**obj, "metadata": {**obj["metadata"], "name": "user-renamed"}}
     op.hook.jobs = {("ns", "user-renamed"): renamed}
 
-    async def fake_wait(name, *args):
+    async def fake_wait(name, *args, **kwargs):
         assert name == "user-renamed"
         return result(name=name)
 
@@ -231,11 +231,21 @@ def test_on_finish_keep_keeps_a_succeeded_job(monkeypatch):
     assert op.hook.deleted == []
 
 
-def test_failure_prints_warning_events_and_worker_tails(monkeypatch, caplog):
+class Recorder:
+    def __init__(self):
+        self.lines = []
+
+    def __getattr__(self, level):
+        return lambda msg, *args, **kw: self.lines.append(msg % args if args else msg)
+
+
+def test_failure_prints_warning_events_and_worker_tails(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
     op = make(get_logs=False, worker_log_tail_lines=5)
     with pytest.raises(AirflowFailException):
         op.execute_complete(context(), result("failed", warnings=["job-worker-0: BackOff: crash"]))
-    text = caplog.text
+    text = "\n".join(recorder.lines)
     assert "job-worker-0: BackOff: crash" in text and "worker said goodbye" in text
 
 
