@@ -12,7 +12,8 @@ Layout (``$AIRFLOW_MPI_CACHE``, default ``~/.cache/airflow-mpi``)::
     bin/<key>/                  binaries + CRDs + kwok node stages (localcluster.build)
     clusters/<name>/state.json  what `status` reports (ports, pids, versions)
     clusters/<name>/kubeconfig  admin kubeconfig (also printed by `python -m localcluster kubeconfig`)
-    clusters/<name>/logs/       component logs (copied there at stop; live under kwok/ while running) + mpi-operator.log
+    clusters/<name>/logs/       component logs + mpi-operator.log (symlinks to the live files while running,
+                                copies after stop: kept for post-mortem until the next start of that name)
     clusters/<name>/pod-logs/   CRI log files served for pods (set_launcher_logs)
     clusters/<name>/kwok/       kwokctl's workdir (KWOK_WORKDIR): pki, etcd data, pids, live logs
 """
@@ -171,7 +172,7 @@ class LocalCluster:
 
     @property
     def logs_dir(self) -> Path:
-        """Component logs (live ones are under the kwok workdir until `stop()` copies them here)."""
+        """Component logs: symlinks to the live files while running, copies after `stop()`."""
         return self.state_dir / "logs"
 
     @property
@@ -362,6 +363,7 @@ class LocalCluster:
         self.kwokctl(*args, timeout=timeout + 30)
         src = self.kwokctl_cluster_dir / "kubeconfig.yaml"
         shutil.copyfile(src, self.kubeconfig_path)
+        self._link_logs()
         self._api_client = None
         self.wait_ready(timeout)
         self._write_state(
@@ -486,12 +488,25 @@ class LocalCluster:
         else:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
+    def _link_logs(self) -> None:
+        """While running, ``logs_dir`` holds symlinks to the live component logs (all logs in one folder)."""
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        if self.live_logs_dir.is_dir():
+            for f in self.live_logs_dir.iterdir():
+                dest = self.logs_dir / f.name
+                if f.is_file() and not dest.exists():
+                    dest.symlink_to(f)
+
     def _collect_logs(self) -> None:
+        """Replace the symlinks by copies (the kwokctl workdir is deleted at stop)."""
         if self.live_logs_dir.is_dir():
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             for f in self.live_logs_dir.iterdir():
                 if f.is_file():
-                    shutil.copyfile(f, self.logs_dir / f.name)
+                    dest = self.logs_dir / f.name
+                    if dest.is_symlink():
+                        dest.unlink()
+                    shutil.copyfile(f, dest)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -800,7 +815,7 @@ class LocalCluster:
             "kubeconfig": str(self.kubeconfig_path) if self.kubeconfig_path.exists() else None,
             "components": comps,
             "mpi_operator_pid": self._operator_pid(),
-            "logs": str(self.live_logs_dir if self.live_logs_dir.exists() else self.logs_dir),
+            "logs": str(self.logs_dir),
             "versions": state.get("versions", {}),
             "simulated_nodes": f"{state.get('nodes', self.nodes)} x (cpu {bh.NODE_CPU}, memory {bh.NODE_MEMORY}, "
             f"{bh.GPU_RESOURCE} {bh.NODE_GPUS}) - kwok, no containers run",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -31,8 +32,11 @@ if str(REPO) not in sys.path:  # localcluster/ is a dev-only folder, not install
 REAL_KUBECONFIG = os.environ.get("AIRFLOW_MPI_KUBECONFIG") or None
 REAL_V1_KUBECONFIG = os.environ.get("AIRFLOW_MPI_V1_KUBECONFIG") or None
 REUSE_NAME = os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None
-SESSION_V2_NAME = "it-v2beta1"
-SESSION_V1_NAME = "it-v1"
+# one cluster name per pytest process, so that parallel sessions on one machine never share or kill each other's
+# cluster; clusters of dead sessions (killed runs) are reaped at the next start.
+SESSION_V2_NAME = f"it-v2beta1-{os.getpid()}"
+SESSION_V1_NAME = f"it-v1-{os.getpid()}"
+ARTIFACTS = REPO / ".artifacts" / "integration"
 SIMULATION_SKIP_REASON = (
     "needs the local cluster's simulated pods (kwok stages, served log lines, API server restarts); "
     "AIRFLOW_MPI_KUBECONFIG points to a real cluster"
@@ -73,9 +77,30 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_sim)
 
 
+def _reap_stale_sessions() -> None:
+    from localcluster.cluster import LocalCluster, list_clusters
+
+    for name in list_clusters():
+        m = re.fullmatch(r"it-(?:v2beta1|v1)-(\d+)", name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # that session is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        LocalCluster(name, verbose=False).stop(keep_logs=False)
+
+
 def _local(name: str, api_version: str):
-    """Start (or reuse) a local cluster; yields it; stops it at the end unless reused."""
+    """Start (or reuse) a local cluster; yields it; stops it at the end unless reused.
+
+    Component logs end up in .artifacts/integration/<v2beta1|v1>/ (and in the cluster's state dir)."""
     from localcluster.cluster import LocalCluster
+
+    _reap_stale_sessions()
 
     if REUSE_NAME and api_version == "v2beta1":
         c = LocalCluster.existing(REUSE_NAME)
@@ -86,11 +111,15 @@ def _local(name: str, api_version: str):
         return
     c = LocalCluster(name, api_version)
     c.simulated = True
-    c.start()
     try:
+        c.start()
         yield c
     finally:
         c.stop()
+        dest = ARTIFACTS / api_version
+        shutil.rmtree(dest, ignore_errors=True)
+        if c.logs_dir.is_dir():
+            shutil.copytree(c.logs_dir, dest)
 
 
 @pytest.fixture(scope="session")
