@@ -16,6 +16,7 @@ The monitor's position (cursor, attempt numbering) is plain data: it travels in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
 RETRY_DELAY = 1.0
 API_OUTAGE_LIMIT = 300.0  # seconds of API errors before the wait gives up (the task stays retryable)
-FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
+FINAL_READ_RETRIES = 5
+FOLLOW_GRACE = 2.0  # seconds a follow stream gets to end by itself once its container stopped  # reads of a finished launcher's log that may fail before giving up
 
 
 def utcnow() -> datetime:
@@ -260,7 +262,7 @@ class JobMonitor:
                 streams = self._note_streams(pods)
                 pending = [s for s in streams if s.key not in self.logs.done]
                 for stream in pending:
-                    await self._read_stream(stream, follow=not stream.finished and not finished.is_set())
+                    await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
                 if finished.is_set() and all(s.finished for s in pending):
                     return
                 if finished.is_set() and not pending:
@@ -279,7 +281,7 @@ class JobMonitor:
             except asyncio.TimeoutError:
                 pass
 
-    async def _read_stream(self, stream: LogStream, *, follow: bool) -> None:
+    async def _read_stream(self, stream: LogStream, finished: asyncio.Event, *, follow: bool) -> None:
         if stream.key not in self.logs.streams:
             self.logs.streams.append(stream.key)
             number = self.logs.streams.index(stream.key) + 1
@@ -287,6 +289,14 @@ class JobMonitor:
         if not stream.retrievable:
             self.logs.done.add(stream.key)
             return
+        if follow:
+            await self._follow(stream, finished)
+        else:
+            await self._consume(stream, follow=False)
+            if stream.finished:
+                self.logs.done.add(stream.key)
+
+    async def _consume(self, stream: LogStream, *, follow: bool) -> None:
         log_pass = self.logs.cursor.new_pass(stream.key)
         async for raw in self.hook.read_pod_log(
             stream.pod,
@@ -299,5 +309,33 @@ class JobMonitor:
             message = log_pass.accept(raw)
             if message is not None:
                 self.emit(message)
-        if stream.finished:
-            self.logs.done.add(stream.key)
+
+    async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
+        """Follow a running container; stop once it is no longer running (or the wait is over).
+
+        Not every log server ends a follow stream when the container exits, so the pod's state is
+        checked alongside; the next pass reads the rest without following.
+        """
+        read = asyncio.create_task(self._consume(stream, follow=True))
+        try:
+            while not read.done():
+                await asyncio.wait({read}, timeout=min(self.poll_interval, 2.0))
+                if read.done():
+                    break
+                if finished.is_set() or not await self._still_running(stream):
+                    await asyncio.wait({read}, timeout=FOLLOW_GRACE)
+                    break
+        finally:
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await read
+        if not read.cancelled() and read.exception() is not None:
+            raise read.exception()
+
+    async def _still_running(self, stream: LogStream) -> bool:
+        for raw in await self.hook.launcher_pods(self.name, self.namespace):
+            pod = pod_summary(raw)
+            if pod.name == stream.pod:
+                return pod.state == "running" and pod.restart_count == stream.restart
+        return False

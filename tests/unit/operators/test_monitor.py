@@ -167,3 +167,33 @@ async def test_server_errors_are_retried():
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]])
     assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+
+
+async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stopped():
+    """Some log servers keep a follow stream open after the container exited."""
+    import asyncio
+
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="3")
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+
+    class EndlessFollow(FakeAsyncHook):
+        async def read_pod_log(self, pod_name, namespace, *, follow=False, **kw):
+            async for line in super().read_pod_log(pod_name, namespace, follow=follow, **kw):
+                yield line
+            if follow:
+                self.launchers = [pod("job-launcher-a", state="terminated")]
+                self.job_obj = done
+                await asyncio.Event().wait()  # hangs like a stream that is never closed
+
+        async def watch_mpijob(self, name, namespace, **kw):
+            await asyncio.sleep(0.01)  # a watch round without events
+            if self.job_obj is done:
+                yield "MODIFIED", done
+
+    hook = EndlessFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    lines: list[str] = []
+    result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
+    assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
