@@ -12,6 +12,8 @@ with the same pins is a no-op.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -206,6 +208,18 @@ def build(force: bool = False, verbose: bool = True) -> Path:
         _ensure_data(go, final)
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    # one build at a time per cache (parallel test sessions wait for, then reuse, the first one's build)
+    with open(final.parent / ".build.lock", "w") as lock:
+        if verbose:
+            _log(f"building {key} (cold builds take tens of minutes on 2 cores) ...")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and is_built(final):
+            _ensure_data(go, final)
+            return final
+        return _build_locked(go, key, final, verbose)
+
+
+def _build_locked(go: str, key: str, final: Path, verbose: bool) -> Path:
     tmp = final.parent / f".{key}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -278,6 +292,32 @@ def _ensure_data(go: str, path: Path) -> None:
                 tmp = dest.with_suffix(f".tmp{os.getpid()}")
                 shutil.copyfile(_module_dir(go, mod, module_path) / rel, tmp)
                 tmp.replace(dest)
+
+
+def prune() -> list[Path]:
+    """Delete cached builds other than the current one, except those a running cluster still uses."""
+    current = bin_dir()
+    in_use = {current.resolve()}
+    clusters = cache_root() / "clusters"
+    if clusters.is_dir():
+        for state in clusters.glob("*/state.json"):
+            try:
+                st = json.loads(state.read_text())
+            except ValueError:
+                continue
+            if st.get("phase") in ("starting", "running") and st.get("bin_dir"):
+                in_use.add(Path(st["bin_dir"]).resolve())
+    removed = []
+    root = cache_root() / "bin"
+    for d in root.iterdir() if root.is_dir() else []:
+        if d.name.startswith(".") and ".tmp-" in d.name:  # a build in progress, unless its builder is gone
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+                os.kill(int(d.name.rsplit("-", 1)[1]), 0)
+                continue
+        if d.is_dir() and d.resolve() not in in_use:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def binaries(path: Path | None = None) -> dict[str, Path]:

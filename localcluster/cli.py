@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build and cache the binaries (no-op when cached)")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    b.add_argument("--prune", action="store_true", help="delete other cached builds (not used by running clusters)")
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             path = _build.build(force=args.force)
             print(path)
             print(f"# {time.monotonic() - t0:.1f}s; versions: {json.dumps(_build.pinned_versions())}", file=sys.stderr)
+            if args.prune:
+                for d in _build.prune():
+                    print(f"# removed {d}", file=sys.stderr)
         elif args.cmd == "up":
             kw = {} if args.nodes is None else {"nodes": args.nodes}
             c = LocalCluster(args.name, args.api_version, **kw).start()

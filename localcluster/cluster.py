@@ -742,7 +742,6 @@ class LocalCluster:
         previous_lines: Sequence[str] | None = None,
         *,
         containers: Sequence[str] = (bh.LAUNCHER_CONTAINER,),
-        follow: bool = True,
     ) -> Path:
         """Serve ``lines`` as the logs of the given containers of every pod in ``namespace``.
 
@@ -750,7 +749,8 @@ class LocalCluster:
         container) in CRI format and (re)creates the kwok ``ClusterLogs`` object ``logs-<namespace>`` selecting the
         namespace.  Plain messages get increasing timestamps starting now; lines already in CRI format
         (``<RFC3339Nano> stdout F <text>``) are written as given.  Returns the current log file, to which
-        ``append_launcher_logs`` adds lines (``follow=True`` readers see them).
+        ``append_launcher_logs`` adds lines (``follow=True`` readers see them).  Note: kwok keeps a follow stream
+        open until the client closes it, even after the container terminated (a kubelet would end it).
         """
         from kubernetes import client
 
@@ -763,7 +763,7 @@ class LocalCluster:
             prev = cri_lines(previous_lines, start=now - 60)
             previous.write_text("".join(x + "\n" for x in prev))
         current.write_text("".join(x + "\n" for x in cri_lines(lines, start=now)))
-        log_spec: dict = {"containers": list(containers), "logsFile": str(current), "follow": follow}
+        log_spec: dict = {"containers": list(containers), "logsFile": str(current)}
         if previous_lines is not None:
             log_spec["previousLogsFile"] = str(previous)
         obj = {
