@@ -1,0 +1,50 @@
+"""Hooks: all Kubernetes API I/O of the provider.
+
+The hook classes import the Kubernetes clients, so they are loaded lazily: importing
+``airflow_mpi.hooks.errors`` (or this package) does not import ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from airflow_mpi.hooks.errors import (
+    MPIJobAPIUnavailable,
+    MPIJobConflictError,
+    MPIJobHookError,
+    PodLogUnavailable,
+    WatchExpired,
+)
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
+    from airflow_mpi.hooks.mpijob import MPIJobHook
+
+_LAZY = {
+    "MPIJobHook": "airflow_mpi.hooks.mpijob",
+    "AsyncMPIJobHook": "airflow_mpi.hooks.async_mpijob",
+}
+
+__all__ = [
+    "AsyncMPIJobHook",
+    "MPIJobAPIUnavailable",
+    "MPIJobConflictError",
+    "MPIJobHook",
+    "MPIJobHookError",
+    "PodLogUnavailable",
+    "WatchExpired",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

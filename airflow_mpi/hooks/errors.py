@@ -1,0 +1,142 @@
+"""Errors raised by the MPIJob hooks.
+
+Import-light on purpose: no Kubernetes client imports, so operators and triggers can catch these
+without pulling in the clients (``from airflow_mpi.hooks.errors import ...``).
+"""
+
+from __future__ import annotations
+
+from airflow.providers.common.compat.sdk import AirflowException
+
+# Identity keys shown when describing who owns an MPIJob (labels hold label-safe values,
+# annotations the raw ones; both use the same keys, see airflow_mpi.models.naming).
+_OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
+_PREFIX = "airflow-mpi.io/"
+
+
+def describe_owner(labels: dict | None, annotations: dict | None = None) -> str:
+    """``dag_id=..., task_id=..., run_id=..., map_index=..., try_number=...`` of an object, raw values preferred."""
+    labels = labels or {}
+    annotations = annotations or {}
+    parts = []
+    for key in _OWNER_KEYS:
+        full = _PREFIX + key
+        value = annotations.get(full, labels.get(full))
+        if value is not None:
+            parts.append(f"{key.replace('-', '_')}={value}")
+    return ", ".join(parts) if parts else "no airflow-mpi.io identity labels"
+
+
+class MPIJobHookError(AirflowException):
+    """Base class of the errors raised by :mod:`airflow_mpi.hooks`."""
+
+
+class MPIJobConflictError(MPIJobHookError):
+    """An MPIJob of the same name exists and does not belong to the task instance creating it."""
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        existing_labels: dict | None = None,
+        desired_labels: dict | None = None,
+        existing_annotations: dict | None = None,
+    ) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.existing_labels = dict(existing_labels or {})
+        self.desired_labels = dict(desired_labels or {})
+        self.existing_annotations = dict(existing_annotations or {})
+        keys = sorted(
+            k
+            for k in set(self.existing_labels) | set(self.desired_labels)
+            if k.startswith(_PREFIX) and k != _PREFIX + "try-number"
+        )
+        #: identity label -> (value on the existing object, value this task would set)
+        self.differences: dict[str, tuple[str | None, str | None]] = {
+            k: (self.existing_labels.get(k), self.desired_labels.get(k))
+            for k in keys
+            if self.existing_labels.get(k) != self.desired_labels.get(k)
+        }
+        self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
+        if not any(k.startswith(_PREFIX) for k in self.desired_labels):
+            why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
+        else:
+            why = "; ".join(
+                f"{k}: existing {old!r} != this task {new!r}" for k, (old, new) in self.differences.items()
+            )
+        super().__init__(
+            f"MPIJob {namespace}/{name} already exists and belongs to a different owner "
+            f"({self.existing_owner}); refusing to adopt it: {why}. "
+            "Delete it, or choose another name for this task's MPIJob."
+        )
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (self.name, self.namespace, self.existing_labels, self.desired_labels, self.existing_annotations),
+        )
+
+
+class WatchExpired(MPIJobHookError):
+    """The watch's resourceVersion is too old (HTTP 410 Gone): re-list (get) and watch again from there."""
+
+    def __init__(self, name: str, namespace: str, resource_version: str | None = None, message: str = "") -> None:
+        self.name = name
+        self.namespace = namespace
+        self.resource_version = resource_version
+        self.message = message
+        super().__init__(
+            f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
+            + (f": {message}" if message else "")
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.namespace, self.resource_version, self.message))
+
+
+class MPIJobAPIUnavailable(MPIJobHookError):
+    """The API server does not serve MPIJobs of this API version (CRD / mpi-operator missing)."""
+
+    def __init__(self, api_version: str, namespace: str | None = None, detail: str = "") -> None:
+        self.api_version = api_version
+        self.namespace = namespace
+        self.detail = detail
+        super().__init__(
+            f"The Kubernetes API does not serve mpijobs.{api_version.split('/')[0]} version {api_version!r}: "
+            "is the MPI operator (v2beta1: kubeflow/mpi-operator, v1: kubeflow/training-operator) installed, "
+            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else "")
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.api_version, self.namespace, self.detail))
+
+
+class PodLogUnavailable(MPIJobHookError):
+    """The log of a container cannot be read (yet or any more): pod gone, container waiting, no previous container.
+
+    ``status`` is the HTTP status (404 pod not found, 400 container not started / no previous
+    terminated container); ``message`` the API server's explanation.
+    """
+
+    def __init__(self, pod: str, namespace: str, container: str | None, status: int | None, message: str = "") -> None:
+        self.pod = pod
+        self.namespace = namespace
+        self.container = container
+        self.status = status
+        self.message = message
+        where = f"{namespace}/{pod}" + (f" container {container}" if container else "")
+        super().__init__(f"Cannot read the log of {where} (HTTP {status}): {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.pod, self.namespace, self.container, self.status, self.message))
+
+
+__all__ = [
+    "MPIJobAPIUnavailable",
+    "MPIJobConflictError",
+    "MPIJobHookError",
+    "PodLogUnavailable",
+    "WatchExpired",
+    "describe_owner",
+]

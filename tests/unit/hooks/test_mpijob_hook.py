@@ -1,0 +1,675 @@
+"""MPIJobHook request logic, with the kubernetes clients replaced at the ApiClient / CustomObjectsApi / CoreV1Api boundary."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from datetime import datetime, timedelta, timezone
+from unittest import mock
+
+import pytest
+from k8s_fakes import (
+    NOT_FOUND_OBJECT,
+    NOT_FOUND_URL,
+    FakeResponse,
+    api_error,
+    event,
+    labels_of,
+    manifest,
+    mpijob,
+    pod,
+    pod_list,
+    split_bytes,
+    watch_lines,
+)
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+from airflow_mpi.hooks import MPIJobConflictError, MPIJobHook, WatchExpired
+from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable
+
+GVP = {"group": "kubeflow.org", "version": "v2beta1", "plural": "mpijobs"}
+
+
+class _CoreV1Used:
+    """The CoreV1Api methods the hook calls (autospeccing all of CoreV1Api is slow); real signatures."""
+
+    list_namespaced_pod = k8s.CoreV1Api.list_namespaced_pod
+    list_namespaced_event = k8s.CoreV1Api.list_namespaced_event
+    read_namespaced_pod_log = k8s.CoreV1Api.read_namespaced_pod_log
+
+
+def make_hook(api_version="kubeflow.org/v2beta1", **kwargs) -> MPIJobHook:
+    hook = MPIJobHook(api_version=api_version, **kwargs)
+    # cached_property values live in the instance dict: replace the clients (autospec: real signatures),
+    # keep everything above them real
+    hook.__dict__["custom_object_client"] = mock.create_autospec(k8s.CustomObjectsApi, instance=True)
+    hook.__dict__["core_v1_client"] = mock.create_autospec(_CoreV1Used, instance=True)
+    hook.__dict__["api_client"] = mock.create_autospec(k8s.ApiClient, instance=True)
+    return hook
+
+
+@pytest.fixture
+def hook():
+    return make_hook()
+
+
+# --------------------------------------------------------------------------- identity / connection
+def test_registered_as_its_own_connection_type_using_kubernetes_default():
+    assert MPIJobHook.conn_type == "kubernetes_mpijob"
+    assert MPIJobHook.hook_name
+    assert MPIJobHook.default_conn_name == "kubernetes_default"
+    assert MPIJobHook().conn_id == "kubernetes_default"
+    assert MPIJobHook(conn_id="other").conn_id == "other"
+
+
+def test_api_version_must_be_kubeflow_group():
+    assert (MPIJobHook(api_version="kubeflow.org/v1").group, MPIJobHook(api_version="kubeflow.org/v1").version) == (
+        "kubeflow.org",
+        "v1",
+    )
+    with pytest.raises(ValueError, match="api_version"):
+        MPIJobHook(api_version="batch/v1")
+    with pytest.raises(ValueError, match="api_version"):
+        MPIJobHook(api_version="v2beta1")
+
+
+def test_namespace_explicit_beats_connection(connection, in_cluster_namespace):
+    connection(namespace="conn-ns")
+    hook = MPIJobHook()
+    assert hook.resolve_namespace("explicit") == "explicit"
+    assert hook.resolve_namespace(None) == "conn-ns"
+    assert hook.get_namespace() == "conn-ns"
+
+
+def test_namespace_connection_missing_falls_back_to_pod_namespace(connection, in_cluster_namespace):
+    connection(namespace="")  # the UI stores unset fields as ""
+    assert MPIJobHook().resolve_namespace(None) == "pod-ns"
+
+
+def test_namespace_defaults_to_default_outside_a_pod():
+    assert MPIJobHook().resolve_namespace() == "default"
+
+
+def test_namespace_from_legacy_prefixed_extra(connection):
+    connection(**{"extra__kubernetes__namespace": "legacy-ns"})
+    assert MPIJobHook().resolve_namespace() == "legacy-ns"
+
+
+def test_connection_settings_are_the_constructor_settings():
+    hook = MPIJobHook(config_file="/k/config", cluster_context="ctx", disable_verify_ssl=True)
+    assert hook.connection_settings() == {
+        "config_file": "/k/config",
+        "cluster_context": "ctx",
+        "disable_verify_ssl": True,
+    }
+    assert MPIJobHook().connection_settings() == {}
+
+
+@pytest.fixture
+def default_k8s_configuration():
+    yield
+    k8s.Configuration.set_default(None)  # the stock sync hook loads into the global default
+
+
+def test_sync_client_is_built_from_the_connection_kube_config_path(connection, tmp_path, default_k8s_configuration):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "main",
+                "clusters": [{"name": "c", "cluster": {"server": "https://from-conn-path:6443"}}],
+                "contexts": [{"name": "main", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "tok"}}],
+            }
+        )
+    )
+    connection(kube_config_path=str(path), in_cluster="false")
+    hook = MPIJobHook()
+    assert hook.api_client.configuration.host == "https://from-conn-path:6443"
+    assert hook.is_in_cluster is False
+
+
+# --------------------------------------------------------------------------- create
+def test_create_sends_group_version_plural_namespace_and_body(hook):
+    hook.custom_object_client.create_namespaced_custom_object.return_value = {"created": True}
+    original = manifest(namespace="ignored-ns")
+    original.pop("apiVersion")
+    original.pop("kind")
+    snapshot = json.loads(json.dumps(original))
+
+    assert hook.create_mpijob(original, "team-a") == {"created": True}
+
+    kwargs = hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs
+    assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace")} == {**GVP, "namespace": "team-a"}
+    body = kwargs["body"]
+    assert body["apiVersion"] == "kubeflow.org/v2beta1"
+    assert body["kind"] == "MPIJob"
+    assert body["metadata"]["namespace"] == "team-a"
+    assert body["metadata"]["labels"] == original["metadata"]["labels"]
+    assert original == snapshot  # the caller's manifest is not modified
+    hook.custom_object_client.get_namespaced_custom_object.assert_not_called()
+
+
+def test_create_namespace_defaults_to_manifest_then_connection(connection):
+    connection(namespace="conn-ns")
+    hook = make_hook()
+    hook.create_mpijob(manifest(namespace="manifest-ns"))
+    assert hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"] == "manifest-ns"
+    hook.create_mpijob(manifest())
+    assert hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"] == "conn-ns"
+
+
+def test_create_v1_uses_version_v1():
+    hook = make_hook("kubeflow.org/v1")
+    body = manifest()
+    body.pop("apiVersion")
+    hook.create_mpijob(body, "ns")
+    kwargs = hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs
+    assert kwargs["version"] == "v1"
+    assert kwargs["body"]["apiVersion"] == "kubeflow.org/v1"
+
+
+def test_create_requires_a_name(hook):
+    with pytest.raises(ValueError, match="metadata.name"):
+        hook.create_mpijob({"metadata": {"generateName": "x-"}}, "ns")
+
+
+def test_create_409_adopts_the_same_task_from_an_earlier_try(hook):
+    existing = mpijob(labels=labels_of(try_number=1))
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409, reason="Conflict")
+    hook.custom_object_client.get_namespaced_custom_object.return_value = existing
+
+    assert hook.create_mpijob(manifest(labels=labels_of(try_number=2)), "ns") is existing
+
+    hook.custom_object_client.create_namespaced_custom_object.assert_called_once()
+    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(**GVP, namespace="ns", name="job")
+
+
+def test_create_409_of_another_task_raises_conflict_naming_job_and_owner(hook):
+    existing = mpijob(labels=labels_of(dag="other_dag", try_number=1))
+    existing["metadata"]["annotations"] = {"airflow-mpi.io/dag-id": "other_dag"}
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
+    hook.custom_object_client.get_namespaced_custom_object.return_value = existing
+
+    with pytest.raises(MPIJobConflictError) as info:
+        hook.create_mpijob(manifest(labels=labels_of(dag="dag", try_number=1)), "ns")
+
+    err = info.value
+    assert (err.name, err.namespace) == ("job", "ns")
+    assert err.differences == {"airflow-mpi.io/dag-id": ("other_dag", "dag")}
+    assert "ns/job" in str(err)
+    assert "dag_id=other_dag" in str(err)
+    hook.custom_object_client.create_namespaced_custom_object.assert_called_once()
+
+
+def test_create_409_of_an_unmanaged_object_is_a_conflict(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels={"team": "x"})
+    with pytest.raises(MPIJobConflictError, match="no airflow-mpi.io identity labels"):
+        hook.create_mpijob(manifest(), "ns")
+
+
+def test_create_409_without_identity_labels_never_adopts(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels={})
+    with pytest.raises(MPIJobConflictError, match="ownership cannot be established"):
+        hook.create_mpijob(manifest(labels={}), "ns")
+
+
+def test_create_409_then_gone_creates_again(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = [api_error(409), {"created": 2}]
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_OBJECT)
+    assert hook.create_mpijob(manifest(), "ns") == {"created": 2}
+    assert hook.custom_object_client.create_namespaced_custom_object.call_count == 2
+
+
+def test_create_connection_error_looks_up_and_adopts_instead_of_replaying(hook):
+    existing = mpijob(labels=labels_of(try_number=2))
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = ProtocolError("Connection aborted.")
+    hook.custom_object_client.get_namespaced_custom_object.return_value = existing
+
+    assert hook.create_mpijob(manifest(), "ns") is existing
+    hook.custom_object_client.create_namespaced_custom_object.assert_called_once()
+
+
+def test_create_connection_error_with_nothing_created_creates_again(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = [
+        ReadTimeoutError(None, "/apis", "read timed out"),
+        {"created": True},
+    ]
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_OBJECT)
+
+    assert hook.create_mpijob(manifest(), "ns") == {"created": True}
+    assert hook.custom_object_client.create_namespaced_custom_object.call_count == 2
+    assert hook.custom_object_client.get_namespaced_custom_object.call_count == 1
+
+
+def test_create_connection_error_then_found_other_owner_raises_conflict(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = ConnectionResetError()
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels=labels_of(task="other"))
+    with pytest.raises(MPIJobConflictError):
+        hook.create_mpijob(manifest(), "ns")
+
+
+def test_create_transient_errors_give_up_after_the_retry_budget(hook):
+    hook.api_retries = 3
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(503)
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_OBJECT)
+    with pytest.raises(ApiException) as info:
+        hook.create_mpijob(manifest(), "ns")
+    assert info.value.status == 503
+    assert hook.custom_object_client.create_namespaced_custom_object.call_count == 3
+    assert hook.custom_object_client.get_namespaced_custom_object.call_count == 3
+
+
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_create_rejected_request_raises_without_retry_or_lookup(hook, status):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(status)
+    with pytest.raises(ApiException):
+        hook.create_mpijob(manifest(), "ns")
+    hook.custom_object_client.create_namespaced_custom_object.assert_called_once()
+    hook.custom_object_client.get_namespaced_custom_object.assert_not_called()
+
+
+def test_create_when_the_crd_is_not_served_raises_api_unavailable(hook):
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_URL)
+    with pytest.raises(MPIJobAPIUnavailable, match="kubeflow.org/v2beta1"):
+        hook.create_mpijob(manifest(), "ns")
+
+
+def test_create_in_a_missing_namespace_raises_the_api_error(hook):
+    missing_ns = {"kind": "Status", "code": 404, "message": 'namespaces "nope" not found',
+                  "details": {"name": "nope", "kind": "namespaces"}}
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(404, missing_ns)
+    with pytest.raises(ApiException) as info:
+        hook.create_mpijob(manifest(), "nope")
+    assert info.value.status == 404
+
+
+# --------------------------------------------------------------------------- get / delete / list
+def test_get_returns_the_object(hook):
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob()
+    assert hook.get_mpijob("job", "ns") == mpijob()
+    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(**GVP, namespace="ns", name="job")
+
+
+def test_get_missing_returns_none(hook):
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_OBJECT)
+    assert hook.get_mpijob("job", "ns") is None
+
+
+def test_get_retries_transient_errors(hook):
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = [
+        api_error(503),
+        api_error(429),
+        ProtocolError("reset"),
+        mpijob(),
+    ]
+    assert hook.get_mpijob("job", "ns") == mpijob()
+    assert hook.custom_object_client.get_namespaced_custom_object.call_count == 4
+
+
+@pytest.mark.parametrize("status", [401, 403, 409])
+def test_get_does_not_retry_permanent_errors(hook, status):
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = api_error(status)
+    with pytest.raises(ApiException):
+        hook.get_mpijob("job", "ns")
+    hook.custom_object_client.get_namespaced_custom_object.assert_called_once()
+
+
+def test_delete_sends_the_propagation_policy(hook):
+    assert hook.delete_mpijob("job", "ns") is True
+    kwargs = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs
+    assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace", "name")} == {
+        **GVP, "namespace": "ns", "name": "job"}
+    assert kwargs["body"]["propagationPolicy"] == "Foreground"
+
+    hook.delete_mpijob("job", "ns", propagation_policy="Background", grace_period_seconds=0)
+    body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
+    assert body["propagationPolicy"] == "Background"
+    assert body["gracePeriodSeconds"] == 0
+
+
+def test_delete_of_a_missing_job_returns_false(hook):
+    hook.custom_object_client.delete_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_OBJECT)
+    assert hook.delete_mpijob("job", "ns") is False
+
+
+def test_delete_retries_transient_errors(hook):
+    hook.custom_object_client.delete_namespaced_custom_object.side_effect = [api_error(502), {}]
+    assert hook.delete_mpijob("job", "ns") is True
+    assert hook.custom_object_client.delete_namespaced_custom_object.call_count == 2
+
+
+def test_list_returns_items_filtered_by_label_selector(hook):
+    hook.custom_object_client.list_namespaced_custom_object.return_value = {"items": [mpijob("a"), mpijob("b")]}
+    assert [j["metadata"]["name"] for j in hook.list_mpijobs("ns", label_selector="x=y")] == ["a", "b"]
+    hook.custom_object_client.list_namespaced_custom_object.assert_called_once_with(
+        **GVP, namespace="ns", label_selector="x=y"
+    )
+
+
+def test_list_when_the_crd_is_not_served_raises_api_unavailable(hook):
+    hook.custom_object_client.list_namespaced_custom_object.side_effect = api_error(404, NOT_FOUND_URL)
+    with pytest.raises(MPIJobAPIUnavailable):
+        hook.list_mpijobs("ns")
+
+
+def test_wait_for_deleted(hook):
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = [
+        mpijob(), mpijob(), api_error(404, NOT_FOUND_OBJECT)]
+    assert hook.wait_for_deleted("job", "ns", timeout=5, poll_interval=0) is True
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = None
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob()
+    assert hook.wait_for_deleted("job", "ns", timeout=0, poll_interval=0) is False
+
+
+# --------------------------------------------------------------------------- watch
+def test_watch_selects_the_job_resumes_and_splits_events_across_chunks(hook):
+    stream = watch_lines(("MODIFIED", mpijob(rv="43")), ("MODIFIED", mpijob(rv="44")))
+    resp = FakeResponse(split_bytes(stream, 10, 70, 1))
+    hook.custom_object_client.list_namespaced_custom_object.return_value = resp
+
+    events = list(hook.watch_mpijob("job", "ns", resource_version="42", timeout_seconds=30))
+
+    assert [(t, o["metadata"]["resourceVersion"]) for t, o in events] == [("MODIFIED", "43"), ("MODIFIED", "44")]
+    hook.custom_object_client.list_namespaced_custom_object.assert_called_once_with(
+        **GVP,
+        namespace="ns",
+        field_selector="metadata.name=job",
+        watch=True,
+        timeout_seconds=30,
+        resource_version="42",
+        _preload_content=False,
+    )
+    assert resp.closed and resp.released
+
+
+def test_watch_without_resource_version_starts_from_current_state(hook):
+    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
+        [watch_lines(("ADDED", mpijob()))])
+    assert [t for t, _ in hook.watch_mpijob("job", "ns")] == ["ADDED"]
+    assert "resource_version" not in hook.custom_object_client.list_namespaced_custom_object.call_args.kwargs
+
+
+def test_watch_410_error_event_raises_watch_expired_with_last_version(hook):
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 42 (50)"}
+    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
+        [watch_lines(("MODIFIED", mpijob(rv="43")), ("ERROR", gone))])
+    seen = []
+    with pytest.raises(WatchExpired) as info:
+        for item in hook.watch_mpijob("job", "ns", resource_version="42"):
+            seen.append(item)
+    assert len(seen) == 1
+    assert info.value.resource_version == "43"
+    assert "too old" in str(info.value)
+
+
+def test_watch_410_response_raises_watch_expired(hook):
+    hook.custom_object_client.list_namespaced_custom_object.side_effect = api_error(410, {"message": "Gone"})
+    with pytest.raises(WatchExpired):
+        list(hook.watch_mpijob("job", "ns", resource_version="1"))
+
+
+def test_watch_other_error_event_raises_api_exception(hook):
+    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
+        [watch_lines(("ERROR", {"code": 500, "reason": "InternalError", "message": "boom"}))])
+    with pytest.raises(ApiException) as info:
+        list(hook.watch_mpijob("job", "ns"))
+    assert info.value.status == 500
+
+
+def test_watch_bookmarks_only_when_asked(hook):
+    lines = watch_lines(("BOOKMARK", {"metadata": {"resourceVersion": "99"}}), ("MODIFIED", mpijob()))
+    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse([lines])
+    assert [t for t, _ in hook.watch_mpijob("job", "ns")] == ["MODIFIED"]
+    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse([lines])
+    assert [t for t, _ in hook.watch_mpijob("job", "ns", allow_bookmarks=True)] == ["BOOKMARK", "MODIFIED"]
+    assert hook.custom_object_client.list_namespaced_custom_object.call_args.kwargs["allow_watch_bookmarks"] is True
+
+
+def test_watch_closes_the_response_when_abandoned(hook):
+    resp = FakeResponse([watch_lines(("MODIFIED", mpijob()), ("MODIFIED", mpijob()))])
+    hook.custom_object_client.list_namespaced_custom_object.return_value = resp
+    gen = hook.watch_mpijob("job", "ns")
+    next(gen)
+    gen.close()
+    assert resp.closed
+
+
+# --------------------------------------------------------------------------- pods
+V2_LAUNCHER = "training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"
+
+
+def test_launcher_pods_v2beta1_selector_and_newest_first(hook):
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher-aaaaa", "2026-11-22T10:00:00", phase="Failed"),
+        pod("job-launcher-ccccc", "2026-11-22T10:05:00"),
+        pod("job-launcher-bbbbb", "2026-11-22T10:02:00", phase="Failed"),
+    )
+    pods = hook.launcher_pods("job", "ns")
+    assert [p.metadata.name for p in pods] == ["job-launcher-ccccc", "job-launcher-bbbbb", "job-launcher-aaaaa"]
+    hook.core_v1_client.list_namespaced_pod.assert_called_once_with(namespace="ns", label_selector=V2_LAUNCHER)
+
+
+def test_launcher_pods_same_second_prefers_the_live_one(hook):
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher-zzzzz", "2026-11-22T10:00:00", phase="Failed"),
+        pod("job-launcher-aaaaa", "2026-11-22T10:00:00", phase="Running"),
+    )
+    assert hook.launcher_pods("job", "ns")[0].metadata.name == "job-launcher-aaaaa"
+
+
+def test_launcher_pods_v1_uses_training_operator_labels():
+    hook = make_hook("kubeflow.org/v1")
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher", "2026-11-22T10:00:00"))
+    assert [p.metadata.name for p in hook.launcher_pods("job", "ns")] == ["job-launcher"]
+    hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
+        namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher"
+    )
+
+
+def test_launcher_pods_v1_falls_back_to_legacy_labels():
+    hook = make_hook("kubeflow.org/v1")
+    hook.core_v1_client.list_namespaced_pod.side_effect = [
+        pod_list(), pod_list(pod("job-launcher", "2026-11-22T10:00:00"))]
+    assert [p.metadata.name for p in hook.launcher_pods("job", "ns")] == ["job-launcher"]
+    assert [c.kwargs["label_selector"] for c in hook.core_v1_client.list_namespaced_pod.call_args_list] == [
+        "training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher",
+        "mpi-job-name=job,mpi-job-role=launcher",
+    ]
+
+
+def test_launcher_pods_none_yet(hook):
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list()
+    assert hook.launcher_pods("job", "ns") == []
+    hook.core_v1_client.list_namespaced_pod.assert_called_once()
+
+
+def test_worker_pods_selector_and_index_order(hook):
+    idx = "training.kubeflow.org/replica-index"
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-worker-10", "2026-11-22T10:00:00", labels={idx: "10"}),
+        pod("job-worker-2", "2026-11-22T10:00:00", labels={idx: "2"}),
+        pod("job-worker-0", "2026-11-22T10:00:00", labels={idx: "0"}),
+    )
+    assert [p.metadata.name for p in hook.worker_pods("job", "ns")] == ["job-worker-0", "job-worker-2", "job-worker-10"]
+    hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
+        namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=worker"
+    )
+
+
+def test_pod_listing_retries_transient_errors(hook):
+    hook.core_v1_client.list_namespaced_pod.side_effect = [api_error(500), pod_list()]
+    assert hook.worker_pods("job", "ns") == []
+    assert hook.core_v1_client.list_namespaced_pod.call_count == 2
+
+
+# --------------------------------------------------------------------------- logs
+def _log_call(hook):
+    args, kwargs = hook.api_client.call_api.call_args
+    return args, kwargs
+
+
+def test_read_pod_log_request(hook):
+    hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z hi\n"])
+    since = datetime(2026, 11, 22, 11, 0, 5, 900000, tzinfo=timezone(timedelta(hours=1)))
+
+    lines = list(hook.read_pod_log("job-launcher-x", "ns", container="launcher", since_time=since,
+                                   previous=True, follow=True, tail_lines=10))
+
+    assert lines == ["2026-11-22T10:00:00Z hi"]
+    args, kwargs = _log_call(hook)
+    assert args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
+    assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-x"}
+    assert dict(kwargs["query_params"]) == {
+        "container": "launcher",
+        "timestamps": "true",
+        "follow": "true",
+        "previous": "true",
+        "sinceTime": "2026-11-22T10:00:05Z",  # UTC, second precision, floored
+        "tailLines": "10",
+    }
+    assert kwargs["_preload_content"] is False
+    assert kwargs["auth_settings"] == ["BearerToken"]
+
+
+def test_read_pod_log_always_sends_timestamps_and_nothing_unasked(hook):
+    hook.api_client.call_api.return_value = FakeResponse([])
+    assert list(hook.read_pod_log("p", "ns")) == []
+    assert _log_call(hook)[1]["query_params"] == [("timestamps", "true")]
+
+
+def test_read_pod_log_since_time_string_and_naive_datetime(hook):
+    hook.api_client.call_api.return_value = FakeResponse([])
+    list(hook.read_pod_log("p", "ns", since_time="2026-11-22T10:00:00Z"))
+    assert dict(_log_call(hook)[1]["query_params"])["sinceTime"] == "2026-11-22T10:00:00Z"
+    hook.api_client.call_api.return_value = FakeResponse([])
+    list(hook.read_pod_log("p", "ns", since_time=datetime(2026, 11, 22, 10, 0, 1, 999999)))
+    assert dict(_log_call(hook)[1]["query_params"])["sinceTime"] == "2026-11-22T10:00:01Z"
+
+
+def test_read_pod_log_joins_lines_split_across_chunks_and_keeps_the_partial_last_line(hook):
+    text = "2026-11-22T10:00:00Z first\r\n2026-11-22T10:00:01Z zweite Zeile: äöü €\n\n2026-11-22T10:00:02Z no newline"
+    data = text.encode()
+    euro = data.index("€".encode())
+    resp = FakeResponse(split_bytes(data, 5, 20, euro + 1 - 25, 1, 1))  # cuts inside the 3-byte €
+    hook.api_client.call_api.return_value = resp
+
+    assert list(hook.read_pod_log("p", "ns")) == [
+        "2026-11-22T10:00:00Z first",
+        "2026-11-22T10:00:01Z zweite Zeile: äöü €",
+        "",
+        "2026-11-22T10:00:02Z no newline",
+    ]
+    assert resp.closed and resp.released
+    assert resp.stream_args == (None, True)
+
+
+def test_read_pod_log_invalid_utf8_is_replaced(hook):
+    hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z bad \xff byte\n"])
+    assert list(hook.read_pod_log("p", "ns")) == ["2026-11-22T10:00:00Z bad \ufffd byte"]
+
+
+def test_read_pod_log_broken_stream_raises_and_drops_the_unfinished_line(hook):
+    class Broken(FakeResponse):
+        def stream(self, amt=None, decode_content=None):
+            yield b"2026-11-22T10:00:00Z complete\n2026-11-22T10:00:01Z unfin"
+            raise ProtocolError("Connection broken: IncompleteRead")
+
+    hook.api_client.call_api.return_value = Broken()
+    seen = []
+    with pytest.raises(ProtocolError):
+        for line in hook.read_pod_log("p", "ns", follow=True):
+            seen.append(line)
+    assert seen == ["2026-11-22T10:00:00Z complete"]
+
+
+def test_read_pod_log_accepts_a_pod_object(hook):
+    hook.api_client.call_api.return_value = FakeResponse([])
+    list(hook.read_pod_log(pod("p1", "2026-11-22T10:00:00", namespace="pod-ns")))
+    assert _log_call(hook)[1]["path_params"] == {"namespace": "pod-ns", "name": "p1"}
+
+
+@pytest.mark.parametrize("status", [400, 404])
+def test_read_pod_log_unavailable(hook, status):
+    message = 'container "launcher" in pod "p" is waiting to start: ContainerCreating'
+    hook.api_client.call_api.side_effect = api_error(status, {"kind": "Status", "message": message})
+    with pytest.raises(PodLogUnavailable) as info:
+        list(hook.read_pod_log("p", "ns", container="launcher"))
+    assert info.value.status == status
+    assert info.value.message == message
+    hook.api_client.call_api.assert_called_once()
+
+
+def test_read_pod_log_request_retries_transient_errors(hook):
+    hook.api_client.call_api.side_effect = [api_error(503), FakeResponse([b"2026-11-22T10:00:00Z x\n"])]
+    assert list(hook.read_pod_log("p", "ns")) == ["2026-11-22T10:00:00Z x"]
+
+
+def test_worker_log_tails_strip_timestamps_and_survive_errors(hook):
+    idx = "training.kubeflow.org/replica-index"
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-worker-0", "2026-11-22T10:00:00", labels={idx: "0"}, containers=("worker", "sidecar")),
+        pod("job-worker-1", "2026-11-22T10:00:00", labels={idx: "1"}, containers=("worker",)),
+    )
+    hook.api_client.call_api.side_effect = [
+        FakeResponse([b"2026-11-22T10:00:00.5Z last words\n"]),
+        api_error(404, {"kind": "Status", "message": "pods \"job-worker-1\" not found"}),
+    ]
+    tails = hook.worker_log_tails("job", "ns", 5)
+    assert tails["job-worker-0"] == ["last words"]
+    assert tails["job-worker-1"][0].startswith("(log unavailable")
+    first_query = dict(hook.api_client.call_api.call_args_list[0].kwargs["query_params"])
+    assert first_query["tailLines"] == "5"
+    assert first_query["container"] == "worker"
+
+
+# --------------------------------------------------------------------------- events
+def _events_response(*events):
+    return FakeResponse(data=json.dumps({"items": list(events)}).encode())
+
+
+def test_job_events_selector_and_oldest_first(hook):
+    hook.core_v1_client.list_namespaced_event.return_value = _events_response(
+        event("e2", last="2026-11-22T10:00:05Z", kind="MPIJob", obj="job"),
+        event("e1", event_time="2026-11-22T10:00:01.000001Z", kind="MPIJob", obj="job"),
+    )
+    assert [e["metadata"]["name"] for e in hook.job_events("job", "ns")] == ["e1", "e2"]
+    hook.core_v1_client.list_namespaced_event.assert_called_once_with(
+        namespace="ns", field_selector="involvedObject.kind=MPIJob,involvedObject.name=job", _preload_content=False
+    )
+
+
+def test_pod_events_per_pod_merged_and_sorted(hook):
+    hook.core_v1_client.list_namespaced_event.side_effect = [
+        _events_response(event("a", last="2026-11-22T10:00:03Z", obj="p1")),
+        _events_response(event("b", first="2026-11-22T10:00:01Z", obj="p2"),
+                         event("a", last="2026-11-22T10:00:03Z", obj="p1")),
+    ]
+    events = hook.pod_events(["p1", pod("p2", "2026-11-22T10:00:00")], "ns")
+    assert [e["metadata"]["name"] for e in events] == ["b", "a"]
+    assert [c.kwargs["field_selector"] for c in hook.core_v1_client.list_namespaced_event.call_args_list] == [
+        "involvedObject.kind=Pod,involvedObject.name=p1",
+        "involvedObject.kind=Pod,involvedObject.name=p2",
+    ]
+
+
+def test_pod_events_of_a_single_name(hook):
+    hook.core_v1_client.list_namespaced_event.return_value = _events_response()
+    assert hook.pod_events("p1", "ns") == []
+    hook.core_v1_client.list_namespaced_event.assert_called_once()
+
+
+# --------------------------------------------------------------------------- errors
+def test_errors_survive_pickling():
+    err = MPIJobConflictError("job", "ns", labels_of(dag="a"), labels_of(dag="b"))
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err)
+    assert again.differences == err.differences
+    expired = pickle.loads(pickle.dumps(WatchExpired("job", "ns", "42", "too old")))
+    assert expired.resource_version == "42"
