@@ -32,10 +32,12 @@ def wait_until(
     interval: float = 0.5,
     what: str = "condition",
     check: Callable[[], None] | None = None,
+    ignore: tuple[type[BaseException], ...] = (Exception,),
 ) -> T:
     """Poll ``probe`` until it returns something truthy; raise StackError after ``timeout`` seconds.
 
-    ``check`` runs before each probe and may raise (e.g. "the service died") to stop early.
+    ``check`` runs before each probe and may raise (e.g. "the service died") to stop early. Exceptions of the
+    ``ignore`` types raised by the probe mean "not yet" (the last one is reported on timeout); others propagate.
     """
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
@@ -44,9 +46,7 @@ def wait_until(
             check()
         try:
             value = probe()
-        except StackError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the probe's errors only mean "not yet"
+        except ignore as exc:
             last_exc = exc
             value = None
         if value:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from airflowstack._proc import StackError
+from airflowstack._proc import StackError, wait_until
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 TERMINAL_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
@@ -185,12 +184,6 @@ class AirflowClient:
         ).json()
 
 
+
 def _wait(probe, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    return wait_until(probe, timeout=timeout, interval=interval, what=what, ignore=())

@@ -79,15 +79,14 @@ with DAG(
         deferrable="{{ params.deferrable }}",
         # the image runs MPI as the unprivileged mpiuser; workers serve mpirun over its own sshd
         ssh_auth_mount_path="/home/mpiuser/.ssh",
-        launcher={
-            "security_context": {"runAsUser": 1000},
-            "resources": {"limits": {"cpu": "500m", "memory": "512Mi"}},
-        },
+        launcher={"security_context": {"runAsUser": 1000}},
         worker={
             "command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
             "security_context": {"runAsUser": 1000},
-            "resources": {"limits": {"cpu": "1000m", "memory": "1Gi"}},
         },
+        # quantities as strings that do not look like numbers: templated fields render natively ("1" -> 1)
+        launcher_resources={"limits": {"cpu": "500m", "memory": "512Mi"}},
+        worker_resources={"limits": {"cpu": "1000m", "memory": "1Gi"}},
         poll_interval=5,
     )
 

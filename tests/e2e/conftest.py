@@ -1,4 +1,12 @@
-"""End-to-end fixtures: one PostgreSQL + Airflow 3 stack (api-server, scheduler, dag-processor, triggerer) per session.
+"""End-to-end fixtures: one Kubernetes cluster and one PostgreSQL + Airflow 3 stack (api-server, scheduler,
+dag-processor, triggerer; LocalExecutor) shared by every test of this package, started in parallel.
+
+Cluster, by the same switches as tests/integration:
+* default: a local cluster (``localcluster``: real control plane + mpi-operator, SIMULATED kwok nodes), stopped
+  when the package's tests are done (the mpi-operator's fixed health port allows one local cluster at a time, so it
+  must be gone before tests/integration starts its own);
+* ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a running local cluster (``python -m localcluster up --name name``);
+* ``AIRFLOW_MPI_KUBECONFIG=/path``: a real cluster with the mpi-operator (tests needing the simulation are skipped).
 
 Service logs and task logs stay under .artifacts/e2e/airflow-home/ (gitignored) for inspection after a run.
 """
@@ -6,8 +14,10 @@ Service logs and task logs stay under .artifacts/e2e/airflow-home/ (gitignored) 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,9 +27,13 @@ if str(REPO) not in sys.path:  # airflowstack/ and localcluster/ are dev-only fo
     sys.path.insert(0, str(REPO))
 
 from airflowstack import AirflowStack  # noqa: E402
+from airflowstack import kube  # noqa: E402
 
 ARTIFACTS = REPO / ".artifacts" / "e2e"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
+NAMESPACE = "airflow-e2e"
+LOCAL_CLUSTER_NAME = "e2e"
+SIMULATION_SKIP_REASON = "needs the local cluster's simulated pods; AIRFLOW_MPI_KUBECONFIG points to a real cluster"
 
 
 def _require_installed() -> None:
@@ -29,13 +43,13 @@ def _require_installed() -> None:
         pytest.fail("airflow-mpi is not installed in this environment: run scripts/bootstrap first", pytrace=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dags_folder(tmp_path_factory) -> Path:
     """The repository's example DAGs plus the e2e-only DAGs, linked into one folder."""
     folder = tmp_path_factory.mktemp("dags")
@@ -44,19 +58,78 @@ def dags_folder(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def airflow_stack(dags_folder, artifacts_dir):
+class _Background(threading.Thread):
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.error = fn, None
+
+    def run(self):
+        try:
+            self.fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            self.error = exc
+
+    def result(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture(scope="package")
+def e2e_env(dags_folder, artifacts_dir):
+    """(cluster, stack): the cluster and the Airflow services, started side by side."""
     _require_installed()
+    cluster = kube.open_cluster(
+        kubeconfig=kube.env_kubeconfig(),
+        name=LOCAL_CLUSTER_NAME,
+        reuse=os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None,
+    )
     home = artifacts_dir / "airflow-home"
     shutil.rmtree(home, ignore_errors=True)
-    stack = AirflowStack(dags_folder, home=home)
-    stack.start()
+    # the kubeconfig path is known before the cluster exists: the services only need the path in their connection
+    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE)
+    starting = _Background(lambda: kube.start(cluster))
+    starting.start()
     try:
-        yield stack
+        stack.start()
+        starting.result()
+        cluster.ensure_namespace(NAMESPACE)
+        yield cluster, stack
     finally:
         stack.stop()
+        starting.join()
+        cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
+def cluster(e2e_env):
+    return e2e_env[0]
+
+
+@pytest.fixture(scope="package")
+def airflow_stack(e2e_env):
+    return e2e_env[1]
+
+
+@pytest.fixture(scope="package")
 def client(airflow_stack):
     return airflow_stack.client()
+
+
+@pytest.fixture
+def simulated(cluster):
+    if not cluster.simulated:
+        pytest.skip(SIMULATION_SKIP_REASON)
+    return cluster.local
+
+
+@pytest.fixture(scope="package")
+def custom_api(cluster):
+    from kubernetes import client as k8s
+
+    return k8s.CustomObjectsApi(cluster.api_client())
+
+
+def mpijobs(custom_api, label_selector: str | None = None) -> list[dict]:
+    kwargs = {"label_selector": label_selector} if label_selector else {}
+    return custom_api.list_namespaced_custom_object("kubeflow.org", "v2beta1", NAMESPACE, "mpijobs", **kwargs)["items"]

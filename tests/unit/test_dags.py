@@ -177,6 +177,10 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
     for role in ("Launcher", "Worker"):
         container = spec["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
         assert container["image"] == "mpioperator/mpi-pi:intel"
+        assert container["securityContext"] == {"runAsUser": 1000}
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"] == {"cpu": "1000m", "memory": "1Gi"}
+    assert worker["command"][0] == "/usr/sbin/sshd"
 
 
 def test_mpi_pi_defaults_are_synchronous_open_mpi(dagbag):

@@ -1,0 +1,170 @@
+"""The demo behind ``scripts/demo``: cluster + Airflow, trigger ``mpi_pi``, follow it, print its log, clean up.
+
+    python -m airflowstack.demo [--kubeconfig PATH] [--namespace NS] [--workers N] [--keep-running]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from airflowstack import kube
+from airflowstack._proc import StackError
+from airflowstack.stack import AirflowStack
+
+REPO = Path(__file__).resolve().parents[1]
+DAG = "mpi_pi"
+PREFERRED_PORT = 28080  # not 8080: the local cluster's mpi-operator always binds :8080 for its health check
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+def _port() -> int | None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", PREFERRED_PORT))
+        except OSError:
+            return None  # AirflowStack picks a free one
+    return PREFERRED_PORT
+
+
+def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kubeconfig", default=kube.env_kubeconfig(),
+                   help="run against this (real) cluster instead of the local simulated one; it needs the Kubeflow "
+                        "mpi-operator (kubeflow.org/v2beta1). Default: $AIRFLOW_MPI_KUBECONFIG")
+    p.add_argument("--namespace", default="airflow-mpi-demo", help="namespace of the MPIJobs (created if missing)")
+    p.add_argument("--workers", type=int, default=2, help="workers of the mpi_pi run (the Param's bounds apply)")
+    p.add_argument("--slots-per-worker", type=int, default=1)
+    p.add_argument("--deferrable", action="store_true", help="wait for the job in the triggerer")
+    p.add_argument("--keep-running", action="store_true",
+                   help="leave cluster and Airflow running after the run (until Ctrl-C) to explore the UI")
+    p.add_argument("--home", default=str(REPO / ".artifacts" / "demo" / "airflow-home"),
+                   help="AIRFLOW_HOME (service and task logs stay there)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    real = bool(args.kubeconfig)
+    if real:
+        say(f"Cluster: {args.kubeconfig} (a real cluster; it must run the Kubeflow mpi-operator).")
+    else:
+        say("Cluster: a local Kubernetes built from upstream sources (etcd, kube-apiserver, controller-manager, "
+            "scheduler, the real mpi-operator)\n"
+            "         whose NODES ARE SIMULATED (kwok): pods are scheduled and go through their phases, but no "
+            "container runs;\n"
+            "         the launcher's log lines are served by the simulation.\n"
+            "         Real cluster instead: scripts/demo --kubeconfig /path/to/kubeconfig (or AIRFLOW_MPI_KUBECONFIG=...).")
+    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo")
+    stack = AirflowStack(REPO / "dags", home=args.home, kubeconfig=cluster.kubeconfig, namespace=args.namespace,
+                         port=_port())
+    cluster_error: list[BaseException] = []
+
+    def start_cluster() -> None:
+        try:
+            kube.start(cluster)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            cluster_error.append(exc)
+
+    t0 = time.monotonic()
+    starter = threading.Thread(target=start_cluster, daemon=True)
+    try:
+        starter.start()
+        say("Starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer) ...")
+        stack.start()
+        say(f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  login: {stack.username} / {stack.password}")
+        if not real:
+            say("Waiting for the local cluster ...")
+        starter.join()
+        if cluster_error:
+            raise cluster_error[0]
+        cluster.ensure_namespace(args.namespace)
+        np = args.workers * args.slots_per_worker
+        cluster.serve_launcher_logs(args.namespace, kube.pi_output(np))
+        say(f"Cluster is up ({time.monotonic() - t0:.0f}s); MPIJobs go to namespace {args.namespace}.")
+        run_demo(stack, args)
+        say(f"\nUI: {stack.base_url}/dags/{DAG}  login: {stack.username} / {stack.password}")
+        if args.keep_running:
+            say("Everything keeps running: press Ctrl-C to stop.")
+            while True:
+                stack.check_alive()
+                time.sleep(2)
+        return 0
+    except KeyboardInterrupt:
+        say("\nInterrupted.")
+        return 130
+    except StackError as exc:
+        say(f"\nerror: {exc}")
+        say(f"service logs: {stack.log_dir}")
+        return 1
+    finally:
+        say("Shutting down Airflow, PostgreSQL" + ("" if real else " and the local cluster") + " ...")
+        # a second Ctrl-C must not leave half of it running
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.stop()
+        if starter.is_alive():
+            say("(waiting for the cluster to finish starting, to stop it cleanly)")
+            starter.join()
+        cluster.stop()
+        say(f"Stopped. Logs: {stack.home}")
+
+
+def run_demo(stack: AirflowStack, args: argparse.Namespace) -> None:
+    client = stack.client()
+    client.wait_for_dags([DAG], timeout=180)
+    conf = {"workers": args.workers, "slots_per_worker": args.slots_per_worker, "deferrable": args.deferrable}
+    run = client.trigger(DAG, conf)
+    run_id = run["dag_run_id"]
+    say(f"\nTriggered {DAG} with conf {json.dumps(conf)}: run {run_id}")
+    last: dict[str, str] = {}
+    deadline = time.monotonic() + 600
+    while True:
+        states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG, run_id)}
+        for task_id, state in sorted(states.items()):
+            if state and last.get(task_id) != state:
+                say(f"  {time.strftime('%H:%M:%S')}  {task_id}: {state}")
+        last = states
+        dag_run = client.dag_run(DAG, run_id)
+        if dag_run["state"] in ("success", "failed"):
+            break
+        if time.monotonic() > deadline:
+            raise StackError(f"{DAG} run {run_id} did not finish within 10 minutes")
+        time.sleep(1)
+    say(f"Run {dag_run['state'].upper()}.")
+    log = client.task_log(DAG, run_id, "pi")
+    say("\n--- task 'pi' log (excerpt) " + "-" * 40)
+    for line in excerpt(log):
+        say(f"  {line}")
+    say("-" * 68)
+    if dag_run["state"] == "success":
+        say(f"XCom of 'report': {json.dumps(client.xcom(DAG, run_id, 'report'))}")
+    else:
+        raise StackError(f"{DAG} failed; full log: {stack.home / 'logs'}")
+
+
+def excerpt(log: str, tail: int = 25) -> list[str]:
+    """The launcher's output and the outcome: the interesting end of the task log."""
+    lines = [line for line in log.splitlines() if line.strip() and not line.startswith("::")]
+    interesting = ("Workers:", "Rank ", "pi is approximately", "MPIJob", "launcher", "Succeeded", "Failed")
+    picked = [line for line in lines if any(k in line for k in interesting)]
+    return (picked or lines)[-tail:]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The cluster side of the e2e tests and the demo: which cluster, its namespace, and the simulated pi output.
+
+The local cluster's nodes are SIMULATED (kwok): no container runs, so the launcher's log lines are served from a
+file (``LocalCluster.set_launcher_logs``, a kwok ClusterLogs per namespace). The DAGs stay as they would be on a
+real cluster; only this module knows about the simulation.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pi_output(np: int, job: str = "mpi-pi") -> list[str]:
+    """What ``mpirun -np <np> /home/mpiuser/pi`` prints (the mpi-operator's pi example)."""
+    lines = [f"Workers: {np}"]
+    lines += [f"Rank {rank} on host {job}-worker-{rank}" for rank in range(np)]
+    lines.append("pi is approximately 3.1415926535897931")
+    return lines
+
+
+@dataclass
+class Cluster:
+    """A kubeconfig plus, for the local cluster, the LocalCluster that serves simulated logs."""
+
+    kubeconfig: Path
+    local: Any = None  # localcluster.LocalCluster when simulated
+    owned: bool = False  # started by us: stop it at the end
+
+    @property
+    def simulated(self) -> bool:
+        return self.local is not None
+
+    def api_client(self):
+        if self.local is not None:
+            return self.local.api_client()
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def ensure_namespace(self, namespace: str) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        try:
+            core.read_namespace(namespace)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+            core.create_namespace({"metadata": {"name": namespace, "labels": {"airflow-mpi.io/test": "e2e"}}})
+
+    def serve_launcher_logs(self, namespace: str, lines: list[str]) -> None:
+        """On the simulated cluster: every launcher pod in ``namespace`` prints ``lines``. No-op on a real cluster."""
+        if self.local is not None:
+            self.local.set_launcher_logs(namespace, lines)
+
+    def stop(self) -> None:
+        if self.owned and self.local is not None:
+            self.local.stop()
+
+
+def open_cluster(*, kubeconfig: str | None = None, name: str = "airflow-mpi", reuse: str | None = None) -> Cluster:
+    """A real cluster (``kubeconfig``), a running local one (``reuse``: its name), or a new local one (``name``)."""
+    if kubeconfig:
+        return Cluster(Path(kubeconfig).resolve())
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from localcluster import LocalCluster
+
+    if reuse:
+        local = LocalCluster.existing(reuse)
+        if not local.is_running():
+            raise RuntimeError(f"local cluster {reuse!r} is not running (python -m localcluster up --name {reuse})")
+        return Cluster(local.kubeconfig_path, local=local, owned=False)
+    local = LocalCluster(name)
+    return Cluster(local.kubeconfig_path, local=local, owned=True)
+
+
+def start(cluster: Cluster) -> Cluster:
+    """Start a local cluster opened by :func:`open_cluster` (no-op for real or reused clusters)."""
+    if cluster.owned and cluster.local is not None:
+        cluster.local.start()
+    return cluster
+
+
+def env_kubeconfig() -> str | None:
+    """``AIRFLOW_MPI_KUBECONFIG``: the project's switch to a real cluster (see README)."""
+    return os.environ.get("AIRFLOW_MPI_KUBECONFIG") or None

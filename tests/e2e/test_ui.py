@@ -1,0 +1,100 @@
+"""The Airflow UI in a real browser: Debian's Chromium, headless, driven by Playwright for Python.
+
+Log in, open mpi_pi, change Workers in the trigger form, submit; the run succeeds with that conf. Screenshots
+of the finished run and of the task's log are saved under .artifacts/e2e/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from airflowstack import wait_until
+from airflowstack.kube import pi_output
+
+from .conftest import NAMESPACE
+
+DAG = "mpi_pi"
+CHROMIUM = os.environ.get("AIRFLOW_MPI_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+UI_TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: run scripts/bootstrap (Debian package chromium)", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser, airflow_stack):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, base_url=airflow_stack.base_url)
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    page = context.new_page()
+    page.goto("/auth/login")
+    page.fill("input[name=username]", airflow_stack.username)
+    page.fill("input[name=password]", airflow_stack.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/auth/login" not in url)
+    yield page
+    context.close()
+
+
+def _new_run(client, before: set[str], timeout: float = 60) -> dict:
+    def probe():
+        new = [r for r in client.dag_runs(DAG) if r["dag_run_id"] not in before]
+        return new[0] if new else None
+
+    return wait_until(probe, timeout=timeout, interval=0.3, what=f"the {DAG} run submitted through the form")
+
+
+def test_trigger_form_run_succeeds(page, client, cluster, artifacts_dir):
+    client.wait_for_dags([DAG], timeout=180)
+    cluster.serve_launcher_logs(NAMESPACE, pi_output(3))
+    before = {r["dag_run_id"] for r in client.dag_runs(DAG)}
+
+    page.goto(f"/dags/{DAG}")
+    page.get_by_test_id("trigger-dag-button").click()
+    form = page.get_by_role("dialog")
+    form.get_by_text("Run Parameters").first.wait_for()
+    # the form is built from the Params: their titles and descriptions
+    for text in ("Workers", "Slots per worker", "MPI implementation", "Deferrable",
+                 "Worker pods (the MPIJob's Worker replicas).", "Selects the mpirun flavour"):
+        form.get_by_text(text).first.wait_for()
+    workers = form.locator("input[name=element_workers]")
+    assert workers.input_value() == "2"
+    workers.fill("3")
+    workers.press("Tab")
+    assert workers.input_value() == "3"
+    page.get_by_test_id("trigger-dag-submit").click()
+
+    run = _new_run(client, before)
+    assert run["conf"]["workers"] == 3
+    assert run["triggered_by"] == "ui"
+    finished = client.wait_run(DAG, run["dag_run_id"], timeout=240)
+    assert finished["state"] == "success", client.task_log(DAG, run["dag_run_id"], "pi")
+    assert "replicas: 3" in client.task_log(DAG, run["dag_run_id"], "pi")
+
+    run_path = f"/dags/{DAG}/runs/{quote(run['dag_run_id'], safe='')}"
+    page.goto(run_path)
+    page.get_by_text("Success").first.wait_for()
+    page.get_by_role("link", name="report").first.wait_for()
+    page.screenshot(path=str(artifacts_dir / "ui-mpi_pi-run.png"), full_page=True)
+
+    page.goto(f"{run_path}/tasks/pi")
+    page.get_by_text("pi is approximately").first.wait_for()
+    page.screenshot(path=str(artifacts_dir / "ui-mpi_pi-pi-log.png"), full_page=True)
