@@ -358,9 +358,16 @@ class LocalCluster:
             # on SIGTERM, end open watches within 2 s (else graceful shutdown waits ~60 s for them): keeps
             # restart_apiserver() quick while still a graceful stop that clients see as a closed watch
             "--extra-args=kube-apiserver=shutdown-watch-termination-grace-period=2s",
+            # single instances: without leader election they ride out an API server outage instead of exiting
+            # when their lease cannot be renewed (nothing restarts them, unlike static pods under a kubelet)
+            "--extra-args=kube-controller-manager=leader-elect=false",
+            "--extra-args=kube-scheduler=leader-elect=false",
         ]
         self._info("kwokctl create cluster (binary runtime)")
-        self.kwokctl(*args, timeout=timeout + 30)
+        res = self.kwokctl(*args, timeout=timeout + 30, check=False, capture=True)
+        (self.logs_dir / "kwokctl.log").write_text(res.stdout + res.stderr)
+        if res.returncode != 0:
+            raise ClusterError(f"kwokctl create cluster failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
         src = self.kwokctl_cluster_dir / "kubeconfig.yaml"
         shutil.copyfile(src, self.kubeconfig_path)
         self._link_logs()
@@ -596,15 +603,30 @@ class LocalCluster:
         ``down_hook`` (optional callable) runs while the API server is down.  Returns once /readyz is ok again.
         """
         self._info("restarting kube-apiserver")
+        t0 = time.monotonic()
         self.stop_component("kube-apiserver")
+        t_stop = time.monotonic() - t0
         port = int(self._server_url().rsplit(":", 1)[1].split("/")[0])
         _wait(lambda: _free_port(port, "127.0.0.1") or _free_port(port, "0.0.0.0"), 30, f"port {port} to be released")
         if down_hook is not None:
             down_hook()
         self.start_component("kube-apiserver")
         self.wait_ready(timeout)
+        restarted = self.ensure_components()
         self._write_state(components={n: self._component_pid(n) for n in self._component_names()})
-        self._info("kube-apiserver back")
+        self._info(
+            f"kube-apiserver back (stopped in {t_stop:.1f}s, down {time.monotonic() - t0:.1f}s)"
+            + (f"; restarted {restarted}" if restarted else "")
+        )
+
+    def ensure_components(self) -> list[str]:
+        """Start any kwokctl component that is not running (what a kubelet does for static pods)."""
+        restarted = []
+        for name in self._component_names():
+            if self._component_pid(name) is None:
+                self.start_component(name)
+                restarted.append(name)
+        return restarted
 
     # ------------------------------------------------------------------ mpi-operator
     def _operator_pid(self) -> int | None:
