@@ -165,13 +165,16 @@ class JobMonitor:
         obj: dict | None = None
         resource_version: str | None = None
         outage_started: datetime | None = None
+        expired = False
         while True:
             try:
                 if obj is None:
                     obj = await self.hook.get_mpijob(self.name, self.namespace)
                     if obj is None:
                         return Verdict("deleted", f"MPIJob {self.namespace}/{self.name} does not exist (deleted?)")
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion")
+                    # After a 410 the object's own resourceVersion may be older than the (restarted) API
+                    # server's watch cache: start without one (the current state arrives as ADDED).
+                    resource_version = None if expired else (obj.get("metadata") or {}).get("resourceVersion")
                 verdict = await self._assess(obj)
                 if verdict.done:
                     return verdict
@@ -185,14 +188,16 @@ class JobMonitor:
                         continue
                     obj = new_obj
                     resource_version = (obj.get("metadata") or {}).get("resourceVersion")
+                    # The object's version is a safe resume point only once it changed after the 410.
+                    expired = expired and event_type != "MODIFIED"
                     self._changed.set()
                     verdict = await self._assess(obj)
                     if verdict.done:
                         return verdict
                 # The watch ended on its own timeout: re-assess (timeouts advance without events).
             except WatchExpired:
-                log.info("watch on MPIJob %s expired (410 Gone): re-listing", self.name)
-                obj = None
+                log.info("watch on MPIJob %s expired (410 Gone): re-reading it", self.name)
+                obj, expired = None, True
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from a fresh read

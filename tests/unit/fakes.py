@@ -55,11 +55,13 @@ class FakeAsyncHook:
     log_failures: dict = field(default_factory=dict)  # pod -> lines after which one read breaks
     deleted: list = field(default_factory=list)
     log_requests: list = field(default_factory=list)
+    watch_versions: list = field(default_factory=list)
 
     async def get_mpijob(self, name, namespace):
         return self.job_obj
 
     async def watch_mpijob(self, name, namespace, *, resource_version=None, timeout_seconds=60):
+        self.watch_versions.append(resource_version)
         if not self.watch_script:
             await asyncio.sleep(0)
             return

@@ -80,6 +80,8 @@ async def test_watch_expiry_and_disconnect_are_survived():
                                                         [("MODIFIED", done)]])
     result = await monitor(hook, [], get_logs=False).run()
     assert result["status"] == "success" and hook.watch_script == []
+    # after the 410, the watch restarts without the (possibly compacted) resourceVersion
+    assert hook.watch_versions[:2] == ["5", None]
 
 
 async def test_validation_error_event_fails_fast():
