@@ -24,4 +24,7 @@ def get_provider_info() -> dict:
         "sensors": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.sensors.mpijob"]}],
         "hooks": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.hooks.mpijob"]}],
         "triggers": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.triggers.mpijob"]}],
+        "connection-types": [
+            {"hook-class-name": "airflow_mpi.hooks.mpijob.MPIJobHook", "connection-type": "kubernetes_mpijob"}
+        ],
     }

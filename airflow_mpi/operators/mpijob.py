@@ -425,8 +425,12 @@ class MPIJobOperator(BaseOperator):
     def _create(self, manifest: dict) -> dict:
         from kubernetes.client.exceptions import ApiException
 
+        from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
+
         try:
             return self.hook.create_mpijob(manifest, manifest["metadata"]["namespace"])
+        except (MPIJobAPIUnavailable, MPIJobConflictError) as err:  # a retry would meet the same answer
+            raise AirflowFailException(str(err)) from err
         except ApiException as err:
             if err.status in (400, 403, 404, 422):
                 raise AirflowFailException(

@@ -139,10 +139,12 @@ def test_dynamic_auth_detection_follows_the_active_context():
 def test_hooks_package_and_errors_do_not_import_the_kubernetes_clients():
     code = (
         "import sys\n"
+        "import airflow  # Airflow 2.11 itself loads the kubernetes client; only our additions count\n"
+        "before = {m for m in ('kubernetes', 'kubernetes_asyncio') if m in sys.modules}\n"
         "import airflow_mpi.hooks\n"
         "from airflow_mpi.hooks import MPIJobConflictError, WatchExpired\n"
         "from airflow_mpi.hooks.errors import PodLogUnavailable\n"
-        "loaded = [m for m in ('kubernetes', 'kubernetes_asyncio') if m in sys.modules]\n"
+        "loaded = [m for m in ('kubernetes', 'kubernetes_asyncio') if m in sys.modules and m not in before]\n"
         "assert not loaded, loaded\n"
         "from airflow_mpi.hooks import MPIJobHook, AsyncMPIJobHook\n"
         "assert 'kubernetes' in sys.modules and 'kubernetes_asyncio' in sys.modules\n"

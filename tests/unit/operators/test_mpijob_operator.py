@@ -266,3 +266,12 @@ def test_horovod_builds_horovodrun():
     container = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     cmd = container["command"] + container.get("args", [])
     assert cmd[0] == "horovodrun" and cmd[cmd.index("-np") + 1] == "8" and cmd[-2:] == ["python", "train.py"]
+
+
+def test_conflict_or_missing_crd_on_create_fail_without_retry():
+    from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
+
+    for error in (MPIJobConflictError("n", "ns", {"a": "1"}, {"a": "2"}), MPIJobAPIUnavailable("kubeflow.org/v2beta1", "ns")):
+        op = make(hook=FakeSyncHook(create_error=error))
+        with pytest.raises(AirflowFailException):
+            op.execute(context())
