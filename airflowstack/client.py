@@ -148,19 +148,17 @@ class AirflowClient:
             return {"error": repr(exc)}
 
     # -- logs and XComs ------------------------------------------------------------------------------------------
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
+    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
+                        map_index: int = -1) -> list[str]:
+        """The task log (worker and trigger parts) as its list of log events (messages may span lines)."""
         r = self.request(
             "GET", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/logs/{try_number}",
             params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"},
         )
-        content = r.json().get("content", [])
-        lines = []
-        for item in content:
-            if isinstance(item, dict):
-                lines.append(str(item.get("event", "")))
-            else:
-                lines.append(str(item))
-        return "\n".join(lines)
+        return [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in r.json().get("content", [])]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
+        return "\n".join(self.task_log_events(dag_id, run_id, task_id, try_number, map_index))
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
         r = self.request(

@@ -96,14 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster.ensure_namespace(args.namespace)
         np = args.workers * args.slots_per_worker
         cluster.serve_launcher_logs(args.namespace, kube.pi_output(np))
-        say(f"Cluster is up ({time.monotonic() - t0:.0f}s); MPIJobs go to namespace {args.namespace}.")
+        say(f"Cluster is ready ({time.monotonic() - t0:.0f}s); MPIJobs go to namespace {args.namespace}.")
         run_demo(stack, args)
-        say(f"\nUI: {stack.base_url}/dags/{DAG}  login: {stack.username} / {stack.password}")
         if args.keep_running:
+            say(f"\nUI: {stack.base_url}/dags/{DAG}  login: {stack.username} / {stack.password}")
             say("Everything keeps running: press Ctrl-C to stop.")
             while True:
                 stack.check_alive()
                 time.sleep(2)
+        say(f"\n(scripts/demo --keep-running keeps the UI at {stack.base_url} open after the run)")
         return 0
     except KeyboardInterrupt:
         say("\nInterrupted.")
@@ -147,9 +148,9 @@ def run_demo(stack: AirflowStack, args: argparse.Namespace) -> None:
             raise StackError(f"{DAG} run {run_id} did not finish within 10 minutes")
         time.sleep(1)
     say(f"Run {dag_run['state'].upper()}.")
-    log = client.task_log(DAG, run_id, "pi")
+    events = client.task_log_events(DAG, run_id, "pi")
     say("\n--- task 'pi' log (excerpt) " + "-" * 40)
-    for line in excerpt(log):
+    for line in excerpt(events):
         say(f"  {line}")
     say("-" * 68)
     if dag_run["state"] == "success":
@@ -158,12 +159,13 @@ def run_demo(stack: AirflowStack, args: argparse.Namespace) -> None:
         raise StackError(f"{DAG} failed; full log: {stack.home / 'logs'}")
 
 
-def excerpt(log: str, tail: int = 25) -> list[str]:
-    """The launcher's output and the outcome: the interesting end of the task log."""
-    lines = [line for line in log.splitlines() if line.strip() and not line.startswith("::")]
-    interesting = ("Workers:", "Rank ", "pi is approximately", "MPIJob", "launcher", "Succeeded", "Failed")
-    picked = [line for line in lines if any(k in line for k in interesting)]
-    return (picked or lines)[-tail:]
+def excerpt(events: list[str], tail: int = 30) -> list[str]:
+    """From the submission on: the launcher's output and the outcome (multi-line events such as the manifest
+    are shown by their first line)."""
+    lines = [e.splitlines()[0] + (" [...]" if "\n" in e.strip() else "") for e in events if e.strip()]
+    lines = [line for line in lines if not line.startswith("::")]
+    start = next((i for i, line in enumerate(lines) if line.startswith(("Created MPIJob", "Reattaching"))), 0)
+    return lines[start:][-tail:]
 
 
 if __name__ == "__main__":
