@@ -218,7 +218,6 @@ def format_since_time(value: datetime | str) -> str:
 
 
 def log_query_params(
-    *,
     container: str | None = None,
     since_time: datetime | str | None = None,
     previous: bool = False,

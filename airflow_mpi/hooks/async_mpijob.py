@@ -36,38 +36,24 @@ try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
+from airflow_mpi.hooks import _calls as calls
 from airflow_mpi.hooks._common import (
-    API_V2BETA1,
     CONNECTION_ERRORS,
-    IN_CLUSTER_NAMESPACE_FILE,
     LAUNCHER,
-    MPIJOB_PLURAL,
-    POD_LOG_PATH,
     WORKER,
-    adopt_or_raise,
-    describe_error,
     aiter_lines,
-    error_message,
     in_cluster_namespace,
-    is_missing_resource_type,
-    is_transient,
     job_event_selector,
-    log_before_retry,
     kubeconfig_uses_dynamic_auth,
     log_query_params,
     parse_kubeconfig,
     pod_event_selector,
     pod_selectors,
-    prepare_body,
     read_kubeconfig,
     sort_events,
     sort_newest_first,
     sort_workers,
-    split_api_version,
-    watch_field_selector,
 )
-from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable, WatchExpired
-from airflow_mpi.models.logs import split_timestamp
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod
@@ -87,7 +73,7 @@ async def _raise_for_status(resp: Any) -> None:
     raise ApiException(http_resp=RESTResponse(resp, data))
 
 
-class AsyncMPIJobHook(AsyncKubernetesHook):
+class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
     """Async counterpart of :class:`~airflow_mpi.hooks.mpijob.MPIJobHook` (same connection, same requests).
 
     :param conn_id: Kubernetes connection id.
@@ -96,31 +82,12 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
         ``config_dict``, ``connection_extras`` (extras shipped to a trigger), ``client_configuration``.
     """
 
-    conn_name_attr = "kubernetes_conn_id"
-    default_conn_name = "kubernetes_default"
-    conn_type = "kubernetes_mpijob"
     hook_name = "Kubernetes (Kubeflow MPIJob, async)"
 
-    IN_CLUSTER_NAMESPACE_FILE = IN_CLUSTER_NAMESPACE_FILE
-
-    api_retries: int = 5
-    api_retry_wait: float = 1.0
-    api_retry_wait_max: float = 15.0
-    log_request_timeout: tuple[float, float] = (30.0, 300.0)
-
-    def __init__(
-        self,
-        conn_id: str | None = default_conn_name,
-        *,
-        api_version: str = API_V2BETA1,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(conn_id=conn_id, **kwargs)
-        self.group, self.version = split_api_version(api_version)
-        self.api_version = api_version
-        self._shared_client: async_client.ApiClient | None = None
-        self._shared_depth = 0
-        self._config_loaded = False
+    # per instance once set: the client shared inside ``async with``, its nesting depth, config cached
+    _shared_client: async_client.ApiClient | None = None
+    _shared_depth: int = 0
+    _config_loaded: bool = False
 
     @classmethod
     def from_sync(cls, hook: Any) -> AsyncMPIJobHook:
@@ -251,17 +218,8 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
         return explicit or await self.get_namespace()
 
     async def _retry(self, fn, *args, **kwargs):
-        retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(max(1, self.api_retries)),
-            wait=tenacity.wait_exponential(multiplier=self.api_retry_wait, max=self.api_retry_wait_max),
-            retry=tenacity.retry_if_exception(is_transient),
-            reraise=True,
-            before_sleep=log_before_retry,
-        )
-        return await retrying(fn, *args, **kwargs)
-
-    def _backoff(self, attempt: int) -> float:
-        return min(self.api_retry_wait_max, self.api_retry_wait * 2 ** (attempt - 1))
+        """Await ``fn`` retrying transient failures (idempotent requests only)."""
+        return await tenacity.AsyncRetrying(**self._retry_policy())(fn, *args, **kwargs)
 
     async def _call(self, api_cls, method: str, **kwargs):
         """One request on a fresh session (retried as a whole on transient failures by the callers)."""
@@ -277,66 +235,35 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
             finally:
                 resp.release()
 
+    async def _send(self, call: calls.Call) -> Any:
+        """Send an idempotent request (retried on transient failures) and read its answer."""
+        try:
+            result = await self._retry(self._call, getattr(async_client, call.api), call.method, **call.kwargs)
+        except ApiException as e:
+            return call.on_error(e)
+        return call.on_result(result)
+
     # ------------------------------------------------------------------------------- MPIJobs
     async def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict:
         """Create the MPIJob, or adopt the existing one of the same task instance (see the sync hook)."""
         ns = await self.resolve_namespace(namespace or (manifest.get("metadata") or {}).get("namespace"))
-        body = prepare_body(manifest, ns, self.api_version)
-        group, version = split_api_version(body["apiVersion"])
-        name = body["metadata"]["name"]
-        attempts = max(1, self.api_retries)
-        for attempt in range(1, attempts + 1):
+        create = calls.CreateCall(self, manifest, ns, self.log)
+        for attempt in create.attempts:
             try:
-                created = await self._call(
-                    async_client.CustomObjectsApi,
-                    "create_namespaced_custom_object",
-                    group=group,
-                    version=version,
-                    namespace=ns,
-                    plural=MPIJOB_PLURAL,
-                    body=body,
+                return create.created(
+                    await self._call(async_client.CustomObjectsApi, "create_namespaced_custom_object", **create.kwargs)
                 )
-                self.log.info("Created MPIJob %s/%s (%s)", ns, name, body["apiVersion"])
-                return created
-            except ApiException as e:
-                if e.status == 404 and is_missing_resource_type(e):
-                    raise MPIJobAPIUnavailable(body["apiVersion"], ns, error_message(e)) from e
-                if e.status != 409 and not is_transient(e):
-                    raise
-                failure: BaseException = e
-            except CONNECTION_ERRORS as e:
-                failure = e
-            self.log.warning(
-                "Create of MPIJob %s/%s failed (%s); looking it up", ns, name, describe_error(failure)
-            )
-            existing = await self._get(name, ns, group, version)
-            if existing is not None:
-                return adopt_or_raise(existing, body)
-            if attempt == attempts:
-                raise failure
+            except (ApiException, *CONNECTION_ERRORS) as e:
+                failure = create.failed(e)
+            if (adopted := create.after_lookup(await self._send(create.lookup()), attempt, failure)) is not None:
+                return adopted
             await asyncio.sleep(self._backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _get(self, name: str, namespace: str, group: str, version: str) -> dict | None:
-        try:
-            return await self._retry(
-                self._call,
-                async_client.CustomObjectsApi,
-                "get_namespaced_custom_object",
-                group=group,
-                version=version,
-                namespace=namespace,
-                plural=MPIJOB_PLURAL,
-                name=name,
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
     async def get_mpijob(self, name: str, namespace: str | None = None) -> dict | None:
         """The MPIJob, or None when it does not exist."""
-        return await self._get(name, await self.resolve_namespace(namespace), self.group, self.version)
+        ns = await self.resolve_namespace(namespace)
+        return await self._send(calls.get_call(name, ns, self.group, self.version))
 
     async def delete_mpijob(
         self,
@@ -348,52 +275,11 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
     ) -> bool:
         """Delete the MPIJob; False when it was already gone."""
         ns = await self.resolve_namespace(namespace)
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if propagation_policy:
-            body["propagationPolicy"] = propagation_policy
-        if grace_period_seconds is not None:
-            body["gracePeriodSeconds"] = grace_period_seconds
-        try:
-            await self._retry(
-                self._call,
-                async_client.CustomObjectsApi,
-                "delete_namespaced_custom_object",
-                group=self.group,
-                version=self.version,
-                namespace=ns,
-                plural=MPIJOB_PLURAL,
-                name=name,
-                body=body,
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-        self.log.info("Deleted MPIJob %s/%s (propagationPolicy=%s)", ns, name, propagation_policy)
-        return True
+        return await self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log))
 
     async def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
-        ns = await self.resolve_namespace(namespace)
-        kwargs: dict[str, Any] = {}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        try:
-            result = await self._retry(
-                self._call,
-                async_client.CustomObjectsApi,
-                "list_namespaced_custom_object",
-                group=self.group,
-                version=self.version,
-                namespace=ns,
-                plural=MPIJOB_PLURAL,
-                **kwargs,
-            )
-        except ApiException as e:
-            if e.status == 404:
-                raise MPIJobAPIUnavailable(self.api_version, ns, error_message(e)) from e
-            raise
-        return list((result or {}).get("items") or [])
+        return await self._send(calls.list_call(self, await self.resolve_namespace(namespace), label_selector))
 
     @staticmethod
     async def _open_stream(call, *args, **kwargs):
@@ -416,50 +302,18 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
         :raises WatchExpired: resourceVersion too old (410 Gone): get the job and watch from its version.
         """
         ns = await self.resolve_namespace(namespace)
-        kwargs: dict[str, Any] = {
-            "field_selector": watch_field_selector(name),
-            "watch": True,
-            "timeout_seconds": timeout_seconds,
-            "_preload_content": False,
-        }
-        if resource_version:
-            kwargs["resource_version"] = resource_version
-        if allow_bookmarks:
-            kwargs["allow_watch_bookmarks"] = True
+        kwargs = calls.watch_kwargs(self, name, ns, resource_version, timeout_seconds, allow_bookmarks)
+        watch = calls.WatchDecoder(name, ns, resource_version, allow_bookmarks, ApiException, self.api_version)
         async with self.get_conn() as api_client:
             api = async_client.CustomObjectsApi(api_client)
             try:
-                resp = await self._retry(
-                    self._open_stream,
-                    api.list_namespaced_custom_object,
-                    group=self.group,
-                    version=self.version,
-                    namespace=ns,
-                    plural=MPIJOB_PLURAL,
-                    **kwargs,
-                )
+                resp = await self._retry(self._open_stream, api.list_namespaced_custom_object, **kwargs)
             except ApiException as e:
-                if e.status == 410:
-                    raise WatchExpired(name, ns, resource_version, error_message(e)) from e
-                if e.status == 404 and is_missing_resource_type(e):
-                    raise MPIJobAPIUnavailable(self.api_version, ns, error_message(e)) from e
-                raise
-            last_rv = resource_version
+                watch.raise_open_error(e)
             try:
                 async for line in aiter_lines(resp.content.iter_any()):
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    event_type = event.get("type")
-                    obj = event.get("object") or {}
-                    if event_type == "ERROR":
-                        if obj.get("code") == 410:
-                            raise WatchExpired(name, ns, last_rv, obj.get("message", ""))
-                        raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
-                    last_rv = (obj.get("metadata") or {}).get("resourceVersion") or last_rv
-                    if event_type == "BOOKMARK" and not allow_bookmarks:
-                        continue
-                    yield event_type, obj
+                    if (event := watch.decode(line)) is not None:
+                        yield event
             finally:
                 resp.close()
 
@@ -468,25 +322,19 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
     ) -> bool:
         """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
         ns = await self.resolve_namespace(namespace)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            if await self.get_mpijob(name, ns) is None:
-                return True
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        deadline = calls.Deadline(timeout, asyncio.get_running_loop().time)
+        while await self.get_mpijob(name, ns) is not None:
+            if (wait := deadline.next_wait(poll_interval)) is None:
                 return False
-            await asyncio.sleep(min(poll_interval, remaining))
+            await asyncio.sleep(wait)
+        return True
 
     # ------------------------------------------------------------------------------- pods
     async def _role_pods(self, name: str, namespace: str | None, role: str) -> list[V1Pod]:
         ns = await self.resolve_namespace(namespace)
         for selector in pod_selectors(self.api_version, name, role):
-            pods = await self._retry(
-                self._call, async_client.CoreV1Api, "list_namespaced_pod", namespace=ns, label_selector=selector
-            )
-            if pods.items:
-                return list(pods.items)
+            if pods := (await self._send(calls.pod_list_call(ns, selector))).items:
+                return list(pods)
         return []
 
     async def launcher_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
@@ -515,38 +363,15 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
 
         :raises PodLogUnavailable: 404 (pod gone) or 400 (container not started / no previous container).
         """
-        if isinstance(pod, str):
-            pod_name, ns = pod, await self.resolve_namespace(namespace)
-        else:
-            pod_name, ns = pod.metadata.name, await self.resolve_namespace(namespace or pod.metadata.namespace)
-        query = log_query_params(
-            container=container,
-            since_time=since_time,
-            previous=previous,
-            follow=follow,
-            tail_lines=tail_lines,
-            limit_bytes=limit_bytes,
-        )
+        pod_name, ns = calls.pod_ref(pod, namespace)
+        ns = await self.resolve_namespace(ns)
+        query = log_query_params(container, since_time, previous, follow, tail_lines, limit_bytes)
+        req = calls.LogRequest.of(self, pod_name, ns, container, query, request_timeout)
         async with self.get_conn() as api_client:
             try:
-                resp = await self._retry(
-                    self._open_stream,
-                    api_client.call_api,
-                    POD_LOG_PATH,
-                    "GET",
-                    path_params={"namespace": ns, "name": pod_name},
-                    query_params=query,
-                    header_params={"Accept": "*/*"},
-                    response_types_map={200: "str"},
-                    auth_settings=["BearerToken"],
-                    _return_http_data_only=True,
-                    _preload_content=False,
-                    _request_timeout=request_timeout if request_timeout is not None else self.log_request_timeout,
-                )
+                resp = await self._retry(self._open_stream, api_client.call_api, *req.args, **req.kwargs)
             except ApiException as e:
-                if e.status in (400, 404):
-                    raise PodLogUnavailable(pod_name, ns, container, e.status, error_message(e)) from e
-                raise
+                req.raise_error(e)
             try:
                 async for line in aiter_lines(resp.content.iter_any()):
                     yield line
@@ -560,28 +385,18 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
         ns = await self.resolve_namespace(namespace)
         tails: dict[str, list[str]] = {}
         for pod in await self.worker_pods(name, ns):
-            containers = (pod.spec.containers if pod.spec is not None else None) or []
-            container = containers[0].name if containers else None
             try:
-                tails[pod.metadata.name] = [
-                    split_timestamp(line)[1]
-                    async for line in self.read_pod_log(pod, ns, container=container, tail_lines=tail_lines)
-                ]
+                lines = self.read_pod_log(pod, ns, container=calls.main_container(pod), tail_lines=tail_lines)
+                tails[pod.metadata.name] = calls.log_messages([line async for line in lines])
             except Exception as err:  # diagnostics only: never mask the failure being reported
-                self.log.warning("Could not read the log of worker %s: %s", pod.metadata.name, err)
-                tails[pod.metadata.name] = [f"(log unavailable: {err})"]
+                tails[pod.metadata.name] = calls.log_unavailable(pod, err, self.log)
         return tails
 
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:
-        result = await self._retry(
-            self._call_raw_json,
-            async_client.CoreV1Api,
-            "list_namespaced_event",
-            namespace=namespace,
-            field_selector=field_selector,
-        )
-        return list(result.get("items") or [])
+        kwargs = {"namespace": namespace, "field_selector": field_selector}
+        result = await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event", **kwargs)
+        return calls.items_of(result)
 
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
         """Events of the MPIJob, oldest first, as API dicts."""
@@ -590,15 +405,7 @@ class AsyncMPIJobHook(AsyncKubernetesHook):
     async def pod_events(self, pod_names: str | Iterable[str | V1Pod], namespace: str | None = None) -> list[dict]:
         """Events of the given pods, merged, oldest first, as API dicts."""
         ns = await self.resolve_namespace(namespace)
-        if isinstance(pod_names, str):
-            pod_names = [pod_names]
-        events: dict[str, dict] = {}
-        for pod in pod_names:
-            pod_name = pod if isinstance(pod, str) else pod.metadata.name
-            for event in await self._events(ns, pod_event_selector(pod_name)):
-                meta = event.get("metadata") or {}
-                events[meta.get("uid") or f"{pod_name}/{meta.get('name')}"] = event
-        return sort_events(events.values())
+        return calls.merge_pod_events([(p, await self._events(ns, pod_event_selector(p))) for p in calls.pod_names_of(pod_names)])
 
 
 __all__ = ["AsyncMPIJobHook"]

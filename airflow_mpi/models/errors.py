@@ -7,7 +7,7 @@ re-run is slow), so one error may carry several: ``field``/``value``/``reason`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -50,6 +50,50 @@ class ErrorList:
 
     def add(self, field: str, value: Any, reason: str) -> None:
         self.items.append(MPIJobValidationError(field, value, reason))
+
+    def entries(self, path: str, value: Any, reason: str) -> Iterable[tuple[Any, Any]]:
+        """The ``(key, value)`` pairs of an optional mapping; anything else but None is reported (``reason``)."""
+        if value is None:
+            return ()
+        if not isinstance(value, dict):
+            self.add(path, value, reason)
+            return ()
+        return value.items()
+
+    def mappings(
+        self, path: str, value: Any, reason: str, item_reason: str, *, optional: bool = True
+    ) -> Iterator[tuple[str, dict]]:
+        """``(f"{path}[{i}]", item)`` of each mapping of a list; reports a non-list (None too unless
+        ``optional``) with ``reason`` and each item that is not a mapping with ``item_reason``."""
+        if value is None and optional:
+            return
+        if not isinstance(value, list):
+            self.add(path, value, reason)
+            return
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                yield f"{path}[{i}]", item
+            else:
+                self.add(f"{path}[{i}]", item, item_reason)
+
+    def check_entries(
+        self,
+        path: str,
+        value: Any,
+        reason: str,
+        key_problem: Callable[[Any], str | None],
+        value_problem: Callable[[Any], str | None],
+        *,
+        key_what: str,
+        value_what: str = "",
+    ) -> None:
+        """Every key and value of an optional mapping: ``{key_what}: {problem}`` at ``path`` for a bad key,
+        ``{value_what}: {problem}`` (or just the problem) at ``path.key`` for a bad value."""
+        for key, item in self.entries(path, value, reason):
+            if problem := key_problem(key):
+                self.add(path, key, f"{key_what}: {problem}")
+            elif problem := value_problem(item):
+                self.add(f"{path}.{key}", item, f"{value_what}: {problem}" if value_what else problem)
 
     def __len__(self) -> int:
         return len(self.items)

@@ -55,47 +55,37 @@ def check_pod_template(errors: ErrorList, role: str, template: Any, injected: In
 
 
 def check_labels(errors: ErrorList, path: str, labels: Any) -> None:
-    if labels is None:
-        return
-    if not isinstance(labels, dict):
-        errors.add(path, labels, "must be a mapping of label keys to values")
-        return
-    for key, value in labels.items():
-        if problem := rules.qualified_name(key):
-            errors.add(path, key, f"invalid label key: {problem}")
-        elif problem := rules.label_value(value):
-            errors.add(f"{path}.{key}", value, f"invalid label value: {problem}")
+    errors.check_entries(
+        path,
+        labels,
+        "must be a mapping of label keys to values",
+        rules.qualified_name,
+        rules.label_value,
+        key_what="invalid label key",
+        value_what="invalid label value",
+    )
+
+
+def _annotation_value_problem(value: Any) -> str | None:
+    return None if isinstance(value, str) else "annotation values must be strings"
 
 
 def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
-    if annotations is None:
-        return
-    if not isinstance(annotations, dict):
-        errors.add(path, annotations, "must be a mapping of annotation keys to string values")
-        return
-    for key, value in annotations.items():
-        if problem := rules.annotation_key(key):
-            errors.add(path, key, f"invalid annotation key: {problem}")
-        elif not isinstance(value, str):
-            errors.add(f"{path}.{key}", value, "annotation values must be strings")
-    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
-    if size > rules.ANNOTATIONS_TOTAL_MAX:
-        errors.add(path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes")
+    reason = "must be a mapping of annotation keys to string values"
+    errors.check_entries(
+        path, annotations, reason, rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key"
+    )
+    if isinstance(annotations, dict):
+        size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+        if size > rules.ANNOTATIONS_TOTAL_MAX:
+            errors.add(path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes")
 
 
 def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: Injected) -> set[str]:
     """Checks pod volumes; returns the names a mount may refer to (incl. injected ones)."""
     names = set(injected.volumes)
-    if volumes is None:
-        return names
-    if not isinstance(volumes, list):
-        errors.add(f"{role}.volumes", volumes, "must be a list of volumes")
-        return names
-    for i, volume in enumerate(volumes):
-        path = f"{role}.volumes[{i}]"
-        if not isinstance(volume, dict):
-            errors.add(path, volume, "must be a mapping with a name and one volume source")
-            continue
+    item_reason = "must be a mapping with a name and one volume source"
+    for path, volume in errors.mappings(f"{role}.volumes", volumes, "must be a list of volumes", item_reason):
         name = volume.get("name")
         if problem := rules.dns1123_label(name):
             errors.add(f"{path}.name", name, problem)
@@ -166,14 +156,9 @@ def check_probe(errors: ErrorList, path: str, probe: Any) -> None:
 
 
 def _check_env(errors: ErrorList, prefix: str, env: Any) -> None:
-    if not isinstance(env, list):
-        errors.add(f"{prefix}.env", env, "must be a list of EnvVar mappings (or a dict of names to values)")
-        return
-    for i, var in enumerate(env):
-        path = f"{prefix}.env[{i}]"
-        if not isinstance(var, dict):
-            errors.add(path, var, "must be a mapping with name and value or valueFrom")
-            continue
+    reason = "must be a list of EnvVar mappings (or a dict of names to values)"
+    item_reason = "must be a mapping with name and value or valueFrom"
+    for path, var in errors.mappings(f"{prefix}.env", env, reason, item_reason, optional=False):
         if problem := rules.env_var_name(var.get("name")):
             errors.add(f"{path}.name", var.get("name"), f"invalid environment variable name: {problem}")
         value, value_from = var.get("value"), var.get("valueFrom")
@@ -209,14 +194,12 @@ def _check_value_from(errors: ErrorList, path: str, value_from: Any) -> None:
 
 
 def _check_env_from(errors: ErrorList, prefix: str, env_from: Any) -> None:
-    if not isinstance(env_from, list):
-        errors.add(f"{prefix}.env_from", env_from, "must be a list of EnvFromSource mappings")
-        return
-    for i, item in enumerate(env_from):
-        path = f"{prefix}.env_from[{i}]"
-        sources = [k for k in _ENV_FROM_SOURCES if isinstance(item, dict) and k in item]
-        if not isinstance(item, dict) or len(sources) != 1:
-            errors.add(path, item, "must specify exactly one of configMapRef, secretRef")
+    reason = "must be a list of EnvFromSource mappings"
+    item_reason = "must specify exactly one of configMapRef, secretRef"
+    for path, item in errors.mappings(f"{prefix}.env_from", env_from, reason, item_reason, optional=False):
+        sources = [k for k in _ENV_FROM_SOURCES if k in item]
+        if len(sources) != 1:
+            errors.add(path, item, item_reason)
             continue
         ref = item[sources[0]]
         name = ref.get("name") if isinstance(ref, dict) else None
@@ -228,16 +211,8 @@ def _check_env_from(errors: ErrorList, prefix: str, env_from: Any) -> None:
 
 def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: Injected) -> None:
     paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.volumes.items()}
-    if mounts is None:
-        return
-    if not isinstance(mounts, list):
-        errors.add(f"{prefix}.volume_mounts", mounts, "must be a list of VolumeMount mappings")
-        return
-    for i, mount in enumerate(mounts):
-        path = f"{prefix}.volume_mounts[{i}]"
-        if not isinstance(mount, dict):
-            errors.add(path, mount, "must be a mapping with name and mountPath")
-            continue
+    reason, item_reason = "must be a list of VolumeMount mappings", "must be a mapping with name and mountPath"
+    for path, mount in errors.mappings(f"{prefix}.volume_mounts", mounts, reason, item_reason):
         name, mount_path = mount.get("name"), mount.get("mountPath")
         if not isinstance(name, str) or not name:
             errors.add(f"{path}.name", name, "is required")
@@ -276,14 +251,8 @@ def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
 
 
 def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:
-    if not isinstance(tolerations, list):
-        errors.add(f"{role}.tolerations", tolerations, "must be a list of Toleration mappings")
-        return
-    for i, toleration in enumerate(tolerations):
-        path = f"{role}.tolerations[{i}]"
-        if not isinstance(toleration, dict):
-            errors.add(path, toleration, "must be a mapping")
-            continue
+    reason = "must be a list of Toleration mappings"
+    for path, toleration in errors.mappings(f"{role}.tolerations", tolerations, reason, "must be a mapping"):
         key, value = toleration.get("key") or "", toleration.get("value") or ""
         operator, effect = toleration.get("operator") or "Equal", toleration.get("effect") or ""
         if operator not in _TOLERATION_OPERATORS:

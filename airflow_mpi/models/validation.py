@@ -346,14 +346,10 @@ def _check_scheduling(errors: ErrorList, policy: Any, workers: int) -> None:
         elif key == "priorityClass" and (problem := rules.dns1123_subdomain(value)):
             errors.add(field, value, problem)
         elif key == "minResources":
-            if not isinstance(value, dict):
-                errors.add(field, value, "must be a mapping of resource names to quantities")
-                continue
-            for name, amount in value.items():
-                if problem := rules.qualified_name(name):
-                    errors.add(field, name, f"invalid resource name: {problem}")
-                elif problem := quantity_problem(amount):
-                    errors.add(f"{field}.{name}", amount, problem)
+            reason = "must be a mapping of resource names to quantities"
+            errors.check_entries(
+                field, value, reason, rules.qualified_name, quantity_problem, key_what="invalid resource name"
+            )
 
 
 def _injected(api: str, role: str, ssh_path: str) -> Injected:
