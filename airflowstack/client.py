@@ -93,9 +93,6 @@ class AirflowClient:
 
         _wait(probe, timeout, f"DAGs {dag_ids} to be parsed")
 
-    def unpause(self, dag_id: str) -> dict:
-        return self.request("PATCH", f"/api/v2/dags/{_q(dag_id)}", json={"is_paused": False}).json()
-
     # -- runs ----------------------------------------------------------------------------------------------------
     def trigger(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None, expect: Iterable[int] | None = None) -> httpx.Response | dict:
         body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}

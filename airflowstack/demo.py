@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -73,26 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo")
     stack = AirflowStack(REPO / "dags", home=args.home, kubeconfig=cluster.kubeconfig, namespace=args.namespace,
                          port=_port())
-    cluster_error: list[BaseException] = []
-
-    def start_cluster() -> None:
-        try:
-            kube.start(cluster)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            cluster_error.append(exc)
-
     t0 = time.monotonic()
-    starter = threading.Thread(target=start_cluster, daemon=True)
+    starting = kube.Starting(cluster)
     try:
-        starter.start()
         say("Starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer) ...")
         stack.start()
         say(f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  login: {stack.username} / {stack.password}")
         if not real:
             say("Waiting for the local cluster ...")
-        starter.join()
-        if cluster_error:
-            raise cluster_error[0]
+        starting.wait()
         cluster.ensure_namespace(args.namespace)
         np = args.workers * args.slots_per_worker
         cluster.serve_launcher_logs(args.namespace, kube.pi_output(np))
@@ -119,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stack.stop()
-        if starter.is_alive():
+        if starting.is_alive():
             say("(waiting for the cluster to finish starting, to stop it cleanly)")
-            starter.join()
+            starting.join()
         cluster.stop()
         say(f"Stopped. Logs: {stack.home}")
 

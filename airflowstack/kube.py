@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ class Cluster:
     kubeconfig: Path
     local: Any = None  # localcluster.LocalCluster when simulated
     owned: bool = False  # started by us: stop it at the end
+    _client: Any = field(default=None, repr=False)
 
     @property
     def simulated(self) -> bool:
@@ -39,9 +41,11 @@ class Cluster:
     def api_client(self):
         if self.local is not None:
             return self.local.api_client()
-        from kubernetes import config
+        if self._client is None:
+            from kubernetes import config
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+            self._client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        return self._client
 
     def ensure_namespace(self, namespace: str) -> None:
         from kubernetes import client
@@ -86,6 +90,27 @@ def start(cluster: Cluster) -> Cluster:
     if cluster.owned and cluster.local is not None:
         cluster.local.start()
     return cluster
+
+
+class Starting(threading.Thread):
+    """:func:`start` in a background thread (the cluster comes up while Airflow does); ``wait()`` re-raises."""
+
+    def __init__(self, cluster: Cluster):
+        super().__init__(daemon=True, name="cluster-start")
+        self.cluster, self.error = cluster, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            start(self.cluster)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller's thread
+            self.error = exc
+
+    def wait(self) -> Cluster:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.cluster
 
 
 def env_kubeconfig() -> str | None:

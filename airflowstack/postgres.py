@@ -11,6 +11,7 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -21,9 +22,9 @@ def find_pg_bin() -> Path:
     """The directory of ``initdb``/``postgres``: $PG_BIN, else the newest /usr/lib/postgresql/*/bin, else PATH."""
     if env := os.environ.get("PG_BIN"):
         return Path(env)
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]) if p.split("/")[-2].isdigit() else 0)
+    candidates = [Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin") if Path(p).parent.name.isdigit()]
     if candidates:
-        return Path(candidates[-1])
+        return max(candidates, key=lambda p: int(p.parent.name))
     if found := shutil.which("initdb"):
         return Path(found).parent
     raise StackError("PostgreSQL binaries not found: install the Debian package postgresql (or set PG_BIN)")
@@ -94,8 +95,9 @@ class Postgres:
         raise StackError(f"PostgreSQL did not start: {last_error}")
 
     def _ready(self) -> bool:
-        cp = run_quiet([str(self.pg_bin / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", "postgres"])
-        return cp == 0
+        argv = [str(self.pg_bin / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", "postgres"]
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=10).returncode == 0
 
     def create_database(self, name: str) -> str:
         run([str(self.pg_bin / "psql"), "-h", self.host, "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1",
@@ -115,9 +117,3 @@ class Postgres:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def run_quiet(argv: list[str]) -> int:
-    import subprocess
-
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          timeout=10).returncode

@@ -184,13 +184,6 @@ class AirflowStack:
         self._clients.append(c)
         return c
 
-    def airflow(self, *args: str, timeout: float = 300) -> str:
-        """Run an ``airflow`` CLI command against this stack's configuration."""
-        return run([self.airflow_bin, *args], env=self.env, timeout=timeout, cwd=self.home)
-
-    def task_log_files(self) -> list[Path]:
-        return sorted((self.home / "logs").rglob("*.log"))
-
     def stop(self) -> None:
         for c in self._clients:
             c.close()

@@ -6,7 +6,8 @@ Cluster, by the same switches as tests/integration:
   when the package's tests are done (the mpi-operator's fixed health port allows one local cluster at a time, so it
   must be gone before tests/integration starts its own);
 * ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a running local cluster (``python -m localcluster up --name name``);
-* ``AIRFLOW_MPI_KUBECONFIG=/path``: a real cluster with the mpi-operator (tests needing the simulation are skipped).
+* ``AIRFLOW_MPI_KUBECONFIG=/path``: a real cluster with the mpi-operator (checks of the simulated log lines are
+  limited to what a real pi run prints as well).
 
 Service logs and task logs stay under .artifacts/e2e/airflow-home/ (gitignored) for inspection after a run.
 """
@@ -17,7 +18,6 @@ import importlib.metadata
 import os
 import shutil
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,6 @@ ARTIFACTS = REPO / ".artifacts" / "e2e"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
 NAMESPACE = "airflow-e2e"
 LOCAL_CLUSTER_NAME = "e2e"
-SIMULATION_SKIP_REASON = "needs the local cluster's simulated pods; AIRFLOW_MPI_KUBECONFIG points to a real cluster"
 
 
 def _require_installed() -> None:
@@ -58,23 +57,6 @@ def dags_folder(tmp_path_factory) -> Path:
     return folder
 
 
-class _Background(threading.Thread):
-    def __init__(self, fn):
-        super().__init__(daemon=True)
-        self.fn, self.error = fn, None
-
-    def run(self):
-        try:
-            self.fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            self.error = exc
-
-    def result(self):
-        self.join()
-        if self.error is not None:
-            raise self.error
-
-
 @pytest.fixture(scope="package")
 def e2e_env(dags_folder, artifacts_dir):
     """(cluster, stack): the cluster and the Airflow services, started side by side."""
@@ -88,11 +70,10 @@ def e2e_env(dags_folder, artifacts_dir):
     shutil.rmtree(home, ignore_errors=True)
     # the kubeconfig path is known before the cluster exists: the services only need the path in their connection
     stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE)
-    starting = _Background(lambda: kube.start(cluster))
-    starting.start()
+    starting = kube.Starting(cluster)
     try:
         stack.start()
-        starting.result()
+        starting.wait()
         cluster.ensure_namespace(NAMESPACE)
         yield cluster, stack
     finally:
@@ -114,13 +95,6 @@ def airflow_stack(e2e_env):
 @pytest.fixture(scope="package")
 def client(airflow_stack):
     return airflow_stack.client()
-
-
-@pytest.fixture
-def simulated(cluster):
-    if not cluster.simulated:
-        pytest.skip(SIMULATION_SKIP_REASON)
-    return cluster.local
 
 
 @pytest.fixture(scope="package")

@@ -55,7 +55,7 @@ def test_rest_trigger_with_conf_overrides_runs_and_returns_the_job(client, clust
     assert report["condition"] == "Succeeded"
     # on_finish_action="delete_succeeded": nothing is left on the cluster
     _wait(lambda: not [j for j in mpijobs(custom_api) if j["metadata"]["name"] == job["name"]], 60,
-                  f"MPIJob {job['name']} to be deleted after success")
+          f"MPIJob {job['name']} to be deleted after success")
 
 
 def test_deferrable_run_passes_through_the_triggerer(client, cluster):
@@ -110,15 +110,19 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
     client.wait_task(HOLD, run_id, "hold", {"deferred"}, timeout=RUN_TIMEOUT)
     started = f"trigger {HOLD}/{run_id}/hold/-1/{try_number} "
     _wait(lambda: started in client.task_log(HOLD, run_id, "hold", try_number), 60,
-                  f"the triggerer to start the trigger of {HOLD}/{run_id} try {try_number}")
+          f"the triggerer to start the trigger of {HOLD}/{run_id} try {try_number}")
 
     def find():
+        ti = client.task_instance(HOLD, run_id, "hold")
+        if ti["state"] in ("success", "failed", "upstream_failed"):
+            log = client.task_log(HOLD, run_id, "hold", try_number)
+            raise AssertionError(f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}")
         jobs = [j for j in mpijobs(custom_api, "airflow-mpi.io/dag-id=e2e_mpi_hold")
                 if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
                 and not j["metadata"].get("deletionTimestamp")]
         return jobs[0] if jobs else None
 
-    return _wait(find, 60, f"the MPIJob of {HOLD}/{run_id}")
+    return wait_until(find, timeout=60, interval=0.5, what=f"the MPIJob of {HOLD}/{run_id}", ignore=())
 
 
 def _gone(custom_api, uid: str) -> bool:
@@ -131,7 +135,7 @@ def test_marking_a_deferred_task_failed_deletes_its_mpijob(client, custom_api):
 
     client.set_task_state(HOLD, run_id, "hold", "failed")
     _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 90,
-                  f"MPIJob {job['metadata']['name']} to be deleted after the task was marked failed")
+          f"MPIJob {job['metadata']['name']} to be deleted after the task was marked failed")
     assert client.wait_run(HOLD, run_id, timeout=60)["state"] == "failed"
 
 
@@ -141,7 +145,7 @@ def test_clearing_a_deferred_task_deletes_its_mpijob(client, custom_api):
 
     client.clear_task(HOLD, run_id, ["hold"])
     _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 90,
-                  f"MPIJob {job['metadata']['name']} to be deleted after the task was cleared")
+          f"MPIJob {job['metadata']['name']} to be deleted after the task was cleared")
 
     # the cleared task runs again with a fresh MPIJob; end it the same way
     def next_try():
