@@ -37,7 +37,14 @@ from airflow_mpi.models import (
     mpirun_command,
     validate,
 )
-from airflow_mpi.models.naming import identity_annotations, identity_labels, job_name, reattach_selector, same_task
+from airflow_mpi.models.naming import (
+    TRY_NUMBER_LABEL,
+    identity_annotations,
+    identity_labels,
+    job_name,
+    reattach_selector,
+    same_task,
+)
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.models.status import job_state
 from airflow_mpi.operators._outcome import ON_FINISH_ACTIONS, finish
@@ -341,19 +348,44 @@ class MPIJobOperator(BaseOperator):
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
         _remember(context, name, namespace)
+        job_try = _try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
         if self.deferrable:
-            self._defer(context, name, namespace, submitted_at)
+            self._defer(context, name, namespace, submitted_at, job_try)
         payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None))
+        if self._deleted_by_earlier_try(context, payload, job_try):
+            return self.execute(context)
         return self._finish(payload)
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
+    def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish."""
         name, namespace = event["name"], event["namespace"]
         self._job = (name, namespace)
+        if self._deleted_by_earlier_try(context, event, job_try_number):
+            return self.execute(context)
         if self.get_logs and event.get("status") not in ("invalid",):
             asyncio.run(self._drain(name, namespace, event.get("log_state")))
         return self._finish(event)
+
+    def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
+        """True when the job this try reattached to was deleted by the cleanup of the try that made it.
+
+        Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may
+        already have found that MPIJob: the new try then submits a fresh one, once. Any other
+        deletion (a person deleting the job of the current try) fails the task.
+        """
+        if payload.get("status") != "deleted" or job_try is None or getattr(self, "_resubmitted", False):
+            return False
+        if job_try >= context["ti"].try_number:
+            return False
+        self._resubmitted = True
+        self.log.info(
+            "MPIJob %s of try %s was deleted by that try's cleanup (task cleared?): submitting a fresh one",
+            payload.get("name"),
+            job_try,
+        )
+        self.hook.wait_for_deleted(payload["name"], payload["namespace"], timeout=120)
+        return True
 
     def on_kill(self) -> None:
         """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed."""
@@ -410,6 +442,10 @@ class MPIJobOperator(BaseOperator):
                 f"(labels {existing_labels}); choose another name"
             )
         state = job_state(existing)
+        if existing["metadata"].get("deletionTimestamp"):
+            self.log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew", existing_name)
+            self.hook.wait_for_deleted(existing_name, existing["metadata"]["namespace"], timeout=120)
+            return None
         if state.terminal and not state.succeeded:
             self.log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
             self.hook.delete_mpijob(existing_name, existing["metadata"]["namespace"])
@@ -467,7 +503,7 @@ class MPIJobOperator(BaseOperator):
             )
             await monitor.drain_logs()
 
-    def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime) -> None:
+    def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
 
         deadline = _now() + self.execution_timeout if self.execution_timeout else None
@@ -488,7 +524,9 @@ class MPIJobOperator(BaseOperator):
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+        self.defer(
+            trigger=trigger, method_name="execute_complete", kwargs={"job_try_number": job_try}, timeout=backstop
+        )
 
     def _finish(self, payload: dict[str, Any]) -> dict:
         return finish(
@@ -566,6 +604,12 @@ def _parse_time(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _try_number_of(job: dict) -> int | None:
+    """The try that created ``job`` (its identity label), if it carries one."""
+    value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL)
+    return int(value) if value and value.isdigit() else None
 
 
 def _remember(context: Any, name: str, namespace: str) -> None:

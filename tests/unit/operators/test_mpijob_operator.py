@@ -275,3 +275,30 @@ def test_conflict_or_missing_crd_on_create_fail_without_retry():
         op = make(hook=FakeSyncHook(create_error=error))
         with pytest.raises(AirflowFailException):
             op.execute(context())
+
+
+def test_job_deleted_by_the_cleanup_of_an_earlier_try_is_resubmitted_once(monkeypatch):
+    """Clearing a deferred task: its trigger deletes the MPIJob while the new try already reattached."""
+    op = make(get_logs=False)
+    existing = _existing(op, "Created", "Running", try_number=1)
+    name = existing["metadata"]["name"]
+    op.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(try_number=2))
+    assert deferred.value.kwargs == {"job_try_number": 1} and op.hook.created == []
+    op.hook.jobs.clear()  # the first try's trigger deleted it
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(context(try_number=2), result("deleted", name=name), job_try_number=1)
+    assert len(op.hook.created) == 1 and again.value.kwargs == {"job_try_number": 2}
+    with pytest.raises(AirflowException, match="deleted"):  # a deletion of the current try's job fails
+        op.execute_complete(context(try_number=2), result("deleted", name=name), job_try_number=2)
+
+
+def test_job_being_deleted_is_not_reattached():
+    op = make(deferrable=True)
+    existing = _existing(op, "Created", "Running")
+    existing["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    op.hook.wait_for_deleted = lambda name, ns, timeout: op.hook.jobs.pop((ns, name), None) or True
+    with pytest.raises(TaskDeferred):
+        op.execute(context(try_number=2))
+    assert len(op.hook.created) == 1
