@@ -205,19 +205,31 @@ def test_unschedulable_job_times_out_with_failed_scheduling_and_is_deleted(k8s, 
 def test_second_try_reattaches_instead_of_creating(cluster, k8s, namespace, kubernetes_default_conn, record):
     cluster.set_launcher_logs(namespace, LINES)
     first = operator("reattach", namespace, run_duration="6s", retries=1, on_finish_action="keep")
-    outcome: dict = {}
-    worker = threading.Thread(target=lambda: outcome.setdefault("first", _call(first.execute, ctx("reattach"))))
-    worker.start()
+    worker = Background(first.execute, ctx("reattach"))
     name = first.build_manifest(ctx("reattach"))["metadata"]["name"]
     watch_mpijob(k8s, namespace, name, lambda o: "Running" in true_conditions(o))
     second = operator("reattach", namespace, run_duration="6s", retries=1, on_finish_action="keep")
     xcom = second.execute(ctx("reattach", try_number=2))  # e.g. the first worker died; Airflow retried
-    worker.join(120)
+    worker.result(120)
     assert xcom["name"] == name and xcom["condition"] == "Succeeded"
     selector = reattach_selector(first.build_manifest(ctx("reattach"))["metadata"]["labels"])
     assert len(client.CustomObjectsApi(k8s).list_namespaced_custom_object(
         "kubeflow.org", "v2beta1", namespace, "mpijobs", label_selector=selector)["items"]) == 1
     assert any("Reattaching to MPIJob" in ln for ln in record.lines)
+
+
+class Background:
+    """Runs ``fn(*args)`` in a thread, as an Airflow worker runs ``execute``; ``result()`` joins it."""
+
+    def __init__(self, fn, *args) -> None:
+        self._outcome: list = []
+        self._thread = threading.Thread(target=lambda: self._outcome.append(_call(fn, *args)))
+        self._thread.start()
+
+    def result(self, timeout: float):
+        self._thread.join(timeout)
+        assert self._outcome, f"still running after {timeout}s"
+        return self._outcome[0]
 
 
 def _call(fn, *args):
@@ -231,15 +243,12 @@ def _call(fn, *args):
 @pytest.mark.needs_simulation
 def test_on_kill_during_sync_wait_deletes_job_and_pods(cluster, k8s, namespace, kubernetes_default_conn, record):
     op = operator("killed", namespace, run_duration="600s")
-    outcome: dict = {}
-    worker = threading.Thread(target=lambda: outcome.setdefault("r", _call(op.execute, ctx("killed"))))
-    worker.start()
+    worker = Background(op.execute, ctx("killed"))
     name = op.build_manifest(ctx("killed"))["metadata"]["name"]
     watch_mpijob(k8s, namespace, name, lambda o: "Running" in true_conditions(o))
     op.on_kill()
     wait_gone(k8s, namespace, name)
-    worker.join(120)
-    assert isinstance(outcome["r"], AirflowException)
+    assert isinstance(worker.result(120), AirflowException)
 
 
 @pytest.mark.needs_simulation
@@ -305,14 +314,12 @@ def test_sensor_waits_on_existing_job(cluster, k8s, namespace, kubernetes_defaul
 def test_wait_survives_an_api_server_restart(cluster, k8s, namespace, kubernetes_default_conn, record):
     cluster.set_launcher_logs(namespace, LINES)
     op = operator("restart", namespace, run_duration="12s")
-    outcome: dict = {}
-    worker = threading.Thread(target=lambda: outcome.setdefault("r", _call(op.execute, ctx("restart"))))
-    worker.start()
+    worker = Background(op.execute, ctx("restart"))
     name = op.build_manifest(ctx("restart"))["metadata"]["name"]
     watch_mpijob(k8s, namespace, name, lambda o: "Running" in true_conditions(o))
     cluster.restart_apiserver()
-    worker.join(180)
-    assert isinstance(outcome["r"], dict) and outcome["r"]["condition"] == "Succeeded", outcome
+    outcome = worker.result(180)
+    assert isinstance(outcome, dict) and outcome["condition"] == "Succeeded", outcome
     assert record.payload_lines() == LINES
 
 
