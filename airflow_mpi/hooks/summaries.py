@@ -58,22 +58,13 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     )
 
 
-def event_summary(event: Any) -> EventSummary:
-    """Summarise a CoreV1Event (object or dict)."""
-    if isinstance(event, dict):
-        involved = event.get("involvedObject") or event.get("involved_object") or {}
-        return EventSummary(
-            type=event.get("type") or "",
-            reason=event.get("reason") or "",
-            message=event.get("message") or "",
-            object_name=involved.get("name") or "",
-            count=int(event.get("count") or 1),
-        )
-    involved = event.involved_object
+def event_summary(event: dict) -> EventSummary:
+    """Summarise an event as the hooks return it (an API dict)."""
+    involved = event.get("involvedObject") or {}
     return EventSummary(
-        type=event.type or "",
-        reason=event.reason or "",
-        message=event.message or "",
-        object_name=getattr(involved, "name", "") or "",
-        count=int(event.count or 1),
+        type=event.get("type") or "",
+        reason=event.get("reason") or "",
+        message=event.get("message") or "",
+        object_name=involved.get("name") or "",
+        count=int(event.get("count") or 1),
     )
