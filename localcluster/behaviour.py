@@ -52,7 +52,7 @@ REASON = f"{PREFIX}/reason"
 MESSAGE = f"{PREFIX}/message"
 SUCCEED_AFTER_RESTARTS = f"{PREFIX}/succeed-after-restarts"
 
-DEFAULT_RUN_DURATION = "2s"
+DEFAULT_RUN_DURATION = "8s"  # longer than an Airflow worker takes to exit after deferring (see docs/NOTES.md)
 DEFAULT_EXIT_CODE = 1
 DEFAULT_REASON = "Error"
 KILLED_EXIT_CODE = 137

@@ -109,8 +109,12 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
     """
     client.wait_task(HOLD, run_id, "hold", {"deferred"}, timeout=RUN_TIMEOUT)
     started = f"trigger {HOLD}/{run_id}/hold/-1/{try_number} "
-    _wait(lambda: started in client.task_log(HOLD, run_id, "hold", try_number), 60,
-          f"the triggerer to start the trigger of {HOLD}/{run_id} try {try_number}")
+
+    def trigger_running() -> bool:  # a try may defer twice (a cleared try resubmits): the last trigger counts
+        log = client.task_log(HOLD, run_id, "hold", try_number)
+        return log.count(started) >= log.count("Pausing task as DEFERRED") > 0
+
+    _wait(trigger_running, 60, f"the triggerer to start the trigger of {HOLD}/{run_id} try {try_number}")
 
     def find():
         ti = client.task_instance(HOLD, run_id, "hold")
