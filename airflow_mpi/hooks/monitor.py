@@ -344,3 +344,19 @@ class JobMonitor:
             if pod.name == stream.pod:
                 return pod.state == "running" and pod.restart_count == stream.restart
         return False
+
+
+async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:
+    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection.
+
+    ``drain_only``: print the launcher log not printed yet and return None; otherwise wait for a verdict.
+    """
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
+
+    kwargs.setdefault("submitted_at", utcnow())
+    async with AsyncMPIJobHook.from_sync(sync_hook) as hook:
+        monitor = JobMonitor(hook, name, namespace, **kwargs)
+        if drain_only:
+            await monitor.drain_logs()
+            return None
+        return await monitor.run()

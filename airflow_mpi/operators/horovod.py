@@ -57,20 +57,17 @@ class HorovodJobOperator(MPIJobOperator):
             values["program"],
             workers=int(values["workers"]),
             slots_per_worker=int(values.get("slots_per_worker") or 1),
-            min_np=_int_or_none(getattr(self, "min_np", None)),
-            max_np=_int_or_none(getattr(self, "max_np", None)),
+            min_np=_int_or_none(values.get("min_np")),
+            max_np=_int_or_none(values.get("max_np")),
             discovery_script=self.discovery_script,
             log_level=self.log_level,
             verbose=self.verbose,
             elastic_timeout=self.elastic_timeout,
             network_interface=self.network_interface,
-            extra_args=tuple(getattr(self, "horovod_args", None) or ()),
+            extra_args=tuple(values.get("horovod_args") or ()),
         )
 
 
 def _int_or_none(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str) and "{" in value:
-        return None  # not rendered yet (parse time)
-    return int(value)
+    """Rendered templates give strings; unset (or not rendered yet, at parse time) gives None."""
+    return None if value is None or value == "" else int(value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import shlex
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -486,22 +487,15 @@ class MPIJobOperator(BaseOperator):
         }
 
     async def _wait(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None) -> dict:
-        from airflow_mpi.hooks import AsyncMPIJobHook
-        from airflow_mpi.hooks.monitor import JobMonitor
+        from airflow_mpi.hooks.monitor import monitor_with
 
-        async with AsyncMPIJobHook.from_sync(self.hook) as hook:
-            monitor = JobMonitor(hook, name, namespace, emit=self.log.info, **self._monitor_kwargs(submitted_at, deadline))
-            return await monitor.run()
+        return await monitor_with(self.hook, name, namespace, emit=self.log.info, **self._monitor_kwargs(submitted_at, deadline))
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
-        from airflow_mpi.hooks import AsyncMPIJobHook
-        from airflow_mpi.hooks.monitor import JobMonitor
+        from airflow_mpi.hooks.monitor import monitor_with
 
-        async with AsyncMPIJobHook.from_sync(self.hook) as hook:
-            monitor = JobMonitor(
-                hook, name, namespace, emit=self.log.info, log_state=log_state, **self._monitor_kwargs(_now(), None)
-            )
-            await monitor.drain_logs()
+        kwargs = self._monitor_kwargs(_now(), None)
+        await monitor_with(self.hook, name, namespace, drain_only=True, emit=self.log.info, log_state=log_state, **kwargs)
 
     def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
@@ -560,8 +554,6 @@ def _override(base: ReplicaSpec, overrides: dict[str, Any] | None, role: str) ->
 
 def _snake_keys(data: dict[str, Any]) -> dict[str, Any]:
     """Accept both the manifest's camelCase and Python's snake_case keys."""
-    import re
-
     return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in data.items()}
 
 

@@ -112,13 +112,6 @@ class MPIJobSensor(BaseSensorOperator):
     def _attach_logs(self, namespace: str) -> None:
         if not self.attach_logs:
             return
-        from airflow_mpi.hooks import AsyncMPIJobHook
-        from airflow_mpi.hooks.monitor import JobMonitor
+        from airflow_mpi.hooks.monitor import monitor_with
 
-        async def drain() -> None:
-            async with AsyncMPIJobHook.from_sync(self.hook) as hook:
-                monitor = JobMonitor(hook, self.job_name, namespace, emit=self.log.info,
-                                     submitted_at=datetime.now(timezone.utc))
-                await monitor.drain_logs()
-
-        asyncio.run(drain())
+        asyncio.run(monitor_with(self.hook, self.job_name, namespace, drain_only=True, emit=self.log.info))
