@@ -45,6 +45,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"),
     # kwokctl runs `kubectl get --raw /version` to see that the cluster is served; handy for humans too.
     Tool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
+    # the real node (images/kube): kubelet from the same release as the control plane, CoreDNS with only the
+    # plugins cluster DNS needs (our main, see go/coredns/main.go), and the pod sandbox process (go/pause)
+    Tool("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet"),
+    Tool("coredns", "coredns", "airflow-mpi.localcluster/coredns"),
+    Tool("pause", "pause", "airflow-mpi.localcluster/pause"),
     Tool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     Tool("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
     # our 30-line main around the unmodified upstream app package (adds --health-check-port; see main.go)
@@ -107,6 +112,7 @@ PINNED_MODULES = (
     "sigs.k8s.io/kwok",
     "github.com/kubeflow/mpi-operator",
     "github.com/kubeflow/training-operator",
+    "github.com/coredns/coredns",
 )
 
 
@@ -200,7 +206,15 @@ def _module_dir(go: str, moddir: str, module_path: str) -> Path:
 
 
 def build(force: bool = False, verbose: bool = True) -> Path:
-    """Build every tool (unless cached) and return the directory holding the binaries and CRDs."""
+    """Build every tool (unless cached) and return the directory holding the binaries and CRDs.
+
+    ``$AIRFLOW_MPI_BIN_DIR`` names a directory built earlier (the node image ships one and has no Go).
+    """
+    prebuilt = os.environ.get("AIRFLOW_MPI_BIN_DIR")
+    if prebuilt:
+        if not is_built(Path(prebuilt)):
+            raise RuntimeError(f"AIRFLOW_MPI_BIN_DIR={prebuilt} does not hold a complete build")
+        return Path(prebuilt)
     go = go_binary()
     key = build_key(go)
     final = bin_dir(key)

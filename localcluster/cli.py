@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--name", default=DEFAULT_NAME)
     sub.add_parser("list", help="list clusters known in the cache")
+    sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
+    sv.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
+    sv.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
+    sv.add_argument("--images-dir", default="/images", help="where exporter containers leave images to import")
+    sv.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig for other containers here")
+    sv.add_argument("--server", default="https://kube:6443", help="API address written into --kubeconfig-out")
     args = p.parse_args(argv)
 
     try:
@@ -58,6 +64,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no running cluster named {args.name!r}", file=sys.stderr)
                 return 1
             print(c.kubeconfig_path)
+        elif args.cmd == "serve":
+            from pathlib import Path
+
+            from .serve import serve
+
+            return serve(
+                kwok_nodes=args.kwok_nodes,
+                api_version=args.api_version,
+                images_dir=Path(args.images_dir),
+                kubeconfig_out=Path(args.kubeconfig_out) if args.kubeconfig_out else None,
+                server=args.server,
+            )
         elif args.cmd == "list":
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()

@@ -149,6 +149,10 @@ class LocalCluster:
         nodes: int = bh.NODE_COUNT,
         run_operator: bool | None = None,
         verbose: bool = True,
+        bind_address: str = "127.0.0.1",
+        apiserver_port: int | None = None,
+        apiserver_sans: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
     ) -> None:
         if api_version not in API_VERSIONS:
             raise ValueError(f"api_version must be one of {API_VERSIONS}, not {api_version!r}")
@@ -159,6 +163,12 @@ class LocalCluster:
         self.nodes = nodes
         self.run_operator = (api_version == API_V2BETA1) if run_operator is None else run_operator
         self.verbose = verbose
+        # the defaults keep every component on loopback; the real node's container (localcluster.serve) serves
+        # the API on all its interfaces at a fixed port, under the names other containers reach it by
+        self.bind_address = bind_address
+        self.apiserver_port = apiserver_port
+        self.apiserver_sans = tuple(apiserver_sans)
+        self.extra_args = tuple(extra_args)  # kwokctl --extra-args values: "<component>=<flag>=<value>"
         self._api_client = None
 
     # ------------------------------------------------------------------ paths
@@ -186,6 +196,10 @@ class LocalCluster:
     @property
     def kwokctl_cluster_dir(self) -> Path:
         return self.kwok_workdir / "clusters" / self.name
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.kwokctl_cluster_dir / "pki"
 
     @property
     def live_logs_dir(self) -> Path:
@@ -334,7 +348,11 @@ class LocalCluster:
                     "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                     "kind": "KwokctlConfiguration",
                     # every component (etcd, kube-apiserver, ...) listens on loopback only, on free ports
-                    "options": {"bindAddress": "127.0.0.1"},
+                    "options": {
+                        "bindAddress": self.bind_address,
+                        **({"kubeApiserverPort": self.apiserver_port} if self.apiserver_port else {}),
+                        **({"kubeApiserverCertSANs": list(self.apiserver_sans)} if self.apiserver_sans else {}),
+                    },
                 }
             )
         )
@@ -362,6 +380,13 @@ class LocalCluster:
             # when their lease cannot be renewed (nothing restarts them, unlike static pods under a kubelet)
             "--extra-args=kube-controller-manager=leader-elect=false",
             "--extra-args=kube-scheduler=leader-elect=false",
+            # kwok plays the kubelet of its own (annotated) nodes only, never of a real node beside them
+            "--extra-args=kwok-controller=manage-all-nodes=false",
+            "--extra-args=kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # a real kubelet (localcluster.realnode) only serves logs and exec to clients it can authenticate
+            f"--extra-args=kube-apiserver=kubelet-client-certificate={self.pki_dir / 'admin.crt'}",
+            f"--extra-args=kube-apiserver=kubelet-client-key={self.pki_dir / 'admin.key'}",
+            *(f"--extra-args={arg}" for arg in self.extra_args),
         ]
         self._info("kwokctl create cluster (binary runtime)")
         res = self.kwokctl(*args, timeout=timeout + 30, check=False, capture=True)

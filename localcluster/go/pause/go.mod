@@ -1,0 +1,3 @@
+module airflow-mpi.localcluster/pause
+
+go 1.25.0

@@ -1,0 +1,196 @@
+"""Host side of the real-node cluster: build the node image, run it with Docker, load images into its node.
+
+``NodeCluster("name").start()`` runs images/kube (a control plane, the mpi-operator and one real node in one
+privileged container), publishes its API server on a free loopback port and writes a kubeconfig for this host
+at the same place a kwok cluster's would be (``$AIRFLOW_MPI_CACHE/clusters/<name>/kubeconfig``), so tests and
+the demo use either kind of cluster the same way. ``load_images()`` copies local Docker images into the node's
+containerd (``docker save | ctr images import``): no registry is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from . import build as _build
+from .cluster import API_V2BETA1, ClusterError, clusters_root
+
+REPO = Path(__file__).resolve().parent.parent
+DOCKERFILE = REPO / "images" / "kube" / "Dockerfile"
+IMAGE_REPO = "airflow-mpi/kube"
+LABEL = "airflow-mpi.localcluster"
+NODE_STATE = "/var/lib/airflow-mpi/clusters/node"  # LocalCluster("node") inside the container
+READY_LINE = "[localcluster.serve] ready in"
+
+
+def _log(msg: str) -> None:
+    print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
+
+
+def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = 600, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run(["docker", *args], capture_output=capture, text=True, timeout=timeout, check=False, **kw)
+    if check and res.returncode != 0:
+        raise ClusterError(f"docker {' '.join(args[:3])} failed ({res.returncode}): {(res.stderr or '').strip()[-2000:]}")
+    return res
+
+
+def ensure_docker() -> None:
+    """Docker engine, buildx, the base image (scripts/docker-setup: idempotent, about a second when done)."""
+    subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True)
+
+
+def image_tag(bin_dir: Path) -> str:
+    """Tag from the binaries' build key plus everything else that goes into the image."""
+    h = hashlib.sha256(bin_dir.name.encode())
+    for path in [DOCKERFILE, *sorted((REPO / "localcluster").glob("*.py"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
+
+
+def build_image(verbose: bool = True) -> str:
+    """Build images/kube from the cached binaries (no-op when that tag exists); returns the tag."""
+    ensure_docker()
+    bin_dir = _build.build(verbose=verbose)
+    tag = image_tag(bin_dir)
+    if docker("image", "inspect", tag, check=False).returncode == 0:
+        return tag
+    context = _build.cache_root() / "images" / "kube-context"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    shutil.copytree(bin_dir, context / "bin", copy_function=os.link)  # hard links: no copy of ~400 MB
+    shutil.copytree(
+        REPO / "localcluster", context / "localcluster", ignore=shutil.ignore_patterns("__pycache__", "*.sum")
+    )
+    t0 = time.monotonic()
+    _log(f"building {tag}")
+    docker("buildx", "build", "--load", "-q", "--build-arg", "BINARIES=prebuilt", "-f", str(DOCKERFILE), "-t", tag, "-t", f"{IMAGE_REPO}:local", str(context), timeout=1800)
+    shutil.rmtree(context, ignore_errors=True)
+    _log(f"built {tag} in {time.monotonic() - t0:.0f}s")
+    return tag
+
+
+class NodeCluster:
+    """A cluster with a real node, in a container named ``airflow-mpi-<name>``."""
+
+    kind = "real-node"
+
+    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0) -> None:
+        self.name = name
+        self.api_version = api_version
+        self.kwok_nodes = kwok_nodes
+        self.container = f"airflow-mpi-{name}"
+
+    @property
+    def state_dir(self) -> Path:
+        return clusters_root() / self.name
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def _volumes(self) -> list[str]:
+        return [f"{self.container}-containerd", f"{self.container}-kubelet"]
+
+    def running(self) -> bool:
+        res = docker("inspect", "-f", "{{.State.Running}}", self.container, check=False)
+        return res.returncode == 0 and res.stdout.strip() == "true"
+
+    def start(self, timeout: float = 300) -> NodeCluster:
+        tag = build_image()
+        self.remove()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        docker(
+            "run", "-d", "--name", self.container, "--hostname", self.name, "--privileged", "--init",
+            "--label", f"{LABEL}={self.name}",
+            *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet")) for arg in ("-v", f"{vol}:{path}")),
+            "-p", "127.0.0.1::6443",
+            tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}",
+        )  # fmt: skip
+        try:
+            self._await_ready(timeout)
+            self._write_kubeconfig()
+        except BaseException:
+            self.collect_logs()
+            raise
+        (self.state_dir / "state.json").write_text(
+            json.dumps({"name": self.name, "kind": self.kind, "image": tag, "api_version": self.api_version, "phase": "running"})
+        )
+        _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
+        return self
+
+    def _await_ready(self, timeout: float) -> None:
+        """Follow the container's output until serve reports ready (or the container ends)."""
+        proc = subprocess.Popen(
+            ["docker", "logs", "-f", self.container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        deadline = time.monotonic() + timeout
+        tail: list[str] = []
+        try:
+            for line in proc.stdout:  # ends when the container stops
+                tail = [*tail[-40:], line.rstrip()]
+                if line.startswith(READY_LINE):
+                    return
+                if time.monotonic() > deadline:
+                    break
+        finally:
+            proc.kill()
+            proc.wait()
+        state = "exited" if not self.running() else f"not ready after {timeout:.0f}s"
+        raise ClusterError(f"node container {self.container} {state}; last output:\n" + "\n".join(tail))
+
+    def _write_kubeconfig(self) -> None:
+        port = docker("port", self.container, "6443/tcp").stdout.split(":")[-1].strip()
+        cfg = yaml.safe_load(docker("exec", self.container, "cat", "/run/airflow-mpi/kubeconfig").stdout)
+        for cluster in cfg["clusters"]:
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+        self.kubeconfig_path.write_text(yaml.safe_dump(cfg))
+
+    def load_images(self, refs: Sequence[str]) -> None:
+        """Copy local Docker images into the node's containerd (what a registry pull would do)."""
+        for ref in refs:
+            t0 = time.monotonic()
+            save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
+            res = subprocess.run(
+                ["docker", "exec", "-i", self.container, "ctr", "-n", "k8s.io", "images", "import", "-"],
+                stdin=save.stdout, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            save.stdout.close()
+            if save.wait() != 0 or res.returncode != 0:
+                raise ClusterError(f"loading {ref} into {self.container}: {res.stderr.strip()}")
+            _log(f"{self.name}: loaded {ref} ({time.monotonic() - t0:.1f}s)")
+
+    def collect_logs(self, dest: Path | None = None) -> Path:
+        """Copy the component and node logs out of the container (post-mortem)."""
+        dest = dest or self.logs_dir
+        dest.mkdir(parents=True, exist_ok=True)
+        docker("cp", f"{self.container}:{NODE_STATE}/logs/.", str(dest), check=False)
+        with open(dest / "container.log", "w") as f:
+            subprocess.run(["docker", "logs", self.container], stdout=f, stderr=subprocess.STDOUT, check=False)
+        return dest
+
+    def stop(self, keep_logs: bool = True) -> None:
+        """Stop gracefully (serve stops pods, node, control plane), then remove the container and its volumes."""
+        if self.running():
+            docker("stop", "-t", "60", self.container, check=False, timeout=120)
+        if keep_logs and docker("inspect", self.container, check=False).returncode == 0:
+            self.collect_logs()
+        self.remove()
+        self.kubeconfig_path.unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        docker("rm", "-f", "-v", self.container, check=False)
+        docker("volume", "rm", "-f", *self._volumes(), check=False)

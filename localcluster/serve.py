@@ -1,0 +1,120 @@
+"""``python -m localcluster serve``: the real node's container entrypoint (images/kube).
+
+Starts, in this container, a whole cluster: the control plane and the mpi-operator of a
+:class:`~localcluster.cluster.LocalCluster` serving the API on all interfaces, plus one real node
+(:class:`~localcluster.realnode.RealNode`: containerd, kubelet, CoreDNS) and, optionally, kwok nodes beside it.
+Imports the images that exporter containers left in ``--images-dir``, writes a kubeconfig for other containers,
+then marks itself ready (``READY_FILE``, the compose healthcheck) and keeps every process alive until SIGTERM,
+when it stops the pods, the node and the control plane in that order.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from .cluster import LocalCluster
+from .image_archive import exported_archive
+from .realnode import RealNode, node_ip
+
+READY_FILE = Path("/run/airflow-mpi/ready")
+KUBECONFIG = Path("/run/airflow-mpi/kubeconfig")  # inlined certificates, server https://127.0.0.1:6443
+API_PORT = 6443
+CLUSTER_NAME = "node"
+
+
+def _log(msg: str) -> None:
+    print(f"[localcluster.serve] {msg}", file=sys.stderr, flush=True)
+
+
+def import_exported_images(node: RealNode, images_dir: Path) -> list[str]:
+    """Import every ``<name>.tar`` + ``<name>.json`` pair written by images/mpi/export-image."""
+    refs = []
+    for settings in sorted(images_dir.glob("*.json")) if images_dir.is_dir() else []:
+        rootfs = settings.with_suffix(".tar")
+        if not rootfs.exists():
+            continue
+        archive = node.state_dir / f"{settings.stem}.image.tar"
+        try:
+            node.import_archive(exported_archive(rootfs, settings, archive))
+        finally:
+            archive.unlink(missing_ok=True)
+        refs.append(yaml.safe_load(settings.read_text())["ref"])
+    return refs
+
+
+def export_kubeconfig(src: Path, dest: Path, server: str) -> None:
+    """Write the admin kubeconfig for use elsewhere: certificates inlined, ``server`` as the reader reaches the API."""
+    cfg = yaml.safe_load(src.read_text())
+    for cluster in cfg["clusters"]:
+        cluster["cluster"]["server"] = server
+        _inline(cluster["cluster"], "certificate-authority")
+    for user in cfg["users"]:
+        _inline(user["user"], "client-certificate")
+        _inline(user["user"], "client-key")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg))
+    tmp.chmod(0o644)
+    tmp.replace(dest)
+
+
+def _inline(entry: dict, key: str) -> None:
+    if key in entry:
+        entry[f"{key}-data"] = base64.b64encode(Path(entry.pop(key)).read_bytes()).decode()
+
+
+def serve(*, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str) -> int:
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    READY_FILE.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    sans = sorted({socket.gethostname(), node_ip(), "kube", "localhost", "127.0.0.1"})
+    cluster = LocalCluster(
+        CLUSTER_NAME,
+        api_version,
+        nodes=kwok_nodes,
+        bind_address="0.0.0.0",
+        apiserver_port=API_PORT,
+        apiserver_sans=sans,
+        # the node's name resolves nowhere (no DNS for nodes): reach its kubelet by address
+        extra_args=["kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname"],
+    )
+    cluster.start()
+    node = RealNode(
+        Path(cluster.read_state()["bin_dir"]),
+        cluster.kubeconfig_path,
+        cluster.pki_dir,
+        cluster.state_dir / "node",
+        cluster.logs_dir,
+    )
+    try:
+        node.start()
+        refs = import_exported_images(node, images_dir)
+        if refs:
+            _log(f"imported images: {', '.join(refs)}")
+        export_kubeconfig(cluster.kubeconfig_path, KUBECONFIG, f"https://127.0.0.1:{API_PORT}")
+        if kubeconfig_out:
+            export_kubeconfig(cluster.kubeconfig_path, kubeconfig_out, server)
+        READY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        READY_FILE.write_text(str(os.getpid()))
+        _log(f"ready in {time.monotonic() - t0:.1f}s: API {server}, node {node_ip()}, logs {cluster.logs_dir}")
+        while not stopping:
+            restarted = node.supervise() + cluster.ensure_components()
+            if restarted:
+                _log(f"restarted {', '.join(restarted)}")
+            time.sleep(1)
+    finally:
+        READY_FILE.unlink(missing_ok=True)
+        _log("stopping node and control plane")
+        node.stop()
+        cluster.stop()
+    return 0
