@@ -16,10 +16,12 @@ from pathlib import Path
 from airflowstack import kube
 from airflowstack._proc import StackError
 from airflowstack.stack import AirflowStack
+from localcluster.node_container import MPI_IMAGES as IMAGES  # images/mpi targets -> tags
 
 REPO = Path(__file__).resolve().parents[1]
 DAG = "mpi_pi"
-PREFERRED_PORT = 28080  # not 8080: the local cluster's mpi-operator always binds :8080 for its health check
+PREFERRED_PORT = 28080  # not 8080: the compose stack's UI (docker-compose.yaml) may be running beside it
+IMPLEMENTATIONS = {"openmpi": "OpenMPI", "mpich": "MPICH"}
 
 
 def say(msg: str = "") -> None:
@@ -42,8 +44,13 @@ def _interrupt(*_args) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kubeconfig", default=kube.env_kubeconfig(),
-                   help="run against this (real) cluster instead of the local simulated one; it needs the Kubeflow "
+                   help="run against this (real) cluster instead of the local one; it needs the Kubeflow "
                         "mpi-operator (kubeflow.org/v2beta1). Default: $AIRFLOW_MPI_KUBECONFIG")
+    p.add_argument("--simulated", action="store_true",
+                   help="use the local cluster with simulated (kwok) nodes instead of the real node: no container "
+                        "runs and the launcher's log is scripted (starts in seconds, needs no Docker)")
+    p.add_argument("--implementation", choices=sorted(IMAGES), default="openmpi",
+                   help="MPI of the image the real node runs (images/mpi)")
     p.add_argument("--namespace", default="airflow-mpi-demo", help="namespace of the MPIJobs (created if missing)")
     p.add_argument("--workers", type=int, default=2, help="workers of the mpi_pi run (the Param's bounds apply)")
     p.add_argument("--slots-per-worker", type=int, default=1)
@@ -59,18 +66,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     real = bool(args.kubeconfig)
+    local_node = not real and not args.simulated
     if real:
         say(f"Cluster: {args.kubeconfig} (a real cluster; it must run the Kubeflow mpi-operator).")
-    else:
+    elif local_node:
         say("Cluster: a local Kubernetes built from upstream sources (etcd, kube-apiserver, controller-manager, "
             "scheduler, the real mpi-operator)\n"
-            "         whose NODES ARE SIMULATED (kwok): pods are scheduled and go through their phases, but no "
-            "container runs;\n"
-            "         the launcher's log lines are served by the simulation.\n"
+            "         with one REAL node (containerd, kubelet, CoreDNS) in a Docker container: the launcher and "
+            "workers are containers,\n"
+            f"         the ranks are real MPI processes of {IMAGES[args.implementation]} (built from images/mpi).\n"
             "         Real cluster instead: scripts/demo --kubeconfig /path/to/kubeconfig (or AIRFLOW_MPI_KUBECONFIG=...).")
-    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo")
+    else:
+        say("Cluster: a local Kubernetes whose NODES ARE SIMULATED (kwok): pods go through their phases, but no "
+            "container runs;\n         the launcher's log lines are served by the simulation.")
+    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo", real_node=local_node)
+    extra_env = {"AIRFLOW_MPI_PI_IMAGE": IMAGES[args.implementation]} if local_node else {}
     stack = AirflowStack(REPO / "dags", home=args.home, kubeconfig=cluster.kubeconfig, namespace=args.namespace,
-                         port=_port())
+                         port=_port(), extra_env=extra_env)
+    args.mpi_implementation = IMPLEMENTATIONS[args.implementation] if local_node else None
     t0 = time.monotonic()
     starting = kube.Starting(cluster)
     try:
@@ -117,6 +130,8 @@ def run_demo(stack: AirflowStack, args: argparse.Namespace) -> None:
     client = stack.client()
     client.wait_for_dags([DAG], timeout=180)
     conf = {"workers": args.workers, "slots_per_worker": args.slots_per_worker, "deferrable": args.deferrable}
+    if args.mpi_implementation:
+        conf["mpi_implementation"] = args.mpi_implementation
     run = client.trigger(DAG, conf)
     run_id = run["dag_run_id"]
     say(f"\nTriggered {DAG} with conf {json.dumps(conf)}: run {run_id}")

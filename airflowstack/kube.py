@@ -1,8 +1,10 @@
 """The cluster side of the e2e tests and the demo: which cluster, its namespace, and the simulated pi output.
 
-The local cluster's nodes are SIMULATED (kwok): no container runs, so the launcher's log lines are served from a
-file (``LocalCluster.set_launcher_logs``, a kwok ClusterLogs per namespace). The DAGs stay as they would be on a
-real cluster; only this module knows about the simulation.
+Three kinds: a real cluster (a kubeconfig), the local cluster with a REAL node (localcluster.node_container:
+containers run, the MPI images of images/mpi are loaded into it; the demo's default), and the local cluster with
+SIMULATED kwok nodes, where no container runs and the launcher's log lines are served from a file
+(``LocalCluster.set_launcher_logs``, a kwok ClusterLogs per namespace; the e2e suite's scripted scenarios).
+The DAGs stay as they would be on a real cluster; only this module knows which kind it is.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ class Cluster:
     """A kubeconfig plus, for the local cluster, the LocalCluster that serves simulated logs."""
 
     kubeconfig: Path
-    local: Any = None  # localcluster.LocalCluster when simulated
+    local: Any = None  # localcluster.LocalCluster (simulated nodes) or localcluster.node_container.NodeCluster
     owned: bool = False  # started by us: stop it at the end
     _client: Any = field(default=None, repr=False)
 
     @property
     def simulated(self) -> bool:
-        return self.local is not None
+        return self.local is not None and getattr(self.local, "kind", "kwok") == "kwok"
 
     def api_client(self):
-        if self.local is not None:
+        if self.simulated:
             return self.local.api_client()
         if self._client is None:
             from kubernetes import config
@@ -60,7 +62,7 @@ class Cluster:
 
     def serve_launcher_logs(self, namespace: str, lines: list[str]) -> None:
         """On the simulated cluster: every launcher pod in ``namespace`` prints ``lines``. No-op on a real cluster."""
-        if self.local is not None:
+        if self.simulated:
             self.local.set_launcher_logs(namespace, lines)
 
     def stop(self) -> None:
@@ -68,13 +70,22 @@ class Cluster:
             self.local.stop()
 
 
-def open_cluster(*, kubeconfig: str | None = None, name: str = "airflow-mpi", reuse: str | None = None) -> Cluster:
-    """A real cluster (``kubeconfig``), a running local one (``reuse``: its name), or a new local one (``name``)."""
+def open_cluster(
+    *, kubeconfig: str | None = None, name: str = "airflow-mpi", reuse: str | None = None, real_node: bool = False
+) -> Cluster:
+    """A real cluster (``kubeconfig``), a running local one (``reuse``: its name), or a new local one (``name``),
+    simulated or, with ``real_node``, with a node that runs containers."""
     if kubeconfig:
         return Cluster(Path(kubeconfig).resolve())
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from localcluster import LocalCluster
+
+    if real_node:
+        from localcluster.node_container import NodeCluster
+
+        node = NodeCluster(name)
+        return Cluster(node.kubeconfig_path, local=node, owned=True)
 
     if reuse:
         local = LocalCluster.existing(reuse)
@@ -89,6 +100,10 @@ def start(cluster: Cluster) -> Cluster:
     """Start a local cluster opened by :func:`open_cluster` (no-op for real or reused clusters)."""
     if cluster.owned and cluster.local is not None:
         cluster.local.start()
+        if not cluster.simulated:  # a real node pulls nothing: give it the MPI images of images/mpi
+            from localcluster.node_container import build_mpi_images
+
+            cluster.local.load_images(build_mpi_images())
     return cluster
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
@@ -9,6 +10,9 @@ from airflow.providers.common.compat.sdk import DAG, Param, task
 from airflow_mpi.operators import MPIJobOperator
 
 MPI_IMPLEMENTATIONS = ["OpenMPI", "Intel", "MPICH"]
+# The image the form proposes: the mpi-operator's published pi image, or (docker-compose.yaml, scripts/demo)
+# the locally built equivalent from images/mpi, since the local node has no registry to pull from.
+DEFAULT_IMAGE = os.environ.get("AIRFLOW_MPI_PI_IMAGE", "mpioperator/mpi-pi:openmpi")
 
 
 class ParamsMPIJobOperator(MPIJobOperator):
@@ -27,7 +31,7 @@ the `pi` task's log while the job runs.
 
 **Parameters** (trigger form): number of **workers**, **slots per worker** (MPI processes per
 worker pod), the **image** (`mpioperator/mpi-pi:openmpi`, `:intel` or `:mpich`, matching the
-**MPI implementation**), and **deferrable** (wait in the triggerer instead of holding a worker slot).
+**MPI implementation**; the local stack builds `airflow-mpi/mpi-pi:openmpi` and `:mpich`), and **deferrable** (wait in the triggerer instead of holding a worker slot).
 
 **Result**: `pi` returns the job summary (XCom: name, namespace, condition, start/completion
 time, launcher pods); `report` reads it and logs how long the job took.
@@ -55,13 +59,18 @@ with DAG(
             description="MPI processes per worker pod; mpirun starts workers x slots processes.",
         ),
         "image": Param(
-            "mpioperator/mpi-pi:openmpi", type="string", minLength=1, title="Image",
+            DEFAULT_IMAGE, type="string", minLength=1, title="Image",
             description="Image of launcher and workers, with /home/mpiuser/pi built for the chosen MPI "
             "implementation (tags :openmpi, :intel, :mpich).",
         ),
         "mpi_implementation": Param(
             "OpenMPI", type="string", enum=MPI_IMPLEMENTATIONS, title="MPI implementation",
             description="Selects the mpirun flavour and the MPIJob's mpiImplementation.",
+        ),
+        "samples": Param(
+            2_000_000, type="integer", minimum=1000, maximum=100_000_000_000, title="Samples per rank",
+            description="Random points each rank draws (the pi program's argument): more samples, a closer "
+            "estimate and a longer run.",
         ),
         "deferrable": Param(
             False, type="boolean", title="Deferrable",
@@ -72,21 +81,29 @@ with DAG(
     pi = ParamsMPIJobOperator(
         task_id="pi",
         image="{{ params.image }}",
-        program=["/home/mpiuser/pi"],  # launcher: mpirun ... -np <workers x slots> /home/mpiuser/pi
+        # launcher: mpirun ... -np <workers x slots> /home/mpiuser/pi <samples> (a shell string: the rendered
+        # number stays text; upstream's pi image ignores the argument)
+        program="/home/mpiuser/pi {{ params.samples }}",
         workers="{{ params.workers }}",
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",
         deferrable="{{ params.deferrable }}",
         # the image runs MPI as the unprivileged mpiuser; workers serve mpirun over its own sshd
         ssh_auth_mount_path="/home/mpiuser/.ssh",
+        # start the launcher once every worker's sshd listens: started earlier, it can look up a worker's DNS
+        # name before the record exists, and ssh gives up at once (kubeflow/mpi-operator#386)
+        launcher_creation_policy="WaitForWorkersReady",
+        worker_readiness_probe={"tcpSocket": {"port": 2222}, "periodSeconds": 1},
         launcher={"security_context": {"runAsUser": 1000}},
         worker={
             "command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
             "security_context": {"runAsUser": 1000},
         },
-        # quantities as strings that do not look like numbers: templated fields render natively ("1" -> 1)
-        launcher_resources={"limits": {"cpu": "500m", "memory": "512Mi"}},
-        worker_resources={"limits": {"cpu": "1000m", "memory": "1Gi"}},
+        # CPU requests, no CPU limits (a throttled rank holds up every other rank); small enough that the default
+        # 2 workers fit a 2-core machine beside the launcher. Quantities as strings that do not look like numbers:
+        # templated fields render natively ("1" -> 1)
+        launcher_resources={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        worker_resources={"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         poll_interval=5,
     )
 

@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--name", default=DEFAULT_NAME)
     sub.add_parser("list", help="list clusters known in the cache")
+    nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
+    nd.add_argument("action", choices=["up", "load", "down", "image"])
+    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd")
+    nd.add_argument("--name", default="real")
+    nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
     sv.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     sv.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
@@ -64,6 +69,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no running cluster named {args.name!r}", file=sys.stderr)
                 return 1
             print(c.kubeconfig_path)
+        elif args.cmd == "node":
+            from . import node_container as nc
+
+            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes)
+            if args.action == "image":
+                print(nc.build_image())
+            elif args.action == "up":
+                node.start()
+                print(node.kubeconfig_path)
+                print(f"export KUBECONFIG={node.kubeconfig_path}")
+            elif args.action == "load":
+                node.load_images(args.images or nc.build_mpi_images())
+            else:
+                node.stop()
         elif args.cmd == "serve":
             from pathlib import Path
 

@@ -62,6 +62,7 @@ def build_image(verbose: bool = True) -> str:
     bin_dir = _build.build(verbose=verbose)
     tag = image_tag(bin_dir)
     if docker("image", "inspect", tag, check=False).returncode == 0:
+        docker("tag", tag, f"{IMAGE_REPO}:local")  # the name docker-compose.yaml runs
         return tag
     context = _build.cache_root() / "images" / "kube-context"
     shutil.rmtree(context, ignore_errors=True)
@@ -76,6 +77,22 @@ def build_image(verbose: bool = True) -> str:
     shutil.rmtree(context, ignore_errors=True)
     _log(f"built {tag} in {time.monotonic() - t0:.0f}s")
     return tag
+
+
+MPI_DOCKERFILE = REPO / "images" / "mpi" / "Dockerfile"
+# the MPI images of images/mpi/Dockerfile (target -> tag); the example DAGs and tests run them on the real node
+MPI_IMAGES = {"openmpi": "airflow-mpi/mpi-pi:openmpi", "mpich": "airflow-mpi/mpi-pi:mpich"}
+
+
+def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
+    """Build the MPI images (Docker's layer cache makes a rebuild of unchanged files a few seconds)."""
+    ensure_docker()
+    for target in targets:
+        t0 = time.monotonic()
+        docker("buildx", "build", "--load", "-q", "-f", str(MPI_DOCKERFILE), "--target", target,
+               "-t", MPI_IMAGES[target], str(MPI_DOCKERFILE.parent), timeout=1800)  # fmt: skip
+        _log(f"image {MPI_IMAGES[target]} ready ({time.monotonic() - t0:.0f}s)")
+    return [MPI_IMAGES[t] for t in targets]
 
 
 class NodeCluster:
@@ -190,6 +207,12 @@ class NodeCluster:
             self.collect_logs()
         self.remove()
         self.kubeconfig_path.unlink(missing_ok=True)
+
+    @staticmethod
+    def names() -> list[str]:
+        """Names of the node clusters that have a container on this machine (running or not)."""
+        res = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.Label "{LABEL}"}}}}', check=False)
+        return sorted(set(res.stdout.split()))
 
     def remove(self) -> None:
         docker("rm", "-f", "-v", self.container, check=False)

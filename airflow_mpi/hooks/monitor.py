@@ -98,6 +98,7 @@ class JobMonitor:
         self.last_state: JobState | None = None
         self.launcher_pod_names: list[str] = []
         self.launcher_attempts = 0
+        self.launcher_exit_codes: list[int] = []  # of the ended launcher containers, oldest attempt first
 
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
@@ -140,6 +141,7 @@ class JobMonitor:
             "completion_time": state.completion_time if state else None,
             "launcher_pods": self.launcher_pod_names,
             "launcher_attempts": self.launcher_attempts,
+            "launcher_exit_codes": self.launcher_exit_codes,
             "log_state": self.logs.to_dict(),
         }
 
@@ -152,6 +154,8 @@ class JobMonitor:
             pods = []
         streams = self._note_streams(pods)
         self.launcher_attempts = max(len(streams), len(self.logs.streams))
+        ended = sorted((p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created))
+        self.launcher_exit_codes = [p.exit_code for p in ended]
 
     def _note_streams(self, pods: list) -> list[LogStream]:
         streams = launcher_streams(pods)

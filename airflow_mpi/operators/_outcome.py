@@ -28,6 +28,7 @@ def xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
         "start_time": payload.get("start_time"),
         "completion_time": payload.get("completion_time"),
         "launcher_attempts": payload.get("launcher_attempts", 0),
+        "launcher_exit_codes": list(payload.get("launcher_exit_codes") or []),
         "launcher_pods": list(payload.get("launcher_pods") or []),
     }
 
@@ -69,6 +70,8 @@ def finish(
         task.log.info("MPIJob %s/%s: %s", namespace, name, payload.get("message"))
         return xcom_result(payload, api_version)
     message = f"MPIJob {namespace}/{name} {outcome}: {payload.get('message')}"
+    if payload.get("launcher_exit_codes"):  # what the MPI program itself said, attempt by attempt
+        message += f"; launcher exit codes: {', '.join(map(str, payload['launcher_exit_codes']))}"
     if outcome in PERMANENT or (outcome == "failed" and fail_permanently):
         raise AirflowFailException(message)
     raise AirflowException(message)

@@ -6,52 +6,32 @@ of the finished run and of the task's log are saved under .artifacts/e2e/.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from airflowstack import wait_until
+from airflowstack.browser import chromium, logged_in_page
 from airflowstack.kube import pi_output
 
 from .conftest import NAMESPACE
 
 DAG = "mpi_pi"
-CHROMIUM = os.environ.get("AIRFLOW_MPI_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]
-UI_TIMEOUT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run scripts/bootstrap (Debian package chromium)", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
+    try:
+        with chromium() as b:
             yield b
-        finally:
-            b.close()
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing), pytrace=False)
 
 
 @pytest.fixture
 def page(browser, airflow_stack):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, base_url=airflow_stack.base_url)
-    context.set_default_timeout(UI_TIMEOUT_MS)
-    page = context.new_page()
-    page.goto("/auth/login")
-    page.fill("input[name=username]", airflow_stack.username)
-    page.fill("input[name=password]", airflow_stack.password)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/auth/login" not in url)
-    yield page
-    context.close()
+    with logged_in_page(browser, airflow_stack.base_url, airflow_stack.username, airflow_stack.password) as page:
+        yield page
 
 
 def _new_run(client, before: set[str], timeout: float = 60) -> dict:

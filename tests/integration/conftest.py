@@ -77,21 +77,24 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_sim)
 
 
+def _alive(pid: int) -> bool:
+    """A test session's process still runs (ours counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _reap_stale_sessions() -> None:
     from localcluster.cluster import LocalCluster, list_clusters
 
     for name in list_clusters():
         m = re.fullmatch(r"it-(?:v2beta1|v1)-(\d+)", name)
-        if not m or int(m.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # that session is alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        LocalCluster(name, verbose=False).stop(keep_logs=False)
+        if m and not _alive(int(m.group(1))):
+            LocalCluster(name, verbose=False).stop(keep_logs=False)
 
 
 def _local(name: str, api_version: str):
@@ -195,5 +198,66 @@ def kubernetes_default_conn(monkeypatch, kubeconfig, namespace) -> str:
     monkeypatch.setenv(
         "AIRFLOW_CONN_KUBERNETES_DEFAULT",
         json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}}),
+    )
+    return "kubernetes_default"
+
+
+# ------------------------------------------------------------------ the real node (containers run for real)
+SESSION_REAL_NAME = f"it-real-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def real_node():
+    """A cluster whose node runs real containers (localcluster.node_container: control plane, mpi-operator,
+    containerd + kubelet + CoreDNS in one privileged Docker container), with the Open MPI and MPICH images of
+    images/mpi loaded. Logs end up in .artifacts/integration/real-node/."""
+    if REAL_KUBECONFIG:
+        pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
+    from localcluster.node_container import NodeCluster, build_mpi_images
+
+    images = build_mpi_images()
+    for name in NodeCluster.names():  # node containers of test sessions that were killed
+        m = re.fullmatch(r"it-real-(\d+)", name)
+        if m and not _alive(int(m.group(1))):
+            NodeCluster(name).remove()
+    node = NodeCluster(SESSION_REAL_NAME)
+    try:
+        node.start()
+        node.load_images(images)
+        yield node
+    finally:
+        dest = ARTIFACTS / "real-node"
+        shutil.rmtree(dest, ignore_errors=True)
+        node.collect_logs(dest)
+        node.stop(keep_logs=False)
+
+
+@pytest.fixture(scope="session")
+def real_k8s(real_node):
+    from kubernetes import config as kconfig
+
+    return kconfig.new_client_from_config(config_file=str(real_node.kubeconfig_path))
+
+
+@pytest.fixture
+def real_namespace(real_k8s, request):
+    name, core = _make_namespace(real_k8s, request)
+    yield name
+    try:
+        core.delete_namespace(name)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@pytest.fixture
+def real_conn(monkeypatch, real_node, real_namespace) -> str:
+    """``kubernetes_default`` pointing at the real node's cluster and the test's namespace."""
+    import json
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(real_node.kubeconfig_path), "namespace": real_namespace}}
+        ),
     )
     return "kubernetes_default"

@@ -162,7 +162,7 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
     dag = dagbag.dags["mpi_pi"]
     task, manifest = _rendered_manifest(
         dag, "pi", {"workers": 3, "slots_per_worker": 2, "image": "mpioperator/mpi-pi:intel",
-                    "mpi_implementation": "Intel", "deferrable": True},
+                    "mpi_implementation": "Intel", "deferrable": True, "samples": 5000},
     )
     assert isinstance(task, MPIJobOperator)
     assert task.deferrable is True  # the boolean Param, not the string "True"
@@ -171,7 +171,7 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
     assert spec["slotsPerWorker"] == 2
     assert spec["mpiImplementation"] == "Intel"
     argv = _launcher_argv(manifest)
-    assert argv[0] == "mpirun" and argv[-1] == "/home/mpiuser/pi"
+    assert argv[0] == "mpirun" and argv[-2:] == ["/home/mpiuser/pi", "5000"]
     assert "6" in argv  # -n / -np = workers x slots
     assert all(isinstance(a, str) for a in argv)
     for role in ("Launcher", "Worker"):
@@ -179,8 +179,11 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
         assert container["image"] == "mpioperator/mpi-pi:intel"
         assert container["securityContext"] == {"runAsUser": 1000}
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    assert worker["resources"]["limits"] == {"cpu": "1000m", "memory": "1Gi"}
+    assert worker["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
     assert worker["command"][0] == "/usr/sbin/sshd"
+    # the launcher starts once the workers' sshd listens (their DNS names resolve by then)
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
 
 
 def test_mpi_pi_defaults_are_synchronous_open_mpi(dagbag):

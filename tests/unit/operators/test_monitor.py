@@ -43,8 +43,8 @@ async def test_every_attempt_gets_a_header_in_order():
     hook = FakeAsyncHook(
         job_obj=failed,
         launchers=[
+            pod("job-launcher-2", created="2026-11-22T10:00:10", state="terminated", exit_code=3, phase="Failed"),
             pod("job-launcher-1", created="2026-11-22T10:00:00", state="terminated", exit_code=1, phase="Failed"),
-            pod("job-launcher-2", created="2026-11-22T10:00:10", state="terminated", exit_code=1, phase="Failed"),
         ],
         logs={("job-launcher-1", False): ["2026-11-22T10:00:01Z first"],
               ("job-launcher-2", False): ["2026-11-22T10:00:11Z second"]},
@@ -57,6 +57,7 @@ async def test_every_attempt_gets_a_header_in_order():
         "========== launcher attempt 2 of 2, pod job-launcher-2 ==========", "second",
     ]
     assert result["launcher_attempts"] == 2
+    assert result["launcher_exit_codes"] == [1, 3]  # oldest attempt first
 
 
 async def test_restarted_container_log_is_read_with_previous():

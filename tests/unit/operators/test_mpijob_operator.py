@@ -213,6 +213,14 @@ def test_failed_job_exception_follows_retry_mapping(monkeypatch, backoff_limit, 
     assert op.hook.deleted == []  # a failed job is kept for debugging by default
 
 
+def test_failure_message_names_the_launchers_exit_codes(monkeypatch):
+    op = make()
+    monkeypatch.setattr(op, "_drain", _no_drain)
+    with pytest.raises(AirflowFailException) as err:
+        op.execute_complete(context(), result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[1, 3]))
+    assert str(err.value) == "MPIJob ns/n failed: BackoffLimitExceeded; launcher exit codes: 1, 3"
+
+
 async def _no_drain(*args):
     return None
 
