@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from airflow_mpi.models.errors import ErrorList
 from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
@@ -153,3 +154,75 @@ def horovodrun_command(
     if network_interface is not None:
         command += ["--network-interface", network_interface]
     return [*command, *extra, *argv]
+
+
+def _argv(errors: ErrorList, program: object, extra_name: str, extra: object) -> tuple[list[str], list[str]]:
+    """The program and the extra arguments of a launcher command parameter, as lists."""
+    return _args(errors, "program", program, required=True), _args(errors, extra_name, extra or ())
+
+
+def _valid_argv(program: object, extra_name: str, extra: object) -> tuple[list[str], list[str]]:
+    errors = ErrorList()
+    argv = _argv(errors, program, extra_name, extra)
+    errors.raise_if_any()
+    return argv
+
+
+@dataclass(frozen=True)
+class Mpirun:
+    """The ``program`` parameter: ``mpirun`` for the job's MPI implementation, sized from the resolved job."""
+
+    program: str | Sequence[str]
+    mpirun_args: str | Sequence[str] | None = None
+
+    def check(self, errors: ErrorList) -> None:
+        _argv(errors, self.program, "mpirun_args", self.mpirun_args)
+
+    def command(
+        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    ) -> list[str]:
+        program, extra = _valid_argv(self.program, "mpirun_args", self.mpirun_args)
+        return mpirun_command(
+            program,
+            workers=workers,
+            slots_per_worker=slots_per_worker,
+            implementation=implementation,
+            extra_args=extra,
+            run_launcher_as_worker=run_launcher_as_worker,
+        )
+
+
+@dataclass(frozen=True)
+class Horovodrun:
+    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job)."""
+
+    program: str | Sequence[str]
+    min_np: int | None = None
+    max_np: int | None = None
+    discovery_script: str = DISCOVER_HOSTS_SCRIPT
+    log_level: str | None = None
+    verbose: bool = False
+    elastic_timeout: int | None = None
+    network_interface: str | None = None
+    horovod_args: str | Sequence[str] | None = None
+
+    def check(self, errors: ErrorList) -> None:
+        _argv(errors, self.program, "horovod_args", self.horovod_args)
+
+    def command(
+        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    ) -> list[str]:
+        program, extra = _valid_argv(self.program, "horovod_args", self.horovod_args)
+        return horovodrun_command(
+            program,
+            workers=workers,
+            slots_per_worker=slots_per_worker,
+            min_np=self.min_np,
+            max_np=self.max_np,
+            discovery_script=self.discovery_script,
+            log_level=self.log_level,
+            verbose=self.verbose,
+            elastic_timeout=self.elastic_timeout,
+            network_interface=self.network_interface,
+            extra_args=extra,
+        )
