@@ -118,6 +118,9 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
     for attr, cls in (("identity", TaskIdentity), ("defaults", Defaults)):
         if not isinstance(getattr(spec, attr), cls | None):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__} (or None)")
+    for attr in ("labels", "annotations"):  # merged with the identity's before the manifest is checked
+        if not isinstance(getattr(spec, attr), dict | None):
+            errors.add(attr, getattr(spec, attr), f"must be a mapping of {attr[:-1]} keys to values")
     if len(errors):
         return
     if spec.launch is not None:
