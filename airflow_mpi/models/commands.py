@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from airflow_mpi.models.errors import ErrorList
 from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
@@ -33,6 +34,7 @@ MPICH_DEFAULT_FLAGS: tuple[str, ...] = ()
 DEFAULT_FLAGS = {OPENMPI: OPENMPI_DEFAULT_FLAGS, INTEL: INTEL_DEFAULT_FLAGS, MPICH: MPICH_DEFAULT_FLAGS}
 
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+HOROVOD_OPTIONS = ("min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface")
 
 
 def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
@@ -156,44 +158,52 @@ def horovodrun_command(
     return [*command, *extra, *argv]
 
 
-def _argv(errors: ErrorList, program: object, extra_name: str, extra: object) -> tuple[list[str], list[str]]:
-    """The program and the extra arguments of a launcher command parameter, as lists."""
-    return _args(errors, "program", program, required=True), _args(errors, extra_name, extra or ())
-
-
-def _valid_argv(program: object, extra_name: str, extra: object) -> tuple[list[str], list[str]]:
-    errors = ErrorList()
-    argv = _argv(errors, program, extra_name, extra)
-    errors.raise_if_any()
-    return argv
-
-
-@dataclass(frozen=True)
-class Mpirun:
-    """The ``program`` parameter: ``mpirun`` for the job's MPI implementation, sized from the resolved job."""
+class _LauncherCommand:
+    """``program`` plus extra arguments (both a list or a shell string), sized once the job is resolved."""
 
     program: str | Sequence[str]
-    mpirun_args: str | Sequence[str] | None = None
+    extra_name: ClassVar[str]  # the parameter holding the extra arguments
+
+    def _argv(self, errors: ErrorList) -> tuple[list[str], list[str]]:
+        program = _args(errors, "program", self.program, required=True)
+        return program, _args(errors, self.extra_name, getattr(self, self.extra_name) or ())
 
     def check(self, errors: ErrorList) -> None:
-        _argv(errors, self.program, "mpirun_args", self.mpirun_args)
+        self._argv(errors)
 
     def command(
         self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
     ) -> list[str]:
-        program, extra = _valid_argv(self.program, "mpirun_args", self.mpirun_args)
+        errors = ErrorList()
+        program, extra = self._argv(errors)
+        errors.raise_if_any()
+        job = {"workers": workers, "slots_per_worker": slots_per_worker}
+        return self._build(program, extra, job, implementation, run_launcher_as_worker)
+
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+    ) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Mpirun(_LauncherCommand):
+    """The ``program`` parameter: ``mpirun`` for the job's MPI implementation, sized from the resolved job."""
+
+    program: str | Sequence[str]
+    mpirun_args: str | Sequence[str] | None = None
+    extra_name: ClassVar[str] = "mpirun_args"
+
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+    ) -> list[str]:
         return mpirun_command(
-            program,
-            workers=workers,
-            slots_per_worker=slots_per_worker,
-            implementation=implementation,
-            extra_args=extra,
-            run_launcher_as_worker=run_launcher_as_worker,
+            program, **job, implementation=implementation, extra_args=extra, run_launcher_as_worker=launcher_runs
         )
 
 
 @dataclass(frozen=True)
-class Horovodrun:
+class Horovodrun(_LauncherCommand):
     """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job)."""
 
     program: str | Sequence[str]
@@ -205,24 +215,10 @@ class Horovodrun:
     elastic_timeout: int | None = None
     network_interface: str | None = None
     horovod_args: str | Sequence[str] | None = None
+    extra_name: ClassVar[str] = "horovod_args"
 
-    def check(self, errors: ErrorList) -> None:
-        _argv(errors, self.program, "horovod_args", self.horovod_args)
-
-    def command(
-        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
     ) -> list[str]:
-        program, extra = _valid_argv(self.program, "horovod_args", self.horovod_args)
-        return horovodrun_command(
-            program,
-            workers=workers,
-            slots_per_worker=slots_per_worker,
-            min_np=self.min_np,
-            max_np=self.max_np,
-            discovery_script=self.discovery_script,
-            log_level=self.log_level,
-            verbose=self.verbose,
-            elastic_timeout=self.elastic_timeout,
-            network_interface=self.network_interface,
-            extra_args=extra,
-        )
+        options = {f: getattr(self, f) for f in HOROVOD_OPTIONS}  # horovodrun counts no launcher slots
+        return horovodrun_command(program, **job, **options, extra_args=extra)

@@ -39,10 +39,26 @@ class Setting:
 @dataclass(frozen=True)
 class _Field:
     name: str  # as the user writes the parameter
-    get: Callable[[MPIJobSpec], Any]
-    put: Callable[[MPIJobSpec, Any], None]
-    paths: Callable[[str], tuple[tuple[str, ...], ...]]  # where a base manifest of that API version sets it
-    default: Callable[[MPIJobSpec, Defaults], Any]
+    attr: tuple[str, ...]  # where MPIJobSpec holds it
+    paths: tuple[tuple[str, ...], ...]  # where a base manifest sets it (any one counts)
+    default: Callable[[MPIJobSpec, Defaults], Any] = lambda spec, defaults: None
+    v1_paths: tuple[tuple[str, ...], ...] = ()  # where a kubeflow.org/v1 base manifest also sets it
+
+    def get(self, spec: MPIJobSpec) -> Any:
+        return getattr(_walk(spec, self.attr[:-1]), self.attr[-1])
+
+    def put(self, spec: MPIJobSpec, value: Any) -> None:
+        setattr(_walk(spec, self.attr[:-1]), self.attr[-1], value)
+
+    def in_base(self, base: dict, api_version: str) -> Any:
+        paths = (*self.paths, *self.v1_paths) if api_version == API_V1 else self.paths
+        return next((v for p in paths if (v := base_value(base, p)) is not None), None)
+
+
+def _walk(obj: Any, attrs: tuple[str, ...]) -> Any:
+    for attr in attrs:
+        obj = getattr(obj, attr)
+    return obj
 
 
 def _retries_mapping(spec: MPIJobSpec, defaults: Defaults) -> bool:
@@ -50,57 +66,26 @@ def _retries_mapping(spec: MPIJobSpec, defaults: Defaults) -> bool:
     return defaults.retries is not None and spec.run_policy.backoff_limit is None
 
 
+_REPLICAS, _RUN_POLICY = ("spec", "mpiReplicaSpecs"), ("spec", "runPolicy")
 _FIELDS = (
-    _Field(
-        "workers",
-        lambda s: s.worker.replicas,
-        lambda s, v: setattr(s.worker, "replicas", v),
-        lambda api: (("spec", "mpiReplicaSpecs", WORKER, "replicas"),),
-        lambda s, d: d.workers,
-    ),
-    _Field(
-        "slots_per_worker",
-        lambda s: s.slots_per_worker,
-        lambda s, v: setattr(s, "slots_per_worker", v),
-        lambda api: (("spec", "slotsPerWorker"),),
-        lambda s, d: None,
-    ),
-    _Field(
-        "mpi_implementation",
-        lambda s: s.mpi_implementation,
-        lambda s, v: setattr(s, "mpi_implementation", v),
-        lambda api: (("spec", "mpiImplementation"),),
-        lambda s, d: None,
-    ),
+    _Field("workers", ("worker", "replicas"), ((*_REPLICAS, WORKER, "replicas"),), lambda s, d: d.workers),
+    _Field("slots_per_worker", ("slots_per_worker",), (("spec", "slotsPerWorker"),)),
+    _Field("mpi_implementation", ("mpi_implementation",), (("spec", "mpiImplementation"),)),
     _Field(
         "clean_pod_policy",
-        lambda s: s.run_policy.clean_pod_policy,
-        lambda s, v: setattr(s.run_policy, "clean_pod_policy", v),
-        # v1 has the field twice; the training-operator lets runPolicy.cleanPodPolicy win
-        lambda api: (("spec", "runPolicy", "cleanPodPolicy"), *([("spec", "cleanPodPolicy")] if api == API_V1 else [])),
+        ("run_policy", "clean_pod_policy"),
+        ((*_RUN_POLICY, "cleanPodPolicy"),),
         lambda s, d: d.clean_pod_policy,
+        v1_paths=(("spec", "cleanPodPolicy"),),  # v1 has it twice; the training-operator lets runPolicy's win
     ),
-    _Field(
-        "backoff_limit",
-        lambda s: s.run_policy.backoff_limit,
-        lambda s, v: setattr(s.run_policy, "backoff_limit", v),
-        lambda api: (("spec", "runPolicy", "backoffLimit"),),
-        lambda s, d: d.retries,
-    ),
+    _Field("backoff_limit", ("run_policy", "backoff_limit"), ((*_RUN_POLICY, "backoffLimit"),), lambda s, d: d.retries),
     _Field(
         "launcher.restart_policy",
-        lambda s: s.launcher.restart_policy,
-        lambda s, v: setattr(s.launcher, "restart_policy", v),
-        lambda api: (("spec", "mpiReplicaSpecs", LAUNCHER, "restartPolicy"),),
+        ("launcher", "restart_policy"),
+        ((*_REPLICAS, LAUNCHER, "restartPolicy"),),
         lambda s, d: "Never" if _retries_mapping(s, d) else None,
     ),
-    _Field(
-        "namespace",
-        lambda s: s.namespace,
-        lambda s, v: setattr(s, "namespace", v),
-        lambda api: (("metadata", "namespace"),),
-        lambda s, d: d.namespace,
-    ),
+    _Field("namespace", ("namespace",), (("metadata", "namespace"),), lambda s, d: d.namespace),
 )
 
 
@@ -125,10 +110,7 @@ def apply_defaults(spec: MPIJobSpec, base: dict) -> tuple[MPIJobSpec, dict[str, 
     filled = _copy(spec)
     settings: dict[str, Setting] = {}
     for field in _FIELDS:
-        given = field.get(spec)
-        in_base = next(
-            (v for p in field.paths(spec.api_version) if (v := base_value(base, p)) is not None), None
-        )
+        given, in_base = field.get(spec), field.in_base(base, spec.api_version)
         default = field.default(spec, spec.defaults) if spec.defaults is not None else None
         if given is not None:
             settings[field.name] = Setting(given, PARAMETER)

@@ -1,4 +1,4 @@
-"""Operator parameters -> MPIJobSpec: no silent coercion, no silently ignored parameter, errors under the user's names."""
+"""Operator parameters -> MPIJobSpec: nothing coerced or ignored silently, errors under the user's names."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ LABEL_KEYS = st.sampled_from(["team", "example.com/owner", "app.kubernetes.io/pa
 LABEL_VALUES = st.from_regex(r"([a-z0-9]([-a-z0-9_.]{0,10}[a-z0-9])?)?", fullmatch=True)
 LABELS = st.dictionaries(LABEL_KEYS, LABEL_VALUES, max_size=3)
 QUANTITIES = st.sampled_from(["500m", "1", "2", "1Gi", "512Mi", 1, 2])
-RESOURCES = st.fixed_dictionaries({"limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITIES, min_size=1)})
+LIMITS = st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITIES, min_size=1)
+RESOURCES = st.fixed_dictionaries({"limits": LIMITS})
 ARGS = st.lists(st.sampled_from(["python", "/opt/app", "--epochs=3", "train.py"]), min_size=1, max_size=3)
 
 
@@ -77,8 +78,9 @@ INVALID: dict[str, st.SearchStrategy] = {
     "command": st.sampled_from([5, [1], "'unclosed"]),
     "env": st.sampled_from([{"1BAD": "x"}, {"A": [1]}, "A=1", [{"value": "x"}]]),
     "worker_resources": st.sampled_from(
-        [{"limits": {"cpu": 0.5}}, {"limits": {"cpu": "lots"}}, {"cpu": "1"}, [], {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}]
-    ),
+        [{"limits": {"cpu": 0.5}}, {"limits": {"cpu": "lots"}}, {"cpu": "1"}, [],
+         {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}]
+    ),  # fmt: skip
     "gpus_per_worker": st.sampled_from([-1, 1.5, "x", True]),
     "labels": st.sampled_from([{"bad key!": "v"}, {"k": "bad value!"}, ["x"]]),
     "annotations": st.sampled_from([{"k": 1}, "x"]),
@@ -192,9 +194,8 @@ def test_valid_input_is_accepted_shows_every_parameter_and_keeps_the_rest_of_the
     _, manifest = run(params)
     assert schema_errors(manifest) == []
     mains = {role: _main(manifest, role) for role in ROLES}
-    for name, check in _GIVEN_CHECKS.items():
-        if name in params:
-            check(params, manifest, mains)
+    for name, shown in _GIVEN_CHECKS.items():
+        assert name not in params or shown(params, manifest, mains), f"{name}={params[name]!r} is not in the manifest"
     if base is not None:
         names = {role: _main(base, role)["name"] for role in ROLES}
         for path, value in _leaves(base):
@@ -217,65 +218,66 @@ def _argv(value: Any) -> list[str]:
     return shlex.split(value) if isinstance(value, str) else list(value)
 
 
-def _check_program(params: dict, manifest: dict, mains: dict) -> None:
-    command = mains["Launcher"]["command"]
-    assert command[0] == "mpirun" and command[-len(_argv(params["program"])) :] == _argv(params["program"])
+def _launched(params: dict, manifest: dict, mains: dict) -> bool:
+    command, program = mains["Launcher"]["command"], _argv(params["program"])
     spec = manifest["spec"]
     np = spec["mpiReplicaSpecs"]["Worker"]["replicas"] * spec.get("slotsPerWorker", 1)
-    assert str(np) in command and "args" not in mains["Launcher"]
+    return command[0] == "mpirun" and command[-len(program) :] == program and str(np) in command and (
+        "args" not in mains["Launcher"]
+    )
 
 
 def _subset(given: dict, actual: dict) -> bool:
     return all(actual.get(k) == v for k, v in given.items())
 
 
+def _role(params: dict, manifest: dict, role: str) -> bool:
+    given, replica = params[role.lower()], manifest["spec"]["mpiReplicaSpecs"][role]
+    labels = replica["template"].get("metadata", {}).get("labels", {})
+    return _subset(given.get("labels", {}), labels) and (
+        replica.get("restartPolicy") == given.get("restart_policy", replica.get("restartPolicy"))
+    )
+
+
+def _run_policy(name: str, key: str):
+    return lambda p, m, c: m["spec"]["runPolicy"][key] == p[name]
+
+
+# parameter -> (params, manifest, main containers by role) -> whether the manifest shows it
 _GIVEN_CHECKS = {
-    "workers": lambda p, m, c: m["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == int(p["workers"]) or _fail(p),
-    "slots_per_worker": lambda p, m, c: m["spec"]["slotsPerWorker"] == int(p["slots_per_worker"]) or _fail(p),
-    "name": lambda p, m, c: m["metadata"]["name"] == p["name"] or _fail(p),
-    "namespace": lambda p, m, c: m["metadata"]["namespace"] == p["namespace"] or _fail(p),
-    "labels": lambda p, m, c: _subset(p["labels"], m["metadata"]["labels"]) or _fail(p),
-    "annotations": lambda p, m, c: _subset(p["annotations"], m["metadata"]["annotations"]) or _fail(p),
-    "backoff_limit": lambda p, m, c: m["spec"]["runPolicy"]["backoffLimit"] == p["backoff_limit"] or _fail(p),
-    "ttl_seconds_after_finished": lambda p, m, c: m["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
-    == p["ttl_seconds_after_finished"] or _fail(p),
-    "active_deadline_seconds": lambda p, m, c: m["spec"]["runPolicy"]["activeDeadlineSeconds"]
-    == p["active_deadline_seconds"] or _fail(p),
-    "suspend": lambda p, m, c: m["spec"]["runPolicy"]["suspend"] == p["suspend"] or _fail(p),
-    "clean_pod_policy": lambda p, m, c: (
-        m["spec"]["cleanPodPolicy"] if m["apiVersion"] == API_V1 else m["spec"]["runPolicy"]["cleanPodPolicy"]
-    ) == p["clean_pod_policy"] or _fail(p),
+    "workers": lambda p, m, c: m["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == int(p["workers"]),
+    "slots_per_worker": lambda p, m, c: m["spec"]["slotsPerWorker"] == int(p["slots_per_worker"]),
+    "name": lambda p, m, c: m["metadata"]["name"] == p["name"],
+    "namespace": lambda p, m, c: m["metadata"]["namespace"] == p["namespace"],
+    "labels": lambda p, m, c: _subset(p["labels"], m["metadata"]["labels"]),
+    "annotations": lambda p, m, c: _subset(p["annotations"], m["metadata"]["annotations"]),
+    "backoff_limit": _run_policy("backoff_limit", "backoffLimit"),
+    "ttl_seconds_after_finished": _run_policy("ttl_seconds_after_finished", "ttlSecondsAfterFinished"),
+    "active_deadline_seconds": _run_policy("active_deadline_seconds", "activeDeadlineSeconds"),
+    "suspend": _run_policy("suspend", "suspend"),
+    "clean_pod_policy": lambda p, m, c: p["clean_pod_policy"]
+    == (m["spec"]["cleanPodPolicy"] if m["apiVersion"] == API_V1 else m["spec"]["runPolicy"]["cleanPodPolicy"]),
     "mpi_implementation": lambda p, m, c: m["apiVersion"] == API_V1
-    or m["spec"]["mpiImplementation"] == p["mpi_implementation"]
-    or _fail(p),
-    "image": lambda p, m, c: all(x["image"] == p["image"] for x in c.values()) or _fail(p),
+    or m["spec"]["mpiImplementation"] == p["mpi_implementation"],
+    "image": lambda p, m, c: all(x["image"] == p["image"] for x in c.values()),
     "env": lambda p, m, c: all(
         {"name": k, "value": str(v)} in x.get("env", []) for k, v in p["env"].items() for x in c.values()
-    ) or _fail(p),
-    "worker_resources": lambda p, m, c: _subset(p["worker_resources"]["limits"], c["Worker"]["resources"]["limits"])
-    or _fail(p),
-    "launcher_resources": lambda p, m, c: _subset(p["launcher_resources"]["limits"], c["Launcher"]["resources"]["limits"])
-    or _fail(p),
-    "gpus_per_worker": lambda p, m, c: c["Worker"]["resources"]["limits"]["nvidia.com/gpu"] == int(p["gpus_per_worker"])
-    or _fail(p),
-    "command": lambda p, m, c: c["Launcher"]["command"] == _argv(p["command"]) or _fail(p),
-    "program": _check_program,
-    "node_selector": lambda p, m, c: all(_subset(p["node_selector"], _pod(m, r).get("nodeSelector", {})) for r in ROLES)
-    or _fail(p),
-    "tolerations": lambda p, m, c: all(_pod(m, r)["tolerations"] == p["tolerations"] for r in ROLES) or _fail(p),
-    "launcher": lambda p, m, c: _check_role(p, m, "Launcher"),
-    "worker": lambda p, m, c: _check_role(p, m, "Worker"),
+    ),
+    "worker_resources": lambda p, m, c: _subset(p["worker_resources"]["limits"], c["Worker"]["resources"]["limits"]),
+    "launcher_resources": lambda p, m, c: _subset(
+        p["launcher_resources"]["limits"], c["Launcher"]["resources"]["limits"]
+    ),
+    "gpus_per_worker": lambda p, m, c: c["Worker"]["resources"]["limits"]["nvidia.com/gpu"]
+    == int(p["gpus_per_worker"]),
+    "command": lambda p, m, c: c["Launcher"]["command"] == _argv(p["command"]),
+    "program": _launched,
+    "node_selector": lambda p, m, c: all(
+        _subset(p["node_selector"], _pod(m, r).get("nodeSelector", {})) for r in ROLES
+    ),
+    "tolerations": lambda p, m, c: all(_pod(m, r)["tolerations"] == p["tolerations"] for r in ROLES),
+    "launcher": lambda p, m, c: _role(p, m, "Launcher"),
+    "worker": lambda p, m, c: _role(p, m, "Worker"),
 }
-
-
-def _fail(params: dict) -> bool:
-    raise AssertionError(f"a given parameter is missing from the manifest: {params}")
-
-
-def _check_role(params: dict, manifest: dict, role: str) -> None:
-    given, replica = params[role.lower()], manifest["spec"]["mpiReplicaSpecs"][role]
-    assert _subset(given.get("labels", {}), replica["template"].get("metadata", {}).get("labels", {}))
-    assert replica.get("restartPolicy") == given.get("restart_policy", replica.get("restartPolicy"))
 
 
 def _leaves(node: Any, path: tuple = ()):
@@ -299,8 +301,13 @@ def _lookup(node: Any, path: tuple) -> Any:
     return node
 
 
-_RUN_POLICY = {"clean_pod_policy": "cleanPodPolicy", "backoff_limit": "backoffLimit", "suspend": "suspend",
-               "ttl_seconds_after_finished": "ttlSecondsAfterFinished", "active_deadline_seconds": "activeDeadlineSeconds"}  # fmt: skip
+_RUN_POLICY = {
+    "clean_pod_policy": "cleanPodPolicy",
+    "backoff_limit": "backoffLimit",
+    "suspend": "suspend",
+    "ttl_seconds_after_finished": "ttlSecondsAfterFinished",
+    "active_deadline_seconds": "activeDeadlineSeconds",
+}
 
 
 def _covered(path: tuple, params: dict, mains: dict[str, str], api: str) -> bool:
