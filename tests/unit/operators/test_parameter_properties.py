@@ -93,7 +93,7 @@ INVALID: dict[str, st.SearchStrategy] = {
     "scheduling_policy": st.sampled_from([{"colour": 1}, "x", {"minAvailable": 0}, {"queue": ""}]),
     "run_launcher_as_worker": st.just("yes"),
     "ssh_auth_mount_path": st.just("relative/path"),
-    "launcher_creation_policy": st.sampled_from(["Later", "WaitForWorkersReady"]),
+    "launcher_creation_policy": st.just("Later"),  # WaitForWorkersReady is valid with pi-intel's readinessProbe
     "main_container": st.just("Not_A_Container"),
     "startup_timeout": st.sampled_from([0, -1, "x"]),
     "schedule_timeout": st.sampled_from([0, "x"]),
