@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_mpi.models.spec import API_V1, API_V2BETA1, LAUNCHER, OPENMPI, WORKER, Defaults, MPIJobSpec
+from airflow_mpi.models.spec import API_V1, LAUNCHER, OPENMPI, WORKER, Defaults, MPIJobSpec
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
