@@ -205,6 +205,14 @@ def _module_dir(go: str, moddir: str, module_path: str) -> Path:
     return Path(_module_info(go, moddir, module_path)["Dir"])
 
 
+def module_dir(moddir: str, module_path: str) -> Path:
+    """Source directory of a pinned upstream module (``go mod download``: needs Go, builds nothing).
+
+    The unit tests read the MPIJob CRDs and upstream's example manifests from there.
+    """
+    return _module_dir(go_binary(), moddir, module_path)
+
+
 def build(force: bool = False, verbose: bool = True) -> Path:
     """Build every tool (unless cached) and return the directory holding the binaries and CRDs.
 

@@ -26,6 +26,7 @@ import tenacity
 from kubernetes.client.exceptions import ApiException
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
+from airflow.providers.common.compat.sdk import AirflowNotFoundException
 from airflow_mpi.hooks import _calls as calls
 from airflow_mpi.hooks._common import (
     CONNECTION_ERRORS,
@@ -70,6 +71,13 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
             or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE)
             or self.DEFAULT_NAMESPACE
         )
+
+    def configured_namespace(self) -> str | None:
+        """The connection's namespace; None when it sets none or the connection does not exist (offline use)."""
+        try:
+            return super().get_namespace()
+        except AirflowNotFoundException:
+            return None
 
     def resolve_namespace(self, explicit: str | None = None) -> str:
         """``explicit`` > connection namespace > in-cluster namespace file > ``default``."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from airflow_mpi.models.errors import ErrorList
 from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
@@ -32,6 +34,7 @@ MPICH_DEFAULT_FLAGS: tuple[str, ...] = ()
 DEFAULT_FLAGS = {OPENMPI: OPENMPI_DEFAULT_FLAGS, INTEL: INTEL_DEFAULT_FLAGS, MPICH: MPICH_DEFAULT_FLAGS}
 
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+HOROVOD_OPTIONS = ("min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface")
 
 
 def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
@@ -153,3 +156,69 @@ def horovodrun_command(
     if network_interface is not None:
         command += ["--network-interface", network_interface]
     return [*command, *extra, *argv]
+
+
+class _LauncherCommand:
+    """``program`` plus extra arguments (both a list or a shell string), sized once the job is resolved."""
+
+    program: str | Sequence[str]
+    extra_name: ClassVar[str]  # the parameter holding the extra arguments
+
+    def _argv(self, errors: ErrorList) -> tuple[list[str], list[str]]:
+        program = _args(errors, "program", self.program, required=True)
+        return program, _args(errors, self.extra_name, getattr(self, self.extra_name) or ())
+
+    def check(self, errors: ErrorList) -> None:
+        self._argv(errors)
+
+    def command(
+        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    ) -> list[str]:
+        errors = ErrorList()
+        program, extra = self._argv(errors)
+        errors.raise_if_any()
+        job = {"workers": workers, "slots_per_worker": slots_per_worker}
+        return self._build(program, extra, job, implementation, run_launcher_as_worker)
+
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+    ) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Mpirun(_LauncherCommand):
+    """The ``program`` parameter: ``mpirun`` for the job's MPI implementation, sized from the resolved job."""
+
+    program: str | Sequence[str]
+    mpirun_args: str | Sequence[str] | None = None
+    extra_name: ClassVar[str] = "mpirun_args"
+
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+    ) -> list[str]:
+        return mpirun_command(
+            program, **job, implementation=implementation, extra_args=extra, run_launcher_as_worker=launcher_runs
+        )
+
+
+@dataclass(frozen=True)
+class Horovodrun(_LauncherCommand):
+    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job)."""
+
+    program: str | Sequence[str]
+    min_np: int | None = None
+    max_np: int | None = None
+    discovery_script: str = DISCOVER_HOSTS_SCRIPT
+    log_level: str | None = None
+    verbose: bool = False
+    elastic_timeout: int | None = None
+    network_interface: str | None = None
+    horovod_args: str | Sequence[str] | None = None
+    extra_name: ClassVar[str] = "horovod_args"
+
+    def _build(
+        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+    ) -> list[str]:
+        options = {f: getattr(self, f) for f in HOROVOD_OPTIONS}  # horovodrun counts no launcher slots
+        return horovodrun_command(program, **job, **options, extra_args=extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 LABEL_PREFIX = "airflow-mpi.io/"
 DAG_ID_LABEL = LABEL_PREFIX + "dag-id"
@@ -92,6 +93,26 @@ def identity_annotations(dag_id: str, task_id: str, run_id: str, map_index: int,
         MAP_INDEX_LABEL: str(map_index),
         TRY_NUMBER_LABEL: str(try_number),
     }
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """The Airflow task instance try an MPIJob belongs to (a placeholder one when rendering offline)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def labels(self) -> dict[str, str]:
+        return identity_labels(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number)
+
+    def annotations(self) -> dict[str, str]:
+        return identity_annotations(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number)
+
+    def job_name(self, max_workers: int = 1) -> str:
+        return job_name(self.dag_id, self.task_id, self.run_id, self.map_index, max_workers=max_workers)
 
 
 def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:

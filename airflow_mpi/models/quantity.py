@@ -59,7 +59,13 @@ def parse_quantity(value: str | int | float) -> Fraction:
 
 
 def quantity_problem(value: object, *, integer: bool = False) -> str | None:
-    """Why ``value`` is not acceptable as a container resource amount, or None if it is."""
+    """Why ``value`` is not acceptable as a container resource amount in an MPIJob, or None if it is.
+
+    The MPIJob CRD types quantities as int-or-string: the API server refuses a JSON number with a
+    fraction (or written as a float) there, although a Pod would take it.
+    """
+    if isinstance(value, float):
+        return "must be a string or an integer: the MPIJob CRD refuses floats here (quote it: '0.5' or '500m')"
     try:
         amount = parse_quantity(value)  # type: ignore[arg-type]
     except QuantityError as exc:

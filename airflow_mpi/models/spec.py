@@ -1,13 +1,19 @@
 """The MPIJob parameters as plain dataclasses, and the enums both operator versions accept.
 
-A field left at ``None`` is not written, so a base manifest (or the operator's own default)
-provides it. Snake-case field names double as the paths used in validation errors.
+A field left at ``None`` was not given: the base manifest's value is kept, else ``Defaults``
+fill it (precedence.py), else it is not written. Snake-case field names double as the paths
+used in validation errors.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from airflow_mpi.models.errors import ErrorList
+    from airflow_mpi.models.naming import TaskIdentity
 
 API_V2BETA1 = "kubeflow.org/v2beta1"  # kubeflow/mpi-operator >= 0.4
 API_V1 = "kubeflow.org/v1"  # kubeflow/training-operator (v1.x)
@@ -99,15 +105,48 @@ class RunPolicy:
     managed_by: str | None = None
 
 
+@dataclass(frozen=True)
+class Defaults:
+    """The operator's defaults: used only where neither a parameter nor the base manifest sets the field.
+
+    ``retries`` turns on the retries mapping: unless ``backoff_limit`` is given as a parameter,
+    ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to
+    ``Never``. ``namespace`` is the connection's (the name's default is derived from the identity).
+    """
+
+    workers: int | None = 1
+    clean_pod_policy: str | None = "Running"  # the controllers' is "None": idle workers would hold their nodes
+    retries: int | None = None
+    namespace: str | None = None
+
+
+class LauncherCommand(Protocol):
+    """A launcher command line built from the resolved job (workers, slots, MPI implementation)."""
+
+    def check(self, errors: ErrorList) -> None:
+        """Report its own parameters' problems (those that do not depend on the job)."""
+
+    def command(
+        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    ) -> list[str]:
+        """The command; raises MPIJobValidationError naming the parameter at fault."""
+
+
 @dataclass
 class MPIJobSpec:
-    """Everything needed to build one MPIJob manifest (see build_manifest)."""
+    """Everything needed to build one MPIJob manifest (see build_manifest).
+
+    ``launch`` (e.g. commands.Mpirun) sets the launcher's command and, unless ``launcher.args``
+    is given, drops the base manifest's launcher args. ``identity`` adds the task instance's
+    labels and annotations and derives the default name. ``defaults`` (None: none) fill what
+    neither the parameters nor the base manifest set.
+    """
 
     name: str | None
     namespace: str | None = None
     launcher: ReplicaSpec = field(default_factory=ReplicaSpec)
     worker: ReplicaSpec = field(default_factory=ReplicaSpec)
-    slots_per_worker: int | None = 1
+    slots_per_worker: int | None = None
     run_launcher_as_worker: bool | None = None
     ssh_auth_mount_path: str | None = None
     launcher_creation_policy: str | None = None
@@ -118,6 +157,9 @@ class MPIJobSpec:
     api_version: str = API_V2BETA1
     base_manifest: dict | str | os.PathLike | None = None
     main_container: str | None = None
+    launch: LauncherCommand | None = None
+    identity: TaskIdentity | None = None
+    defaults: Defaults | None = None
 
     def replica(self, role: str) -> ReplicaSpec:
         """The ReplicaSpec of "Launcher" or "Worker"."""

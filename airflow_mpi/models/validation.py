@@ -1,4 +1,4 @@
-"""validate(spec): the rules an MPIJob must pass, checked before anything is sent.
+"""The rules an MPIJob must pass, checked (by manifest.validate / build_manifest) before anything is sent.
 
 Neither operator has an admission webhook. mpi-operator v0.8.2 validates in its controller
 (pkg/apis/kubeflow/validation/validation.go, after the v2beta1 defaults) and answers an invalid
@@ -7,8 +7,8 @@ would hang. training-operator v1 (ValidateV1MpiJobSpec) also answers with events
 top of their rules come the Kubernetes rules for what they derive from the MPIJob: the service
 and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``) and the pod templates.
 
-Validation runs on the manifest *after* merging with the base manifest, so the base's content
-is checked too, and collects all violations into one MPIJobValidationError.
+check_manifest runs on the manifest *after* merging with the base manifest, so the base's content
+is checked too; every check collects all violations into one MPIJobValidationError.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from airflow_mpi.models import rules
 from airflow_mpi.models.errors import ErrorList
-from airflow_mpi.models.layout import assemble, pod_spec
-from airflow_mpi.models.merge import load_base_manifest
+from airflow_mpi.models.layout import pod_spec
+from airflow_mpi.models.naming import TaskIdentity
 from airflow_mpi.models.pod_validation import Injected, check_annotations, check_labels, check_pod_template
 from airflow_mpi.models.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.models.spec import (
@@ -38,6 +38,7 @@ from airflow_mpi.models.spec import (
     ROLES,
     WAIT_FOR_WORKERS_READY,
     WORKER,
+    Defaults,
     MPIJobSpec,
     ReplicaSpec,
     RunPolicy,
@@ -73,28 +74,6 @@ _SCHEDULING_FIELDS = {
     "scheduleTimeoutSeconds": "schedule_timeout_seconds",
 }
 _REPLICA_FIELDS = ("replicas", "restartPolicy", "template")
-
-
-def validate(spec: MPIJobSpec) -> None:
-    """Raise MPIJobValidationError listing every violation of ``spec`` and its merged manifest."""
-    checked_manifest(spec)
-
-
-def checked_manifest(spec: MPIJobSpec) -> dict:
-    """The manifest of ``spec`` (merged onto its base manifest) once it passed validation."""
-    errors = ErrorList()
-    check_parameters(errors, spec)
-    errors.raise_if_any()
-    base = load_base_manifest(spec.base_manifest) if spec.base_manifest is not None else {}
-    for key, expected in (("apiVersion", spec.api_version), ("kind", KIND)):
-        if key in base and base[key] != expected:
-            hint = "set api_version to the base manifest's version" if key == "apiVersion" else "must be an MPIJob"
-            errors.add(f"base_manifest.{key}", base[key], f"differs from {expected!r}: {hint}")
-    errors.raise_if_any()
-    manifest = assemble(spec, base)
-    check_manifest(errors, manifest)
-    errors.raise_if_any()
-    return manifest
 
 
 def _int(errors: ErrorList, field: str, value: Any, *, minimum: int = 0, maximum: int = INT32_MAX) -> bool:
@@ -136,14 +115,26 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         spec.run_policy.scheduling_policy, SchedulingPolicy | None
     ):
         errors.add("run_policy.scheduling_policy", spec.run_policy.scheduling_policy, "must be a SchedulingPolicy")
+    for attr, cls in (("identity", TaskIdentity), ("defaults", Defaults)):
+        if not isinstance(getattr(spec, attr), cls | None):
+            errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__} (or None)")
+    for attr in ("labels", "annotations"):  # merged with the identity's before the manifest is checked
+        if not isinstance(getattr(spec, attr), dict | None):
+            errors.add(attr, getattr(spec, attr), f"must be a mapping of {attr[:-1]} keys to values")
     if len(errors):
         return
+    if spec.launch is not None:
+        spec.launch.check(errors)
+        if spec.launcher.command is not None:
+            errors.add("command", spec.launcher.command, "cannot be combined with program (which builds the command)")
     if spec.api_version == API_V1:
         for attr in _V2_ONLY.values():
-            if getattr(spec, attr) is not None:
-                errors.add(
-                    attr, getattr(spec, attr), f"is not supported by {API_V1} (training-operator): {API_V2BETA1} only"
-                )
+            value = getattr(spec, attr)
+            if attr == "mpi_implementation" and value is not None and spec.launch is not None:
+                _one_of(errors, attr, value, MPI_IMPLEMENTATIONS)  # not written: it picks the launch flags
+            elif value is not None:
+                hint = " without program (with program it picks mpirun's flags)" if attr == "mpi_implementation" else ""
+                errors.add(attr, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
     elif spec.main_container is not None:
         errors.add(
             "main_container",
@@ -187,6 +178,27 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
         errors.add(f"{role}.image_pull_secrets", pull, "must be a list of Secret names")
     if rs.container_name is not None and not isinstance(rs.container_name, str):
         errors.add(f"{role}.container_name", rs.container_name, "must be a string")
+
+
+def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None:
+    """The base manifest is an MPIJob of the chosen version, with the containers parameters refer to."""
+    for key, expected in (("apiVersion", spec.api_version), ("kind", KIND)):
+        if key in base and base[key] != expected:
+            hint = "set api_version to the base manifest's version" if key == "apiVersion" else "must be an MPIJob"
+            errors.add(f"base_manifest.{key}", base[key], f"differs from {expected!r}: {hint}")
+    for role, name in ROLES.items():
+        wanted = spec.replica(role).container_name
+        containers = pod_spec(base, role).get("containers")
+        if wanted is None or not isinstance(containers, list) or not containers:
+            continue
+        names = [c.get("name") for c in containers if isinstance(c, dict)]
+        if wanted not in names:
+            errors.add(
+                f"{name}.container_name",
+                wanted,
+                f"names no {name} container of the base manifest (containers: {names}); "
+                "leave it unset to use the first one",
+            )
 
 
 # ---------------------------------------------------------------- the merged manifest

@@ -1,18 +1,25 @@
 """HorovodJobOperator: an MPIJob whose launcher runs ``horovodrun``.
 
-``-np`` follows ``workers x slots_per_worker``; elastic training (``min_np``/``max_np``) uses the
-host discovery script the mpi-operator mounts at ``/etc/mpi/discover_hosts.sh``.
+``-np`` follows ``workers x slots_per_worker`` of the resolved job (parameters, else the base
+manifest, else the defaults); elastic training (``min_np``/``max_np``) uses the host discovery
+script the mpi-operator mounts at ``/etc/mpi/discover_hosts.sh``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_mpi.models import horovodrun_command
+from airflow_mpi.models import Horovodrun
+from airflow_mpi.models.errors import ErrorList
+from airflow_mpi.models.parameters import as_int
+from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
-DEFAULT_DISCOVERY_SCRIPT = "/etc/mpi/discover_hosts.sh"
+HOROVOD_PARAMETERS = (
+    "min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface",
+    "horovod_args",
+)  # fmt: skip
 
 
 class HorovodJobOperator(MPIJobOperator):
@@ -24,19 +31,20 @@ class HorovodJobOperator(MPIJobOperator):
     """
 
     template_fields: Sequence[str] = (*MPIJobOperator.template_fields, "min_np", "max_np", "horovod_args")
+    spec_parameters: Sequence[str] = (*MPIJobOperator.spec_parameters, *HOROVOD_PARAMETERS)
 
     def __init__(
         self,
         *,
         program: list[str] | str,
-        min_np: int | None = None,
-        max_np: int | None = None,
-        discovery_script: str = DEFAULT_DISCOVERY_SCRIPT,
+        min_np: int | str | None = None,
+        max_np: int | str | None = None,
+        discovery_script: str = DISCOVER_HOSTS_SCRIPT,
         log_level: str | None = "INFO",
         verbose: bool = False,
         elastic_timeout: int | None = None,
         network_interface: str | None = None,
-        horovod_args: list[str] | None = None,
+        horovod_args: list[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
         self.min_np = min_np
@@ -47,27 +55,17 @@ class HorovodJobOperator(MPIJobOperator):
         self.elastic_timeout = elastic_timeout
         self.network_interface = network_interface
         self.horovod_args = horovod_args
-        kwargs.setdefault("mpi_implementation", "OpenMPI")
         super().__init__(program=program, **kwargs)
 
-    def _launcher_command(self, values: dict[str, Any]) -> list[str] | None:
-        if values.get("command") is not None:
-            return super()._launcher_command(values)
-        return horovodrun_command(
+    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+        return Horovodrun(
             values["program"],
-            workers=int(values["workers"]),
-            slots_per_worker=int(values.get("slots_per_worker") or 1),
-            min_np=_int_or_none(values.get("min_np")),
-            max_np=_int_or_none(values.get("max_np")),
-            discovery_script=self.discovery_script,
-            log_level=self.log_level,
-            verbose=self.verbose,
-            elastic_timeout=self.elastic_timeout,
-            network_interface=self.network_interface,
-            extra_args=tuple(values.get("horovod_args") or ()),
+            min_np=as_int(errors, "min_np", values.get("min_np")),
+            max_np=as_int(errors, "max_np", values.get("max_np")),
+            discovery_script=values.get("discovery_script"),
+            log_level=values.get("log_level"),
+            verbose=values.get("verbose"),
+            elastic_timeout=as_int(errors, "elastic_timeout", values.get("elastic_timeout")),
+            network_interface=values.get("network_interface"),
+            horovod_args=values.get("horovod_args"),
         )
-
-
-def _int_or_none(value: Any) -> int | None:
-    """Rendered templates give strings; unset (or not rendered yet, at parse time) gives None."""
-    return None if value is None or value == "" else int(value)

@@ -6,50 +6,42 @@ plugin) fall short:
 * one MPIJob per task instance: a deterministic name plus identity labels, so a new try or a
   restarted worker reattaches instead of submitting a duplicate, and a Succeeded job is not rerun;
 * Airflow ``retries`` become the MPIJob's ``runPolicy.backoffLimit`` (launcher ``restartPolicy:
-  Never``, so every attempt keeps its pod and log), and a Failed job fails the task for good:
-  attempts are not multiplied;
+  Never``, so every attempt keeps its pod and log) where neither the parameters nor the base
+  manifest set them, and a Failed job then fails the task for good: attempts are not multiplied;
+* every field follows one rule, in the model: a parameter given > the base manifest > a default;
 * the launcher log streams live into the task log, every attempt under its own header, exactly once;
 * invalid specs, unschedulable pods and image errors fail fast and leave nothing behind; killing
   the task (also while deferred) deletes the MPIJob, so no GPU stays held.
 
-The Kubernetes clients are imported lazily: DAG files import this module at parse time.
+Building the manifest is the model's (airflow_mpi.models.parameters); this class adapts Airflow's
+rendering, context and connection to it. The Kubernetes clients are imported lazily: DAG files
+import this module at parse time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import re
-import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.models import (
-    API_V2BETA1,
-    MPIJobSpec,
-    MPIJobValidationError,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
-    build_manifest,
-    load_base_manifest,
-    mpirun_command,
-    validate,
-)
-from airflow_mpi.models.naming import (
-    TRY_NUMBER_LABEL,
-    identity_annotations,
-    identity_labels,
-    job_name,
-    reattach_selector,
-    same_task,
-)
+from airflow_mpi.models import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
+from airflow_mpi.models.errors import ErrorList
+from airflow_mpi.models.naming import TRY_NUMBER_LABEL, reattach_selector, same_task
+from airflow_mpi.models.parameters import mpirun_launch, resolve_parameters
 from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.models.spec import LauncherCommand
 from airflow_mpi.models.status import job_state
-from airflow_mpi.operators._outcome import ON_FINISH_ACTIONS, finish
-from airflow_mpi.operators._params import parse_time_values
+from airflow_mpi.operators._outcome import finish
+from airflow_mpi.operators._params import (
+    PARSE_TIME_STAND_INS,
+    check_task_parameters,
+    parse_time_values,
+    placeholder_identity,
+    task_values,
+)
+from airflow_mpi.operators._redaction import redacted_yaml
 from airflow_mpi.version_compat import AirflowFailException, BaseOperator, conf
 
 if TYPE_CHECKING:
@@ -57,18 +49,20 @@ if TYPE_CHECKING:
 
 STATE_STORE_KEY = "airflow_mpi_job"
 TEMPLATE_EXT = (".yaml", ".yml", ".json")
-SENSITIVE_ENV_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "PASSWD")
 
 
 class MPIJobOperator(BaseOperator):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
     :param image: image of both roles (``launcher`` / ``worker`` dicts may override per role).
-    :param command: launcher command (list, or a shell string split with shlex). When omitted and
-        ``program`` is given, the launcher runs ``mpirun`` for ``mpi_implementation`` with
-        ``-np = workers x slots_per_worker`` and ``mpirun_args`` appended.
-    :param backoff_limit: ``None`` maps the task's ``retries`` onto the MPIJob (see module docstring);
-        an explicit value is used as given and Airflow's retries each start a fresh MPIJob.
+    Every MPIJob field follows one rule (airflow_mpi.models.precedence): a parameter given >
+    the base manifest's value > the operator's default. ``None`` means "not given".
+
+    :param command: launcher command (list, or a shell string split with shlex).
+    :param program: instead of ``command``: the launcher runs ``mpirun`` for the job's MPI
+        implementation with ``-np = workers x slots_per_worker`` (as resolved) and ``mpirun_args``.
+    :param backoff_limit: unset (and unset in the base manifest): the task's ``retries`` are mapped
+        onto the MPIJob (see module docstring); otherwise Airflow's retries each start a fresh MPIJob.
     :param on_finish_action: ``keep``, ``delete_succeeded`` (default) or ``delete``.
     """
 
@@ -95,6 +89,16 @@ class MPIJobOperator(BaseOperator):
         "worker",
     )
     template_ext: Sequence[str] = TEMPLATE_EXT
+    # The parameters that make up the MPIJob (airflow_mpi.models.parameters reads them by these names).
+    spec_parameters: Sequence[str] = (
+        "image", "command", "args", "program", "mpirun_args", "workers", "slots_per_worker", "mpi_implementation",
+        "api_version", "name", "namespace", "env", "env_from", "worker_resources", "gpus_per_worker",
+        "launcher_resources", "volumes", "volume_mounts", "node_selector", "tolerations", "affinity",
+        "service_account_name", "image_pull_secrets", "priority_class_name", "labels", "annotations", "launcher",
+        "worker", "launcher_creation_policy", "run_launcher_as_worker", "ssh_auth_mount_path",
+        "worker_readiness_probe", "main_container", "backoff_limit", "clean_pod_policy", "ttl_seconds_after_finished",
+        "active_deadline_seconds", "scheduling_policy", "suspend", "managed_by", "base_manifest",
+    )  # fmt: skip
     template_fields_renderers = {
         "base_manifest": "yaml",
         "env": "json",
@@ -114,10 +118,10 @@ class MPIJobOperator(BaseOperator):
         command: list[str] | str | None = None,
         args: list[str] | None = None,
         program: list[str] | str | None = None,
-        mpirun_args: list[str] | None = None,
-        workers: int = 1,
-        slots_per_worker: int | None = None,
-        mpi_implementation: str | None = "OpenMPI",
+        mpirun_args: list[str] | str | None = None,
+        workers: int | str | None = None,
+        slots_per_worker: int | str | None = None,
+        mpi_implementation: str | None = None,
         api_version: str = API_V2BETA1,
         name: str | None = None,
         namespace: str | None = None,
@@ -125,7 +129,7 @@ class MPIJobOperator(BaseOperator):
         env: dict[str, str] | list[dict] | None = None,
         env_from: list[dict] | None = None,
         worker_resources: dict | None = None,
-        gpus_per_worker: int | None = None,
+        gpus_per_worker: int | str | None = None,
         launcher_resources: dict | None = None,
         volumes: list[dict] | None = None,
         volume_mounts: list[dict] | None = None,
@@ -145,7 +149,7 @@ class MPIJobOperator(BaseOperator):
         worker_readiness_probe: dict | None = None,
         main_container: str | None = None,
         backoff_limit: int | None = None,
-        clean_pod_policy: str | None = "Running",
+        clean_pod_policy: str | None = None,
         ttl_seconds_after_finished: int | None = None,
         active_deadline_seconds: int | None = None,
         scheduling_policy: dict[str, Any] | None = None,
@@ -212,127 +216,61 @@ class MPIJobOperator(BaseOperator):
         self.on_finish_action = on_finish_action
         self.worker_log_tail_lines = worker_log_tail_lines
         self._job: tuple[str, str] | None = None  # (name, namespace) once created or attached
+        self._resolved: Resolved | None = None  # of the last build_manifest
         self._validate_at_parse_time()
 
     # ------------------------------------------------------------------ spec building
     def _validate_at_parse_time(self) -> None:
-        """Reject bad non-templated values when the DAG is parsed (an import error naming the field)."""
-        if self.on_finish_action not in ON_FINISH_ACTIONS:
-            raise MPIJobValidationError("on_finish_action", self.on_finish_action, f"must be one of {ON_FINISH_ACTIONS}")
-        for field_name in ("poll_interval", "startup_timeout", "schedule_timeout", "worker_log_tail_lines"):
-            value = getattr(self, field_name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise MPIJobValidationError(field_name, value, "must be a non-negative number")
-        if self.poll_interval <= 0:
-            raise MPIJobValidationError("poll_interval", self.poll_interval, "must be > 0")
-        rendered = {f: getattr(self, f) for f in self.template_fields}
-        stand_ins = {
-            "image": "parse-time-image",
-            "command": ["true"],
-            "program": ["true"],
-            "workers": 1,
-            "slots_per_worker": 1,
-            "mpi_implementation": "OpenMPI",
-            "name": "parse-time-name",
-        }
-        values = parse_time_values(rendered, stand_ins, tuple(self.template_ext))
-        if self.base_manifest is not None and values.get("base_manifest") is None:
-            values["image"] = values["image"] or stand_ins["image"]  # the base manifest may carry it
-        validate(self._spec(values, name=values.get("name") or "parse-time-name", namespace=None, identity=({}, {})))
+        """Reject bad values when the DAG is parsed (an import error naming the parameter).
 
-    def _launcher_command(self, values: dict[str, Any]) -> list[str] | None:
-        command = values.get("command")
-        if isinstance(command, str):
-            return shlex.split(command)
-        if command is None and values.get("program") is not None:
-            return mpirun_command(
-                values["program"],
-                workers=int(values["workers"]),
-                slots_per_worker=int(values.get("slots_per_worker") or 1),
-                implementation=values.get("mpi_implementation") or "OpenMPI",
-                extra_args=tuple(values.get("mpirun_args") or ()),
-            )
-        return command
+        Values Airflow has not rendered yet get stand-ins; they are checked again after rendering.
+        """
+        values = parse_time_values(self, tuple(self.template_fields), tuple(self.template_ext))
+        check_task_parameters(values)
+        if self.base_manifest is not None and values.get("base_manifest") is None:
+            values["image"] = values.get("image") or PARSE_TIME_STAND_INS["image"]  # the base manifest may carry it
+        self._resolve(values, placeholder_identity(self, "parse-time"), namespace=None)
+
+    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+        """The launcher command ``program`` builds (HorovodJobOperator: horovodrun)."""
+        return mpirun_launch(errors, values)
+
+    def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: str | None) -> Resolved:
+        defaults = Defaults(retries=self.retries or 0, namespace=namespace)
+        return resolve_parameters(values, identity=identity, defaults=defaults, launch=self._launch)
+
+    def build_manifest(self, context: Any = None) -> dict:
+        """Exactly the manifest this task instance submits (validated; raises before any API call).
+
+        Without a task instance in ``context`` (offline rendering) the identity labels use a
+        placeholder run (``context["run_id"]``, else "offline") and the namespace comes from the
+        connection only when one is configured there.
+        """
+        values = task_values(self)
+        check_task_parameters(values)
+        ti = context.get("ti") if context else None
+        if ti is not None:
+            identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+            namespace = None if values.get("namespace") else self.hook.resolve_namespace(None)
+        else:
+            identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
+            namespace = None if values.get("namespace") else self.hook.configured_namespace()
+        self._resolved = self._resolve(values, identity, namespace)
+        return self._resolved.manifest
+
+    def _resolution(self) -> Resolved:
+        """The resolution of the last build_manifest, else an offline one (a try resumed after deferral)."""
+        if self._resolved is None:
+            self.build_manifest()
+        return self._resolved
 
     def effective_backoff_limit(self) -> int:
-        """``runPolicy.backoffLimit`` to submit (see ``backoff_limit``)."""
-        return (self.retries or 0) if self.backoff_limit is None else self.backoff_limit
+        """``runPolicy.backoffLimit`` submitted: parameter > base manifest > task retries."""
+        return self._resolution().settings["backoff_limit"].value
 
-    def _spec(
-        self, values: dict[str, Any], *, name: str, namespace: str | None, identity: tuple[dict, dict]
-    ) -> MPIJobSpec:
-        labels, annotations = identity
-        common = {
-            "env": values.get("env"),
-            "env_from": values.get("env_from"),
-            "volumes": self.volumes,
-            "volume_mounts": self.volume_mounts,
-            "node_selector": self.node_selector,
-            "tolerations": self.tolerations,
-            "affinity": self.affinity,
-            "service_account_name": self.service_account_name,
-            "image_pull_secrets": self.image_pull_secrets,
-            "priority_class_name": self.priority_class_name,
-        }
-        launcher = ReplicaSpec(
-            replicas=1,
-            image=values.get("image"),
-            command=self._launcher_command(values),
-            args=values.get("args"),
-            resources=values.get("launcher_resources"),
-            restart_policy="Never" if self.backoff_limit is None else None,
-            **common,
-        )
-        worker = ReplicaSpec(
-            replicas=int(values["workers"]) if values.get("workers") is not None else None,
-            image=values.get("image"),
-            resources=values.get("worker_resources"),
-            gpus=int(values["gpus_per_worker"]) if values.get("gpus_per_worker") not in (None, "") else None,
-            readiness_probe=self.worker_readiness_probe,
-            **common,
-        )
-        scheduling = SchedulingPolicy(**_snake_keys(self.scheduling_policy)) if self.scheduling_policy else None
-        return MPIJobSpec(
-            name=name,
-            namespace=namespace,
-            launcher=_override(launcher, values.get("launcher"), "launcher"),
-            worker=_override(worker, values.get("worker"), "worker"),
-            slots_per_worker=int(values["slots_per_worker"]) if values.get("slots_per_worker") is not None else None,
-            run_launcher_as_worker=self.run_launcher_as_worker,
-            ssh_auth_mount_path=self.ssh_auth_mount_path,
-            launcher_creation_policy=self.launcher_creation_policy,
-            mpi_implementation=values.get("mpi_implementation") if self.api_version == API_V2BETA1 else None,
-            run_policy=RunPolicy(
-                clean_pod_policy=self.clean_pod_policy,
-                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
-                active_deadline_seconds=self.active_deadline_seconds,
-                backoff_limit=self.effective_backoff_limit(),
-                scheduling_policy=scheduling,
-                suspend=self.suspend,
-                managed_by=self.managed_by,
-            ),
-            labels={**(values.get("labels") or {}), **labels},
-            annotations={**(values.get("annotations") or {}), **annotations},
-            api_version=self.api_version,
-            base_manifest=load_base_manifest(values["base_manifest"]) if values.get("base_manifest") else None,
-            main_container=self.main_container,
-        )
-
-    def build_manifest(self, context: Any) -> dict:
-        """Exactly the manifest this task instance submits (validated; raises before any I/O)."""
-        ti = context["ti"]
-        values = {f: getattr(self, f) for f in self.template_fields}
-        base = load_base_manifest(values["base_manifest"]) if values.get("base_manifest") else {}
-        workers = int(values["workers"]) if values.get("workers") is not None else 1
-        name = values.get("name") or (base.get("metadata") or {}).get("name") or job_name(
-            ti.dag_id, ti.task_id, ti.run_id, ti.map_index, max_workers=workers
-        )
-        namespace = values.get("namespace") or (base.get("metadata") or {}).get("namespace") or self.hook.resolve_namespace(None)
-        identity = (
-            identity_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number),
-            identity_annotations(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number),
-        )
-        return build_manifest(self._spec(values, name=name, namespace=namespace, identity=identity))
+    def _retries_mapped(self) -> bool:
+        """True when the task's retries became the MPIJob's backoffLimit (neither parameter nor base set it)."""
+        return self._resolution().settings["backoff_limit"].source == DEFAULT
 
     # ------------------------------------------------------------------ I/O
     @cached_property
@@ -343,8 +281,8 @@ class MPIJobOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         manifest = self.build_manifest(context)
-        self._log_retry_mapping(manifest)
-        self.log.info("MPIJob manifest:\n%s", _redacted_yaml(manifest))
+        self._log_settings()
+        self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
         job = self._reattach(context, manifest) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
@@ -396,24 +334,30 @@ class MPIJobOperator(BaseOperator):
         self.log.info("Task killed: deleting MPIJob %s/%s", namespace, name)
         self.hook.delete_mpijob(name, namespace)
 
-    def _log_retry_mapping(self, manifest: dict) -> None:
-        limit = manifest["spec"].get("runPolicy", {}).get("backoffLimit")
-        if self.backoff_limit is None:
+    def _log_settings(self) -> None:
+        settings = self._resolution().settings
+        self.log.info(
+            "Each field: parameter > base manifest > default: %s", ", ".join(f"{k}={v}" for k, v in settings.items())
+        )
+        limit, retries = settings["backoff_limit"].value, self.retries or 0
+        if self._retries_mapped():
             self.log.info(
                 "Retries: Airflow retries=%s are mapped onto the MPIJob (runPolicy.backoffLimit=%s, launcher "
-                "restartPolicy=Never): up to %s launcher attempts in one MPIJob; a Failed MPIJob fails the task "
+                "restartPolicy=%s): up to %s launcher attempts in one MPIJob; a Failed MPIJob fails the task "
                 "without further Airflow retries; infrastructure errors stay retryable and reattach.",
-                self.retries,
+                retries,
                 limit,
-                (limit or 0) + 1,
+                settings["launcher.restart_policy"],
+                limit + 1,
             )
         else:
             self.log.info(
-                "Retries: runPolicy.backoffLimit=%s as given; Airflow retries=%s each start a fresh MPIJob "
+                "Retries: runPolicy.backoffLimit=%s from the %s; Airflow retries=%s each start a fresh MPIJob "
                 "(up to %s launcher attempts in total).",
                 limit,
-                self.retries,
-                ((limit or 0) + 1) * ((self.retries or 0) + 1),
+                settings["backoff_limit"].source,
+                retries,
+                (limit + 1) * (retries + 1),
             )
 
     def _reattach(self, context: Any, manifest: dict) -> dict | None:
@@ -528,51 +472,9 @@ class MPIJobOperator(BaseOperator):
             payload,
             api_version=self.api_version,
             on_finish_action=self.on_finish_action,
-            fail_permanently=self.backoff_limit is None,
+            fail_permanently=self._retries_mapped(),
             worker_log_tail_lines=self.worker_log_tail_lines,
         )
-
-
-def _override(base: ReplicaSpec, overrides: dict[str, Any] | None, role: str) -> ReplicaSpec:
-    """Apply a role's ``launcher``/``worker`` dict (ReplicaSpec field names) over the shared values."""
-    if not overrides:
-        return base
-    if not isinstance(overrides, dict):
-        raise MPIJobValidationError(role, overrides, "must be a dict of ReplicaSpec fields")
-    known = set(ReplicaSpec.__dataclass_fields__)
-    for key in overrides:
-        if key not in known:
-            raise MPIJobValidationError(f"{role}.{key}", overrides[key], f"unknown field; known: {sorted(known)}")
-    merged = copy.copy(base)
-    for key, value in overrides.items():
-        current = getattr(merged, key)
-        if isinstance(current, dict) and isinstance(value, dict):
-            value = {**current, **value}
-        setattr(merged, key, value)
-    return merged
-
-
-def _snake_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """Accept both the manifest's camelCase and Python's snake_case keys."""
-    return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in data.items()}
-
-
-def _redacted_yaml(manifest: dict) -> str:
-    import yaml
-
-    safe = copy.deepcopy(manifest)
-    for replica in (safe.get("spec", {}).get("mpiReplicaSpecs") or {}).values():
-        for container in (replica.get("template", {}).get("spec", {}).get("containers") or []):
-            for env in container.get("env") or []:
-                if "value" in env and any(w in str(env.get("name", "")).upper() for w in SENSITIVE_ENV_WORDS):
-                    env["value"] = "***"
-    try:
-        from airflow.providers.common.compat.sdk import redact
-
-        safe = redact(safe)
-    except ImportError:  # pragma: no cover - very old common-compat
-        pass
-    return yaml.safe_dump(safe, sort_keys=False)
 
 
 def _api_message(err: Any) -> str:

@@ -115,6 +115,9 @@ class FakeSyncHook:
     def resolve_namespace(self, explicit=None):
         return explicit or self.namespace
 
+    def configured_namespace(self):
+        return self.namespace
+
     def get_mpijob(self, name, namespace):
         return self.jobs.get((namespace, name))
 

@@ -207,13 +207,13 @@ def test_v1_layout_puts_clean_pod_policy_top_level_and_names_containers_after_ma
         assert manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["name"] == "trainer"
 
 
-def test_v2beta1_layout_defaults():
+def test_v2beta1_layout_without_defaults_writes_only_what_is_given():
     manifest = build_manifest(
         MPIJobSpec(name="pi", launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(replicas=1, image="i"))
     )
     assert manifest["apiVersion"] == API_V2BETA1
     assert manifest["kind"] == "MPIJob"
-    assert manifest["spec"]["slotsPerWorker"] == 1
+    assert "slotsPerWorker" not in manifest["spec"] and "mpiImplementation" not in manifest["spec"]
     assert "runPolicy" not in manifest["spec"]
     launcher = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]
     assert launcher["replicas"] == 1

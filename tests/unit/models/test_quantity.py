@@ -97,6 +97,8 @@ def test_binary_and_decimal_suffixes_compare_exactly():
         ("2", True, None),
         (2, True, None),
         ("2 GB", False, "is not a Kubernetes quantity"),
+        (0.5, False, "must be a string or an integer"),  # the CRD's int-or-string refuses JSON floats
+        (2.0, False, "must be a string or an integer"),
     ],
 )
 def test_quantity_problem(value, integer, problem):

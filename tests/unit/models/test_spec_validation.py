@@ -236,6 +236,7 @@ CASES = [
     ),
     ("cpu-negative", V1, worker(resources={"limits": {"cpu": "-1"}}), "worker.resources.limits.cpu", "-1"),
     ("cpu-bool", V2, worker(resources={"limits": {"cpu": True}}), "worker.resources.limits.cpu", True),
+    ("cpu-float", V2, worker(resources={"limits": {"cpu": 0.5}}), "worker.resources.limits.cpu", 0.5),
     (
         "request-above-limit",
         V2,
@@ -597,7 +598,6 @@ ACCEPTED = [
             }
         ),
     ),
-    ("float-quantity", V2, worker(resources={"limits": {"cpu": 0.5}})),
     ("gpu-as-millis", V2, worker(resources={"limits": {"nvidia.com/gpu": "1000m"}})),
     (
         "gpu-request-equal-limit",

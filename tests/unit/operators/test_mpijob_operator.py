@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace as NS
 
 import pytest
@@ -81,29 +82,55 @@ def test_namespace_falls_back_to_the_hook():
 @pytest.mark.parametrize(
     "kwargs, field, value",
     [
-        ({"workers": 0}, "worker.replicas", "0"),
-        ({"slots_per_worker": 0}, "slots_per_worker", "0"),
-        ({"on_finish_action": "explode"}, "on_finish_action", "'explode'"),
-        ({"poll_interval": 0}, "poll_interval", "0"),
-        ({"backoff_limit": -1}, "backoff_limit", "-1"),
-        ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy", "'Sometimes'"),
-        ({"worker_resources": {"limits": {"cpu": "lots"}}}, "cpu", "'lots'"),
-        ({"worker": {"colour": "red"}}, "worker.colour", "'red'"),
+        ({"workers": 0}, "workers", 0),
+        ({"workers": 2.5}, "workers", 2.5),
+        ({"workers": True}, "workers", True),
+        ({"slots_per_worker": 0}, "slots_per_worker", 0),
+        ({"gpus_per_worker": 1.0}, "gpus_per_worker", 1.0),
+        ({"on_finish_action": "explode"}, "on_finish_action", "explode"),
+        ({"poll_interval": 0}, "poll_interval", 0),
+        ({"startup_timeout": 0}, "startup_timeout", 0),
+        ({"schedule_timeout": -1}, "schedule_timeout", -1),
+        ({"worker_log_tail_lines": 2.5}, "worker_log_tail_lines", 2.5),
+        ({"deferrable": "yes"}, "deferrable", "yes"),
+        ({"backoff_limit": -1}, "backoff_limit", -1),
+        ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy", "Sometimes"),
+        ({"worker_resources": {"limits": {"cpu": "lots"}}}, "worker_resources.limits.cpu", "lots"),
+        ({"worker": {"colour": "red"}}, "worker.colour", "red"),
+        ({"worker": {"replicas": 3}}, "worker.replicas", 3),  # and workers=2 (make's default): two answers
+        ({"launcher": {"command": ["x"]}}, "launcher.command", ["x"]),  # and command=: two answers
+        ({"program": ["pi"]}, "command", ["mpirun", "hostname"]),  # program builds the command
+        ({"command": None, "mpirun_args": ["-v"]}, "mpirun_args", ["-v"]),  # without program: ignored
+        ({"command": 'echo "unclosed'}, "command", 'echo "unclosed'),
+        ({"scheduling_policy": {"minAvailable": 1, "colour": 1}}, "scheduling_policy.colour", 1),
+        ({"api_version": "kubeflow.org/v1", "mpi_implementation": "Intel"}, "mpi_implementation", "Intel"),
+        ({"api_version": "kubeflow.org/v1", "ssh_auth_mount_path": "/s"}, "ssh_auth_mount_path", "/s"),
     ],
 )
-def test_bad_parameters_fail_at_dag_parse_naming_field_and_value(kwargs, field, value):
+def test_bad_parameters_fail_at_dag_parse_naming_the_parameter_and_value(kwargs, field, value):
     with pytest.raises(MPIJobValidationError) as err:
         make(**kwargs)
-    assert field in str(err.value) and value in str(err.value)
+    assert (field, value) in [(e.field, e.value) for e in err.value.errors], str(err.value)
+    assert f"{field}={value!r}: " in str(err.value)
 
 
-def test_templated_values_are_validated_after_rendering_only():
+@pytest.mark.parametrize(
+    "rendered, message", [("0", "workers=0: must be >= 1"), ("2.5", "workers='2.5': must be an integer")]
+)
+def test_templated_values_are_validated_after_rendering_only(rendered, message):
     op = make(workers="{{ params.workers }}")  # parse time: accepted
-    op.workers = "0"  # what rendering produced
+    op.workers = rendered  # what rendering produced
     hook = op.hook
-    with pytest.raises(MPIJobValidationError, match="replicas"):
+    with pytest.raises(MPIJobValidationError, match=re.escape(message)):
         op.execute(context())
     assert hook.created == []
+
+
+def test_digit_strings_rendered_by_jinja_are_integers():
+    op = make(workers="{{ w }}", slots_per_worker="{{ s }}", command=None, program="pi")
+    op.workers, op.slots_per_worker = "3", " 2 "
+    spec = op.build_manifest(context())["spec"]
+    assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3 and spec["slotsPerWorker"] == 2
 
 
 # ---------------------------------------------------------------- execute, reattach, finish
@@ -310,3 +337,79 @@ def test_job_being_deleted_is_not_reattached():
     with pytest.raises(TaskDeferred):
         op.execute(context(try_number=2))
     assert len(op.hook.created) == 1
+
+
+# ---------------------------------------------------------------- precedence, offline rendering
+BASE = {
+    "apiVersion": "kubeflow.org/v2beta1",
+    "kind": "MPIJob",
+    "metadata": {"name": "from-base"},
+    "spec": {
+        "mpiImplementation": "Intel",
+        "runPolicy": {"backoffLimit": 4},
+        "mpiReplicaSpecs": {
+            "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "base:1"}]}}},
+            "Worker": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w", "image": "base:1"}]}}},
+        },
+    },
+}
+
+
+def test_the_base_manifest_wins_over_operator_defaults_and_the_log_says_so(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
+    op = make(image=None, command=None, workers=None, base_manifest=BASE, retries=2)
+    spec = op.build_manifest(context())["spec"]
+    assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3 and spec["mpiImplementation"] == "Intel"
+    assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 4}
+    assert spec["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "Never"
+    op._log_settings()
+    text = "\n".join(recorder.lines)
+    assert "workers=3 (base manifest)" in text and "backoff_limit=4 (base manifest)" in text
+    assert "launcher.restart_policy='Never' (default)" in text and "clean_pod_policy='Running' (default)" in text
+    assert "from the base manifest; Airflow retries=2 each start a fresh MPIJob" in text
+    assert op.effective_backoff_limit() == 4
+
+
+def test_a_failed_job_with_the_base_manifests_backoff_limit_stays_retryable_after_resuming(monkeypatch):
+    op = make(image=None, command=None, workers=None, base_manifest=BASE, retries=2, get_logs=False)
+    with pytest.raises(AirflowException) as err:  # a fresh instance, as after a deferral: nothing built yet
+        op.execute_complete(context(), result("failed"))
+    assert type(err.value) is AirflowException
+
+
+def test_build_manifest_renders_offline_without_a_task_instance():
+    op = make(namespace=None, hook=FakeSyncHook(namespace="from-connection"))
+    manifest = op.build_manifest()
+    assert manifest["metadata"]["namespace"] == "from-connection"
+    assert manifest["metadata"]["labels"][TRY_NUMBER_LABEL] == "1"
+    assert manifest["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "offline"
+    assert op.build_manifest({"run_id": "review"})["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "review"
+    no_namespace = make(namespace=None, hook=FakeSyncHook(namespace=None)).build_manifest()
+    assert "namespace" not in no_namespace["metadata"]
+
+
+def test_configured_namespace_reads_the_connection_and_tolerates_a_missing_one(monkeypatch):
+    from airflow_mpi.hooks import MPIJobHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_MPI_TEST", '{"conn_type": "kubernetes", "extra": {"namespace": "team-a"}}')
+    assert MPIJobHook(conn_id="mpi_test").configured_namespace() == "team-a"
+    monkeypatch.setenv("AIRFLOW_CONN_MPI_EMPTY", '{"conn_type": "kubernetes"}')
+    assert MPIJobHook(conn_id="mpi_empty").configured_namespace() is None
+
+
+def test_templated_task_parameters_are_checked_after_rendering_too():
+    op = make(deferrable=False)
+    op.deferrable = "False"  # non-native rendering of "{{ params.deferrable }}": truthy text, not a boolean
+    with pytest.raises(MPIJobValidationError, match="deferrable='False': must be a boolean"):
+        op.build_manifest(context())
+
+
+def test_horovod_np_follows_the_base_manifest_and_refuses_a_fractional_min_np():
+    base = {**BASE, "spec": {**BASE["spec"], "slotsPerWorker": 2, "mpiImplementation": "OpenMPI"}}
+    op = HorovodJobOperator(task_id="hvd", program=["python", "train.py"], base_manifest=base, namespace="ns")
+    op.__dict__["hook"] = FakeSyncHook()
+    container = op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert container["command"][:3] == ["horovodrun", "-np", "6"]
+    with pytest.raises(MPIJobValidationError, match="min_np=1.5: must be an integer"):
+        HorovodJobOperator(task_id="hvd2", image="i", program=["t"], min_np=1.5)

@@ -1,0 +1,81 @@
+"""Golden: upstream's published MPIJob examples, passed unchanged as base_manifest, come out unchanged.
+
+The examples are read from the pinned mpi-operator and training-operator modules (tests/unit/upstream.py),
+never copied here. The only additions allowed are the task instance's identity labels and annotations,
+the retries mapping where an example leaves it unset (backoffLimit = retries, launcher restartPolicy
+Never: both the task log and Resolved.settings call them defaults), and what a parameter asks for.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from airflow_mpi.models import API_V1, DEFAULT
+from airflow_mpi.operators import MPIJobOperator
+from airflow_mpi.operators._params import placeholder_identity
+from tests.unit.fakes import FakeSyncHook
+from tests.unit.upstream import example, example_texts, schema_errors
+
+RUN_ID = "manual__2026-11-22T10:00:00+00:00"
+
+
+def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
+    api, text = example_texts()[name]
+    if api == API_V1:
+        params.setdefault("api_version", API_V1)  # the operator's API version is a parameter (default v2beta1)
+    op = MPIJobOperator(task_id="example", base_manifest=text, **params)
+    op.__dict__["hook"] = FakeSyncHook(namespace=None)  # no namespace configured on the connection
+    return op, op.build_manifest({"run_id": RUN_ID})
+
+
+def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
+    """The example plus identity metadata and the retries mapping."""
+    expected = example(name)
+    identity = placeholder_identity(op, RUN_ID)
+    metadata = expected["metadata"]
+    metadata["labels"] = {**metadata.get("labels", {}), **identity.labels()}
+    metadata["annotations"] = {**metadata.get("annotations", {}), **identity.annotations()}
+    expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = retries
+    expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
+    return expected
+
+
+@pytest.mark.parametrize("name", sorted(example_texts()))
+def test_a_published_example_passes_through_unchanged(name):
+    op, manifest = build(name, retries=2)
+    defaults = {field for field, setting in op._resolved.settings.items() if setting.source == DEFAULT}
+    assert defaults == {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
+    assert manifest == expected_from(name, op, retries=2)
+    assert schema_errors(manifest) == []
+
+
+@pytest.mark.parametrize("name", ["pi", "pi-intel", "v1-tensorflow-mnist"])
+def test_explicit_parameters_change_only_what_they_name(name):
+    op, manifest = build(name, workers=4, image="example/mpi:2", program=["/opt/app"], backoff_limit=1)
+    expected = expected_from(name, op)
+    expected["spec"]["runPolicy"]["backoffLimit"] = 1
+    del expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"]  # no retries mapping: backoff_limit given
+    expected["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 4
+    launcher = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    for role in ("Launcher", "Worker"):
+        expected["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["image"] = "example/mpi:2"
+    expected_launcher = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    expected_launcher.pop("args", None)  # program replaces the example's command line
+    expected_launcher["command"] = launcher["command"]
+    assert manifest == expected
+    np_flag = "-np" if manifest["spec"].get("mpiImplementation", "OpenMPI") == "OpenMPI" else "-n"
+    assert launcher["command"][0] == "mpirun" and launcher["command"][launcher["command"].index(np_flag) + 1] == "4"
+    assert launcher["command"][-1] == "/opt/app"
+    assert schema_errors(manifest) == []
+
+
+def test_the_examples_are_read_as_published():
+    """The golden tests above start from upstream's files, not from an edited copy."""
+    pi = example("pi-intel")
+    assert pi["spec"]["mpiImplementation"] == "Intel" and pi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert "command" in pi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]  # null
+    before = copy.deepcopy(example_texts())
+    build("pi-intel")
+    assert example_texts() == before
