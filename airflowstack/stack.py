@@ -26,6 +26,9 @@ from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+# the checkout this harness belongs to: its airflow_mpi is what the services must load (an editable install
+# of another checkout in the venv would otherwise win)
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def default_airflow_bin() -> str:
@@ -125,6 +128,7 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p),
         })
         if self.kubeconfig:
             env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(self.kubeconfig, self.namespace)
