@@ -48,6 +48,7 @@ from airflow_mpi.models.naming import (
 )
 from airflow_mpi.models.deferral import event_not_before
 from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.models.redaction import redact_manifest
 from airflow_mpi.models.status import job_state
 from airflow_mpi.operators._job_record import record_job, recorded_job
 from airflow_mpi.operators._outcome import ON_FINISH_ACTIONS, finish
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
 
 TEMPLATE_EXT = (".yaml", ".yml", ".json")
-SENSITIVE_ENV_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "PASSWD")
 
 
 class MPIJobOperator(BaseOperator):
@@ -569,21 +569,19 @@ def _snake_keys(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _redacted_yaml(manifest: dict) -> str:
+    """The manifest for the task log: sensitive-looking values masked, then Airflow's masker (known secrets).
+
+    Airflow's masker is applied to the YAML text: on the dict it stops at a nesting depth (5) that
+    container commands lie below.
+    """
     import yaml
 
-    safe = copy.deepcopy(manifest)
-    for replica in (safe.get("spec", {}).get("mpiReplicaSpecs") or {}).values():
-        for container in (replica.get("template", {}).get("spec", {}).get("containers") or []):
-            for env in container.get("env") or []:
-                if "value" in env and any(w in str(env.get("name", "")).upper() for w in SENSITIVE_ENV_WORDS):
-                    env["value"] = "***"
+    text = yaml.safe_dump(redact_manifest(manifest), sort_keys=False)
     try:
         from airflow.providers.common.compat.sdk import redact
-
-        safe = redact(safe)
     except ImportError:  # pragma: no cover - very old common-compat
-        pass
-    return yaml.safe_dump(safe, sort_keys=False)
+        return text
+    return str(redact(text))
 
 
 def _api_message(err: Any) -> str:

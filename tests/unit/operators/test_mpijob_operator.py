@@ -345,3 +345,18 @@ def test_job_being_deleted_is_not_reattached():
     with pytest.raises(TaskDeferred):
         op.execute(context(try_number=2))
     assert len(op.hook.created) == 1
+
+
+def test_manifest_in_the_task_log_hides_plain_and_airflow_known_secrets(monkeypatch):
+    from airflow.providers.common.compat.sdk import mask_secret
+
+    mask_secret("c0nn-pa55")  # e.g. a connection password rendered into the command by a template
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
+    op = make(deferrable=True, env={"DB_PASSWORD": "pw-plain", "EPOCHS": "3"},
+              command=["train", "--token=t0ken", "--dsn", "postgres://u:c0nn-pa55@db/x"])
+    with pytest.raises(TaskDeferred):
+        op.execute(context())
+    (printed,) = [line for line in recorder.lines if line.startswith("MPIJob manifest:")]
+    assert "pw-plain" not in printed and "t0ken" not in printed and "c0nn-pa55" not in printed
+    assert "EPOCHS" in printed and "value: '3'" in printed  # everything else is still shown
