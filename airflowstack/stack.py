@@ -175,6 +175,35 @@ class AirflowStack:
         finally:
             probe_client.close()
 
+    def stop_service(self, name: str, sig: int | None = None) -> None:
+        """Stop one service (its whole process group): gracefully, or with ``sig`` (e.g. SIGKILL) at once."""
+        service = self.services[name]
+        if sig is None:
+            service.stop()
+        else:
+            service.kill(sig)
+
+    def start_service(self, name: str) -> None:
+        """Start a stopped service again; for a heartbeating one, wait for a heartbeat of the new process."""
+        from datetime import datetime, timezone
+
+        started = datetime.now(timezone.utc)
+        self.services[name].start()
+        component = name.replace("-", "_")
+        probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
+
+        def beating() -> bool:
+            health = probe_client.health().get(component) or {}
+            beats = [v for k, v in health.items() if k.startswith("latest_") and v]
+            fresh = not beats or datetime.fromisoformat(str(beats[0]).replace("Z", "+00:00")) > started
+            return health.get("status", "healthy") == "healthy" and fresh
+
+        try:
+            wait_until(beating, timeout=self.start_timeout, interval=0.5, what=f"{name} to heartbeat again",
+                       check=self.check_alive)
+        finally:
+            probe_client.close()
+
     def check_alive(self) -> None:
         """Raise StackError (with the tail of its log) if a service has exited."""
         for service in self.services.values():
