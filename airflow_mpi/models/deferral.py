@@ -57,6 +57,12 @@ def event_not_before(
     return deferred_at + window
 
 
+def not_before_text(deferred_at: datetime, airflow_version: str) -> str | None:
+    """``event_not_before`` as the ISO text a trigger carries (plain data), or None."""
+    not_before = event_not_before(deferred_at, airflow_version)
+    return not_before.isoformat() if not_before else None
+
+
 def hold_seconds(not_before: datetime | None, now: datetime) -> float:
     """How long a trigger still has to hold a ready event (0 when none or already past)."""
     if not_before is None:

@@ -46,7 +46,7 @@ from airflow_mpi.models.naming import (
     reattach_selector,
     same_task,
 )
-from airflow_mpi.models.deferral import event_not_before
+from airflow_mpi.models.deferral import not_before_text
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.models.redaction import redact_manifest
 from airflow_mpi.models.status import job_state
@@ -510,7 +510,6 @@ class MPIJobOperator(BaseOperator):
 
         deferred_at = _now()
         deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
-        not_before = event_not_before(deferred_at, AIRFLOW_VERSION)
         trigger = MPIJobTrigger(
             name=name,
             namespace=namespace,
@@ -524,7 +523,7 @@ class MPIJobOperator(BaseOperator):
             get_logs=self.get_logs,
             max_attempts=self.effective_backoff_limit() + 1,
             deadline=deadline.isoformat() if deadline else None,
-            not_before=not_before.isoformat() if not_before else None,
+            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.

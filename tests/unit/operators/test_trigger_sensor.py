@@ -177,6 +177,14 @@ def test_deferrable_sensor_defers_without_owning_the_job():
     assert kwargs["owns_job"] is False and kwargs["target_condition"] == "Succeeded" and kwargs["deadline"]
 
 
+def test_deferrable_sensor_does_not_defer_when_the_condition_already_holds():
+    """A trigger would fire at once, inside Airflow's deferral race: the worker answers instead."""
+    s = sensor(with_job("Created", "Succeeded"), deferrable=True, timeout=60)
+    assert s.execute({}) is None
+    with pytest.raises(AirflowFailException):
+        sensor(with_job("Created", "Failed"), deferrable=True).execute({})
+
+
 def test_sensor_execute_complete_maps_events():
     s = sensor(with_job("Created", "Succeeded"))
     assert s.execute_complete({}, {"status": "success", "name": "job", "namespace": "ns", "message": ""})["name"] == "job"
