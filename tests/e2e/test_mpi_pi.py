@@ -124,7 +124,7 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
             log = client.task_log(HOLD, run_id, "hold", try_number)
             raise AssertionError(f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}")
         if ti["state"] != "deferred":
-            return (ti["state"], ti["try_number"]), []
+            return None, []
         log = client.task_log(HOLD, run_id, "hold", try_number)
         jobs = _live_jobs(custom_api, run_id)
         deferrals = log.count("Pausing task as DEFERRED")
@@ -132,9 +132,9 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
 
     def settled():
         first, jobs = observe()
-        if len(first) == 2:  # not deferred
+        if first is None:  # not deferred (yet, or between two deferrals)
             return None
-        state, tries, deferrals, starts, uids = first
+        _, tries, deferrals, starts, uids = first
         if tries != try_number or deferrals == 0 or starts < deferrals or len(uids) != 1:
             return None
         again, _ = observe()
