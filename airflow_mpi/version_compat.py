@@ -19,12 +19,15 @@ from airflow.providers.common.compat.sdk import (
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow import __version__ as AIRFLOW_VERSION
+
 try:
     from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 except ImportError:  # older common-compat
     AIRFLOW_V_3_3_PLUS = False
 
 __all__ = [
+    "AIRFLOW_VERSION",
     "AIRFLOW_V_3_0_PLUS",
     "AIRFLOW_V_3_3_PLUS",
     "AirflowException",

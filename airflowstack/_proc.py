@@ -136,6 +136,18 @@ class Service:
             return True
         return True
 
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the whole group (no grace) and wait until every member is gone."""
+        if self.proc is None:
+            return
+        self._signal_group(sig)
+        self.proc.wait(timeout=30)
+        for _ in range(100):
+            if not self._group_alive():
+                return
+            self._signal_group(signal.SIGKILL)
+            time.sleep(0.1)
+
     def stop(self) -> None:
         """Signal the whole group, wait up to ``stop_timeout``, then KILL whatever is left of it."""
         if self.proc is None:

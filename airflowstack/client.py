@@ -152,7 +152,7 @@ class AirflowClient:
             "GET", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/logs/{try_number}",
             params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"},
         )
-        return [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in r.json().get("content", [])]
+        return [_event_text(item) for item in r.json().get("content", [])]
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
         return "\n".join(self.task_log_events(dag_id, run_id, task_id, try_number, map_index))
@@ -163,6 +163,10 @@ class AirflowClient:
             params={"map_index": map_index, "deserialize": "true", "stringify": "false"},
         )
         return r.json().get("value")
+
+    def event_logs(self, dag_id: str, event: str) -> list[dict]:
+        """Audit log entries of one kind for a DAG (e.g. "state mismatch": the scheduler failed a task)."""
+        return self.get("/api/v2/eventLogs", params={"dag_id": dag_id, "event": event, "limit": 100}).get("event_logs", [])
 
     # -- interventions -------------------------------------------------------------------------------------------
     def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> Any:
@@ -178,6 +182,17 @@ class AirflowClient:
                   "reset_dag_runs": True},
         ).json()
 
+
+
+def _event_text(item: Any) -> str:
+    """One log event as the UI shows it: the message, then the exception (type: value) it carries, if any."""
+    if not isinstance(item, dict):
+        return str(item)
+    text = str(item.get("event", ""))
+    for exc in item.get("error_detail") or []:
+        if isinstance(exc, dict) and exc.get("exc_type"):
+            text += f"\n{exc['exc_type']}: {exc.get('exc_value', '')}"
+    return text
 
 
 def _wait(probe, timeout: float, what: str, interval: float = 0.5):

@@ -26,6 +26,9 @@ from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+# the checkout this harness belongs to: its airflow_mpi is what the services must load (an editable install
+# of another checkout in the venv would otherwise win)
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def default_airflow_bin() -> str:
@@ -125,6 +128,7 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p),
         })
         if self.kubeconfig:
             env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(self.kubeconfig, self.namespace)
@@ -167,6 +171,35 @@ class AirflowStack:
         try:
             wait_until(probe_client.healthy, timeout=self.start_timeout, interval=0.5,
                        what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
+                       check=self.check_alive)
+        finally:
+            probe_client.close()
+
+    def stop_service(self, name: str, sig: int | None = None) -> None:
+        """Stop one service (its whole process group): gracefully, or with ``sig`` (e.g. SIGKILL) at once."""
+        service = self.services[name]
+        if sig is None:
+            service.stop()
+        else:
+            service.kill(sig)
+
+    def start_service(self, name: str) -> None:
+        """Start a stopped service again; for a heartbeating one, wait for a heartbeat of the new process."""
+        from datetime import datetime, timezone
+
+        started = datetime.now(timezone.utc)
+        self.services[name].start()
+        component = name.replace("-", "_")
+        probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
+
+        def beating() -> bool:
+            health = probe_client.health().get(component) or {}
+            beats = [v for k, v in health.items() if k.startswith("latest_") and v]
+            fresh = not beats or datetime.fromisoformat(str(beats[0]).replace("Z", "+00:00")) > started
+            return health.get("status", "healthy") == "healthy" and fresh
+
+        try:
+            wait_until(beating, timeout=self.start_timeout, interval=0.5, what=f"{name} to heartbeat again",
                        check=self.check_alive)
         finally:
             probe_client.close()

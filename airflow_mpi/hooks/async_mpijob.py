@@ -36,7 +36,7 @@ try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
-from airflow_mpi.hooks import _calls as calls
+from airflow_mpi.hooks import _calls as calls, live_delete
 from airflow_mpi.hooks._common import (
     CONNECTION_ERRORS,
     LAUNCHER,
@@ -280,6 +280,18 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
     async def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
         return await self._send(calls.list_call(self, await self.resolve_namespace(namespace), label_selector))
+
+    async def delete_live_mpijob(self, name: str, namespace: str | None = None) -> str:
+        """Delete the MPIJob only while it is live (see the sync hook); returns the outcome."""
+        ns = await self.resolve_namespace(namespace)
+        outcome = live_delete.CHANGED
+        for _ in range(live_delete.ROUNDS):
+            obj = await self.get_mpijob(name, ns)
+            if (outcome := live_delete.keep_reason(obj)) is None:
+                outcome = await self._send(live_delete.live_delete_call(self, obj, self.log))
+            if outcome != live_delete.CHANGED:
+                break
+        return outcome
 
     @staticmethod
     async def _open_stream(call, *args, **kwargs):

@@ -205,7 +205,7 @@ class JobMonitor:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from a fresh read
-                if not is_transient(err):
+                if not (is_transient(err) or _unsynced_after_outage(err, outage_started)):
                     raise
                 outage_started = outage_started or utcnow()
                 if (utcnow() - outage_started).total_seconds() > API_OUTAGE_LIMIT:
@@ -348,6 +348,12 @@ class JobMonitor:
             if pod.name == stream.pod:
                 return pod.state == "running" and pod.restart_count == stream.restart
         return False
+
+
+def _unsynced_after_outage(err: BaseException, outage_started: datetime | None) -> bool:
+    """401/403 while an API server comes back: it refuses non-admin identities until its authentication and
+    RBAC caches have synced (seen with a least-privilege service account), so during an outage they are transient."""
+    return outage_started is not None and getattr(err, "status", None) in (401, 403)
 
 
 async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
-from airflow_mpi.hooks import _calls as calls
+from airflow_mpi.hooks import _calls as calls, live_delete
 from airflow_mpi.hooks._common import (
     CONNECTION_ERRORS,
     LAUNCHER,
@@ -156,6 +156,18 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
     def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
         return self._send(calls.list_call(self, self.resolve_namespace(namespace), label_selector))
+
+    def delete_live_mpijob(self, name: str, namespace: str | None = None) -> str:
+        """Delete the MPIJob only while it is live (see hooks/live_delete.py); returns the outcome."""
+        ns = self.resolve_namespace(namespace)
+        outcome = live_delete.CHANGED
+        for _ in range(live_delete.ROUNDS):
+            obj = self.get_mpijob(name, ns)
+            if (outcome := live_delete.keep_reason(obj)) is None:
+                outcome = self._send(live_delete.live_delete_call(self, obj, self.log))
+            if outcome != live_delete.CHANGED:
+                break
+        return outcome
 
     def watch_mpijob(
         self,

@@ -27,12 +27,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.models import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
+from airflow_mpi.models.deferral import not_before_text
 from airflow_mpi.models.errors import ErrorList
 from airflow_mpi.models.naming import TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.models.parameters import mpirun_launch, resolve_parameters
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.models.spec import LauncherCommand
 from airflow_mpi.models.status import job_state
+from airflow_mpi.operators._job_record import record_job, recorded_job
 from airflow_mpi.operators._outcome import finish
 from airflow_mpi.operators._params import (
     PARSE_TIME_STAND_INS,
@@ -42,12 +44,11 @@ from airflow_mpi.operators._params import (
     task_values,
 )
 from airflow_mpi.operators._redaction import redacted_yaml
-from airflow_mpi.version_compat import AirflowFailException, BaseOperator, conf
+from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator, conf
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
 
-STATE_STORE_KEY = "airflow_mpi_job"
 TEMPLATE_EXT = (".yaml", ".yml", ".json")
 
 
@@ -286,10 +287,13 @@ class MPIJobOperator(BaseOperator):
         job = self._reattach(context, manifest) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
-        _remember(context, name, namespace)
+        record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
         job_try = _try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
-        if self.deferrable:
+        if self.deferrable and job_state(job).terminal:
+            # A trigger would fire at once, inside Airflow's deferral race (models/deferral.py): finish here.
+            self.log.info("MPIJob %s already finished: not deferring", name)
+        elif self.deferrable:
             self._defer(context, name, namespace, submitted_at, job_try)
         payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None))
         if self._deleted_by_earlier_try(context, payload, job_try):
@@ -327,12 +331,16 @@ class MPIJobOperator(BaseOperator):
         return True
 
     def on_kill(self) -> None:
-        """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed."""
+        """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed.
+
+        Only a live job is deleted: a finished one holds nothing, and a Succeeded one is what a retry
+        reattaches to, so a spurious kill (Airflow's deferral race) never costs a rerun.
+        """
         if self._job is None:
             return
         name, namespace = self._job
-        self.log.info("Task killed: deleting MPIJob %s/%s", namespace, name)
-        self.hook.delete_mpijob(name, namespace)
+        outcome = self.hook.delete_live_mpijob(name, namespace)
+        self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
     def _log_settings(self) -> None:
         settings = self._resolution().settings
@@ -365,7 +373,7 @@ class MPIJobOperator(BaseOperator):
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         labels = manifest["metadata"]["labels"]
         candidates = []
-        stored = _remembered(context)
+        stored = recorded_job(context)
         if stored:
             candidates.append(stored)
         candidates.append((name, namespace))
@@ -444,7 +452,8 @@ class MPIJobOperator(BaseOperator):
     def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
 
-        deadline = _now() + self.execution_timeout if self.execution_timeout else None
+        deferred_at = _now()
+        deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
         trigger = MPIJobTrigger(
             name=name,
             namespace=namespace,
@@ -458,6 +467,7 @@ class MPIJobOperator(BaseOperator):
             get_logs=self.get_logs,
             max_attempts=self.effective_backoff_limit() + 1,
             deadline=deadline.isoformat() if deadline else None,
+            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.
@@ -504,21 +514,6 @@ def _try_number_of(job: dict) -> int | None:
     """The try that created ``job`` (its identity label), if it carries one."""
     value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL)
     return int(value) if value and value.isdigit() else None
-
-
-def _remember(context: Any, name: str, namespace: str) -> None:
-    """Airflow 3.3+: keep the job's identity in the task state store (durable across tries)."""
-    store = context.get("task_state_store") if hasattr(context, "get") else None
-    if store is not None:
-        store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace})
-
-
-def _remembered(context: Any) -> tuple[str, str] | None:
-    store = context.get("task_state_store") if hasattr(context, "get") else None
-    stored = store.get(STATE_STORE_KEY) if store is not None else None
-    if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
-        return stored["name"], stored["namespace"]
-    return None
 
 
 __all__ = ["MPIJobOperator"]

@@ -13,10 +13,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.models import API_V2BETA1
+from airflow_mpi.models.deferral import not_before_text
 from airflow_mpi.models.errors import MPIJobValidationError
 from airflow_mpi.models.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.operators._outcome import finish
-from airflow_mpi.version_compat import AirflowException, AirflowFailException, BaseSensorOperator, conf
+from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowException, AirflowFailException, BaseSensorOperator, conf
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -65,6 +66,8 @@ class MPIJobSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        if self.poke(context):  # never defer on a job already there: models/deferral.py
+            return None
         from airflow_mpi.triggers import MPIJobTrigger
 
         now = datetime.now(timezone.utc)
@@ -83,6 +86,7 @@ class MPIJobSensor(BaseSensorOperator):
                 target_condition=self.target_condition,
                 deadline=(now + timedelta(seconds=self.timeout)).isoformat() if self.timeout else None,
                 owns_job=False,
+                not_before=not_before_text(now, AIRFLOW_VERSION),
             ),
             method_name="execute_complete",
         )

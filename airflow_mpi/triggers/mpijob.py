@@ -3,16 +3,18 @@
 It carries only plain data (the triggerer may run on another machine): the job's identity, the
 connection settings resolved on the worker, the timeouts, the log position and the deadline that
 enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
-leave it running). It emits exactly one terminal event with what ``execute_complete`` needs.
+leave it running). It emits exactly one terminal event with what ``execute_complete`` needs, never
+before ``not_before`` (the hold against Airflow's deferral race, see models/deferral.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
+from airflow_mpi.models.deferral import hold_seconds
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 
@@ -38,6 +40,7 @@ class MPIJobTrigger(BaseTrigger):
         deadline: str | None = None,
         target_condition: str | None = None,
         owns_job: bool = True,
+        not_before: str | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -55,6 +58,7 @@ class MPIJobTrigger(BaseTrigger):
         self.deadline = deadline
         self.target_condition = target_condition
         self.owns_job = owns_job
+        self.not_before = not_before
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -76,6 +80,7 @@ class MPIJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "target_condition": self.target_condition,
                 "owns_job": self.owns_job,
+                "not_before": self.not_before,
             },
         )
 
@@ -110,14 +115,27 @@ class MPIJobTrigger(BaseTrigger):
         except Exception as err:  # surfaced by execute_complete, which cleans up
             payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
                        "namespace": self.namespace, "log_state": self.log_state}
+        await self._hold()
         self._fired = True
         yield TriggerEvent(payload)
 
+    async def _hold(self) -> None:
+        """Wait until ``not_before`` (an absolute time: a restarted triggerer waits only what is left)."""
+        wait = hold_seconds(datetime.fromisoformat(self.not_before) if self.not_before else None,
+                            datetime.now(timezone.utc))
+        if wait > 0:
+            self.log.info(
+                "Holding the result %.1f s: the deferral is too recent for this Airflow version "
+                "(deferral race, apache/airflow#71580 / #72716)", wait
+            )
+            await asyncio.sleep(wait)
+
     async def _delete(self) -> None:
-        self.log.info("Deferred task killed: deleting MPIJob %s/%s", self.namespace, self.name)
+        """Delete the job if it is still live (a finished one is kept: hooks/live_delete.py)."""
         try:
             async with self._hook() as hook:
-                await hook.delete_mpijob(self.name, self.namespace)
+                outcome = await hook.delete_live_mpijob(self.name, self.namespace)
+            self.log.info("Deferred task killed: MPIJob %s/%s %s", self.namespace, self.name, outcome)
         except Exception:
             self.log.exception("Could not delete MPIJob %s/%s", self.namespace, self.name)
 

@@ -101,32 +101,47 @@ def test_conf_violating_a_param_schema_is_refused(client, custom_api, conf):
 HOLD = "e2e_mpi_hold"
 
 
+def _live_jobs(custom_api, run_id: str) -> list[dict]:
+    return [j for j in mpijobs(custom_api, "airflow-mpi.io/dag-id=e2e_mpi_hold")
+            if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
+            and not j["metadata"].get("deletionTimestamp")]
+
+
 def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
-    """Wait for the task to be deferred, with its trigger running in the triggerer; return its live MPIJob.
+    """Wait for the task to be deferred with its trigger running in the triggerer; return the MPIJob it waits on.
 
     A trigger only runs (and can react to the task being killed) once the triggerer has picked it up: the
-    trigger's first log line ("trigger <dag>/<run>/<task>/<map index>/<try> (ID n) starting") shows that.
+    trigger's first log line ("trigger <dag>/<run>/<task>/<map index>/<try> (ID n) starting") shows that. A try
+    may defer twice (a cleared try whose reattached job the old trigger deletes resubmits), so the observation
+    must be of one deferral: the task deferred, as many trigger starts as deferrals, one live job, and all of it
+    unchanged when looked at again (a resume and a new deferral in between would change the counts).
     """
-    client.wait_task(HOLD, run_id, "hold", {"deferred"}, timeout=RUN_TIMEOUT)
     started = f"trigger {HOLD}/{run_id}/hold/-1/{try_number} "
 
-    def trigger_running() -> bool:  # a try may defer twice (a cleared try resubmits): the last trigger counts
-        log = client.task_log(HOLD, run_id, "hold", try_number)
-        return log.count(started) >= log.count("Pausing task as DEFERRED") > 0
-
-    _wait(trigger_running, 60, f"the triggerer to start the trigger of {HOLD}/{run_id} try {try_number}")
-
-    def find():
+    def observe():
         ti = client.task_instance(HOLD, run_id, "hold")
         if ti["state"] in ("success", "failed", "upstream_failed"):
             log = client.task_log(HOLD, run_id, "hold", try_number)
             raise AssertionError(f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}")
-        jobs = [j for j in mpijobs(custom_api, "airflow-mpi.io/dag-id=e2e_mpi_hold")
-                if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
-                and not j["metadata"].get("deletionTimestamp")]
-        return jobs[0] if jobs else None
+        if ti["state"] != "deferred":
+            return None, []
+        log = client.task_log(HOLD, run_id, "hold", try_number)
+        jobs = _live_jobs(custom_api, run_id)
+        deferrals = log.count("Pausing task as DEFERRED")
+        return (ti["state"], ti["try_number"], deferrals, log.count(started), [j["metadata"]["uid"] for j in jobs]), jobs
 
-    return wait_until(find, timeout=60, interval=0.5, what=f"the MPIJob of {HOLD}/{run_id}", ignore=())
+    def settled():
+        first, jobs = observe()
+        if first is None:  # not deferred (yet, or between two deferrals)
+            return None
+        _, tries, deferrals, starts, uids = first
+        if tries != try_number or deferrals == 0 or starts < deferrals or len(uids) != 1:
+            return None
+        again, _ = observe()
+        return jobs[0] if again == first else None
+
+    return wait_until(settled, timeout=RUN_TIMEOUT, interval=0.5,
+                      what=f"try {try_number} of {HOLD}/{run_id} to wait in a running trigger", ignore=())
 
 
 def _gone(custom_api, uid: str) -> bool:
@@ -161,3 +176,20 @@ def test_clearing_a_deferred_task_deletes_its_mpijob(client, custom_api):
     assert again["metadata"]["uid"] != job["metadata"]["uid"]
     client.set_task_state(HOLD, run_id, "hold", "failed")
     _wait(lambda: _gone(custom_api, again["metadata"]["uid"]), 90, "the second MPIJob to be deleted")
+
+
+def test_marking_a_task_failed_before_a_triggerer_picked_it_up_deletes_its_mpijob(airflow_stack, client, custom_api):
+    """No trigger runs, so no on_kill can: the provider's listener in the API server deletes the live job."""
+    airflow_stack.stop_service("triggerer")
+    try:
+        run_id = client.trigger(HOLD)["dag_run_id"]
+        client.wait_task(HOLD, run_id, "hold", {"deferred"}, timeout=RUN_TIMEOUT)
+        (job,) = _wait(lambda: _live_jobs(custom_api, run_id), 60, f"the MPIJob of {HOLD}/{run_id}")
+        assert f"trigger {HOLD}/{run_id}/hold/" not in client.task_log(HOLD, run_id, "hold")
+
+        client.set_task_state(HOLD, run_id, "hold", "failed")
+        _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 60,
+              f"MPIJob {job['metadata']['name']} to be deleted although no trigger ever ran")
+        assert client.wait_run(HOLD, run_id, timeout=60)["state"] == "failed"
+    finally:
+        airflow_stack.start_service("triggerer")

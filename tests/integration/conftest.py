@@ -190,14 +190,31 @@ def v1_namespace(v1_cluster, request):
         pass
 
 
+@pytest.fixture(scope="session")
+def provider_role(k8s) -> str:
+    """The shipped ClusterRole (deploy/rbac.yaml), applied once."""
+    from tests.integration.least_privilege import apply_role
+
+    return apply_role(k8s)
+
+
 @pytest.fixture
-def kubernetes_default_conn(monkeypatch, kubeconfig, namespace) -> str:
-    """Airflow connection ``kubernetes_default`` (env) pointing at the cluster and the test's namespace."""
+def least_privilege_kubeconfig(k8s, kubeconfig, namespace, provider_role, tmp_path) -> str:
+    """Kubeconfig of a service account of the test's namespace bound only to the shipped role."""
+    from tests.integration.least_privilege import bound_service_account_kubeconfig
+
+    return str(bound_service_account_kubeconfig(k8s, kubeconfig, namespace, provider_role, tmp_path / "sa-kubeconfig"))
+
+
+@pytest.fixture
+def kubernetes_default_conn(monkeypatch, least_privilege_kubeconfig, namespace) -> str:
+    """Airflow connection ``kubernetes_default`` (env): the test's namespace, as the least-privilege service account."""
     import json
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}}),
+        json.dumps({"conn_type": "kubernetes",
+                    "extra": {"kube_config_path": least_privilege_kubeconfig, "namespace": namespace}}),
     )
     return "kubernetes_default"
 

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from types import SimpleNamespace as NS
 from typing import Any
 
+from airflow_mpi.hooks.live_delete import DELETED, keep_reason
+
 
 def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
         restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher"):
@@ -89,6 +91,13 @@ class FakeAsyncHook:
         self.deleted.append((name, namespace))
         return True
 
+    async def delete_live_mpijob(self, name, namespace):
+        outcome = keep_reason(self.job_obj)
+        if outcome is not None:
+            return outcome
+        self.deleted.append((name, namespace))
+        return DELETED
+
     async def read_pod_log(self, pod, namespace, *, container=None, since_time=None, previous=False,
                            follow=False, tail_lines=None):
         self.log_requests.append((pod, since_time, previous, follow))
@@ -137,6 +146,13 @@ class FakeSyncHook:
     def delete_mpijob(self, name, namespace, **kwargs):
         self.deleted.append((name, namespace))
         return self.jobs.pop((namespace, name), None) is not None
+
+    def delete_live_mpijob(self, name, namespace):
+        outcome = keep_reason(self.jobs.get((namespace, name)))
+        if outcome is not None:
+            return outcome
+        self.delete_mpijob(name, namespace)
+        return DELETED
 
     def wait_for_deleted(self, name, namespace, timeout=60):
         return (namespace, name) not in self.jobs

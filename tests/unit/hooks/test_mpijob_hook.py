@@ -673,3 +673,36 @@ def test_errors_survive_pickling():
     assert again.differences == err.differences
     expired = pickle.loads(pickle.dumps(WatchExpired("job", "ns", "42", "too old")))
     assert expired.resource_version == "42"
+
+
+# --------------------------------------------------------------------------- live-only deletion
+def _with_conditions(obj, *types, rv):
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv, "uid": "u1"},
+            "status": {"conditions": [{"type": t, "status": "True"} for t in types]}}
+
+
+def test_delete_live_sends_preconditions_on_the_judged_version(hook):
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob(), "Created", rv="8")
+    assert hook.delete_live_mpijob("job", "ns") == "deleted"
+    body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
+    assert body["preconditions"] == {"uid": "u1", "resourceVersion": "8"}
+
+
+def test_delete_live_judges_again_when_the_job_changed_in_between(hook):
+    """The job Succeeded between the read and the DELETE: 409 on the precondition, then kept."""
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = [
+        _with_conditions(mpijob(), "Created", "Running", rv="8"),
+        _with_conditions(mpijob(), "Created", "Succeeded", rv="9"),
+    ]
+    hook.custom_object_client.delete_namespaced_custom_object.side_effect = api_error(409, reason="Conflict")
+    assert hook.delete_live_mpijob("job", "ns") == "finished"
+    hook.custom_object_client.delete_namespaced_custom_object.assert_called_once()
+
+
+@pytest.mark.parametrize("obj, outcome", [(None, "gone"), ("Succeeded", "finished"), ("Failed", "finished")])
+def test_delete_live_keeps_finished_or_missing_jobs(hook, obj, outcome):
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = (
+        [api_error(404)] if obj is None else [_with_conditions(mpijob(), "Created", obj, rv="3")]
+    )
+    assert hook.delete_live_mpijob("job", "ns") == outcome
+    hook.custom_object_client.delete_namespaced_custom_object.assert_not_called()

@@ -172,6 +172,21 @@ async def test_server_errors_are_retried():
     assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
 
 
+@pytest.mark.parametrize("status", [403, 401])
+async def test_authorization_errors_while_an_api_server_comes_back_are_retried(monkeypatch, status):
+    """A restarted API server refuses non-admin identities until its RBAC/auth caches synced (least privilege)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "RETRY_DELAY", 0)
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
+                         watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
+                                       [("MODIFIED", done)]])
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+
+
 async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stopped():
     """Some log servers keep a follow stream open after the container exited."""
     import asyncio

@@ -284,13 +284,56 @@ def test_failure_prints_warning_events_and_worker_tails(monkeypatch):
     assert "job-worker-0: BackOff: crash" in text and "worker said goodbye" in text
 
 
-def test_on_kill_deletes_the_job():
+def test_on_kill_deletes_a_live_job():
     op = make()
     op.on_kill()
     assert op.hook.deleted == []
-    op._job = ("n", "ns")
+    live = _existing(op, "Created", "Running")
+    op._job = (live["metadata"]["name"], "ns")
     op.on_kill()
-    assert op.hook.deleted == [("n", "ns")]
+    assert op.hook.deleted == [op._job]
+
+
+@pytest.mark.parametrize("condition", ["Succeeded", "Failed"])
+def test_on_kill_keeps_a_finished_job(condition):
+    """A resumed try killed by Airflow's deferral race must not delete the result a retry reattaches to."""
+    op = make()
+    done = _existing(op, "Created", condition)
+    op._job = (done["metadata"]["name"], "ns")
+    op.on_kill()
+    assert op.hook.deleted == [] and op.hook.jobs
+
+
+def test_deferrable_task_does_not_defer_on_a_succeeded_job(monkeypatch):
+    """Reattaching to a finished job finishes in the worker: a trigger would fire inside the race window."""
+    op = make(deferrable=True, get_logs=False, on_finish_action="keep", backoff_limit=0)
+    _existing(op, "Created", "Succeeded")
+    waited = []
+
+    async def fake_wait(name, *args, **kwargs):
+        waited.append(name)
+        return result(name=name)
+
+    monkeypatch.setattr(op, "_wait", fake_wait)
+    assert op.execute(context(try_number=2))["condition"] == "Succeeded"
+    assert waited and op.hook.created == []
+
+
+def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch):
+    from datetime import datetime, timezone
+
+    from airflow_mpi.models.deferral import RESUME_RACE_WINDOW
+    from airflow_mpi.operators import mpijob as operator_module
+
+    for version, held in (("3.3.2", True), ("2.11.2", False)):
+        monkeypatch.setattr(operator_module, "AIRFLOW_VERSION", version)
+        before = datetime.now(timezone.utc)
+        with pytest.raises(TaskDeferred) as deferred:
+            make(deferrable=True).execute(context())
+        not_before = deferred.value.trigger.serialize()[1]["not_before"]
+        assert (not_before is not None) is held
+        if held:
+            assert datetime.fromisoformat(not_before) - before >= RESUME_RACE_WINDOW
 
 
 def test_horovod_builds_horovodrun():
@@ -413,3 +456,18 @@ def test_horovod_np_follows_the_base_manifest_and_refuses_a_fractional_min_np():
     assert container["command"][:3] == ["horovodrun", "-np", "6"]
     with pytest.raises(MPIJobValidationError, match="min_np=1.5: must be an integer"):
         HorovodJobOperator(task_id="hvd2", image="i", program=["t"], min_np=1.5)
+
+
+def test_manifest_in_the_task_log_hides_plain_and_airflow_known_secrets(monkeypatch):
+    from airflow.providers.common.compat.sdk import mask_secret
+
+    mask_secret("c0nn-pa55")  # e.g. a connection password rendered into the command by a template
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
+    op = make(deferrable=True, env={"DB_PASSWORD": "pw-plain", "EPOCHS": "3"},
+              command=["train", "--token=t0ken", "--dsn", "postgres://u:c0nn-pa55@db/x"])
+    with pytest.raises(TaskDeferred):
+        op.execute(context())
+    (printed,) = [line for line in recorder.lines if line.startswith("MPIJob manifest:")]
+    assert "pw-plain" not in printed and "t0ken" not in printed and "c0nn-pa55" not in printed
+    assert "EPOCHS" in printed and "value: '3'" in printed  # everything else is still shown

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -65,8 +65,11 @@ async def test_run_turns_unexpected_errors_into_an_error_event(monkeypatch):
     assert events[0].payload["status"] == "error" and "boom" in events[0].payload["message"]
 
 
+LIVE = job("job", "ns", ("Created", "MPIJobCreated"), ("Running", "MPIJobRunning"))
+
+
 async def test_on_kill_deletes_unless_fired_or_not_owned(monkeypatch):
-    hook = FakeAsyncHook(job_obj=None)
+    hook = FakeAsyncHook(job_obj=LIVE)
     t = trigger()
     use_hook(monkeypatch, t, hook)
     await t.on_kill()
@@ -83,7 +86,7 @@ async def test_on_kill_deletes_unless_fired_or_not_owned(monkeypatch):
 @pytest.mark.parametrize("state, deleted", [("deferred", False), ("failed", True), ("up_for_retry", True)])
 async def test_cleanup_before_airflow_3_3_deletes_only_when_task_left_deferred(monkeypatch, state, deleted):
     monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
-    hook = FakeAsyncHook(job_obj=None)
+    hook = FakeAsyncHook(job_obj=LIVE)
     t = trigger()
     use_hook(monkeypatch, t, hook)
 
@@ -97,11 +100,44 @@ async def test_cleanup_before_airflow_3_3_deletes_only_when_task_left_deferred(m
 
 async def test_cleanup_on_airflow_3_3_never_deletes(monkeypatch):
     monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", True)
-    hook = FakeAsyncHook(job_obj=None)
+    hook = FakeAsyncHook(job_obj=LIVE)
     t = trigger()
     use_hook(monkeypatch, t, hook)
     await t.cleanup()
     assert hook.deleted == []
+
+
+@pytest.mark.parametrize("condition", ["Succeeded", "Failed"])
+async def test_on_kill_keeps_a_finished_job(monkeypatch, condition):
+    """A kill after the job finished (e.g. Airflow failing a resumed try) must not cost a rerun."""
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), (condition, "y")))
+    t = trigger()
+    use_hook(monkeypatch, t, hook)
+    await t.on_kill()
+    assert hook.deleted == []
+
+
+async def test_event_is_held_until_not_before(monkeypatch):
+    """The hold is measured from the absolute not_before: a restarted trigger waits only what is left."""
+    slept: list[float] = []
+
+    async def fake_sleep(seconds):
+        slept.append(seconds)
+
+    monkeypatch.setattr(trigger_module.asyncio, "sleep", fake_sleep)
+    not_before = datetime.now(timezone.utc) + timedelta(seconds=30)
+    finished = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"))
+    for not_before_value, held in ((not_before.isoformat(), True), ((not_before - timedelta(minutes=1)).isoformat(), False),
+                                   (None, False)):
+        slept.clear()
+        t = trigger(not_before=not_before_value, get_logs=False)
+        use_hook(monkeypatch, t, FakeAsyncHook(job_obj=finished))
+        events = [e async for e in t.run()]
+        assert events[0].payload["status"] == "success"
+        holds = [s for s in slept if s > 1]
+        assert bool(holds) is held, (not_before_value, slept)
+        if held:
+            assert 25 < holds[0] <= 30
 
 
 # ---------------------------------------------------------------- sensor
@@ -139,6 +175,14 @@ def test_deferrable_sensor_defers_without_owning_the_job():
         s.execute({})
     kwargs = deferred.value.trigger.serialize()[1]
     assert kwargs["owns_job"] is False and kwargs["target_condition"] == "Succeeded" and kwargs["deadline"]
+
+
+def test_deferrable_sensor_does_not_defer_when_the_condition_already_holds():
+    """A trigger would fire at once, inside Airflow's deferral race: the worker answers instead."""
+    s = sensor(with_job("Created", "Succeeded"), deferrable=True, timeout=60)
+    assert s.execute({}) is None
+    with pytest.raises(AirflowFailException):
+        sensor(with_job("Created", "Failed"), deferrable=True).execute({})
 
 
 def test_sensor_execute_complete_maps_events():

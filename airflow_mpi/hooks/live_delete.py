@@ -1,0 +1,65 @@
+"""Deleting an MPIJob only while it is still live: the one deletion a kill or a sweep may do.
+
+A kill (``on_kill`` of the operator or the trigger) or the orphan sweep deletes a job so that it
+stops holding GPUs. A job that already finished holds nothing, and a Succeeded one is the result a
+retry or a clear reattaches to instead of running the whole job again, so it is never deleted
+there: a spurious failure of a resumed try (Airflow's deferral race, see models/deferral.py) then
+costs nothing. "Live" is checked atomically: the DELETE carries a precondition on the
+resourceVersion that was judged, so a job that finishes in between answers 409 and is judged again.
+
+Both hooks run the same loop (``delete_live_mpijob``) over the request built here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_mpi.hooks._calls import CUSTOM_OBJECTS, Call
+from airflow_mpi.models.status import job_state
+
+# outcomes of delete_live_mpijob
+DELETED = "deleted"  # it was live: deletion requested
+FINISHED = "finished"  # Succeeded or Failed: kept
+GONE = "gone"  # did not exist
+DELETING = "deleting"  # already being deleted
+CHANGED = "changed"  # changed between read and DELETE (409): judge again
+ROUNDS = 5  # read-judge-delete rounds before giving up on a job that keeps changing
+
+
+def keep_reason(obj: dict | None) -> str | None:
+    """Why a live-only deletion leaves ``obj`` alone, or None when it is live and may be deleted."""
+    if obj is None:
+        return GONE
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return DELETING
+    if job_state(obj).terminal:
+        return FINISHED
+    return None
+
+
+def live_delete_call(hook: Any, obj: dict, log: logging.Logger) -> Call:
+    """DELETE ``obj`` only if it is still the version that was judged live (uid + resourceVersion)."""
+    metadata = obj["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Foreground",
+        "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
+    }
+
+    def on_error(exc: BaseException) -> str:
+        status = getattr(exc, "status", None)
+        if status == 404:
+            return GONE
+        if status == 409:
+            return CHANGED
+        raise exc
+
+    def deleted(_: Any) -> str:
+        log.info("Deleted live MPIJob %s/%s", namespace, name)
+        return DELETED
+
+    kwargs = hook._custom_object_args(namespace, name=name, body=body)
+    return Call(CUSTOM_OBJECTS, "delete_namespaced_custom_object", kwargs, on_error, deleted)

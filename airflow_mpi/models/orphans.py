@@ -1,0 +1,78 @@
+"""Which MPIJobs are orphans: live jobs whose task instance no longer waits for them (pure: no I/O).
+
+A task instance normally deletes its live MPIJob itself (``on_kill`` of the worker or the trigger).
+It cannot when nothing of it runs any more: marked failed/success before a triggerer picked up its
+trigger, its worker lost, its DAG run deleted. The provider's listener and sweep
+(airflow_mpi/plugins/orphan_listener.py) find such jobs by the identity annotations every job
+carries (``models/naming.py``) and delete them.
+
+Only *live* jobs are orphans. A finished job holds nothing; it stays under ``on_finish_action``
+(a Succeeded job is what a clear or retry reattaches to, so deleting it would rerun the work).
+A task instance that may still run (queued, up for retry, cleared, ...) keeps its job: its next
+try reattaches to it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from airflow_mpi.models.naming import (
+    DAG_ID_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MAP_INDEX_LABEL,
+    RUN_ID_LABEL,
+    TASK_ID_LABEL,
+)
+from airflow_mpi.models.status import job_state
+
+# Task instance states after which no try of it runs again on its own.
+FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+
+class TaskKey(NamedTuple):
+    """A task instance, as the identity annotations of its MPIJob name it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+
+
+def task_key_of(job: dict) -> TaskKey | None:
+    """The task instance that created ``job``, or None for a job not made by this provider."""
+    metadata = job.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+        return None
+    annotations = metadata.get("annotations") or {}
+    values = [annotations.get(k) for k in (DAG_ID_LABEL, TASK_ID_LABEL, RUN_ID_LABEL, MAP_INDEX_LABEL)]
+    if not all(isinstance(v, str) and v for v in values):
+        return None
+    try:
+        map_index = int(values[3])
+    except ValueError:
+        return None
+    return TaskKey(values[0], values[1], values[2], map_index)
+
+
+def is_live(job: dict) -> bool:
+    """Not finished and not already being deleted."""
+    return not (job.get("metadata") or {}).get("deletionTimestamp") and not job_state(job).terminal
+
+
+def is_orphan(job: dict, ti_found: bool, ti_state: str | None) -> bool:
+    """A live job of this provider whose task instance is gone or finished."""
+    if task_key_of(job) is None or not is_live(job):
+        return False
+    return not ti_found or ti_state in FINISHED_TI_STATES
+
+
+def orphans(jobs: list[dict], ti_states: dict[TaskKey, str | None]) -> list[dict]:
+    """The orphans among ``jobs``; ``ti_states`` maps every task instance that exists to its state."""
+    found = []
+    for job in jobs:
+        key = task_key_of(job)
+        if key is not None and is_orphan(job, key in ti_states, ti_states.get(key)):
+            found.append(job)
+    return found

@@ -1,0 +1,37 @@
+"""Where a task instance's MPIJob lives, recorded where others can find it after the worker is gone.
+
+* Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it.
+* the XCom ``JOB_XCOM_KEY`` (``{"name", "namespace", "kubernetes_conn_id", "api_version"}``): the
+  orphan listener (airflow_mpi/orphans/listener.py) runs in the API server or the scheduler when the
+  task instance is marked failed/success or fails without its worker, and reads it there to delete
+  a job no trigger or worker is left to delete. XComs survive deferral; a new try clears them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATE_STORE_KEY = "airflow_mpi_job"
+JOB_XCOM_KEY = "airflow_mpi_job"
+
+
+def record_job(context: Any, name: str, namespace: str, *, conn_id: str, api_version: str) -> None:
+    """Record the job of this try in the task state store (if any) and in the XCom ``JOB_XCOM_KEY``."""
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is not None:
+        store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace})
+    ti = context["ti"]
+    if hasattr(ti, "xcom_push"):
+        ti.xcom_push(
+            key=JOB_XCOM_KEY,
+            value={"name": name, "namespace": namespace, "kubernetes_conn_id": conn_id, "api_version": api_version},
+        )
+
+
+def recorded_job(context: Any) -> tuple[str, str] | None:
+    """The job remembered in the task state store by an earlier try (Airflow 3.3+)."""
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    stored = store.get(STATE_STORE_KEY) if store is not None else None
+    if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
+        return stored["name"], stored["namespace"]
+    return None

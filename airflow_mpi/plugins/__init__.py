@@ -1,0 +1,1 @@
+"""Airflow plugins of the provider (registered through ``get_provider_info()["plugins"]``)."""

@@ -1,0 +1,30 @@
+"""What the launcher of a test's MPIJob does: the ONE place the e2e and fault suites choose it.
+
+On the local cluster's simulated nodes (kwok) a launcher's lifetime and exit code are pod template
+labels/annotations (``localcluster/behaviour.py``); on a real node they are what the container runs.
+Tests ask for a behaviour (succeed after N seconds, fail with an exit code, run until deleted) and pass
+the resulting ``launcher`` and ``command`` to a DAG through its conf; only this module knows how a
+behaviour is produced, so pointing the suites at a real node changes this file and nothing else.
+"""
+
+from __future__ import annotations
+
+from localcluster import behaviour as bh
+
+SUCCEED, FAIL, RUN = bh.SUCCEED, bh.FAIL, bh.RUN
+
+
+def launcher_conf(outcome: str = SUCCEED, seconds: float = 0.0, exit_code: int = 1) -> dict:
+    """``{"launcher": <ReplicaSpec overrides>, "command": [...]}`` for a DAG's conf."""
+    if outcome == RUN:
+        metadata = bh.pod_metadata(RUN)
+        command = ["sleep", "infinity"]
+    elif outcome == SUCCEED:
+        metadata = bh.pod_metadata(SUCCEED, run_duration=seconds)
+        command = ["sh", "-c", f"sleep {seconds}"]
+    elif outcome == FAIL:
+        metadata = bh.pod_metadata(FAIL, run_duration=seconds, exit_code=exit_code)
+        command = ["sh", "-c", f"sleep {seconds}; exit {exit_code}"]
+    else:
+        raise ValueError(f"outcome must be one of {(SUCCEED, FAIL, RUN)}, not {outcome!r}")
+    return {"launcher": metadata, "command": command}

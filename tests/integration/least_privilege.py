@@ -1,0 +1,66 @@
+"""A service account bound only to the shipped role (deploy/rbac.yaml), and a kubeconfig with its real token.
+
+The integration tests' ``kubernetes_default`` connection uses it, so every operator, trigger and sensor test proves
+that the role grants what the provider needs; the API server's RBAC (on in the local cluster) refuses the rest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE_FILE = REPO / "deploy" / "rbac.yaml"
+SERVICE_ACCOUNT = "airflow-mpi-test"
+TOKEN_SECONDS = 3600
+
+
+def shipped_role() -> dict:
+    (role,) = [doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc]
+    return role
+
+
+def apply_role(api_client) -> str:
+    """Create or replace the shipped ClusterRole; its name."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    role = shipped_role()
+    name = role["metadata"]["name"]
+    try:
+        rbac.replace_cluster_role(name, role)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+        rbac.create_cluster_role(role)
+    return name
+
+
+def bound_service_account_kubeconfig(api_client, admin_kubeconfig: str, namespace: str, role: str, dest: Path) -> Path:
+    """A service account in ``namespace`` bound (RoleBinding) to ``role`` only; a kubeconfig with its token."""
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": SERVICE_ACCOUNT}})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "airflow-mpi"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+    })
+    token = core.create_namespaced_service_account_token(
+        SERVICE_ACCOUNT, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
+    ).status.token
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    current = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == current["context"]["cluster"])
+    dest.write_text(yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": SERVICE_ACCOUNT, "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT,
+                                                           "namespace": namespace}}],
+        "current-context": SERVICE_ACCOUNT,
+    }))
+    return dest
