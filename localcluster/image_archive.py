@@ -78,9 +78,10 @@ def binary_archive(out: Path, binary: Path, ref: str) -> Path:
 
 
 def exported_archive(rootfs_tar: Path, settings: Path, out: Path) -> Path:
-    """Archive of a root filesystem written by images/mpi/export-image, with the settings it recorded."""
+    """Archive of a root filesystem written by images/mpi/export-image, with the settings it recorded
+    (``<name>.json``: reference and working directory; ``<name>.env``: the image's environment)."""
     meta = json.loads(settings.read_text())
-    return write_archive(
-        out, rootfs_tar, meta["ref"], env=[f"PATH={meta['path']}"], workdir=meta.get("workdir") or None
-    )
+    env_file = settings.with_suffix(".env")
+    env = [line for line in env_file.read_text().splitlines() if "=" in line] if env_file.exists() else []
+    return write_archive(out, rootfs_tar, meta["ref"], env=env, workdir=meta.get("workdir") or None)
 

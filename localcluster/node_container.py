@@ -81,7 +81,18 @@ def build_image(verbose: bool = True) -> str:
 
 MPI_DOCKERFILE = REPO / "images" / "mpi" / "Dockerfile"
 # the MPI images of images/mpi/Dockerfile (target -> tag); the example DAGs and tests run them on the real node
-MPI_IMAGES = {"openmpi": "airflow-mpi/mpi-pi:openmpi", "mpich": "airflow-mpi/mpi-pi:mpich"}
+MPI_IMAGES = {
+    "openmpi": "airflow-mpi/mpi-pi:openmpi",
+    "mpich": "airflow-mpi/mpi-pi:mpich",
+    "intel": "airflow-mpi/mpi-pi:intel",
+}
+
+
+def extra_ca_secret() -> list[str]:
+    """``--secret`` for builds that use HTTPS (pip), when this machine needs extra CA certificates
+    (``AIRFLOW_MPI_EXTRA_CA``, else the bundle scripts/docker-setup writes; see docker-compose.yaml)."""
+    path = os.environ.get("AIRFLOW_MPI_EXTRA_CA") or str(_build.cache_root() / "docker" / "extra-ca.pem")
+    return ["--secret", f"id=extra_ca,src={path}"] if Path(path).is_file() else []
 
 
 def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
@@ -89,7 +100,7 @@ def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
     ensure_docker()
     for target in targets:
         t0 = time.monotonic()
-        docker("buildx", "build", "--load", "-q", "-f", str(MPI_DOCKERFILE), "--target", target,
+        docker("buildx", "build", "--load", "-q", *extra_ca_secret(), "-f", str(MPI_DOCKERFILE), "--target", target,
                "-t", MPI_IMAGES[target], str(MPI_DOCKERFILE.parent), timeout=1800)  # fmt: skip
         _log(f"image {MPI_IMAGES[target]} ready ({time.monotonic() - t0:.0f}s)")
     return [MPI_IMAGES[t] for t in targets]

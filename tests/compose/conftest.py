@@ -42,6 +42,14 @@ class ComposeStack:
     def kube_objects(self, kind: str) -> list[dict]:
         return json.loads(self.kubectl("get", kind, "--all-namespaces", "-o", "json"))["items"]
 
+    def save_logs(self) -> None:
+        """Every service's output into .artifacts/compose/compose.log (kept for post-mortems)."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(["docker", "compose", "-p", PROJECT, "logs", "--no-color", "--timestamps"],
+                             capture_output=True, text=True)
+        if res.stdout:
+            (ARTIFACTS / "compose.log").write_text(res.stdout)
+
     def client(self) -> AirflowClient:
         c = AirflowClient(self.base_url, self.username, self.password)
         c.login()
@@ -84,11 +92,7 @@ def compose_stack():
             probe.close()
         yield stack
     finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / "compose.log").write_text(
-            subprocess.run(["docker", "compose", "-p", PROJECT, "logs", "--no-color"], capture_output=True,
-                           text=True).stdout
-        )
+        stack.save_logs()
         docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
         os.environ.pop("AIRFLOW_MPI_UI_PORT", None)
 

@@ -37,7 +37,7 @@ def assert_real_pi_run(client, run_id: str, np: int) -> None:
 
 def test_up_wait_leaves_every_service_healthy(compose_stack):
     containers = {c.config.labels["com.docker.compose.service"]: c.state for c in compose_stack.docker.compose.ps(all=True)}
-    one_shot = {"airflow-init", "mpi-image-openmpi", "mpi-image-mpich"}
+    one_shot = {"airflow-init", "mpi-image-openmpi", "mpi-image-mpich", "mpi-image-intel"}
     assert set(containers) == one_shot | {"postgres", "kube", "airflow-api-server", "airflow-scheduler",
                                           "airflow-dag-processor", "airflow-triggerer"}
     for name, state in containers.items():
@@ -52,7 +52,8 @@ def test_up_wait_leaves_every_service_healthy(compose_stack):
 
 @pytest.mark.parametrize(
     ("implementation", "image", "deferrable"),
-    [("OpenMPI", "airflow-mpi/mpi-pi:openmpi", False), ("MPICH", "airflow-mpi/mpi-pi:mpich", True)],
+    [("OpenMPI", "airflow-mpi/mpi-pi:openmpi", False), ("MPICH", "airflow-mpi/mpi-pi:mpich", True),
+     ("Intel", "airflow-mpi/mpi-pi:intel", False)],
 )
 def test_mpi_pi_over_rest_prints_real_ranks(client, implementation, image, deferrable):
     conf = {"workers": 2, "slots_per_worker": 2, "mpi_implementation": implementation, "image": image,
@@ -108,6 +109,7 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
 
 def test_down_v_leaves_nothing_behind(compose_stack):
     """Last in this module: `docker compose down -v` removes every container, volume and network of the stack."""
+    compose_stack.save_logs()
     compose_stack.docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
     label = f"label=com.docker.compose.project={PROJECT}"
     for kind in ("container", "volume", "network"):

@@ -23,7 +23,7 @@ from tests.integration.test_operator import Background, ctx, record, run_trigger
 
 RANK_LINE = re.compile(r"^rank (\d+) of (\d+) on (\S+)$")
 PI_LINE = re.compile(r"^pi is approximately (\d+\.\d+) \((\d+) ranks")
-IMPLEMENTATION = {"openmpi": "OpenMPI", "mpich": "MPICH"}
+IMPLEMENTATION = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
 
 def real_operator(task_id: str, namespace: str, flavour: str = "openmpi", **kwargs) -> MPIJobOperator:
@@ -62,7 +62,7 @@ def pod_log(k8s, namespace: str, pod: str) -> list[str]:
     return resp.data.decode().splitlines()
 
 
-@pytest.mark.parametrize(("flavour", "deferrable"), [("openmpi", False), ("mpich", True)])
+@pytest.mark.parametrize(("flavour", "deferrable"), [("openmpi", False), ("mpich", True), ("intel", False)])
 def test_pi_runs_on_real_ranks_and_streams_the_launcher_log_once(
     real_k8s, real_namespace, real_conn, record, flavour, deferrable
 ):
