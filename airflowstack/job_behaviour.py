@@ -40,3 +40,20 @@ def finish_launcher(api_client, namespace: str, job_name: str) -> None:
     (pod,) = [p for p in pods if p.metadata.name.startswith(f"{job_name}-launcher")]
     core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {
         "labels": {bh.LIFECYCLE: SUCCEED}, "annotations": {bh.RUN_DURATION: "0s"}}})
+
+
+def numbered_lines(name: str) -> list[str]:
+    """Launcher messages of one batch: ten lines, then three that ``stamped_lines`` gives one timestamp."""
+    return [f"{name} line {i}" for i in range(10)] + [f"{name} tie {i}" for i in range(3)]
+
+
+def stamped_lines(name: str) -> list[str]:
+    """``numbered_lines(name)`` as CRI log lines stamped now, in order as a kubelet writes them: ten lines a
+    millisecond apart, then three sharing one timestamp (a second-precision ``sinceTime`` re-reads them)."""
+    import time
+
+    from localcluster.cluster import cri_lines
+
+    start = time.time()
+    messages = numbered_lines(name)
+    return cri_lines(messages[:10], start=start) + cri_lines(messages[10:], start=start + 0.011, step=0)

@@ -10,13 +10,11 @@ file holds (airflow_mpi/models/log_ledger.py).
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 from airflowstack import wait_until
-from airflowstack.job_behaviour import RUN, finish_launcher, launcher_conf
-from localcluster.cluster import cri_lines
+from airflowstack.job_behaviour import RUN, finish_launcher, launcher_conf, numbered_lines, stamped_lines
 
 from .conftest import NAMESPACE, mpijobs
 
@@ -28,18 +26,6 @@ TIMEOUT = 180  # the new triggerer takes over a dead one's triggers once its hea
 @pytest.fixture(scope="module", autouse=True)
 def dags_ready(client):
     client.wait_for_dags([DAG], timeout=180)
-
-
-def _messages(name: str) -> list[str]:
-    return [f"{name} line {i}" for i in range(10)] + [f"{name} tie {i}" for i in range(3)]
-
-
-def _batch(name: str) -> list[str]:
-    """CRI lines stamped now, in order as a kubelet writes them: ten lines a millisecond apart, then three
-    sharing one timestamp."""
-    start = time.time()
-    lines, ties = _messages(name)[:10], _messages(name)[10:]
-    return cri_lines(lines, start=start) + cri_lines(ties, start=start + 0.011, step=0)
 
 
 def _launcher_lines(client, run_id: str) -> list[str]:
@@ -55,19 +41,19 @@ def _streamed(client, run_id: str, expected: list[str]):
 def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill(airflow_stack, client, cluster, custom_api):
     if not cluster.simulated:
         pytest.skip("scripted launcher lines need the simulated cluster")
-    messages = _messages("first") + _messages("second") + _messages("third")
-    cluster.local.set_launcher_logs(NAMESPACE, _batch("first"))
+    messages = numbered_lines("first") + numbered_lines("second") + numbered_lines("third")
+    cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("first"))
     run_id = client.trigger(DAG, launcher_conf(RUN))["dag_run_id"]
     client.wait_task(DAG, run_id, TASK, {"deferred"}, timeout=TIMEOUT)
 
     _streamed(client, run_id, messages[:13])
     airflow_stack.stop_service("triggerer", signal.SIGKILL)
     try:
-        cluster.local.append_launcher_logs(NAMESPACE, _batch("second"))
+        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("second"))
     finally:
         airflow_stack.start_service("triggerer")
     _streamed(client, run_id, messages[:26])
-    cluster.local.append_launcher_logs(NAMESPACE, _batch("third"))
+    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("third"))
     _streamed(client, run_id, messages)
 
     (job,) = [j for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={DAG}")
