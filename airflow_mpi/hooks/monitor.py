@@ -27,6 +27,7 @@ from airflow_mpi.hooks._common import is_transient
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
 from airflow_mpi.models.attempts import LogStream, attempt_header, launcher_streams
+from airflow_mpi.models.log_ledger import header_mark, line_mark
 from airflow_mpi.models.logs import LogCursor
 from airflow_mpi.models.progress import Timeouts, Verdict, assess
 from airflow_mpi.models.status import JobState, job_state, true_condition_types
@@ -80,8 +81,12 @@ class JobMonitor:
         deadline: datetime | None = None,
         target_condition: str | None = None,
         owns_job: bool = True,
+        emit_marked: Callable[[str, str], None] | None = None,
     ) -> None:
         self.hook = hook
+        # launcher lines and attempt headers with their log position (models/log_ledger.py): the trigger
+        # logs the mark beside the text so a successor can read its position back from the task log
+        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
         self.owns_job = owns_job
         self.name = name
         self.namespace = namespace
@@ -294,7 +299,7 @@ class JobMonitor:
         if stream.key not in self.logs.streams:
             self.logs.streams.append(stream.key)
             number = self.logs.streams.index(stream.key) + 1
-            self.emit(attempt_header(number, self.max_attempts, stream))
+            self.emit_marked(attempt_header(number, self.max_attempts, stream), header_mark(stream.key))
         if not stream.retrievable:
             self.logs.done.add(stream.key)
             return
@@ -316,8 +321,13 @@ class JobMonitor:
             follow=follow,
         ):
             message = log_pass.accept(raw)
-            if message is not None:
+            if message is None:
+                continue
+            position = self.logs.cursor.position(stream.key)
+            if position is None:  # a line without a timestamp before any other: nothing to resume from
                 self.emit(message)
+            else:
+                self.emit_marked(message, line_mark(stream.key, position))
 
     async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
         """Follow a running container; stop once it is no longer running (or the wait is over).

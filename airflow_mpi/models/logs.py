@@ -81,6 +81,11 @@ class LogCursor:
     def seen(self, key: str) -> bool:
         return key in self._positions
 
+    def position(self, key: str) -> list[int] | None:
+        """``[seconds, nanoseconds, lines at that timestamp]`` after the last line printed of ``key``."""
+        p = self._positions.get(key)
+        return [p.stamp[0], p.stamp[1], p.count_at_stamp] if p else None
+
     def new_pass(self, key: str) -> LogPass:
         """Start reading ``key`` (again); feed every raw line of the answer to ``accept``."""
         start = self._positions.get(key)
@@ -96,7 +101,7 @@ class LogCursor:
         return LogPass(previous, on_emit)
 
     def to_dict(self) -> dict[str, list[int]]:
-        return {k: [p.stamp[0], p.stamp[1], p.count_at_stamp] for k, p in self._positions.items()}
+        return {k: self.position(k) for k in self._positions}
 
     @classmethod
     def from_dict(cls, data: dict[str, list[int]] | None) -> LogCursor:

@@ -92,6 +92,7 @@ class MPIJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_mpi.hooks.monitor import JobMonitor
 
+        log_state, emit_marked = self._log_position()
         try:
             async with self._hook() as hook:
                 monitor = JobMonitor(
@@ -104,7 +105,8 @@ class MPIJobTrigger(BaseTrigger):
                     poll_interval=self.poll_interval,
                     get_logs=self.get_logs,
                     max_attempts=self.max_attempts,
-                    log_state=self.log_state,
+                    log_state=log_state,
+                    emit_marked=emit_marked,
                     deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
                     target_condition=self.target_condition,
                     owns_job=self.owns_job,
@@ -118,6 +120,17 @@ class MPIJobTrigger(BaseTrigger):
         await self._hold()
         self._fired = True
         yield TriggerEvent(payload)
+
+    def _log_position(self) -> tuple[dict | None, Any]:
+        """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
+        back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
+        (triggers/log_readback.py)."""
+        if not (self.get_logs and AIRFLOW_V_3_0_PLUS):
+            return self.log_state, None
+        from airflow_mpi.triggers.log_readback import marked_emitter, resume_state
+
+        state = resume_state(getattr(self, "task_instance", None), self.log_state, self.log.warning)
+        return state, marked_emitter()
 
     async def _hold(self) -> None:
         """Wait until ``not_before`` (an absolute time: a restarted triggerer waits only what is left)."""

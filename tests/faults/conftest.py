@@ -1,0 +1,42 @@
+"""Fault injection against real services: the e2e fixtures (real kube-apiserver and mpi-operator with simulated
+kwok nodes, real Airflow 3 services), their own Airflow home under .artifacts/faults/, and a results table.
+
+Each scenario runs ``REPEAT`` times (``AIRFLOW_MPI_FAULT_REPEAT``, default 2) and records one row per run; at the
+end of the package the table goes to ``.artifacts/faults/faults.md`` (copied into docs/faults.md by hand).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import (  # noqa: F401 - fixtures shared with the e2e package
+    REPO,
+    airflow_stack,
+    client,
+    cluster,
+    custom_api,
+    dags_folder,
+    e2e_env,
+)
+from tests.faults.record import Results
+
+REPEAT = int(os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "2"))
+ARTIFACTS = REPO / ".artifacts" / "faults"
+
+
+@pytest.fixture(scope="package")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="package")
+def results(artifacts_dir):
+    table = Results()
+    yield table
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    (artifacts_dir / "faults.md").write_text(table.markdown(started, REPEAT))
