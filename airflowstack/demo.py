@@ -21,7 +21,7 @@ from localcluster.node_container import MPI_IMAGES as IMAGES  # images/mpi targe
 REPO = Path(__file__).resolve().parents[1]
 DAG = "mpi_pi"
 PREFERRED_PORT = 28080  # not 8080: the compose stack's UI (docker-compose.yaml) may be running beside it
-IMPLEMENTATIONS = {"openmpi": "OpenMPI", "mpich": "MPICH"}
+IMPLEMENTATIONS = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
 
 def say(msg: str = "") -> None:
@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         say("Cluster: a local Kubernetes whose NODES ARE SIMULATED (kwok): pods go through their phases, but no "
             "container runs;\n         the launcher's log lines are served by the simulation.")
-    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo", real_node=local_node)
+    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo", real_node=local_node,
+                                mpi_targets=(args.implementation,))
     extra_env = {"AIRFLOW_MPI_PI_IMAGE": IMAGES[args.implementation]} if local_node else {}
     stack = AirflowStack(REPO / "dags", home=args.home, kubeconfig=cluster.kubeconfig, namespace=args.namespace,
                          port=_port(), extra_env=extra_env)

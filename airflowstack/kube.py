@@ -34,6 +34,7 @@ class Cluster:
     kubeconfig: Path
     local: Any = None  # localcluster.LocalCluster (simulated nodes) or localcluster.node_container.NodeCluster
     owned: bool = False  # started by us: stop it at the end
+    mpi_targets: tuple[str, ...] | None = None  # images/mpi targets a real node gets (None: all)
     _client: Any = field(default=None, repr=False)
 
     @property
@@ -71,7 +72,12 @@ class Cluster:
 
 
 def open_cluster(
-    *, kubeconfig: str | None = None, name: str = "airflow-mpi", reuse: str | None = None, real_node: bool = False
+    *,
+    kubeconfig: str | None = None,
+    name: str = "airflow-mpi",
+    reuse: str | None = None,
+    real_node: bool = False,
+    mpi_targets: tuple[str, ...] | None = None,
 ) -> Cluster:
     """A real cluster (``kubeconfig``), a running local one (``reuse``: its name), or a new local one (``name``),
     simulated or, with ``real_node``, with a node that runs containers."""
@@ -85,7 +91,7 @@ def open_cluster(
         from localcluster.node_container import NodeCluster
 
         node = NodeCluster(name)
-        return Cluster(node.kubeconfig_path, local=node, owned=True)
+        return Cluster(node.kubeconfig_path, local=node, owned=True, mpi_targets=mpi_targets)
 
     if reuse:
         local = LocalCluster.existing(reuse)
@@ -103,7 +109,8 @@ def start(cluster: Cluster) -> Cluster:
         if not cluster.simulated:  # a real node pulls nothing: give it the MPI images of images/mpi
             from localcluster.node_container import build_mpi_images
 
-            cluster.local.load_images(build_mpi_images())
+            targets = cluster.mpi_targets
+            cluster.local.load_images(build_mpi_images(*([targets] if targets else [])))
     return cluster
 
 

@@ -180,7 +180,7 @@ class JobMonitor:
                 if obj is None:
                     obj = await self.hook.get_mpijob(self.name, self.namespace)
                     if obj is None:
-                        return Verdict("deleted", f"MPIJob {self.namespace}/{self.name} does not exist (deleted?)")
+                        return Verdict("deleted", "it does not exist (deleted by someone else?)")
                     # After a 410 the object's own resourceVersion may be older than the (restarted) API
                     # server's watch cache: start without one (the current state arrives as ADDED).
                     resource_version = None if expired else (obj.get("metadata") or {}).get("resourceVersion")
@@ -191,7 +191,7 @@ class JobMonitor:
                     self.name, self.namespace, resource_version=resource_version, timeout_seconds=self._watch_timeout()
                 ):
                     if event_type == "DELETED":
-                        return Verdict("deleted", f"MPIJob {self.namespace}/{self.name} was deleted")
+                        return Verdict("deleted", "it was deleted while the task waited")
                     if event_type == "BOOKMARK":
                         resource_version = (new_obj.get("metadata") or {}).get("resourceVersion") or resource_version
                         continue
