@@ -84,12 +84,22 @@ MPI_DOCKERFILE = REPO / "images" / "mpi" / "Dockerfile"
 MPI_IMAGES = {"openmpi": "airflow-mpi/mpi-pi:openmpi", "mpich": "airflow-mpi/mpi-pi:mpich"}
 
 
+def extra_ca_file() -> Path:
+    """The build secret ``extra_ca`` (a TLS-intercepting proxy's CAs, for HTTPS during builds), as compose finds it:
+    ``$AIRFLOW_MPI_EXTRA_CA``, else the file scripts/docker-setup writes, else an empty one."""
+    if os.environ.get("AIRFLOW_MPI_EXTRA_CA"):
+        return Path(os.environ["AIRFLOW_MPI_EXTRA_CA"])
+    written = Path(os.environ.get("AIRFLOW_MPI_CACHE") or Path.home() / ".cache" / "airflow-mpi") / "docker" / "extra-ca.pem"
+    return written if written.is_file() else REPO / "images" / "no-extra-ca.pem"
+
+
 def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
     """Build the MPI images (Docker's layer cache makes a rebuild of unchanged files a few seconds)."""
     ensure_docker()
+    secret = f"id=extra_ca,src={extra_ca_file()}"  # the mpich target builds mpi4py from PyPI
     for target in targets:
         t0 = time.monotonic()
-        docker("buildx", "build", "--load", "-q", "-f", str(MPI_DOCKERFILE), "--target", target,
+        docker("buildx", "build", "--load", "-q", "--secret", secret, "-f", str(MPI_DOCKERFILE), "--target", target,
                "-t", MPI_IMAGES[target], str(MPI_DOCKERFILE.parent), timeout=1800)  # fmt: skip
         _log(f"image {MPI_IMAGES[target]} ready ({time.monotonic() - t0:.0f}s)")
     return [MPI_IMAGES[t] for t in targets]
