@@ -66,16 +66,8 @@ with DAG(
         workers="{{ params.workers }}",
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",
-        # the images' conventions (as mpi_pi): mpiuser runs mpirun, workers serve it over their own sshd;
-        # the launcher starts once every worker's sshd listens (kubeflow/mpi-operator#386)
-        ssh_auth_mount_path="/home/mpiuser/.ssh",
-        launcher_creation_policy="WaitForWorkersReady",
-        worker_readiness_probe={"tcpSocket": {"port": 2222}, "periodSeconds": 1},
-        launcher={"security_context": {"runAsUser": 1000}},
-        worker={
-            "command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
-            "security_context": {"runAsUser": 1000},
-        },
+        # the images' conventions (mpiuser, sshd on the workers, launcher once the workers are ready)
+        base_manifest="mpi_images_base.yaml",
         launcher_resources={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         worker_resources={"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         poll_interval=5,

@@ -241,6 +241,11 @@ def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagb
     assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == (
         "airflow-mpi/mpi-pi:mpich"
     )
+    spec = manifest["spec"]  # images/mpi's conventions, from the DAG's base manifest file
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady" and spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    assert worker["command"][0] == "/usr/sbin/sshd" and worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert worker["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}  # the DAG's parameters too
     call = decode_call(argv[11:])
     assert call["arguments"] == (([1, 2, 3],), {})  # the upstream task's XCom
     source = call["source"]
