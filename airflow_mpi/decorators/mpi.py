@@ -28,7 +28,7 @@ class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator
         super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
 
     def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
-        return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True)
+        return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
 
 
 def mpi_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:

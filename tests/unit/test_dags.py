@@ -237,6 +237,8 @@ def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagb
                                 "image": "airflow-mpi/mpi-pi:mpich"}, xcom=[1, 2, 3])  # fmt: skip
     assert isinstance(task, _MPIDecoratedOperator)
     argv = _launcher_argv(manifest)
+    assert argv[:3] == ["sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"']  # MPICH: mpiexec by IP
+    argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "6", "-ppn", "2", "-prepend-rank"] and argv[6] == "python3"
     assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == (
         "airflow-mpi/mpi-pi:mpich"

@@ -221,3 +221,11 @@ def test_result_lines_are_kept_out_of_the_visible_log():
     assert visible == ["[1,0]<stdout>:rank 0 got [1]"]
     assert all(line.startswith(MARKER) for line in hidden)
     assert parse_result(hidden).value["text"] == "d"
+
+
+def test_mpich_workers_reach_mpiexec_by_the_launchers_ip_when_asked():
+    kwargs = {"workers": 1, "slots_per_worker": 1, "run_launcher_as_worker": False}
+    mpich = Mpirun(["python3"], connect_by_ip=True).command(implementation="MPICH", **kwargs)
+    assert mpich[:4] == ["sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"', "mpirun"]
+    assert Mpirun(["python3"], connect_by_ip=True).command(implementation="OpenMPI", **kwargs)[0] == "mpirun"
+    assert Mpirun(["python3"]).command(implementation="MPICH", **kwargs)[0] == "mpirun"

@@ -12,6 +12,7 @@ import pytest
 from airflow_mpi.decorators.horovod import _HorovodDecoratedOperator
 from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
 from airflow_mpi.models import MPIJobValidationError
+from airflow_mpi.models.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.models.function_call import decode_call
 from airflow_mpi.models.rank_result import parse_result
 from airflow_mpi.models.rank_runner import MARKER
@@ -133,6 +134,8 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     assert list(op.op_args) == [[1, 2]] and pulls
 
     argv = launcher_argv(op.build_manifest(context()))
+    assert argv[:3] == list(HYDRA_CONNECT_BY_IP)  # MPICH: the workers reach mpiexec by its IP
+    argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "4", "-ppn", "2", "-prepend-rank"]
     assert argv[6:9] == ["/opt/venv/bin/python", "-u", "-c"]
     call = decode_call(argv[11:])
