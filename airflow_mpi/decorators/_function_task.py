@@ -15,7 +15,13 @@ from typing import Any
 from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
 
 from airflow_mpi.models.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.models.function_call import check_function, check_source, pickle_arguments, rank_command
+from airflow_mpi.models.function_call import (
+    ENCODED_FROM,
+    check_function,
+    check_source,
+    pickle_arguments,
+    rank_command,
+)
 from airflow_mpi.models.rank_result import hide_result_lines, parse_result
 from airflow_mpi.operators._params import is_unrendered
 from airflow_mpi.operators._redaction import redacted_yaml
@@ -88,7 +94,7 @@ class FunctionTaskMixin:
 
     def _log_manifest(self, manifest: dict) -> None:
         """The manifest without the encoded function and arguments (long, and the arguments may be private)."""
-        encoded = set(self.program[4:])
+        encoded = set(self.program[ENCODED_FROM:])
         self.log.info("MPIJob manifest:\n%s", redacted_yaml(_abridged(copy.deepcopy(manifest), encoded)))
 
     # ------------------------------------------------------------------ running

@@ -32,6 +32,7 @@ PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the
 ARG_CHUNK = 100_000
 MAX_CALL_BYTES = 512 * 1024
 BOOTSTRAP = "import base64,sys;exec(base64.b64decode(sys.argv[1]))"
+ENCODED_FROM, CALL_FROM = 3, 4  # rank_command()'s words from these on: the runner and the call, base64
 # Module names that exist only where the DAG is parsed: the DAG file itself (Airflow imports it under an
 # "unusual_prefix_..." name) or a script run directly. Objects of their classes cannot be unpickled on a rank.
 DAG_LOCAL_MODULE_PREFIXES = ("unusual_prefix_", "__main__")
@@ -124,7 +125,7 @@ def runner_source() -> str:
 
 
 def rank_command(source: str, name: str, arguments: bytes, *, python: str = "python3") -> list[str]:
-    """``python -u -c BOOTSTRAP <runner> <call...>``: what mpirun/horovodrun starts on every rank.
+    """``python -c BOOTSTRAP <runner> <call...>``: what mpirun/horovodrun starts on every rank.
 
     Raises MPIJobValidationError when the call is too large to travel in a command line.
     """
@@ -136,7 +137,7 @@ def rank_command(source: str, name: str, arguments: bytes, *, python: str = "pyt
                    "(a path or URL the ranks read)")  # fmt: skip
         errors.raise_if_any()
     runner = base64.b64encode(runner_source().encode()).decode()
-    return [python, "-u", "-c", BOOTSTRAP, runner, *_chunks(call, ARG_CHUNK)]
+    return [python, "-c", BOOTSTRAP, runner, *_chunks(call, ARG_CHUNK)]
 
 
 def _chunks(text: str, size: int) -> Iterator[str]:
@@ -145,7 +146,7 @@ def _chunks(text: str, size: int) -> Iterator[str]:
 
 
 def decode_call(argv: Sequence[str]) -> dict[str, Any]:
-    """The call a rank command carries (``rank_command(...)[5:]``): for tests and log summaries."""
+    """The call a rank command carries (``rank_command(...)[CALL_FROM:]``): for tests and log summaries."""
     call = json.loads(zlib.decompress(base64.b64decode("".join(argv))))
     call["arguments"] = pickle.loads(base64.b64decode(call["arguments"]))
     return call

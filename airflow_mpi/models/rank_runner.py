@@ -1,6 +1,6 @@
 """The program every MPI rank of an ``@task.mpi`` / ``@task.horovod`` job runs (standard library only).
 
-It travels inline in the launcher's command (``python3 -u -c BOOTSTRAP <this file, base64> <call, base64>...``,
+It travels inline in the launcher's command (``python3 -c BOOTSTRAP <this file, base64> <call, base64>...``,
 models/function_call.py), and mpirun hands that argv to every rank on the workers: nothing has to exist in
 the image but Python 3. It decodes the call (the function's source, its pickled arguments), runs the function
 and, on rank 0 only, prints the return value as marker lines the operator reads back from the launcher's log
@@ -67,6 +67,10 @@ def abort(code):
 
 
 def main(argv):
+    # Whole lines in one write each: Hydra's -prepend-rank tags every chunk it reads, so an unbuffered print
+    # (text, then "\n") would end its line with another rank tag. Flushed at every line, as -u would.
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
     call = json.loads(zlib.decompress(base64.b64decode("".join(argv))))
     name, source = call["name"], call["source"]
     filename = "<@task function %s>" % name

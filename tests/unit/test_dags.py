@@ -248,7 +248,7 @@ def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagb
     assert spec["launcherCreationPolicy"] == "WaitForWorkersReady" and spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
     assert worker["command"][0] == "/usr/sbin/sshd" and worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
     assert worker["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}  # the DAG's parameters too
-    call = decode_call(argv[11:])
+    call = decode_call(argv[10:])
     assert call["arguments"] == (([1, 2, 3],), {})  # the upstream task's XCom
     source = call["source"]
     assert source.startswith("def sum_of_squares(values") and "comm.reduce(partial" in source
@@ -267,4 +267,4 @@ def test_mpi_function_renders_offline_without_its_upstream_xcom():
 
     argv = _launcher_argv(render(str(DAGS_DIR / "mpi_function.py"), "sum_of_squares", params={"workers": 3}))
     assert "--tag-output" in argv and argv[argv.index("-np") + 1] == "6"
-    assert decode_call(argv[argv.index("python3") + 5 :])["arguments"] == ((), {})  # known only in a real run
+    assert decode_call(argv[argv.index("python3") + 4 :])["arguments"] == ((), {})  # known only in a real run

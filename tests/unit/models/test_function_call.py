@@ -126,8 +126,8 @@ def test_plain_arguments_pickle_and_round_trip_through_the_command():
     arguments = pickle_arguments(errors, [[1, 2, 3]], {"scale": 2.5, "when": None})
     assert len(errors) == 0
     argv = rank_command(SOURCE, "work", arguments, python="/opt/py/bin/python")
-    assert argv[:4] == ["/opt/py/bin/python", "-u", "-c", BOOTSTRAP]
-    call = decode_call(argv[5:])
+    assert argv[:3] == ["/opt/py/bin/python", "-c", BOOTSTRAP]
+    call = decode_call(argv[4:])
     assert call["name"] == "work" and call["source"] == SOURCE
     assert call["arguments"] == (([1, 2, 3],), {"scale": 2.5, "when": None})
 
@@ -141,7 +141,7 @@ def test_a_call_too_large_for_a_command_line_is_refused_before_submission():
 def test_large_calls_are_split_into_argv_words_a_kernel_accepts():
     argv = rank_command(SOURCE, "work", pickle_arguments(ErrorList(), [os.urandom(200_000)], {}))
     assert len(argv) > 6 and all(len(word) <= 131_072 for word in argv)
-    assert decode_call(argv[5:])["arguments"][0][0].__len__() == 200_000
+    assert decode_call(argv[4:])["arguments"][0][0].__len__() == 200_000
 
 
 @pytest.mark.parametrize(

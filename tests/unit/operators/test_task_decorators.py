@@ -137,8 +137,8 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     assert argv[:3] == list(HYDRA_CONNECT_BY_IP)  # MPICH: the workers reach mpiexec by its IP
     argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "4", "-ppn", "2", "-prepend-rank"]
-    assert argv[6:9] == ["/opt/venv/bin/python", "-u", "-c"]
-    call = decode_call(argv[11:])
+    assert argv[6:8] == ["/opt/venv/bin/python", "-c"]
+    call = decode_call(argv[10:])
     assert call["arguments"] == (([1, 2],), {"scale": 3})
     assert call["source"].startswith("def add(values, scale=1):") and "@task" not in call["source"]
 
@@ -155,7 +155,7 @@ def test_the_logged_manifest_shows_the_encoded_call_by_its_size_only(monkeypatch
     op._log_manifest(op.build_manifest(context()))
     (text,) = lines
     assert "characters: the function and its arguments, encoded>" in text
-    assert op.program[5] not in text and op.program[4] not in text
+    assert op.program[4] not in text and op.program[3] not in text
 
 
 # ---------------------------------------------------------------- the result
@@ -173,7 +173,7 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
     monkeypatch.setattr(op, "_wait", fake_wait)
     assert op.execute(context()) == {"sum": 7}
     assert "[1,1]<stdout>:hello" in shown and not any(MARKER in line for line in shown)
-    assert decode_call(op.program[5:])["arguments"] == (([3, 4],), {})
+    assert decode_call(op.program[4:])["arguments"] == (([3, 4],), {})
 
 
 def test_deferred_run_carries_the_result_lines_in_the_event_and_returns_the_value(monkeypatch):
