@@ -24,6 +24,10 @@ def get_provider_info() -> dict:
         "sensors": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.sensors.mpijob"]}],
         "hooks": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.hooks.mpijob"]}],
         "triggers": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.triggers.mpijob"]}],
+        "task-decorators": [
+            {"class-name": "airflow_mpi.decorators.mpi.mpi_task", "name": "mpi"},
+            {"class-name": "airflow_mpi.decorators.horovod.horovod_task", "name": "horovod"},
+        ],
         "connection-types": [
             {"hook-class-name": "airflow_mpi.hooks.mpijob.MPIJobHook", "connection-type": "kubernetes_mpijob"}
         ],

@@ -65,6 +65,8 @@ def render(
     """The validated manifest of ``task_id`` in ``dag_file`` (see the module docstring)."""
     dag, task = _find_task(dag_file, task_id, dag_id)
     task = copy.deepcopy(task)  # rendering replaces the template fields' values
+    runtime_only = set(getattr(task, "runtime_only_fields", ()))  # a decorated function's upstream XComs
+    task.template_fields = tuple(f for f in task.template_fields if f not in runtime_only)
     dag_params = copy.deepcopy(dag.params)
     try:
         dag_params.update(params or {})

@@ -89,7 +89,7 @@ MPI_IMAGES = {
 
 
 def extra_ca_secret() -> list[str]:
-    """``--secret`` for builds that use HTTPS (pip), when this machine needs extra CA certificates
+    """``--secret`` for builds that use HTTPS (pip: mpich's mpi4py, intel), when this machine needs extra CA certificates
     (``AIRFLOW_MPI_EXTRA_CA``, else the bundle scripts/docker-setup writes; see docker-compose.yaml)."""
     path = os.environ.get("AIRFLOW_MPI_EXTRA_CA") or str(_build.cache_root() / "docker" / "extra-ca.pem")
     return ["--secret", f"id=extra_ca,src={path}"] if Path(path).is_file() else []

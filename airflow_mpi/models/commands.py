@@ -32,6 +32,12 @@ INTEL_DEFAULT_FLAGS: tuple[str, ...] = ("-hostfile", HOSTFILE)
 # MPICH (Hydra): mpi-operator exports HYDRA_HOST_FILE and HYDRA_LAUNCH_EXTRA_ARGS; nothing to add.
 MPICH_DEFAULT_FLAGS: tuple[str, ...] = ()
 DEFAULT_FLAGS = {OPENMPI: OPENMPI_DEFAULT_FLAGS, INTEL: INTEL_DEFAULT_FLAGS, MPICH: MPICH_DEFAULT_FLAGS}
+# MPICH's Hydra: the proxies on the workers connect back to mpiexec by the launcher's host name. Its DNS record
+# can appear only after the proxies start (then each fails "unable to get host address" and mpiexec waits
+# forever, seen on the real node); its IP (the pod's, from /etc/hosts) needs no DNS.
+HYDRA_CONNECT_BY_IP = ("sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"')
+# Each output line prefixed with its rank ("[1,0]<stdout>:" for Open MPI, "[0] " for Hydra's MPICH and Intel MPI).
+TAG_OUTPUT_FLAGS = {OPENMPI: ("--tag-output",), INTEL: ("-prepend-rank",), MPICH: ("-prepend-rank",)}
 
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
 HOROVOD_OPTIONS = ("min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface")
@@ -192,14 +198,19 @@ class Mpirun(_LauncherCommand):
 
     program: str | Sequence[str]
     mpirun_args: str | Sequence[str] | None = None
+    tag_output: bool = False  # prefix every output line with its rank (@task.mpi)
+    connect_by_ip: bool = False  # MPICH: workers reach mpiexec by the launcher's IP (@task.mpi)
     extra_name: ClassVar[str] = "mpirun_args"
 
     def _build(
         self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
     ) -> list[str]:
-        return mpirun_command(
+        if self.tag_output:
+            extra = [*TAG_OUTPUT_FLAGS.get(implementation, ()), *extra]
+        command = mpirun_command(
             program, **job, implementation=implementation, extra_args=extra, run_launcher_as_worker=launcher_runs
         )
+        return [*HYDRA_CONNECT_BY_IP, *command] if self.connect_by_ip and implementation == MPICH else command
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import this module at parse time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -111,6 +111,8 @@ class MPIJobOperator(BaseOperator):
         "annotations": "json",
     }
     ui_color = "#c7e2f7"
+    # The decorators' ranks report rank 0's return value in marker lines: kept out of the log (also by the trigger).
+    captures_result: bool = False
 
     def __init__(
         self,
@@ -283,7 +285,7 @@ class MPIJobOperator(BaseOperator):
     def execute(self, context: Any) -> dict:
         manifest = self.build_manifest(context)
         self._log_settings()
-        self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
+        self._log_manifest(manifest)
         job = self._reattach(context, manifest) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
@@ -441,13 +443,20 @@ class MPIJobOperator(BaseOperator):
     async def _wait(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None) -> dict:
         from airflow_mpi.hooks.monitor import monitor_with
 
-        return await monitor_with(self.hook, name, namespace, emit=self.log.info, **self._monitor_kwargs(submitted_at, deadline))
+        return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), **self._monitor_kwargs(submitted_at, deadline))
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
         from airflow_mpi.hooks.monitor import monitor_with
 
         kwargs = self._monitor_kwargs(_now(), None)
-        await monitor_with(self.hook, name, namespace, drain_only=True, emit=self.log.info, log_state=log_state, **kwargs)
+        await monitor_with(self.hook, name, namespace, drain_only=True, emit=self._launcher_log(), log_state=log_state, **kwargs)
+
+    def _launcher_log(self) -> Callable[[str], None]:
+        """Where the launcher's log lines go (the decorators keep rank 0's result lines apart)."""
+        return self.log.info
+
+    def _log_manifest(self, manifest: dict) -> None:
+        self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
 
     def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
@@ -468,6 +477,7 @@ class MPIJobOperator(BaseOperator):
             max_attempts=self.effective_backoff_limit() + 1,
             deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
+            capture_result=self.captures_result,
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_mpi.models.deferral import hold_seconds
 from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.models.rank_result import hide_result_lines
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 
 
@@ -41,6 +42,7 @@ class MPIJobTrigger(BaseTrigger):
         target_condition: str | None = None,
         owns_job: bool = True,
         not_before: str | None = None,
+        capture_result: bool = False,
     ) -> None:
         super().__init__()
         self.name = name
@@ -59,6 +61,7 @@ class MPIJobTrigger(BaseTrigger):
         self.target_condition = target_condition
         self.owns_job = owns_job
         self.not_before = not_before
+        self.capture_result = capture_result
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -81,6 +84,7 @@ class MPIJobTrigger(BaseTrigger):
                 "target_condition": self.target_condition,
                 "owns_job": self.owns_job,
                 "not_before": self.not_before,
+                "capture_result": self.capture_result,
             },
         )
 
@@ -93,13 +97,18 @@ class MPIJobTrigger(BaseTrigger):
         from airflow_mpi.hooks.monitor import JobMonitor
 
         log_state, emit_marked = self._log_position()
+        result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
+        emit = self.log.info
+        if self.capture_result:
+            emit = hide_result_lines(emit, result_lines)
+            emit_marked = emit_marked and hide_result_lines(emit_marked, result_lines)
         try:
             async with self._hook() as hook:
                 monitor = JobMonitor(
                     hook,
                     self.name,
                     self.namespace,
-                    emit=self.log.info,
+                    emit=emit,
                     submitted_at=datetime.fromisoformat(self.submitted_at),
                     timeouts=Timeouts(self.startup_timeout, self.schedule_timeout),
                     poll_interval=self.poll_interval,
@@ -117,6 +126,8 @@ class MPIJobTrigger(BaseTrigger):
         except Exception as err:  # surfaced by execute_complete, which cleans up
             payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
                        "namespace": self.namespace, "log_state": self.log_state}
+        if self.capture_result:
+            payload["result_lines"] = result_lines
         await self._hold()
         self._fired = True
         yield TriggerEvent(payload)

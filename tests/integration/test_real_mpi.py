@@ -26,28 +26,30 @@ PI_LINE = re.compile(r"^pi is approximately (\d+\.\d+) \((\d+) ranks")
 IMPLEMENTATION = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
 
-def real_operator(task_id: str, namespace: str, flavour: str = "openmpi", **kwargs) -> MPIJobOperator:
-    """The mpi-operator's conventions for its pi images: mpiuser runs mpirun; workers run its sshd (port 2222).
+def real_job(flavour: str = "openmpi") -> dict:
+    """The mpi-operator's conventions for images/mpi's images: mpiuser runs mpirun; workers run its sshd (port 2222).
 
     The launcher is created once the workers are Ready (sshd listening): started earlier, it may look up
     ``<job>-worker-<i>.<job>.<ns>.svc`` before their DNS records exist, and ssh gives up at once.
     """
+    return {
+        "image": MPI_IMAGES[flavour],
+        "mpi_implementation": IMPLEMENTATION[flavour],
+        "ssh_auth_mount_path": "/home/mpiuser/.ssh",
+        "launcher_creation_policy": "WaitForWorkersReady",
+        "worker_readiness_probe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
+        "launcher": {"security_context": {"runAsUser": 1000}},
+        "worker": {"command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
+                   "security_context": {"runAsUser": 1000}},
+        "poll_interval": 2,
+    }
+
+
+def real_operator(task_id: str, namespace: str, flavour: str = "openmpi", **kwargs) -> MPIJobOperator:
+    """An MPIJobOperator running images/mpi's pi program (real_job's conventions)."""
     kwargs.setdefault("program", ["/home/mpiuser/pi"])
     kwargs.setdefault("workers", 2)
-    kwargs.setdefault("poll_interval", 2)
-    return MPIJobOperator(
-        task_id=task_id,
-        namespace=namespace,
-        image=MPI_IMAGES[flavour],
-        mpi_implementation=IMPLEMENTATION[flavour],
-        ssh_auth_mount_path="/home/mpiuser/.ssh",
-        launcher_creation_policy="WaitForWorkersReady",
-        worker_readiness_probe={"tcpSocket": {"port": 2222}, "periodSeconds": 1},
-        launcher={"security_context": {"runAsUser": 1000}},
-        worker={"command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
-                "security_context": {"runAsUser": 1000}},
-        **kwargs,
-    )
+    return MPIJobOperator(task_id=task_id, namespace=namespace, **{**real_job(flavour), **kwargs})
 
 
 def launcher_pods(k8s, namespace: str) -> list:

@@ -19,7 +19,7 @@ from airflow_mpi.sensors import MPIJobSensor
 from tests.unit.fakes import FakeSyncHook
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
-EXPECTED = {"mpi_pi", "horovod_train", "mpi_job_sensor"}
+EXPECTED = {"mpi_pi", "horovod_train", "mpi_job_sensor", "mpi_function"}
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 
 
@@ -125,6 +125,9 @@ def _resolve(dag, conf: dict) -> dict:
         ("horovod_train", "epochs", 100, [0, 101]),
         ("horovod_train", "image", "horovod/horovod:0.28.1-tf2.11.0-torch1.13.1", [""]),
         ("mpi_job_sensor", "workers", 1, [0, 17]),
+        ("mpi_function", "count", 10_000_000, [0, 10_000_001]),
+        ("mpi_function", "workers", 16, [0, 17]),
+        ("mpi_function", "mpi_implementation", "MPICH", ["Intel"]),
     ],
 )
 def test_param_schema_bounds(dagbag, dag_id, name, good, bad):
@@ -142,12 +145,11 @@ def test_defaults_are_valid(dagbag, dag_id):
     _resolve(dagbag.dags[dag_id], {})
 
 
-def _rendered_manifest(dag, task_id: str, conf: dict, namespace="ns") -> tuple[object, dict]:
+def _rendered_manifest(dag, task_id: str, conf: dict, namespace="ns", xcom=None) -> tuple[object, dict]:
     task = copy.deepcopy(dag.get_task(task_id))  # rendering mutates the task: keep the module's DagBag pristine
-    context = {
-        "params": _resolve(dag, conf),
-        "ti": NS(dag_id=dag.dag_id, task_id=task_id, run_id=RUN_ID, map_index=-1, try_number=1),
-    }
+    ti = NS(dag_id=dag.dag_id, task_id=task_id, run_id=RUN_ID, map_index=-1, try_number=1,
+            xcom_pull=lambda *a, **k: xcom, get_relevant_upstream_map_indexes=lambda *a, **k: None)  # upstream XComs
+    context = {"params": _resolve(dag, conf), "ti": ti, "task_instance": ti, "expanded_ti_count": None}
     task.render_template_fields(context)
     task.__dict__["hook"] = FakeSyncHook(namespace=namespace)  # build_manifest only asks it for the namespace
     return task, task.build_manifest(context)
@@ -221,3 +223,48 @@ def test_sensor_dag_waits_deferrably_and_always_cleans_up(dagbag):
     cleanup = dag.get_task("cleanup")
     assert cleanup.upstream_task_ids == {"submit", "wait"}
     assert cleanup.trigger_rule == "all_done"
+
+
+def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagbag):
+    from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
+    from airflow_mpi.models.function_call import decode_call
+
+    dag = dagbag.dags["mpi_function"]
+    assert dag.get_task("sum_of_squares").upstream_task_ids == {"numbers"}
+    assert dag.get_task("check").upstream_task_ids == {"sum_of_squares"}
+    task, manifest = _rendered_manifest(
+        dag, "sum_of_squares", {"workers": 3, "slots_per_worker": 2, "mpi_implementation": "MPICH",
+                                "image": "airflow-mpi/mpi-pi:mpich"}, xcom=[1, 2, 3])  # fmt: skip
+    assert isinstance(task, _MPIDecoratedOperator)
+    argv = _launcher_argv(manifest)
+    assert argv[:3] == ["sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"']  # MPICH: mpiexec by IP
+    argv = argv[3:]
+    assert argv[:6] == ["mpirun", "-n", "6", "-ppn", "2", "-prepend-rank"] and argv[6] == "python3"
+    assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == (
+        "airflow-mpi/mpi-pi:mpich"
+    )
+    spec = manifest["spec"]  # images/mpi's conventions, from the DAG's base manifest file
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady" and spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    assert worker["command"][0] == "/usr/sbin/sshd" and worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert worker["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}  # the DAG's parameters too
+    call = decode_call(argv[10:])
+    assert call["arguments"] == (([1, 2, 3],), {})  # the upstream task's XCom
+    source = call["source"]
+    assert source.startswith("def sum_of_squares(values") and "comm.reduce(partial" in source
+
+
+def test_mpi_function_check_accepts_only_the_closed_forms(dagbag):
+    check = dagbag.dags["mpi_function"].get_task("check").python_callable
+    assert check({"sum_of_squares": 385, "ranks": 4, "sum_of_ranks": 6}, params={"count": 10}) == 385
+    with pytest.raises(ValueError, match="is wrong"):
+        check({"sum_of_squares": 384, "ranks": 4, "sum_of_ranks": 6}, params={"count": 10})
+
+
+def test_mpi_function_renders_offline_without_its_upstream_xcom():
+    from airflow_mpi.models.function_call import decode_call
+    from airflow_mpi.render import render
+
+    argv = _launcher_argv(render(str(DAGS_DIR / "mpi_function.py"), "sum_of_squares", params={"workers": 3}))
+    assert "--tag-output" in argv and argv[argv.index("-np") + 1] == "6"
+    assert decode_call(argv[argv.index("python3") + 4 :])["arguments"] == ((), {})  # known only in a real run

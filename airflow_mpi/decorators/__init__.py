@@ -1,0 +1,1 @@
+"""TaskFlow decorators: ``@task.mpi`` and ``@task.horovod`` (registered through get_provider_info's task-decorators)."""

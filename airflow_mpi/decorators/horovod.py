@@ -1,0 +1,32 @@
+"""``@task.horovod``: a Python function run by ``horovodrun`` on every rank; rank 0's return value is the XCom.
+
+Takes HorovodJobOperator's parameters (min_np, max_np, log_level, ... and MPIJobOperator's) but ``program``:
+the function is the program (horovodrun prefixes every output line with its rank). ``python`` names the ranks'
+Python (default ``python3``), which needs horovod installed for ``import horovod``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
+
+from airflow_mpi.decorators._function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.operators.horovod import HorovodJobOperator
+
+
+class _HorovodDecoratedOperator(FunctionTaskMixin, DecoratedOperator, HorovodJobOperator):
+    custom_operator_name = "@task.horovod"
+    template_fields: Sequence[str] = (
+        "op_args", "op_kwargs", *(f for f in HorovodJobOperator.template_fields if f != "program"),
+    )  # fmt: skip
+    template_fields_renderers = {**HorovodJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+
+    def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
+        super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
+
+
+def horovod_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+    """Run the decorated function with horovodrun on every rank (kwargs: HorovodJobOperator's parameters)."""
+    return function_task_decorator(_HorovodDecoratedOperator, python_callable, multiple_outputs, kwargs)

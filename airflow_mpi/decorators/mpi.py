@@ -1,0 +1,36 @@
+"""``@task.mpi``: a Python function run on every rank of an MPIJob; rank 0's return value is the XCom.
+
+Takes MPIJobOperator's parameters (workers, slots_per_worker, image, resources, base_manifest, deferrable,
+...) but ``program``/``command``/``args``: the function is the program. ``python`` names the ranks' Python
+(default ``python3``). Every output line of the launcher's log carries its rank (mpirun's tag option).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
+
+from airflow_mpi.decorators._function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.models.commands import Mpirun
+from airflow_mpi.models.errors import ErrorList
+from airflow_mpi.models.spec import LauncherCommand
+from airflow_mpi.operators.mpijob import MPIJobOperator
+
+
+class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator):
+    custom_operator_name = "@task.mpi"
+    template_fields: Sequence[str] = ("op_args", "op_kwargs", *(f for f in MPIJobOperator.template_fields if f != "program"))
+    template_fields_renderers = {**MPIJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+
+    def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
+        super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
+
+    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+        return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
+
+
+def mpi_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+    """Run the decorated function on every rank of an MPIJob (kwargs: MPIJobOperator's parameters)."""
+    return function_task_decorator(_MPIDecoratedOperator, python_callable, multiple_outputs, kwargs)
