@@ -137,7 +137,26 @@ def clusters_root() -> Path:
     return cache_root() / "clusters"
 
 
-class LocalCluster:
+class ClusterPaths:
+    """Where a local cluster of either kind (simulated nodes or a real node) keeps its state on this machine."""
+
+    name: str
+
+    @property
+    def state_dir(self) -> Path:
+        return clusters_root() / self.name
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Component logs (for a kwok cluster: symlinks to the live files while running, copies after `stop()`)."""
+        return self.state_dir / "logs"
+
+
+class LocalCluster(ClusterPaths):
     """One local cluster.  ``api_version`` "v2beta1": mpi-operator CRD + the real mpi-operator process;
     "v1": the training-operator's kubeflow.org/v1 MPIJob CRD only (no controller)."""
 
@@ -172,19 +191,6 @@ class LocalCluster:
         self._api_client = None
 
     # ------------------------------------------------------------------ paths
-    @property
-    def state_dir(self) -> Path:
-        return clusters_root() / self.name
-
-    @property
-    def kubeconfig_path(self) -> Path:
-        return self.state_dir / "kubeconfig"
-
-    @property
-    def logs_dir(self) -> Path:
-        """Component logs: symlinks to the live files while running, copies after `stop()`."""
-        return self.state_dir / "logs"
-
     @property
     def pod_logs_dir(self) -> Path:
         return self.state_dir / "pod-logs"

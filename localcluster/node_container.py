@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from . import build as _build
-from .cluster import API_V2BETA1, ClusterError, clusters_root
+from .cluster import API_V2BETA1, ClusterError, ClusterPaths
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "images" / "kube" / "Dockerfile"
@@ -106,7 +106,7 @@ def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
     return [MPI_IMAGES[t] for t in targets]
 
 
-class NodeCluster:
+class NodeCluster(ClusterPaths):
     """A cluster with a real node, in a container named ``airflow-mpi-<name>``."""
 
     kind = "real-node"
@@ -116,18 +116,6 @@ class NodeCluster:
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
         self.container = f"airflow-mpi-{name}"
-
-    @property
-    def state_dir(self) -> Path:
-        return clusters_root() / self.name
-
-    @property
-    def kubeconfig_path(self) -> Path:
-        return self.state_dir / "kubeconfig"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.state_dir / "logs"
 
     def _volumes(self) -> list[str]:
         return [f"{self.container}-containerd", f"{self.container}-kubelet"]

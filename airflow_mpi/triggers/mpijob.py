@@ -136,11 +136,12 @@ class MPIJobTrigger(BaseTrigger):
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
         back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
         (triggers/log_readback.py)."""
-        if not (self.get_logs and AIRFLOW_V_3_0_PLUS):
-            return self.log_state, None
+        task_instance = getattr(self, "task_instance", None)
+        if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
+            return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
         from airflow_mpi.triggers.log_readback import marked_emitter, resume_state
 
-        state = resume_state(getattr(self, "task_instance", None), self.log_state, self.log.warning)
+        state = resume_state(task_instance, self.log_state, self.log.warning)
         return state, marked_emitter()
 
     async def _hold(self) -> None:

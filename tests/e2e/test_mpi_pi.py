@@ -112,30 +112,29 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
 
     A trigger only runs (and can react to the task being killed) once the triggerer has picked it up: the
     trigger's first log line ("trigger <dag>/<run>/<task>/<map index>/<try> (ID n) starting") shows that. A try
-    may defer twice (a cleared try whose reattached job the old trigger deletes resubmits), so the observation
-    must be of one deferral: the task deferred, as many trigger starts as deferrals, one live job, and all of it
-    unchanged when looked at again (a resume and a new deferral in between would change the counts).
+    may defer twice (a cleared try whose reattached job the old trigger deletes resubmits), so the observation is
+    of the task instance's *current* trigger, by its ID: counting start lines against deferrals fails because
+    Airflow writes both triggers' logs of one try and one triggerer to the same file, the second overwriting the
+    first. The observation must be unchanged when looked at again (one live job, the same trigger).
     """
-    started = f"trigger {HOLD}/{run_id}/hold/-1/{try_number} "
 
     def observe():
         ti = client.task_instance(HOLD, run_id, "hold")
         if ti["state"] in ("success", "failed", "upstream_failed"):
             log = client.task_log(HOLD, run_id, "hold", try_number)
             raise AssertionError(f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}")
-        if ti["state"] != "deferred":
+        trigger_id = (ti.get("trigger") or {}).get("id")
+        if ti["state"] != "deferred" or ti["try_number"] != try_number or trigger_id is None:
             return None, []
-        log = client.task_log(HOLD, run_id, "hold", try_number)
+        started = f"trigger {HOLD}/{run_id}/hold/-1/{try_number} (ID {trigger_id}) starting"
+        if started not in client.task_log(HOLD, run_id, "hold", try_number):
+            return None, []
         jobs = _live_jobs(custom_api, run_id)
-        deferrals = log.count("Pausing task as DEFERRED")
-        return (ti["state"], ti["try_number"], deferrals, log.count(started), [j["metadata"]["uid"] for j in jobs]), jobs
+        return (trigger_id, [j["metadata"]["uid"] for j in jobs]), jobs
 
     def settled():
         first, jobs = observe()
-        if first is None:  # not deferred (yet, or between two deferrals)
-            return None
-        _, tries, deferrals, starts, uids = first
-        if tries != try_number or deferrals == 0 or starts < deferrals or len(uids) != 1:
+        if first is None or len(first[1]) != 1:  # not deferred (yet, or between two deferrals) / no single job
             return None
         again, _ = observe()
         return jobs[0] if again == first else None

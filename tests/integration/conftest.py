@@ -79,13 +79,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _alive(pid: int) -> bool:
     """A test session's process still runs (ours counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from localcluster.cluster import _pid_alive
+
+    return _pid_alive(pid)
 
 
 def _reap_stale_sessions() -> None:
