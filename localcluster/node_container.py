@@ -205,7 +205,11 @@ class NodeCluster(ClusterPaths):
         if keep_logs and docker("inspect", self.container, check=False).returncode == 0:
             self.collect_logs()
         self.remove()
-        self.kubeconfig_path.unlink(missing_ok=True)
+        if keep_logs:
+            self.kubeconfig_path.unlink(missing_ok=True)
+            (self.state_dir / "state.json").unlink(missing_ok=True)  # logs stay; `localcluster list` forgets it
+        else:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
     @staticmethod
     def names() -> list[str]:
