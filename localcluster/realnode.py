@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -64,6 +63,7 @@ class RealNode:
         self.state_dir = state_dir
         self.logs_dir = logs_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self._core = None  # kubernetes CoreV1Api, made on first use
 
     # ------------------------------------------------------------------ configuration files
     def _write_configs(self, cgroup_root: str) -> dict[str, Path]:
@@ -295,9 +295,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     def _node_ready(self) -> bool:
         from kubernetes import client, config
 
-        api = client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
+        if self._core is None:  # one client for all the polls
+            self._core = client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
         try:
-            node = api.read_node(NODE_NAME)
+            node = self._core.read_node(NODE_NAME)
         except client.exceptions.ApiException:
             return False
         return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
