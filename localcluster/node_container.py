@@ -86,6 +86,9 @@ MPI_IMAGES = {
     "mpich": "airflow-mpi/mpi-pi:mpich",
     "intel": "airflow-mpi/mpi-pi:intel",
 }
+# Horovod + TensorFlow (CPU) on Open MPI: about 17 min to build, 2.9 GB; built only where a test needs it.
+HOROVOD_IMAGE = "airflow-mpi/horovod:cpu"
+IMAGE_TARGETS = {**MPI_IMAGES, "horovod": HOROVOD_IMAGE}
 
 
 def extra_ca_secret() -> list[str]:
@@ -101,9 +104,9 @@ def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
     for target in targets:
         t0 = time.monotonic()
         docker("buildx", "build", "--load", "-q", *extra_ca_secret(), "-f", str(MPI_DOCKERFILE), "--target", target,
-               "-t", MPI_IMAGES[target], str(MPI_DOCKERFILE.parent), timeout=1800)  # fmt: skip
-        _log(f"image {MPI_IMAGES[target]} ready ({time.monotonic() - t0:.0f}s)")
-    return [MPI_IMAGES[t] for t in targets]
+               "-t", IMAGE_TARGETS[target], str(MPI_DOCKERFILE.parent), timeout=3600)  # fmt: skip
+        _log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
+    return [IMAGE_TARGETS[t] for t in targets]
 
 
 class NodeCluster(ClusterPaths):

@@ -116,10 +116,12 @@ def horovodrun_command(
     network_interface: str | None = None,
     extra_args: str | Sequence[str] = (),
 ) -> list[str]:
-    """``horovodrun -np N [--min-np M] [--max-np X] --slots-per-host S --host-discovery-script P ...``.
+    """``horovodrun -np N --slots-per-host S --hostfile /etc/mpi/hostfile ...`` (N = workers x slots).
 
-    The discovery script is the one mpi-operator keeps up to date with the running workers, so
-    elastic Horovod (min_np/max_np) follows workers that come and go. N = workers x slots.
+    With ``min_np``/``max_np``, elastic Horovod instead: ``--min-np M --max-np X --host-discovery-script P``, the
+    script the mpi-operator keeps up to date with the running workers, so training follows workers that come and
+    go. Elastic mode needs Horovod built with Gloo; the static hostfile works with MPI or Gloo, as upstream's
+    non-elastic examples run it.
     """
     errors = ErrorList()
     valid = _positive(errors, "workers", workers) & _positive(errors, "slots_per_worker", slots_per_worker)
@@ -130,6 +132,7 @@ def horovodrun_command(
                 errors.add(field, value, f"must be <= np ({np} = workers x slots_per_worker)")
             if field == "max_np" and value < np:
                 errors.add(field, value, f"must be >= np ({np} = workers x slots_per_worker)")
+    elastic = min_np is not None or max_np is not None
     if not isinstance(discovery_script, str) or not discovery_script:
         errors.add("discovery_script", discovery_script, "must be a non-empty path")
     if log_level is not None and log_level not in HOROVOD_LOG_LEVELS:
@@ -140,6 +143,8 @@ def horovodrun_command(
         isinstance(elastic_timeout, bool) or not isinstance(elastic_timeout, int) or elastic_timeout < 0
     ):
         errors.add("elastic_timeout", elastic_timeout, "must be an integer number of seconds >= 0")
+    elif elastic_timeout is not None and not elastic:
+        errors.add("elastic_timeout", elastic_timeout, "applies to elastic mode only: set min_np and/or max_np")
     if network_interface is not None and (not isinstance(network_interface, str) or not network_interface):
         errors.add(
             "network_interface", network_interface, "must be a non-empty interface name (comma-separated for several)"
@@ -152,7 +157,8 @@ def horovodrun_command(
         command += ["--min-np", str(min_np)]
     if max_np is not None:
         command += ["--max-np", str(max_np)]
-    command += ["--slots-per-host", str(slots_per_worker), "--host-discovery-script", discovery_script]
+    hosts = ["--host-discovery-script", discovery_script] if elastic else ["--hostfile", HOSTFILE]
+    command += ["--slots-per-host", str(slots_per_worker), *hosts]
     if log_level is not None:
         command += ["--log-level", log_level]
     if verbose:

@@ -1,8 +1,9 @@
 """HorovodJobOperator: an MPIJob whose launcher runs ``horovodrun``.
 
 ``-np`` follows ``workers x slots_per_worker`` of the resolved job (parameters, else the base
-manifest, else the defaults); elastic training (``min_np``/``max_np``) uses the host discovery
-script the mpi-operator mounts at ``/etc/mpi/discover_hosts.sh``.
+manifest, else the defaults), on the hosts of the hostfile the mpi-operator mounts at ``/etc/mpi/hostfile``;
+elastic training (``min_np``/``max_np``) uses its host discovery script ``/etc/mpi/discover_hosts.sh``
+instead (Horovod built with Gloo).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class HorovodJobOperator(MPIJobOperator):
 
     :param program: the training program (list, or a shell string), e.g. ``["python", "train.py"]``.
     :param min_np: / :param max_np: elastic bounds (elastic mode when either is set).
+    :param discovery_script: the host discovery script of elastic mode.
     :param log_level: Horovod log level (TRACE, DEBUG, INFO, WARNING, ERROR, FATAL).
     """
 

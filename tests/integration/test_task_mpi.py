@@ -53,8 +53,8 @@ def fails_on_rank_one(data: dict) -> int:
     return comm.allreduce(1)
 
 
-def decorated(func, namespace: str, flavour: str, upstream_value, **kwargs):
-    """``@task.mpi(...)`` over ``func(<upstream XCom>, ...)`` in a DAG, rendered with that XCom pulled."""
+def decorated(func, namespace: str, flavour: str, upstream_value, decorator: str = "mpi", **kwargs):
+    """``@task.<decorator>(...)`` over ``func(<upstream XCom>, ...)`` in a DAG, rendered with that XCom pulled."""
     with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)) as dag:
 
         @task
@@ -62,9 +62,9 @@ def decorated(func, namespace: str, flavour: str, upstream_value, **kwargs):
             return upstream_value
 
         call_kwargs = kwargs.pop("call_kwargs", {})
-        task.mpi(namespace=namespace, workers=WORKERS, slots_per_worker=SLOTS, **{**real_job(flavour), **kwargs})(
-            func
-        )(upstream(), **call_kwargs)
+        getattr(task, decorator)(
+            namespace=namespace, workers=WORKERS, slots_per_worker=SLOTS, **{**real_job(flavour), **kwargs}
+        )(func)(upstream(), **call_kwargs)
     op = dag.get_task(func.__name__)
     ti = NS(dag_id="it", task_id=op.task_id, run_id=ctx(op.task_id)["ti"].run_id, map_index=-1, try_number=1,
             xcom_pull=lambda *a, **k: upstream_value, get_relevant_upstream_map_indexes=lambda *a, **k: None)  # fmt: skip

@@ -121,9 +121,11 @@ def _resolve(dag, conf: dict) -> dict:
         ("mpi_pi", "mpi_implementation", "MPICH", ["LAM", "openmpi"]),
         ("mpi_pi", "deferrable", True, ["yes"]),
         ("horovod_train", "workers", 64, [0, 65]),
-        ("horovod_train", "gpus_per_worker", 8, [0, 9]),
+        ("horovod_train", "processes_per_worker", 8, [0, 9]),
+        ("horovod_train", "gpus_per_worker", 8, [-1, 9]),
         ("horovod_train", "epochs", 100, [0, 101]),
         ("horovod_train", "image", "horovod/horovod:0.28.1-tf2.11.0-torch1.13.1", [""]),
+        ("horovod_train", "elastic", True, ["yes"]),
         ("mpi_job_sensor", "workers", 1, [0, 17]),
         ("mpi_function", "count", 10_000_000, [0, 10_000_001]),
         ("mpi_function", "workers", 16, [0, 17]),
@@ -203,16 +205,28 @@ def test_mpi_pi_report_consumes_the_pi_xcom(dagbag):
 
 def test_horovod_params_render_into_the_mpijob(dagbag):
     task, manifest = _rendered_manifest(
-        dagbag.dags["horovod_train"], "train", {"workers": 4, "gpus_per_worker": 2, "epochs": 7}
-    )
-    assert isinstance(task, HorovodJobOperator)
+        dagbag.dags["horovod_train"], "train",
+        {"workers": 4, "processes_per_worker": 2, "gpus_per_worker": 2, "epochs": 7, "deferrable": True},
+    )  # fmt: skip
+    assert isinstance(task, HorovodJobOperator) and task.deferrable is True
     replicas = manifest["spec"]["mpiReplicaSpecs"]
     assert replicas["Worker"]["replicas"] == 4
     worker = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert str(worker["resources"]["limits"]["nvidia.com/gpu"]) == "2"
+    assert worker["command"][0] == "/usr/sbin/sshd"  # the images' conventions from mpi_images_base.yaml
     argv = _launcher_argv(manifest)
-    assert argv[0] == "horovodrun" and "8" in argv  # -np = 4 workers x 2 GPUs
-    assert argv[-3:] == ["python", "/horovod/examples/pytorch/pytorch_mnist.py", "--epochs=7"]
+    assert argv[:3] == ["horovodrun", "-np", "8"]  # 4 workers x 2 processes
+    assert argv[argv.index("--hostfile") + 1] == "/etc/mpi/hostfile" and "--min-np" not in argv
+    assert argv[-3:] == ["python", "/home/mpiuser/horovod_train.py", "--epochs=7"]
+
+
+def test_horovod_on_cpus_asks_for_no_gpu_and_elastic_follows_the_discovery_script(dagbag):
+    _, manifest = _rendered_manifest(dagbag.dags["horovod_train"], "train", {"elastic": True})
+    worker = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in worker.get("resources", {}).get("limits", {})
+    argv = _launcher_argv(manifest)
+    assert argv[argv.index("--min-np") + 1] == "1"
+    assert argv[argv.index("--host-discovery-script") + 1] == "/etc/mpi/discover_hosts.sh"
 
 
 def test_sensor_dag_waits_deferrably_and_always_cleans_up(dagbag):

@@ -97,9 +97,16 @@ def test_mpirun_rejects_bad_arguments(kwargs, field, value):
 
 def test_horovodrun_minimal():
     assert horovodrun_command(["python", "train.py"], workers=2, slots_per_worker=4) == [
-        "horovodrun", "-np", "8", "--slots-per-host", "4",
-        "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "train.py",
+        "horovodrun", "-np", "8", "--slots-per-host", "4", "--hostfile", "/etc/mpi/hostfile", "python", "train.py",
     ]  # fmt: skip
+
+
+def test_horovodrun_is_elastic_with_the_discovery_script_only_with_np_bounds():
+    elastic = horovodrun_command(["app"], workers=2, min_np=1)
+    assert elastic[elastic.index("--host-discovery-script") + 1] == "/etc/mpi/discover_hosts.sh"
+    assert "--hostfile" not in elastic
+    with pytest.raises(MPIJobValidationError, match=r"elastic_timeout=60: applies to elastic mode only"):
+        horovodrun_command(["app"], workers=2, elastic_timeout=60)
 
 
 def test_horovodrun_all_options_in_order():
