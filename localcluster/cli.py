@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--name", default=DEFAULT_NAME)
     sub.add_parser("list", help="list clusters known in the cache")
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
-    nd.add_argument("action", choices=["up", "load", "down", "image"])
-    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd")
+    nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
+    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd; "
+                    "mpi-images: images/mpi targets to build (default: openmpi mpich intel; also: horovod)")
     nd.add_argument("--name", default="real")
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes)
             if args.action == "image":
                 print(nc.build_image())
+            elif args.action == "mpi-images":
+                print("\n".join(nc.build_mpi_images(args.images or tuple(nc.MPI_IMAGES))))
             elif args.action == "up":
                 node.start()
                 print(node.kubeconfig_path)

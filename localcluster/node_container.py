@@ -9,6 +9,8 @@ containerd (``docker save | ctr images import``): no registry is involved.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -98,13 +100,25 @@ def extra_ca_secret() -> list[str]:
     return ["--secret", f"id=extra_ca,src={path}"] if Path(path).is_file() else []
 
 
+@contextlib.contextmanager
+def _build_lock(target: str):
+    """One build of a target at a time on this machine: a second builder (a test fixture while scripts/test's
+    background build of the same image runs) waits for the first, then finds every layer in Docker's cache."""
+    path = _build.cache_root() / "images" / f"{target}.build.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
     """Build the MPI images (Docker's layer cache makes a rebuild of unchanged files a few seconds)."""
     ensure_docker()
     for target in targets:
         t0 = time.monotonic()
-        docker("buildx", "build", "--load", "-q", *extra_ca_secret(), "-f", str(MPI_DOCKERFILE), "--target", target,
-               "-t", IMAGE_TARGETS[target], str(MPI_DOCKERFILE.parent), timeout=3600)  # fmt: skip
+        with _build_lock(target):
+            docker("buildx", "build", "--load", "-q", *extra_ca_secret(), "-f", str(MPI_DOCKERFILE), "--target",
+                   target, "-t", IMAGE_TARGETS[target], str(MPI_DOCKERFILE.parent), timeout=3600)  # fmt: skip
         _log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
     return [IMAGE_TARGETS[t] for t in targets]
 
