@@ -53,9 +53,7 @@ def test_up_wait_leaves_every_service_healthy(compose_stack):
 @pytest.mark.parametrize(
     ("implementation", "image", "deferrable"),
     [("OpenMPI", "airflow-mpi/mpi-pi:openmpi", False), ("Intel", "airflow-mpi/mpi-pi:intel", True),
-     # Debian's MPICH 4.0.2 hangs in MPI_Finalize in ~1/6 real runs here (docs/NOTES.md)
-     pytest.param("MPICH", "airflow-mpi/mpi-pi:mpich", False, marks=pytest.mark.skip(
-         reason="Debian MPICH 4.0.2 hangs in MPI_Finalize in ~1/6 real runs on the local node (docs/NOTES.md)"))],
+     ("MPICH", "airflow-mpi/mpi-pi:mpich", False)],
 )
 def test_mpi_pi_over_rest_prints_real_ranks(client, implementation, image, deferrable):
     conf = {"workers": 2, "slots_per_worker": 2, "mpi_implementation": implementation, "image": image,

@@ -274,13 +274,3 @@ def real_conn(monkeypatch, real_node, real_namespace) -> str:
         ),
     )
     return "kubernetes_default"
-
-
-# Found on the real node (2026-11-23): with Debian's MPICH 4.0.2 (ch4:ofi), about 1 run in 6 of a two-worker job
-# hangs in MPI_Finalize after the ranks' work is done (rank 0 spins, the others sleep; the launcher never ends).
-# FI_PROVIDER=tcp did not help. Until the cause is found (docs/NOTES.md), real MPICH runs are not part of the
-# suite: a test that hangs one time in six proves nothing. MPICH stays covered where no rank runs MPI_Finalize
-# (manifests, commands, the missing-interpreter failure).
-MPICH_FINALIZE_HANG = pytest.mark.skip(
-    reason="Debian MPICH 4.0.2 hangs in MPI_Finalize in ~1/6 real runs on the local node (docs/NOTES.md)"
-)

@@ -18,7 +18,6 @@ from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from localcluster.node_container import MPI_IMAGES
-from tests.integration.conftest import MPICH_FINALIZE_HANG
 from tests.integration.test_cluster_smoke import watch_mpijob
 from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
 
@@ -67,7 +66,7 @@ def pod_log(k8s, namespace: str, pod: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("flavour", "deferrable"),
-    [("openmpi", False), pytest.param("mpich", True, marks=MPICH_FINALIZE_HANG), ("intel", True)],
+    [("openmpi", False), ("mpich", True), ("intel", True)],
 )
 def test_pi_runs_on_real_ranks_and_streams_the_launcher_log_once(
     real_k8s, real_namespace, real_conn, record, flavour, deferrable

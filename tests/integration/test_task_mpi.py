@@ -17,7 +17,6 @@ import pytest
 from airflow_mpi.models.rank_runner import MARKER
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowFailException, TaskDeferred
-from tests.integration.conftest import MPICH_FINALIZE_HANG
 from tests.integration.test_operator import ctx, record, run_trigger  # noqa: F401
 from tests.integration.test_real_mpi import real_job
 
@@ -82,7 +81,7 @@ def run(op, deferrable: bool):
 
 
 @pytest.mark.parametrize(
-    ("flavour", "deferrable"), [("openmpi", False), pytest.param("mpich", True, marks=MPICH_FINALIZE_HANG)]
+    ("flavour", "deferrable"), [("openmpi", False), ("mpich", True)]
 )
 def test_rank_zeros_value_is_the_xcom_with_the_upstream_argument_on_every_rank(
     real_namespace, real_conn, record, flavour, deferrable
