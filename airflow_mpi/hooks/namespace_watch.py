@@ -37,13 +37,18 @@ def _request(hook: Any, api_client: Any, kind: str, namespace: str, **kwargs: An
     raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r} or {PODS!r}")
 
 
+async def _awaited(method: Any, **kwargs: Any) -> Any:
+    """The generated API methods return a coroutine without being coroutine functions (tenacity needs one)."""
+    return await method(**kwargs)
+
+
 async def list_objects(hook: Any, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
     """All objects of ``kind`` (matching ``label_selector``) and the list's resourceVersion."""
     extra = {"label_selector": label_selector} if label_selector else {}
     async with hook.get_conn() as api_client:
         method, kwargs = _request(hook, api_client, kind, namespace, **extra)
         if kind == PODS:
-            result = await hook._retry(method, **kwargs)
+            result = await hook._retry(_awaited, method, **kwargs)
             return list(result.items or []), result.metadata.resource_version
         resp = await hook._retry(hook._open_stream, method, _preload_content=False, **kwargs)
         try:
