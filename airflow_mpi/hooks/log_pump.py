@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.hooks.summaries import pod_summary
 from airflow_mpi.models.attempts import LogStream, attempt_header, launcher_streams
 from airflow_mpi.models.log_ledger import header_mark, line_mark
@@ -119,11 +120,15 @@ class LogPump:
                 raise
             except Exception as err:
                 failures += 1
-                if finished.is_set() and failures > FINAL_READ_RETRIES:
+                gone = isinstance(err, PodLogUnavailable)  # the pod is gone or its container never started
+                if finished.is_set() and (gone or failures > FINAL_READ_RETRIES):
                     self.emit(f"(could not read the rest of the launcher log: {err})")
                     return
                 self._report(err)
-                await asyncio.sleep(min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY))
+                if finished.is_set():  # the last reads: a steady pace
+                    await asyncio.sleep(RETRY_DELAY)
+                else:  # backoff, cut short when the wait ends
+                    await self._wait(asyncio.sleep(min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)), finished)
                 continue
             if not finished.is_set():
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished)

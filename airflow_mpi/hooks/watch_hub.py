@@ -110,6 +110,7 @@ class WatchHub:
         self.synced = {MPIJOBS: asyncio.Event(), PODS: asyncio.Event()}
         self.resource_versions: dict[str, str | None] = {MPIJOBS: None, PODS: None}
         self._ready = asyncio.Event()
+        self._tick = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._entered = False
 
@@ -138,6 +139,19 @@ class WatchHub:
     def _check_ready(self) -> None:
         if self.error is not None or all(e.is_set() for e in self.synced.values()):
             self._ready.set()
+
+    def _bump(self, key: str) -> None:
+        self.stats[key] += 1
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    async def until(self, predicate: Callable[[WatchHub], bool]) -> None:
+        """Until ``predicate(hub)`` holds: checked again after every list, watch, event and bookmark (tests,
+        benchmarks)."""
+        while not predicate(self):
+            if self.error is not None:
+                raise self.error
+            await self._tick.wait()
 
     def subscribe(self, name: str) -> Subscription:
         sub = Subscription(self, name)
@@ -206,6 +220,7 @@ class WatchHub:
     def _fail(self, err: BaseException) -> None:
         self.error = err
         self._ready.set()
+        self._tick.set()
         for subs in list(self.subscribers.values()):
             for sub in list(subs):
                 sub.notify()
@@ -219,12 +234,12 @@ class WatchHub:
             try:
                 if self.resource_versions[kind] is None:
                     items, rv = await self.hook.list_objects(kind, self.namespace, label_selector=selector)
-                    self.stats[f"{kind}_lists"] += 1
+                    self._bump(f"{kind}_lists")
                     self._replace(kind, items)
                     self.resource_versions[kind] = rv
                     self.synced[kind].set()
                     self._check_ready()
-                self.stats[f"{kind}_watches"] += 1
+                self._bump(f"{kind}_watches")
                 async for event_type, obj, rv in self.hook.watch_objects(
                     kind, self.namespace, label_selector=selector,
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
@@ -232,14 +247,14 @@ class WatchHub:
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
                     outage_started, delay = None, RETRY_DELAY
                     if event_type == "BOOKMARK":
-                        self.stats[f"{kind}_bookmarks"] += 1
+                        self._bump(f"{kind}_bookmarks")
                         continue
-                    self.stats[f"{kind}_events"] += 1
+                    self._bump(f"{kind}_events")
                     self._apply(kind, event_type, obj)
                 outage_started, delay = None, RETRY_DELAY
             except WatchExpired:
                 log.info("watch of %s in %s expired (410 Gone): listing again", kind, self.namespace)
-                self.stats[f"{kind}_relists"] += 1
+                self._bump(f"{kind}_relists")
                 self.resource_versions[kind] = None
             except asyncio.CancelledError:
                 raise
