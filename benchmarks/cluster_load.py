@@ -78,15 +78,15 @@ def wait_running(api: client.ApiClient, namespace: str, count: int, timeout: flo
 
 
 def request_counts(api: client.ApiClient) -> dict[str, float]:
-    """``apiserver_request_total`` of namespace-scoped reads (GET, LIST, WATCH) by verb and resource.
+    """``apiserver_request_total`` of namespace- and object-scoped reads (GET, LIST, WATCH) by verb and resource.
 
-    The controllers read through cluster-wide informers, so in a namespace of its own these are the
-    waiting process's requests.
+    The controllers read through cluster-wide informers, so these are the waiting process's requests
+    (a watch counts when it ends).
     """
     text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{") or 'scope="namespace"' not in line:
+        if not line.startswith("apiserver_request_total{") or not _ours(line):
             continue
         labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
         labels = {k: v.strip('"') for k, v in labels.items()}
@@ -95,6 +95,12 @@ def request_counts(api: client.ApiClient) -> dict[str, float]:
         key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
         counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
+
+
+def _ours(line: str) -> bool:
+    """Namespace-scoped (lists, watches) or object-scoped (GET of a named object, its log) requests."""
+    return ('scope="namespace"' in line or 'scope="resource"' in line) and 'resource="leases"' not in line \
+        and 'resource="configmaps"' not in line and 'resource="endpoint' not in line and 'resource="servicecidrs"' not in line
 
 
 class EndWatcher(threading.Thread):
@@ -131,7 +137,7 @@ def long_running(api: client.ApiClient) -> dict[str, float]:
     text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("apiserver_longrunning_requests{") and 'scope="namespace"' in line:
+        if line.startswith("apiserver_longrunning_requests{") and _ours(line):
             labels = {k: v.strip('"') for k, v in (p.split("=", 1) for p in line[line.index("{") + 1:line.index("}")].split(","))}
             value = float(line.rsplit(" ", 1)[1])
             if value:

@@ -82,6 +82,9 @@ class Worker:
                 raise RuntimeError(f"worker: {len(found)} of {count} {key!r} records ({self.out}, {self.stderr})")
             time.sleep(0.2)
 
+    def connections(self) -> int:
+        return len([c for c in self.proc.net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED])
+
     def cpu(self) -> float:
         t = self.proc.cpu_times()
         return t.user + t.system
@@ -134,13 +137,15 @@ def p2(cluster, api, n: int, window: float, settle: float) -> dict[str, dict]:
         load.create(api, namespace, side, names[existing:], bh.RUN)
         started = load.wait_running(api, namespace, n)
         print(f"P2 N={n} {label}: {n} main containers running ({started:.0f} s)", flush=True)
-        worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window)
+        # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
+        worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window + 15)
         worker.wait_for("started")
         time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
         cpu0, req0 = worker.cpu(), load.request_counts(api)
         time.sleep(window)
         cpu1, req1 = worker.cpu(), load.request_counts(api)
         open_requests = load.long_running(api)
+        tcp_end = worker.connections()
         end = worker.finish()
         requests = {k: req1.get(k, 0) - req0.get(k, 0) for k in req1 if req1.get(k, 0) - req0.get(k, 0) > 0}
         lag = end["lag_ms"] or [0.0]
@@ -148,6 +153,7 @@ def p2(cluster, api, n: int, window: float, settle: float) -> dict[str, dict]:
             "cpu_per_min": (cpu1 - cpu0) * 60 / window,
             "peak_rss_mib": worker.peak_rss / 2**20,
             "tcp": worker.peak_conns,
+            "tcp_end": tcp_end,
             "requests": requests,
             "requests_per_job_hour": sum(requests.values()) / n * 3600 / window,
             "open_long_running": open_requests,

@@ -65,13 +65,13 @@ def write_report(results: dict, out: Path) -> None:
                   "mpi-operator marking the MPIJob Succeeded; the peer polls its Job every 10 s.", ""]
     if "p2" in results:
         lines += [f"## P2 N concurrent waits in one process, nothing changing ({results['window']:.0f} s window)", "",
-                  "| N | wait | CPU s / min | peak RSS MiB | TCP conns (peak) | reads / job / hour | loop lag p99 ms "
+                  "| N | wait | CPU s / min | peak RSS MiB | TCP conns (peak / end) | reads / job / hour | loop lag p99 ms "
                   "| open watches / log follows | reads in the window by verb |", "|---|---|---|---|---|---|---|---|---|"]
         for n, by_label in results["p2"].items():
             for label, r in by_label.items():
                 reqs = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["requests"].items())) or "none"
                 open_ = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["open_long_running"].items())) or "none"
-                lines.append(f"| {n} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | {r['tcp']} | "
+                lines.append(f"| {n} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | {r['tcp']} / {r.get('tcp_end', '?')} | "
                              f"{r['requests_per_job_hour']:.1f} | {r['lag_p99_ms']:.1f} | {open_} | {reqs} |")
             labels = list(by_label)
             if len(labels) == 2:
