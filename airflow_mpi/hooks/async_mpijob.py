@@ -36,7 +36,7 @@ try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
-from airflow_mpi.hooks import _calls as calls, live_delete, namespace_watch
+from airflow_mpi.hooks import _calls as calls, live_delete
 from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
 from airflow_mpi.hooks.k8s_requests import (
     LAUNCHER,
@@ -330,22 +330,6 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
                         yield event
             finally:
                 resp.close()
-
-    # ------------------------------------------------------------------------------- the watch hub's requests
-    def watch_identity(self) -> tuple:
-        """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
-        settings = (self.config_file, self.cluster_context, self.in_cluster, self.disable_verify_ssl,
-                    json.dumps(self.config_dict, sort_keys=True, default=str),
-                    json.dumps(getattr(self, "_extras", None), sort_keys=True, default=str))
-        return (self.conn_id, self.api_version, settings)
-
-    async def list_objects(self, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
-        """All MPIJobs (dicts) or pods (models) of the namespace and the list's resourceVersion."""
-        return await namespace_watch.list_objects(self, kind, namespace, label_selector)
-
-    def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
-        """Watch all MPIJobs or pods of the namespace (bookmarks on); see hooks/namespace_watch.py."""
-        return namespace_watch.watch_objects(self, kind, namespace, **kwargs)
 
     async def wait_for_deleted(
         self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0

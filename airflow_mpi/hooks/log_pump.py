@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.hooks.summaries import pod_summary
-from airflow_mpi.models.attempts import LogStream, attempt_header, launcher_streams
+from airflow_mpi.models.attempts import LogStream, attempt_header
 from airflow_mpi.models.log_ledger import header_mark, line_mark
 from airflow_mpi.models.logs import LogCursor, split_timestamp
 

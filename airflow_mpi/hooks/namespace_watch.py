@@ -97,3 +97,24 @@ async def watch_objects(
                     yield event_type, obj, decoder.last_rv
         finally:
             resp.close()
+
+
+class NamespaceRequests:
+    """The watch hub's requests on an :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def watch_identity(self) -> tuple:
+        """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
+        h = self.hook
+        settings = (h.config_file, h.cluster_context, h.in_cluster, h.disable_verify_ssl,
+                    json.dumps(h.config_dict, sort_keys=True, default=str),
+                    json.dumps(getattr(h, "_extras", None), sort_keys=True, default=str))
+        return (h.conn_id, h.api_version, settings)
+
+    async def list_objects(self, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
+        return await list_objects(self.hook, kind, namespace, label_selector)
+
+    def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
+        return watch_objects(self.hook, kind, namespace, **kwargs)

@@ -100,6 +100,7 @@ class WatchHub:
 
     def __init__(self, hook: Any, namespace: str) -> None:
         self.hook = hook
+        self.requests = requests_of(hook)
         self.namespace = namespace
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
@@ -233,14 +234,14 @@ class WatchHub:
         while True:
             try:
                 if self.resource_versions[kind] is None:
-                    items, rv = await self.hook.list_objects(kind, self.namespace, label_selector=selector)
+                    items, rv = await self.requests.list_objects(kind, self.namespace, label_selector=selector)
                     self._bump(f"{kind}_lists")
                     self._replace(kind, items)
                     self.resource_versions[kind] = rv
                     self.synced[kind].set()
                     self._check_ready()
                 self._bump(f"{kind}_watches")
-                async for event_type, obj, rv in self.hook.watch_objects(
+                async for event_type, obj, rv in self.requests.watch_objects(
                     kind, self.namespace, label_selector=selector,
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
                 ):
@@ -277,9 +278,19 @@ class WatchHub:
 _HUBS: dict[tuple, WatchHub] = {}
 
 
+def requests_of(hook: Any) -> Any:
+    """The hub's list/watch requests: a hook's own (``list_objects``/``watch_objects``, the test doubles), else
+    hooks/namespace_watch.py on the async hook."""
+    if hasattr(hook, "list_objects"):
+        return hook
+    from airflow_mpi.hooks.namespace_watch import NamespaceRequests
+
+    return NamespaceRequests(hook)
+
+
 def hub_key(hook: Any) -> Any:
     """Hooks reaching the same cluster as the same identity share a hub (``watch_identity``)."""
-    identity: Callable[[], Any] | None = getattr(hook, "watch_identity", None)
+    identity: Callable[[], Any] | None = getattr(requests_of(hook), "watch_identity", None)
     return identity() if identity is not None else id(hook)
 
 
@@ -297,7 +308,13 @@ async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Su
     hub = _HUBS.get(key)
     if hub is None or hub.error is not None:
         hub = _HUBS[key] = WatchHub(hook, namespace)
-        await hub.start()
+        try:
+            await hub.start()
+        except BaseException as err:  # e.g. no client configuration: every waiter of this hub gets the error
+            hub._fail(err)
+            if _HUBS.get(key) is hub:
+                del _HUBS[key]
+            raise
     sub = hub.subscribe(name)
     try:
         await hub.ready()

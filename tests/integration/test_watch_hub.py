@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 
-from airflow_mpi.hooks import AsyncMPIJobHook, watch_hub
+from airflow_mpi.hooks import AsyncMPIJobHook, namespace_watch, watch_hub
 from airflow_mpi.hooks.monitor import JobMonitor
 from localcluster import behaviour as bh
 
@@ -63,9 +63,12 @@ class RecordingHook(AsyncMPIJobHook):
 
     watch_starts: list[tuple[str, str | None]]
 
+    async def list_objects(self, kind, namespace, label_selector=None):
+        return await namespace_watch.list_objects(self, kind, namespace, label_selector)
+
     def watch_objects(self, kind, namespace, **kwargs):
         self.watch_starts.append((kind, kwargs.get("resource_version")))
-        return super().watch_objects(kind, namespace, **kwargs)
+        return namespace_watch.watch_objects(self, kind, namespace, **kwargs)
 
 
 def recording_hook() -> RecordingHook:
