@@ -96,6 +96,7 @@ class Worker:
 
 
 def p1(cluster, api, runs: int) -> dict[str, list[float]]:
+    """Latencies by wait; for this provider also from the MPIJob's Succeeded condition (the wait's own share)."""
     latencies: dict[str, list[float]] = {}
     for label, side, logs in (("provider, logs on", "provider", True), ("provider, logs off", "provider", False),
                               (PEER, "peer", False)):
@@ -105,14 +106,22 @@ def p1(cluster, api, runs: int) -> dict[str, list[float]]:
             cluster.set_launcher_logs(namespace, [f"line {i}" for i in range(20)])
         watcher = load.EndWatcher(api, namespace)
         watcher.start()
+        succeeded = load.SucceededWatcher(api, namespace)
+        if side == "provider":
+            succeeded.start()
         names = [f"p1-{i}" for i in range(runs)]
         load.create(api, namespace, side, names, bh_succeed(), "10s")
         worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=300)
         events = worker.wait_for("event", runs, timeout=320)
         worker.finish()
         watcher.stop()
+        succeeded.stop()
         latencies[label] = sorted(e["t"] - watcher.ended[e["event"]] for e in events if e["event"] in watcher.ended)
         print(f"P1 {label}: {['%.2f' % x for x in latencies[label]]}", flush=True)
+        if side == "provider":
+            own = sorted(e["t"] - succeeded.ended[e["event"]] for e in events if e["event"] in succeeded.ended)
+            latencies[f"{label}, from the MPIJob's Succeeded condition"] = own
+            print(f"P1 {label} from Succeeded: {['%.3f' % x for x in own]}", flush=True)
         delete_namespace(api, namespace)
     return latencies
 
@@ -135,8 +144,8 @@ def p2(cluster, api, n: int, window: float, settle: float) -> dict[str, dict]:
         names = [f"p2-{i:04d}" for i in range(n)]
         existing = load.running_main_containers(api, namespace)
         load.create(api, namespace, side, names[existing:], bh.RUN)
-        started = load.wait_running(api, namespace, n)
-        print(f"P2 N={n} {label}: {n} main containers running ({started:.0f} s)", flush=True)
+        running = load.wait_running(api, namespace, n)
+        print(f"P2 N={n} {label}: {running} of {n} main containers running", flush=True)
         # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
         worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window + 15)
         worker.wait_for("started")
@@ -158,6 +167,7 @@ def p2(cluster, api, n: int, window: float, settle: float) -> dict[str, dict]:
             "requests_per_job_hour": sum(requests.values()) / n * 3600 / window,
             "open_long_running": open_requests,
             "lag_p99_ms": lag[int(len(lag) * 0.99) - 1] if len(lag) > 1 else lag[0],
+            "running": running,
         }
         print(f"P2 N={n} {label}: {json.dumps(results[label])}", flush=True)
     return results
@@ -213,21 +223,24 @@ def main() -> None:
     parser.add_argument("--p3-seconds", type=float, default=60.0)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    parser.add_argument("--previous", help="results JSON of an earlier run: its parts not rerun are kept")
     args = parser.parse_args()
     from localcluster.cluster import LocalCluster
 
     cluster = _running(args.cluster) or LocalCluster(args.cluster).start()
     api = cluster.api_client()
     skip = set(filter(None, args.skip.split(",")))
-    results = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-               "window": args.window}
+    results = json.loads(Path(args.previous).read_text()) if args.previous else {}
+    results.update({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+                    "window": args.window})
     if "p1" not in skip:
         results["p1"] = p1(cluster, api, args.p1_runs)
     if "p3" not in skip:
         results["p3"] = p3(cluster, api, args.p3_lines, args.p3_seconds)
         print(f"P3: {results['p3']}", flush=True)
     if "p2" not in skip:
-        results["p2"] = {n: p2(cluster, api, n, args.window, args.settle) for n in map(int, args.n.split(","))}
+        results.setdefault("p2", {}).update(
+            {str(n): p2(cluster, api, n, args.window, args.settle) for n in map(int, args.n.split(","))})
     raw = Path(args.out).with_suffix(".json")
     raw.write_text(json.dumps(results, indent=1))
     from benchmarks.waits_report import write_report

@@ -48,6 +48,8 @@ def plot(results: dict, png: Path) -> None:
 
 def write_report(results: dict, out: Path) -> None:
     png = out.with_name(out.stem + "-waits.png")
+    if "p2" in results:
+        results["p2"] = {n: results["p2"][n] for n in sorted(results["p2"], key=int)}
     lines = [
         "# Benchmarks: waiting at scale", "",
         f"Run {results['date']} on {results['machine']}. **Shared machine**: other engineers' builds and tests ran "
@@ -71,7 +73,8 @@ def write_report(results: dict, out: Path) -> None:
             for label, r in by_label.items():
                 reqs = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["requests"].items())) or "none"
                 open_ = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["open_long_running"].items())) or "none"
-                lines.append(f"| {n} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | {r['tcp']} / {r.get('tcp_end', '?')} | "
+                running = f" ({r['running']} running)" if "running" in r and r["running"] < int(n) else ""
+                lines.append(f"| {n}{running} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | {r['tcp']} / {r.get('tcp_end', '?')} | "
                              f"{r['requests_per_job_hour']:.1f} | {r['lag_p99_ms']:.1f} | {open_} | {reqs} |")
             labels = list(by_label)
             if len(labels) == 2:
