@@ -52,12 +52,17 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
 
 def create(api: client.ApiClient, namespace: str, side: str, names: list[str], lifecycle: str,
            run_duration: str | None = None) -> None:
+    """Create the jobs; those that exist already (an earlier, smaller N) are kept."""
     for name in names:
-        if side == "provider":
-            client.CustomObjectsApi(api).create_namespaced_custom_object(
-                "kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob(name, lifecycle, run_duration))
-        else:
-            client.BatchV1Api(api).create_namespaced_job(namespace, batch_job(name, lifecycle, run_duration))
+        try:
+            if side == "provider":
+                client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    "kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob(name, lifecycle, run_duration))
+            else:
+                client.BatchV1Api(api).create_namespaced_job(namespace, batch_job(name, lifecycle, run_duration))
+        except client.exceptions.ApiException as err:
+            if err.status != 409:
+                raise
 
 
 def running_main_containers(api: client.ApiClient, namespace: str) -> int:

@@ -132,18 +132,19 @@ def bh_succeed() -> str:
     return bh.SUCCEED
 
 
-def p2(cluster, api, n: int, window: float, settle: float) -> dict[str, dict]:
+def p2(cluster, api, n: int, window: float, settle: float, sides: tuple[str, ...]) -> dict[str, dict]:
     from localcluster import behaviour as bh
 
     results: dict[str, dict] = {}
     for label, side, logs in (("provider, logs on", "provider", True), (PEER, "peer", False)):
+        if side not in sides:
+            continue
         namespace = f"bench-p2-{side}"
         load.ensure_namespace(api, namespace)
         if logs:
             cluster.set_launcher_logs(namespace, [f"line {i}" for i in range(20)])
         names = [f"p2-{i:04d}" for i in range(n)]
-        existing = load.running_main_containers(api, namespace)
-        load.create(api, namespace, side, names[existing:], bh.RUN)
+        load.create(api, namespace, side, names, bh.RUN)
         running = load.wait_running(api, namespace, n)
         print(f"P2 N={n} {label}: {running} of {n} main containers running", flush=True)
         # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("--p1-runs", type=int, default=5)
     parser.add_argument("--p3-lines", type=int, default=50_000)
     parser.add_argument("--p3-seconds", type=float, default=60.0)
+    parser.add_argument("--sides", default="provider,peer", help="P2: which waits to measure")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument("--previous", help="results JSON of an earlier run: its parts not rerun are kept")
@@ -240,7 +242,9 @@ def main() -> None:
         print(f"P3: {results['p3']}", flush=True)
     if "p2" not in skip:
         results.setdefault("p2", {}).update(
-            {str(n): p2(cluster, api, n, args.window, args.settle) for n in map(int, args.n.split(","))})
+            {str(n): {**results.get("p2", {}).get(str(n), {}),
+                      **p2(cluster, api, n, args.window, args.settle, tuple(args.sides.split(",")))}
+             for n in map(int, args.n.split(","))})
     raw = Path(args.out).with_suffix(".json")
     raw.write_text(json.dumps(results, indent=1))
     from benchmarks.waits_report import write_report

@@ -213,27 +213,25 @@ class JobMonitor:
         return timeout
 
     async def _assess(self, obj: dict, sub: watch_hub.Subscription) -> Verdict:
+        """Events are listed only when they can change the verdict: ValidationError before Created, the
+        messages of a stuck pod (a namespace of Pending jobs would otherwise cost 2 LISTs per job and check)."""
         state = job_state(obj)
         self.last_state = state
         conditions = true_condition_types(obj)
-        if state.terminal or (self.target_condition and self.target_condition in conditions):
-            pods, events = [], []
-            if not state.succeeded and state.terminal:
-                events = await self._events([])
-        else:
+        pods = []
+        if not (state.terminal or (self.target_condition and self.target_condition in conditions)):
             pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
-            needs_events = not state.created or any(p.phase == "Pending" for p in pods)
-            events = await self._events([p.name for p in pods]) if needs_events else []
-        return assess(
-            state,
-            pods,
-            events,
-            now=utcnow(),
-            submitted_at=self.submitted_at,
-            timeouts=self.timeouts,
-            target_condition=self.target_condition,
-            current_conditions=conditions,
-        )
+
+        def verdict(events: list) -> Verdict:
+            return assess(state, pods, events, now=utcnow(), submitted_at=self.submitted_at, timeouts=self.timeouts,
+                          target_condition=self.target_condition, current_conditions=conditions)
+
+        if not state.created and not state.terminal:
+            return verdict(await self._events([p.name for p in pods]))
+        first = verdict([])
+        if first.outcome in ("failed", "unschedulable"):  # the warnings explain it
+            return verdict(await self._events([p.name for p in pods]))
+        return first
 
     async def _events(self, pod_names: list[str]) -> list:
         raw = list(await self.hook.job_events(self.name, self.namespace))

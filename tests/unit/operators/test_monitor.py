@@ -211,3 +211,35 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
     assert result["status"] == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
     assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
+
+
+async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch):
+    """Events can only explain a stuck pod (or a ValidationError before Created): a queue of Pending jobs lists none."""
+    import asyncio
+
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    calls: list[str] = []
+    twenty_checks = asyncio.Event()
+    checks: list[int] = []
+
+    def counting_assess(*args, **kwargs):
+        checks.append(1)
+        if len(checks) == 20:
+            twenty_checks.set()
+        return assess(*args, **kwargs)
+
+    assess = monitor_module.assess
+    monkeypatch.setattr(monitor_module, "assess", counting_assess)
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            calls.append(name)
+            return await super().job_events(name, namespace)
+
+    pending = pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False, created=NOW.isoformat())
+    hook = Counting(job_obj=job("job", "ns", ("Created", "x")), workers=[pending])
+    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 300)).run())
+    await asyncio.wait_for(twenty_checks.wait(), 30)
+    assert calls == [] and not task.done()
+    task.cancel()
