@@ -232,7 +232,11 @@ def main() -> None:
     cluster = _running(args.cluster) or LocalCluster(args.cluster).start()
     api = cluster.api_client()
     skip = set(filter(None, args.skip.split(",")))
+    parts = [p for p in ("p1", "p3", "p2") if p not in skip]
     results = json.loads(Path(args.previous).read_text()) if args.previous else {}
+    results.setdefault("runs", []).append(
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {', '.join(parts)}"
+        + (f" (N={args.n}, {args.sides})" if "p2" in parts else ""))
     results.update({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
                     "window": args.window})
     if "p1" not in skip:
