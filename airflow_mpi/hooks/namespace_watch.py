@@ -67,7 +67,8 @@ async def watch_objects(
     resource_version: str | None = None,
     timeout_seconds: int = 290,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
-    """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object.
+    """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
+    the first item, ``OPEN``: the API server accepted the watch.
 
     :raises WatchExpired: 410 Gone (list again).
     """
@@ -85,6 +86,7 @@ async def watch_objects(
         except ApiException as e:
             decoder.raise_open_error(e)
         try:
+            yield "OPEN", None, resource_version
             async for line in aiter_lines(resp.content.iter_any()):
                 if (event := decoder.decode(line)) is None:
                     continue

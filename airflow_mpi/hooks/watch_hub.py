@@ -247,8 +247,8 @@ class WatchHub:
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
                     outage_started, delay = None, RETRY_DELAY
-                    if event_type == "BOOKMARK":
-                        self._bump(f"{kind}_bookmarks")
+                    if event_type in ("OPEN", "BOOKMARK"):  # the watch is open; a bookmark: the version to resume from
+                        self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
                         continue
                     self._bump(f"{kind}_events")
                     self._apply(kind, event_type, obj)

@@ -90,6 +90,7 @@ def test_a_hundred_waits_share_two_watches(k8s, namespace, kubernetes_default_co
             assert all(sub.job() is not None for sub in subs)
             assert {k: v for k, v in hub.stats.items() if k.endswith(("_lists", "_watches"))} == {
                 "mpijobs_lists": 1, "pods_lists": 1, "mpijobs_watches": 1, "pods_watches": 1}
+            await hub.until(lambda hb: hb.stats["mpijobs_opened"] and hb.stats["pods_opened"])
             watches = await asyncio.to_thread(namespaced_watches, k8s)
             assert watches.get("mpijobs") == 1 and watches.get("pods") == 1
 
@@ -134,17 +135,30 @@ def test_410_gone_is_one_relist_for_every_subscriber(k8s, namespace, kubernetes_
 def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespace, kubernetes_default_conn, monkeypatch):
     # the API server sends a bookmark 2 s before a watch's timeout; a short watch makes one arrive soon
     monkeypatch.setattr(watch_hub, "WATCH_SECONDS", 6)
+    core = client.CoreV1Api(k8s)
+    elsewhere = {"metadata": {"generateName": "hub-bookmark-", "labels": {"training.kubeflow.org/job-name": "x"}},
+                 "spec": {"containers": [{"name": "c", "image": "x"}], "tolerations": [{"operator": "Exists"}]}}
+    created: list[str] = []
 
     async def body():
         h = recording_hook()
         async with watch_hub.subscription(h, namespace, "none") as sub:
             hub = sub.hub
+            await hub.until(lambda hb: hb.stats["pods_opened"] >= 1)
+            # a pod in another namespace moves the API server's pod version; this namespace's watch sees only
+            # a bookmark carrying it
+            pod = await asyncio.to_thread(core.create_namespaced_pod, "default", elsewhere)
+            created.append(pod.metadata.name)
             await hub.until(lambda hb: hb.stats["pods_bookmarks"] >= 1 and hb.stats["pods_watches"] >= 2)
-            bookmarked = [rv for kind, rv in h.watch_starts if kind == "pods"]
-            assert hub.stats["pods_lists"] == 1 and hub.stats["pods_relists"] == 0
-            assert bookmarked[1] is not None and bookmarked[1] != bookmarked[0]  # resumed from the bookmark
+            starts = [rv for kind, rv in h.watch_starts if kind == "pods"]
+            assert hub.stats["pods_lists"] == 1 and hub.stats["pods_relists"] == 0 and hub.stats["pods_events"] == 0
+            assert int(starts[1]) >= int(pod.metadata.resource_version) > int(starts[0])  # resumed from the bookmark
 
-    asyncio.run(body())
+    try:
+        asyncio.run(body())
+    finally:
+        for name in created:
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
 
 
 @pytest.mark.needs_simulation
