@@ -11,7 +11,6 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace as NS
-from typing import Any
 
 from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 
