@@ -16,23 +16,25 @@ from typing import Any
 
 import tenacity
 
-from airflow_mpi.hooks._common import (
-    API_V2BETA1,
-    IN_CLUSTER_NAMESPACE_FILE,
-    MPIJOB_PLURAL,
-    POD_LOG_PATH,
-    adopt_or_raise,
+from airflow_mpi.hooks.api_errors import (
     describe_error,
     error_message,
     is_api_exception,
     is_missing_resource_type,
     is_transient,
     log_before_retry,
+)
+from airflow_mpi.hooks.k8s_requests import (
+    API_V2BETA1,
+    MPIJOB_PLURAL,
+    POD_LOG_PATH,
+    adopt_or_raise,
     prepare_body,
     sort_events,
     split_api_version,
     watch_field_selector,
 )
+from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable, WatchExpired
 from airflow_mpi.models.logs import split_timestamp
 

@@ -37,22 +37,24 @@ try:
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
 from airflow_mpi.hooks import _calls as calls, live_delete
-from airflow_mpi.hooks._common import (
-    CONNECTION_ERRORS,
+from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
+from airflow_mpi.hooks.k8s_requests import (
     LAUNCHER,
     WORKER,
     aiter_lines,
-    in_cluster_namespace,
     job_event_selector,
-    kubeconfig_uses_dynamic_auth,
     log_query_params,
-    parse_kubeconfig,
     pod_event_selector,
     pod_selectors,
-    read_kubeconfig,
     sort_events,
     sort_newest_first,
     sort_workers,
+)
+from airflow_mpi.hooks.kubeconfig import (
+    in_cluster_namespace,
+    kubeconfig_uses_dynamic_auth,
+    parse_kubeconfig,
+    read_kubeconfig,
 )
 
 if TYPE_CHECKING:

@@ -1,13 +1,14 @@
 """Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the
 synchronous operator (run with ``asyncio.run``), the trigger and the sensor.
 
-Two cooperating tasks:
+Two cooperating tasks on one subscription to the watch hub (hooks/watch_hub.py: one watch of the
+namespace's MPIJobs and one of their pods, shared by every wait of the event loop):
 
-* the *watcher* follows the MPIJob with a Kubernetes watch resumed from its resourceVersion
-  (re-listing after 410 Gone or a dropped connection, so an API server restart only delays it),
-  and asks :func:`airflow_mpi.models.progress.assess` after every change whether the wait is over;
-* the *log pump* follows the launcher's container log, attempt after attempt, through a
-  :class:`~airflow_mpi.models.logs.LogCursor`, so no line is lost or printed twice across
+* the *watcher* asks :func:`airflow_mpi.models.progress.assess` whether the wait is over after
+  every change of the job or its pods, and every ``poll_interval`` (timeouts advance without
+  events; this reads the hub's cache, not the API);
+* the *log pump* (hooks/log_pump.py) follows the launcher's container log, attempt after attempt,
+  through a :class:`~airflow_mpi.models.logs.LogCursor`, so no line is lost or printed twice across
   reconnects, restarts of the reader, or a deferral hand-over.
 
 The monitor's position (cursor, attempt numbering) is plain data: it travels in trigger events.
@@ -16,50 +17,60 @@ The monitor's position (cursor, attempt numbering) is plain data: it travels in 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.hooks._common import is_transient
-from airflow_mpi.hooks.errors import WatchExpired
+from airflow_mpi.hooks import watch_hub
+from airflow_mpi.hooks.log_pump import LogPump, LogState
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
-from airflow_mpi.models.attempts import LogStream, attempt_header, launcher_streams
-from airflow_mpi.models.log_ledger import header_mark, line_mark
-from airflow_mpi.models.logs import LogCursor
+from airflow_mpi.models.attempts import LogStream, launcher_streams
 from airflow_mpi.models.progress import Timeouts, Verdict, assess
 from airflow_mpi.models.status import JobState, job_state, true_condition_types
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
-RETRY_DELAY = 1.0
-API_OUTAGE_LIMIT = 300.0  # seconds of API errors before the wait gives up (the task stays retryable)
-FINAL_READ_RETRIES = 5
-FOLLOW_GRACE = 2.0  # seconds a follow stream gets to end by itself once its container stopped  # reads of a finished launcher's log that may fail before giving up
+
+__all__ = ["JobMonitor", "LogState", "monitor_with"]
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@dataclass
-class LogState:
-    """How far the task log has got: survives deferral hand-overs as plain data."""
+class _HubPods:
+    """The pump's pods from the hub's cache; changes from the subscription."""
 
-    cursor: LogCursor
-    streams: list[str]  # stream keys in attempt order (attempt number = index + 1)
-    done: set[str]
+    def __init__(self, sub: watch_hub.Subscription) -> None:
+        self.sub = sub
 
-    @classmethod
-    def from_dict(cls, data: dict | None) -> LogState:
-        data = data or {}
-        return cls(LogCursor.from_dict(data.get("cursor")), list(data.get("streams", [])), set(data.get("done", [])))
+    @property
+    def version(self) -> int:
+        return self.sub.version
 
-    def to_dict(self) -> dict:
-        return {"cursor": self.cursor.to_dict(), "streams": list(self.streams), "done": sorted(self.done)}
+    async def launchers(self) -> list[Any]:
+        return self.sub.launcher_pods()
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        return await self.sub.wait_change(seen, timeout)
+
+
+class _ListedPods:
+    """Drain only (nothing is followed): one listing per pass, no watch."""
+
+    version = 0
+
+    def __init__(self, hook: Any, name: str, namespace: str) -> None:
+        self.hook, self.name, self.namespace = hook, name, namespace
+
+    async def launchers(self) -> list[Any]:
+        return await self.hook.launcher_pods(self.name, self.namespace)
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        await asyncio.sleep(timeout)
+        return 0
 
 
 class JobMonitor:
@@ -99,7 +110,6 @@ class JobMonitor:
         self.logs = LogState.from_dict(log_state)
         self.deadline = deadline
         self.target_condition = target_condition
-        self._changed = asyncio.Event()
         self.last_state: JobState | None = None
         self.launcher_pod_names: list[str] = []
         self.launcher_attempts = 0
@@ -108,28 +118,36 @@ class JobMonitor:
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
         """Wait for a verdict, stream logs meanwhile; returns the result payload."""
-        finished = asyncio.Event()
-        pump = asyncio.create_task(self._pump_logs(finished)) if self.get_logs else None
-        try:
-            verdict = await self._watch()
-        finally:
-            finished.set()
-            self._changed.set()
-        if verdict.outcome == "timeout" and self.owns_job:
-            await self._delete_quietly()
-        if pump is not None:
+        async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
+            finished = asyncio.Event()
+            pump = asyncio.create_task(self._pump(_HubPods(sub)).run(finished)) if self.get_logs else None
             try:
-                await asyncio.wait_for(pump, DRAIN_TIMEOUT)
-            except asyncio.TimeoutError:
-                self.emit("(stopped waiting for the rest of the launcher log)")
-        await self._count_attempts()
+                verdict = await self._watch(sub)
+            except BaseException:
+                if pump is not None:
+                    pump.cancel()
+                raise
+            finally:
+                finished.set()
+            if verdict.outcome == "timeout" and self.owns_job:
+                await self._delete_quietly()
+            if pump is not None:
+                try:
+                    await asyncio.wait_for(pump, DRAIN_TIMEOUT)
+                except asyncio.TimeoutError:
+                    self.emit("(stopped waiting for the rest of the launcher log)")
+            self._count_attempts(sub.launcher_pods())
         return self.result(verdict)
 
     async def drain_logs(self) -> None:
-        """Print whatever the launcher logged that was not printed yet (no following)."""
+        """Print whatever the launcher logged that was not printed yet (no following, no watch)."""
         finished = asyncio.Event()
         finished.set()
-        await self._pump_logs(finished)
+        await self._pump(_ListedPods(self.hook, self.name, self.namespace)).run(finished)
+
+    def _pump(self, pods: Any) -> LogPump:
+        return LogPump(self.hook, self.namespace, self.logs, pods, emit=self.emit, emit_marked=self.emit_marked,
+                       note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval)
 
     def result(self, verdict: Verdict) -> dict:
         state = self.last_state
@@ -150,13 +168,9 @@ class JobMonitor:
             "log_state": self.logs.to_dict(),
         }
 
-    async def _count_attempts(self) -> None:
+    def _count_attempts(self, launchers: list) -> None:
         """Launcher attempts = started launcher containers (new pods and in-place restarts)."""
-        try:
-            pods = [pod_summary(p) for p in await self.hook.launcher_pods(self.name, self.namespace)]
-        except Exception as err:
-            log.warning("could not list the launcher pods of %s: %s", self.name, err)
-            pods = []
+        pods = [pod_summary(p) for p in launchers]
         streams = self._note_streams(pods)
         self.launcher_attempts = max(len(streams), len(self.logs.streams))
         ended = sorted((p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created))
@@ -170,90 +184,54 @@ class JobMonitor:
         return streams
 
     # ---------------------------------------------------------------- watcher
-    async def _watch(self) -> Verdict:
-        obj: dict | None = None
-        resource_version: str | None = None
-        outage_started: datetime | None = None
-        expired = False
+    async def _watch(self, sub: watch_hub.Subscription) -> Verdict:
+        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``.
+
+        One GET first: it tells this job's incarnation (uid) apart from an earlier one of the same name
+        that the cache may still hold, and covers a job created after the hub's last event.
+        """
+        obj = await self.hook.get_mpijob(self.name, self.namespace)
+        if obj is None:
+            return Verdict("deleted", "it does not exist (deleted by someone else?)")
+        uid = (obj.get("metadata") or {}).get("uid")
+        seen = sub.version
         while True:
-            try:
-                if obj is None:
-                    obj = await self.hook.get_mpijob(self.name, self.namespace)
-                    if obj is None:
-                        return Verdict("deleted", "it does not exist (deleted by someone else?)")
-                    # After a 410 the object's own resourceVersion may be older than the (restarted) API
-                    # server's watch cache: start without one (the current state arrives as ADDED).
-                    resource_version = None if expired else (obj.get("metadata") or {}).get("resourceVersion")
-                verdict = await self._assess(obj)
-                if verdict.done:
-                    return verdict
-                async for event_type, new_obj in self.hook.watch_mpijob(
-                    self.name, self.namespace, resource_version=resource_version, timeout_seconds=self._watch_timeout()
-                ):
-                    if event_type == "DELETED":
-                        return Verdict("deleted", "it was deleted while the task waited")
-                    if event_type == "BOOKMARK":
-                        resource_version = (new_obj.get("metadata") or {}).get("resourceVersion") or resource_version
-                        continue
-                    obj = new_obj
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion")
-                    # The object's version is a safe resume point only once it changed after the 410.
-                    expired = expired and event_type != "MODIFIED"
-                    self._changed.set()
-                    verdict = await self._assess(obj)
-                    if verdict.done:
-                        return verdict
-                # The watch ended on its own timeout: re-assess (timeouts advance without events).
-            except WatchExpired:
-                log.info("watch on MPIJob %s expired (410 Gone): re-reading it", self.name)
-                obj, expired = None, True
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # API unreachable, restarting, 5xx: resume from a fresh read
-                if not (is_transient(err) or _unsynced_after_outage(err, outage_started)):
-                    raise
-                outage_started = outage_started or utcnow()
-                if (utcnow() - outage_started).total_seconds() > API_OUTAGE_LIMIT:
-                    raise  # retryable for Airflow: the next try reattaches
-                log.warning("watch on MPIJob %s interrupted (%s): resuming", self.name, err)
-                obj = None
-                await asyncio.sleep(RETRY_DELAY)
-                continue
-            outage_started = None
+            if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
+                return Verdict("deleted", "it was deleted while the task waited")
+            obj = sub.job(uid) or obj
+            verdict = await self._assess(obj, sub)
+            if verdict.done:
+                return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
                 return Verdict("timeout", f"execution_timeout reached while waiting for MPIJob {self.name}")
+            seen = await sub.wait_change(seen, self._wait_timeout())
 
-    def _watch_timeout(self) -> int:
+    def _wait_timeout(self) -> float:
         timeout = self.poll_interval
         if self.deadline is not None:
-            timeout = min(timeout, max((self.deadline - utcnow()).total_seconds(), 1))
-        return max(int(timeout), 1)
+            timeout = min(timeout, max((self.deadline - utcnow()).total_seconds(), 0.05))
+        return timeout
 
-    async def _assess(self, obj: dict) -> Verdict:
+    async def _assess(self, obj: dict, sub: watch_hub.Subscription) -> Verdict:
+        """Events are listed only when they can change the verdict: ValidationError before Created, the
+        messages of a stuck pod (a namespace of Pending jobs would otherwise cost 2 LISTs per job and check)."""
         state = job_state(obj)
         self.last_state = state
         conditions = true_condition_types(obj)
-        if state.terminal or (self.target_condition and self.target_condition in conditions):
-            pods, events = [], []
-            if not state.succeeded and state.terminal:
-                events = await self._events([])
-        else:
-            raw = await self.hook.launcher_pods(self.name, self.namespace) + await self.hook.worker_pods(
-                self.name, self.namespace
-            )
-            pods = [pod_summary(p) for p in raw]
-            needs_events = not state.created or any(p.phase == "Pending" for p in pods)
-            events = await self._events([p.name for p in pods]) if needs_events else []
-        return assess(
-            state,
-            pods,
-            events,
-            now=utcnow(),
-            submitted_at=self.submitted_at,
-            timeouts=self.timeouts,
-            target_condition=self.target_condition,
-            current_conditions=conditions,
-        )
+        pods = []
+        if not (state.terminal or (self.target_condition and self.target_condition in conditions)):
+            pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
+
+        def verdict(events: list) -> Verdict:
+            return assess(state, pods, events, now=utcnow(), submitted_at=self.submitted_at, timeouts=self.timeouts,
+                          target_condition=self.target_condition, current_conditions=conditions)
+
+        if not state.created and not state.terminal:
+            return verdict(await self._events([p.name for p in pods]))
+        first = verdict([])
+        if first.outcome in ("failed", "unschedulable"):  # the warnings explain it
+            return verdict(await self._events([p.name for p in pods]))
+        return first
 
     async def _events(self, pod_names: list[str]) -> list:
         raw = list(await self.hook.job_events(self.name, self.namespace))
@@ -266,104 +244,6 @@ class JobMonitor:
             await self.hook.delete_mpijob(self.name, self.namespace)
         except Exception:
             log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
-
-    # ---------------------------------------------------------------- log pump
-    async def _pump_logs(self, finished: asyncio.Event) -> None:
-        failures = 0
-        while True:
-            try:
-                pods = [pod_summary(p) for p in await self.hook.launcher_pods(self.name, self.namespace)]
-                streams = self._note_streams(pods)
-                pending = [s for s in streams if s.key not in self.logs.done]
-                for stream in pending:
-                    await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
-                if finished.is_set() and all(s.finished for s in pending):
-                    return
-                if finished.is_set() and not pending:
-                    return
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                failures += 1
-                if finished.is_set() and failures > FINAL_READ_RETRIES:
-                    self.emit(f"(could not read the rest of the launcher log: {err})")
-                    return
-                log.warning("launcher log stream of %s interrupted (%s): resuming", self.name, err)
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout=min(self.poll_interval, 2.0))
-            except asyncio.TimeoutError:
-                pass
-
-    async def _read_stream(self, stream: LogStream, finished: asyncio.Event, *, follow: bool) -> None:
-        if stream.key not in self.logs.streams:
-            self.logs.streams.append(stream.key)
-            number = self.logs.streams.index(stream.key) + 1
-            self.emit_marked(attempt_header(number, self.max_attempts, stream), header_mark(stream.key))
-        if not stream.retrievable:
-            self.logs.done.add(stream.key)
-            return
-        if follow:
-            await self._follow(stream, finished)
-        else:
-            await self._consume(stream, follow=False)
-            if stream.finished:
-                self.logs.done.add(stream.key)
-
-    async def _consume(self, stream: LogStream, *, follow: bool) -> None:
-        log_pass = self.logs.cursor.new_pass(stream.key)
-        async for raw in self.hook.read_pod_log(
-            stream.pod,
-            self.namespace,
-            container=stream.container,
-            since_time=self.logs.cursor.since_time(stream.key),
-            previous=stream.previous,
-            follow=follow,
-        ):
-            message = log_pass.accept(raw)
-            if message is None:
-                continue
-            position = self.logs.cursor.position(stream.key)
-            if position is None:  # a line without a timestamp before any other: nothing to resume from
-                self.emit(message)
-            else:
-                self.emit_marked(message, line_mark(stream.key, position))
-
-    async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
-        """Follow a running container; stop once it is no longer running (or the wait is over).
-
-        Not every log server ends a follow stream when the container exits, so the pod's state is
-        checked alongside; the next pass reads the rest without following.
-        """
-        read = asyncio.create_task(self._consume(stream, follow=True))
-        try:
-            while not read.done():
-                await asyncio.wait({read}, timeout=min(self.poll_interval, 2.0))
-                if read.done():
-                    break
-                if finished.is_set() or not await self._still_running(stream):
-                    await asyncio.wait({read}, timeout=FOLLOW_GRACE)
-                    break
-        finally:
-            if not read.done():
-                read.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await read
-        if not read.cancelled() and read.exception() is not None:
-            raise read.exception()
-
-    async def _still_running(self, stream: LogStream) -> bool:
-        for raw in await self.hook.launcher_pods(self.name, self.namespace):
-            pod = pod_summary(raw)
-            if pod.name == stream.pod:
-                return pod.state == "running" and pod.restart_count == stream.restart
-        return False
-
-
-def _unsynced_after_outage(err: BaseException, outage_started: datetime | None) -> bool:
-    """401/403 while an API server comes back: it refuses non-admin identities until its authentication and
-    RBAC caches have synced (seen with a least-privilege service account), so during an outage they are transient."""
-    return outage_started is not None and getattr(err, "status", None) in (401, 403)
 
 
 async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:

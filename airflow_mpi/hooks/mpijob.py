@@ -28,11 +28,10 @@ from kubernetes.client.exceptions import ApiException
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
 from airflow_mpi.hooks import _calls as calls, live_delete
-from airflow_mpi.hooks._common import (
-    CONNECTION_ERRORS,
+from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
+from airflow_mpi.hooks.k8s_requests import (
     LAUNCHER,
     WORKER,
-    in_cluster_namespace,
     iter_lines,
     job_event_selector,
     log_query_params,
@@ -42,6 +41,7 @@ from airflow_mpi.hooks._common import (
     sort_newest_first,
     sort_workers,
 )
+from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod

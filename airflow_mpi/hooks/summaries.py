@@ -19,6 +19,11 @@ def _role(labels: dict[str, str]) -> str:
     return "worker"
 
 
+def pod_role(pod: Any) -> str:
+    """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
+    return _role(pod.metadata.labels or {})
+
+
 def _main_status(pod: Any, container: str | None) -> Any:
     statuses = list(getattr(pod.status, "container_statuses", None) or [])
     if container:

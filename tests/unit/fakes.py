@@ -11,13 +11,12 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace as NS
-from typing import Any
 
 from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 
 
 def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
-        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher"):
+        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job"):
     container_state = NS(running=None, terminated=None, waiting=None)
     if state == "running":
         container_state.running = NS()
@@ -26,7 +25,7 @@ def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running"
     elif state == "waiting":
         container_state.waiting = NS(reason=waiting_reason, message="")
     return NS(
-        metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role},
+        metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
                     creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc)),
         spec=NS(containers=[NS(name=container)]),
         status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False")],
@@ -58,22 +57,60 @@ class FakeAsyncHook:
     deleted: list = field(default_factory=list)
     log_requests: list = field(default_factory=list)
     watch_versions: list = field(default_factory=list)
+    lists: list = field(default_factory=list)  # kinds listed by the watch hub, in order
 
-    async def get_mpijob(self, name, namespace):
-        return self.job_obj
+    # The watch hub's view: assigning job_obj / launchers / workers is a change its watches report.
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in ("job_obj", "launchers", "workers"):
+            for event in self.__dict__.get("_watchers", {}).get("mpijobs" if name == "job_obj" else "pods", []):
+                event.set()
 
-    async def watch_mpijob(self, name, namespace, *, resource_version=None, timeout_seconds=60):
+    async def _changed(self, kind):
+        event = asyncio.Event()
+        self.__dict__.setdefault("_watchers", {}).setdefault(kind, []).append(event)
+        try:
+            await event.wait()
+        finally:
+            self.__dict__["_watchers"][kind].remove(event)
+
+    def _pods(self):
+        return list(self.launchers) + list(self.workers)
+
+    async def list_objects(self, kind, namespace, label_selector=None):
+        self.lists.append(kind)
+        if kind == "pods":
+            return self._pods(), "1"
+        return ([self.job_obj] if self.job_obj else []), (self.job_obj or {}).get("metadata", {}).get("resourceVersion", "1")
+
+    async def watch_objects(self, kind, namespace, *, label_selector=None, resource_version=None, timeout_seconds=60):
+        if kind == "pods":
+            before = {p.metadata.name for p in self._pods()}
+            await self._changed("pods")
+            for p in self._pods():
+                yield "MODIFIED", p, "1"
+            for name in before - {p.metadata.name for p in self._pods()}:
+                yield "DELETED", NS(metadata=NS(name=name, labels={}, uid=None)), "1"
+            return
         self.watch_versions.append(resource_version)
         if not self.watch_script:
-            await asyncio.sleep(0)
+            await self._changed("mpijobs")
+            if self.job_obj is not None:
+                yield "MODIFIED", self.job_obj, self.job_obj["metadata"]["resourceVersion"]
             return
         round_ = self.watch_script.pop(0)
         if isinstance(round_, BaseException):
             raise round_
-        for event in round_:
-            if event[0] != "BOOKMARK":
-                self.job_obj = event[1]
-            yield event
+        for event_type, obj in round_:
+            rv = obj["metadata"]["resourceVersion"]
+            if event_type == "BOOKMARK":
+                yield event_type, None, rv
+                continue
+            self.__dict__["job_obj"] = obj  # the watch reports it itself
+            yield event_type, obj, rv
+
+    async def get_mpijob(self, name, namespace):
+        return self.job_obj
 
     async def launcher_pods(self, name, namespace):
         return list(reversed(self.launchers))  # newest first, like the real hook

@@ -4,6 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_mpi.hooks import watch_hub
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.monitor import JobMonitor
 from airflow_mpi.models.progress import Timeouts
@@ -74,15 +75,17 @@ async def test_restarted_container_log_is_read_with_previous():
     assert "container restart 1" in lines[2]
 
 
-async def test_watch_expiry_and_disconnect_are_survived():
+async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
+    monkeypatch.setattr(watch_hub, "RETRY_DELAY", 0)
     created = job("job", "ns", ("Created", "x"), rv="5")
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
     hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
                                                         [("MODIFIED", done)]])
     result = await monitor(hook, [], get_logs=False).run()
     assert result["status"] == "success" and hook.watch_script == []
-    # after the 410, the watch restarts without the (possibly compacted) resourceVersion
-    assert hook.watch_versions[:2] == ["5", None]
+    # after the 410 the hub lists again (the version may be compacted); after a cut it resumes without a list
+    assert hook.lists.count("mpijobs") == 2
+    assert hook.watch_versions[:3] == ["5", "5", "5"]
 
 
 async def test_validation_error_event_fails_fast():
@@ -177,9 +180,7 @@ async def test_authorization_errors_while_an_api_server_comes_back_are_retried(m
     """A restarted API server refuses non-admin identities until its RBAC/auth caches synced (least privilege)."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_mpi.hooks import monitor as monitor_module
-
-    monkeypatch.setattr(monitor_module, "RETRY_DELAY", 0)
+    monkeypatch.setattr(watch_hub, "RETRY_DELAY", 0)
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
@@ -203,11 +204,6 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
                 self.job_obj = done
                 await asyncio.Event().wait()  # hangs like a stream that is never closed
 
-        async def watch_mpijob(self, name, namespace, **kw):
-            await asyncio.sleep(0.01)  # a watch round without events
-            if self.job_obj is done:
-                yield "MODIFIED", done
-
     hook = EndlessFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
                          logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
     lines: list[str] = []
@@ -215,3 +211,35 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
     assert result["status"] == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
     assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
+
+
+async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch):
+    """Events can only explain a stuck pod (or a ValidationError before Created): a queue of Pending jobs lists none."""
+    import asyncio
+
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    calls: list[str] = []
+    twenty_checks = asyncio.Event()
+    checks: list[int] = []
+
+    def counting_assess(*args, **kwargs):
+        checks.append(1)
+        if len(checks) == 20:
+            twenty_checks.set()
+        return assess(*args, **kwargs)
+
+    assess = monitor_module.assess
+    monkeypatch.setattr(monitor_module, "assess", counting_assess)
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            calls.append(name)
+            return await super().job_events(name, namespace)
+
+    pending = pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False, created=NOW.isoformat())
+    hook = Counting(job_obj=job("job", "ns", ("Created", "x")), workers=[pending])
+    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 300)).run())
+    await asyncio.wait_for(twenty_checks.wait(), 30)
+    assert calls == [] and not task.done()
+    task.cancel()

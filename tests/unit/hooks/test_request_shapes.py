@@ -11,18 +11,17 @@ import pytest
 from k8s_fakes import NOT_FOUND_OBJECT, NOT_FOUND_URL, api_error, async_api_error
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from airflow_mpi.hooks._common import (
+from airflow_mpi.hooks.api_errors import is_missing_resource_type, is_transient
+from airflow_mpi.hooks.k8s_requests import (
     LineSplitter,
     aiter_lines,
     format_since_time,
-    is_missing_resource_type,
-    is_transient,
     iter_lines,
-    kubeconfig_uses_dynamic_auth,
     log_query_params,
     pod_selectors,
     split_api_version,
 )
+from airflow_mpi.hooks.kubeconfig import kubeconfig_uses_dynamic_auth
 
 
 def test_line_splitter_joins_across_chunks_and_flushes_the_rest():

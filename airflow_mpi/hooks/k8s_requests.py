@@ -1,15 +1,13 @@
-"""Logic shared by the sync and async MPIJob hooks: request shapes, selectors, parsing, retry policy.
+"""Kubernetes request shapes of the MPIJob hooks: API versions, bodies, adoption, selectors, log queries,
+and how their answers are read (ordering, line splitting).
 
-Everything here is free of I/O so both hooks send exactly the same requests.
+Free of I/O, so the sync and async hooks send exactly the same requests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import json
 import logging
-import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -35,11 +33,7 @@ LEGACY_ROLE_LABEL = "mpi-job-role"
 LAUNCHER = "launcher"
 WORKER = "worker"
 
-IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 POD_LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
-
-TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
-
 
 # --------------------------------------------------------------------------------------- api version
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -52,16 +46,6 @@ def split_api_version(api_version: str) -> tuple[str, str]:
 
 def is_v1(api_version: str) -> bool:
     return split_api_version(api_version)[1] == "v1"
-
-
-# --------------------------------------------------------------------------------------- namespace
-def in_cluster_namespace(path: str = IN_CLUSTER_NAMESPACE_FILE) -> str | None:
-    """The namespace of the pod this process runs in, when it runs in a pod."""
-    try:
-        with open(path) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
 
 
 # --------------------------------------------------------------------------------------- manifest / adoption
@@ -299,144 +283,3 @@ async def aiter_lines(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[str]:
             yield line
     for line in splitter.flush():
         yield line
-
-
-# --------------------------------------------------------------------------------------- errors
-def error_body(exc: BaseException) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, (bytes, bytearray)):
-        return bytes(body).decode("utf-8", errors="replace")
-    return body or ""
-
-
-def error_message(exc: BaseException) -> str:
-    """The ``message`` of the API server's Status in an ApiException, or its reason."""
-    body = error_body(exc)
-    try:
-        status = json.loads(body)
-        if isinstance(status, dict) and status.get("message"):
-            return str(status["message"])
-    except ValueError:
-        pass
-    return body.strip() or str(getattr(exc, "reason", "") or exc)
-
-
-def is_missing_resource_type(exc: BaseException) -> bool:
-    """A 404 whose body is not a Status object: the URL itself is unknown (CRD/version not served)."""
-    if getattr(exc, "status", None) != 404:
-        return False
-    body = error_body(exc)
-    try:
-        status = json.loads(body)
-    except ValueError:
-        return True
-    return not (isinstance(status, dict) and status.get("kind") == "Status" and status.get("details"))
-
-
-def _connection_error_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [ConnectionError, TimeoutError, asyncio.TimeoutError]
-    try:
-        from urllib3.exceptions import HTTPError
-
-        types.append(HTTPError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from aiohttp import ClientConnectionError, ClientPayloadError
-
-        types.extend([ClientConnectionError, ClientPayloadError])
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(types)
-
-
-CONNECTION_ERRORS = _connection_error_types()
-
-
-def is_api_exception(exc: BaseException) -> bool:
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
-
-    return isinstance(exc, (ApiException, AsyncApiException))
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    return isinstance(exc, CONNECTION_ERRORS) and not is_api_exception(exc)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying an idempotent request: 429, 5xx gateway/server errors, connection-level failures.
-
-    409 is never transient here (unlike the stock hook): a conflict on create is a decision, not a blip.
-    """
-    if is_api_exception(exc):
-        return getattr(exc, "status", None) in TRANSIENT_HTTP_STATUSES
-    return isinstance(exc, CONNECTION_ERRORS)
-
-
-
-# --------------------------------------------------------------------------------------- kubeconfig
-def parse_kubeconfig(text: str) -> dict:
-    """A kubeconfig given inline (YAML or JSON text) as a dict; the text is never echoed (credentials)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ValueError(f"The connection's kube_config is not valid YAML/JSON ({type(err).__name__})") from None
-    if not isinstance(data, dict):
-        raise ValueError("The connection's kube_config must be a kubeconfig mapping (YAML or JSON object)")
-    return data
-
-
-def read_kubeconfig(path: str) -> dict | None:
-    """The kubeconfig at ``path`` (None when it is a list of paths, missing or unreadable)."""
-    import yaml
-
-    if not path or os.pathsep in path:
-        return None
-    try:
-        with open(os.path.expanduser(path)) as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) -> bool:
-    """True when the active user's credentials expire (exec plugin, auth-provider) or cannot be determined."""
-    if not data:
-        return True
-    active = context or data.get("current-context")
-    user_name = None
-    for ctx in data.get("contexts") or []:
-        if isinstance(ctx, dict) and ctx.get("name") == active:
-            user_name = (ctx.get("context") or {}).get("user")
-            break
-    for user in data.get("users") or []:
-        if isinstance(user, dict) and user.get("name") == user_name:
-            spec = user.get("user") or {}
-            return "exec" in spec or "auth-provider" in spec
-    return True
-
-
-def describe_error(exc: BaseException | None) -> str:
-    """Short text of an API or connection error for log lines."""
-    if exc is None:
-        return "no error"
-    status = getattr(exc, "status", None)
-    if status is not None and is_api_exception(exc):
-        return f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"
-
-
-def log_before_retry(retry_state) -> None:
-    """tenacity ``before_sleep``: one warning per retried call."""
-    exc = retry_state.outcome.exception() if retry_state.outcome else None
-    delay = retry_state.next_action.sleep if retry_state.next_action else 0.0
-    log.warning(
-        "Kubernetes API call failed (%s); attempt %d, retrying in %.1fs",
-        describe_error(exc),
-        retry_state.attempt_number,
-        delay,
-    )

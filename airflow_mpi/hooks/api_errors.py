@@ -1,0 +1,113 @@
+"""Kubernetes API errors: what a response's error says, and which failures are worth retrying."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+# --------------------------------------------------------------------------------------- errors
+def error_body(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body).decode("utf-8", errors="replace")
+    return body or ""
+
+
+def error_message(exc: BaseException) -> str:
+    """The ``message`` of the API server's Status in an ApiException, or its reason."""
+    body = error_body(exc)
+    try:
+        status = json.loads(body)
+        if isinstance(status, dict) and status.get("message"):
+            return str(status["message"])
+    except ValueError:
+        pass
+    return body.strip() or str(getattr(exc, "reason", "") or exc)
+
+
+def is_missing_resource_type(exc: BaseException) -> bool:
+    """A 404 whose body is not a Status object: the URL itself is unknown (CRD/version not served)."""
+    if getattr(exc, "status", None) != 404:
+        return False
+    body = error_body(exc)
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return True
+    return not (isinstance(status, dict) and status.get("kind") == "Status" and status.get("details"))
+
+
+def _connection_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError, asyncio.TimeoutError]
+    try:
+        from urllib3.exceptions import HTTPError
+
+        types.append(HTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from aiohttp import ClientConnectionError, ClientPayloadError
+
+        types.extend([ClientConnectionError, ClientPayloadError])
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+CONNECTION_ERRORS = _connection_error_types()
+
+
+def is_api_exception(exc: BaseException) -> bool:
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+    return isinstance(exc, (ApiException, AsyncApiException))
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, CONNECTION_ERRORS) and not is_api_exception(exc)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying an idempotent request: 429, 5xx gateway/server errors, connection-level failures.
+
+    409 is never transient here (unlike the stock hook): a conflict on create is a decision, not a blip.
+    """
+    if is_api_exception(exc):
+        return getattr(exc, "status", None) in TRANSIENT_HTTP_STATUSES
+    return isinstance(exc, CONNECTION_ERRORS)
+
+
+def describe_error(exc: BaseException | None) -> str:
+    """Short text of an API or connection error for log lines."""
+    if exc is None:
+        return "no error"
+    status = getattr(exc, "status", None)
+    if status is not None and is_api_exception(exc):
+        return f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+def log_before_retry(retry_state) -> None:
+    """tenacity ``before_sleep``: one warning per retried call."""
+    exc = retry_state.outcome.exception() if retry_state.outcome else None
+    delay = retry_state.next_action.sleep if retry_state.next_action else 0.0
+    log.warning(
+        "Kubernetes API call failed (%s); attempt %d, retrying in %.1fs",
+        describe_error(exc),
+        retry_state.attempt_number,
+        delay,
+    )
+
+
+def unsynced_after_outage(err: BaseException, outage_started: datetime | None) -> bool:
+    """401/403 while an API server comes back: it refuses non-admin identities until its authentication and
+    RBAC caches have synced (seen with a least-privilege service account), so during an outage they are transient."""
+    return outage_started is not None and getattr(err, "status", None) in (401, 403)

@@ -1,0 +1,167 @@
+"""What the wait benchmarks put on the local cluster and read back from it.
+
+MPIJobs for this provider, batch Jobs for the peer (``KubernetesJobTrigger`` waits on a Job), both
+with simulated pods (localcluster.behaviour: how long the main container runs); the API server's
+request counters (its /metrics); when each main container was seen ending (a pod watch).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kubernetes import client, watch
+
+from localcluster import behaviour as bh
+
+TOLERATE_ALL = [{"operator": "Exists"}]
+
+
+def _template(container: str, lifecycle: str, run_duration: str | None, job_label: str | None = None) -> dict:
+    annotations = {bh.RUN_DURATION: run_duration} if run_duration else {}
+    return {
+        "metadata": {"labels": {bh.LIFECYCLE: lifecycle}, "annotations": annotations},
+        "spec": {"containers": [{"name": container, "image": "mpioperator/mpi-pi:openmpi", "command": ["true"]}],
+                 "tolerations": TOLERATE_ALL, **({"restartPolicy": "Never"} if container == "base" else {})},
+    }
+
+
+def mpijob(name: str, lifecycle: str, run_duration: str | None) -> dict:
+    return {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name},
+        "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+                 "mpiReplicaSpecs": {
+                     "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                                  "template": _template("launcher", lifecycle, run_duration)},
+                     "Worker": {"replicas": 1, "template": _template("worker", bh.RUN, None)}}},
+    }
+
+
+def batch_job(name: str, lifecycle: str, run_duration: str | None) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "template": _template("base", lifecycle, run_duration)}}
+
+
+def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
+    try:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    except client.exceptions.ApiException as err:
+        if err.status != 409:
+            raise
+
+
+def create(api: client.ApiClient, namespace: str, side: str, names: list[str], lifecycle: str,
+           run_duration: str | None = None) -> None:
+    """Create the jobs; those that exist already (an earlier, smaller N) are kept."""
+    for name in names:
+        try:
+            if side == "provider":
+                client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    "kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob(name, lifecycle, run_duration))
+            else:
+                client.BatchV1Api(api).create_namespaced_job(namespace, batch_job(name, lifecycle, run_duration))
+        except client.exceptions.ApiException as err:
+            if err.status != 409:
+                raise
+
+
+def running_main_containers(api: client.ApiClient, namespace: str) -> int:
+    """Launcher (provider) and Job (peer) containers running in ``namespace``."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    return sum(1 for p in pods for s in (p.status.container_statuses or [])
+               if s.name in ("launcher", "base") and s.state and s.state.running)
+
+
+def wait_running(api: client.ApiClient, namespace: str, count: int, stall: float = 45) -> int:
+    """Main containers running in ``namespace`` once ``count`` run, or once their number stopped growing for
+    ``stall`` seconds (the simulated nodes hold about 440 pods: beyond, pods stay Pending)."""
+    best, since = -1, time.time()
+    while (running := running_main_containers(api, namespace)) < count:
+        if running > best:
+            best, since = running, time.time()
+        elif time.time() - since > stall:
+            return running
+        time.sleep(2)
+    return running
+
+
+def request_counts(api: client.ApiClient) -> dict[str, float]:
+    """``apiserver_request_total`` of namespace- and object-scoped reads (GET, LIST, WATCH) by verb and resource.
+
+    The controllers read through cluster-wide informers, so these are the waiting process's requests
+    (a watch counts when it ends).
+    """
+    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{") or not _ours(line):
+            continue
+        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        if labels.get("verb") not in ("GET", "LIST", "WATCH"):
+            continue
+        key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _ours(line: str) -> bool:
+    """Namespace-scoped (lists, watches) or object-scoped (GET of a named object, its log) requests."""
+    return ('scope="namespace"' in line or 'scope="resource"' in line) and 'resource="leases"' not in line \
+        and 'resource="configmaps"' not in line and 'resource="endpoint' not in line and 'resource="servicecidrs"' not in line
+
+
+class EndWatcher(threading.Thread):
+    """Records when each main container (launcher / base) is first seen terminated: the job-name label."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.namespace = api, namespace
+        self.ended: dict[str, float] = {}
+        self._watch = watch.Watch()
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        try:
+            self._follow(core)
+        except Exception:  # stop() closes the stream under the reader
+            pass
+
+    def _follow(self, core: client.CoreV1Api) -> None:
+        for event in self._watch.stream(core.list_namespaced_pod, self.namespace, timeout_seconds=3600):
+            pod = event["object"]
+            labels = pod.metadata.labels or {}
+            job = labels.get("training.kubeflow.org/job-name") or labels.get("job-name")
+            for status in pod.status.container_statuses or []:
+                if status.name in ("launcher", "base") and status.state and status.state.terminated:
+                    self.ended.setdefault(job, time.time())
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def long_running(api: client.ApiClient) -> dict[str, float]:
+    """Open namespace-scoped long-running requests (watches, log follows) by verb and resource."""
+    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and _ours(line):
+            labels = {k: v.strip('"') for k, v in (p.split("=", 1) for p in line[line.index("{") + 1:line.index("}")].split(","))}
+            value = float(line.rsplit(" ", 1)[1])
+            if value:
+                key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+                counts[key] = counts.get(key, 0.0) + value
+    return counts
+
+
+class SucceededWatcher(EndWatcher):
+    """Records when each MPIJob's Succeeded condition is first seen (the controllers' share of P1 ends there)."""
+
+    def _follow(self, core: client.CoreV1Api) -> None:
+        api = client.CustomObjectsApi(self.api)
+        for event in self._watch.stream(api.list_namespaced_custom_object, "kubeflow.org", "v2beta1",
+                                        self.namespace, "mpijobs", timeout_seconds=3600):
+            obj = event["object"]
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Succeeded" and c.get("status") == "True" for c in conditions):
+                self.ended.setdefault(obj["metadata"]["name"], time.time())

@@ -1,0 +1,116 @@
+"""One process running N waits at once, as a triggerer does (started by benchmarks/waits.py).
+
+Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once every wait runs, ``{"event": name, "t": ..., "status": ...}``
+per finished wait, ``{"lag_ms": [...], "lines": {...}}`` at the end (event-loop lag samples; P3 line counts).
+
+    python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
+        --out FILE [--logs] [--seconds S] [--collect-lines]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from datetime import datetime, timezone
+
+
+_OUT: list = []
+
+
+def _print(obj: dict) -> None:
+    _OUT[0].write(json.dumps(obj) + "\n")
+    _OUT[0].flush()
+
+
+def provider_wait(args, name: str, collected: Counter | None):
+    from airflow_mpi.triggers import MPIJobTrigger
+
+    trigger = MPIJobTrigger(
+        name=name, namespace=args.namespace, kubernetes_conn_id=None, connection={"config_file": args.kubeconfig},
+        submitted_at=datetime.now(timezone.utc).isoformat(), get_logs=args.logs, startup_timeout=None,
+        schedule_timeout=None, poll_interval=10.0,
+    )
+    if collected is None:
+        return trigger.run()
+    return _monitored(args, name, collected)
+
+
+async def _monitored(args, name: str, collected: Counter):
+    """P3: the trigger's monitor with every launcher line counted (the trigger logs them through structlog)."""
+    from airflow_mpi.hooks import AsyncMPIJobHook
+    from airflow_mpi.hooks.monitor import JobMonitor
+    from airflow_mpi.version_compat import TriggerEvent
+
+    def count(message: str) -> None:
+        if message.startswith("line "):
+            collected[message] += 1
+
+    async with AsyncMPIJobHook(conn_id=None, config_file=args.kubeconfig) as hook:
+        payload = await JobMonitor(hook, name, args.namespace, emit=count, submitted_at=datetime.now(timezone.utc),
+                                   poll_interval=10.0).run()
+    yield TriggerEvent(payload)
+
+
+def peer_wait(args, name: str):
+    from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
+
+    trigger = KubernetesJobTrigger(
+        job_name=name, job_namespace=args.namespace, pod_names=[], pod_namespace=args.namespace,
+        base_container_name="base", kubernetes_conn_id=None, config_file=args.kubeconfig, poll_interval=10.0,
+        get_logs=False, do_xcom_push=False,
+    )
+    return trigger.run()
+
+
+async def _one(args, name: str, collected: Counter | None) -> None:
+    events = provider_wait(args, name, collected) if args.side == "provider" else peer_wait(args, name)
+    try:
+        async for event in events:
+            _print({"event": name, "t": time.time(), "status": event.payload.get("status")})
+            return
+    except Exception as err:
+        _print({"error": name, "t": time.time(), "message": f"{type(err).__name__}: {err}"[:2000]})
+        raise
+
+
+async def _lag(samples: list[float]) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        start = loop.time()
+        await asyncio.sleep(0.1)
+        samples.append((loop.time() - start - 0.1) * 1000)
+
+
+async def main(args) -> None:
+    collected: Counter | None = Counter() if args.collect_lines else None
+    lag: list[float] = []
+    lag_task = asyncio.create_task(_lag(lag))
+    waits = [asyncio.create_task(_one(args, name, collected)) for name in args.names.split(",")]
+    await asyncio.sleep(0)
+    _print({"started": time.time()})
+    done, pending = await asyncio.wait(waits, timeout=args.seconds)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    lag_task.cancel()
+    lines = {"distinct": len(collected), "total": sum(collected.values()),
+             "doubled": sum(1 for c in collected.values() if c > 1)} if collected is not None else None
+    _print({"lag_ms": sorted(lag), "lines": lines, "finished": len(done)})
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--side", choices=("provider", "peer"), required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--names", required=True)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--logs", action="store_true")
+    parser.add_argument("--seconds", type=float, default=600.0, help="stop waiting after this long")
+    parser.add_argument("--collect-lines", action="store_true")
+    parser.add_argument("--out", required=True)
+    arguments = parser.parse_args()
+    _OUT.append(open(arguments.out, "a", buffering=1))
+    asyncio.run(main(arguments))

@@ -1,0 +1,193 @@
+"""The watch hub (hooks/watch_hub.py) against a real API server: sharing, 410 re-list, bookmark resume,
+and a log endpoint that answers with an error while the launcher runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+from kubernetes import client
+
+from airflow_mpi.hooks import AsyncMPIJobHook, namespace_watch, watch_hub
+from airflow_mpi.hooks.monitor import JobMonitor
+from localcluster import behaviour as bh
+
+MPIJOBS = ("kubeflow.org", "v2beta1")
+
+
+def suspended_job(name: str) -> dict:
+    """An MPIJob the operator never starts (no pods): cheap to have a hundred of."""
+    container = {"image": "mpioperator/mpi-pi:openmpi", "command": ["true"]}
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "slotsPerWorker": 1,
+            "runPolicy": {"suspend": True},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{"name": "launcher", **container}]}}},
+                "Worker": {"replicas": 1, "template": {"spec": {"containers": [{"name": "worker", **container}]}}},
+            },
+        },
+    }
+
+
+def create_jobs(k8s, namespace: str, names: list[str]) -> None:
+    api = client.CustomObjectsApi(k8s)
+    for name in names:
+        api.create_namespaced_custom_object(*MPIJOBS, namespace, "mpijobs", suspended_job(name))
+
+
+def namespaced_watches(k8s) -> dict[str, float]:
+    """The API server's own count of open namespace-scoped watches, by resource (its /metrics)."""
+    text = k8s.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'scope="namespace"' in line and 'verb="WATCH"' in line:
+            resource = line.split('resource="', 1)[1].split('"', 1)[0]
+            counts[resource] = counts.get(resource, 0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def hook() -> AsyncMPIJobHook:
+    return AsyncMPIJobHook(conn_id="kubernetes_default")
+
+
+class RecordingHook(AsyncMPIJobHook):
+    """Records the resourceVersion each watch starts from."""
+
+    watch_starts: list[tuple[str, str | None]]
+
+    async def list_objects(self, kind, namespace, label_selector=None):
+        return await namespace_watch.list_objects(self, kind, namespace, label_selector)
+
+    def watch_objects(self, kind, namespace, **kwargs):
+        self.watch_starts.append((kind, kwargs.get("resource_version")))
+        return namespace_watch.watch_objects(self, kind, namespace, **kwargs)
+
+
+def recording_hook() -> RecordingHook:
+    h = RecordingHook(conn_id="kubernetes_default")
+    h.watch_starts = []
+    return h
+
+
+def test_a_hundred_waits_share_two_watches(k8s, namespace, kubernetes_default_conn):
+    names = [f"hub-{i:03d}" for i in range(100)]
+    create_jobs(k8s, namespace, names)
+
+    async def body():
+        async with contextlib.AsyncExitStack() as stack:
+            # one hook per wait, as every trigger has its own: same connection -> same hub
+            subs = [await stack.enter_async_context(watch_hub.subscription(hook(), namespace, n)) for n in names]
+            assert len(watch_hub.hubs()) == 1
+            hub = watch_hub.hubs()[0]
+            assert all(sub.job() is not None for sub in subs)
+            assert {k: v for k, v in hub.stats.items() if k.endswith(("_lists", "_watches"))} == {
+                "mpijobs_lists": 1, "pods_lists": 1, "mpijobs_watches": 1, "pods_watches": 1}
+            await hub.until(lambda hb: hb.stats["mpijobs_opened"] and hb.stats["pods_opened"])
+            watches = await asyncio.to_thread(namespaced_watches, k8s)
+            assert watches.get("mpijobs") == 1 and watches.get("pods") == 1
+
+            # a change of one job wakes its wait only
+            versions = [sub.version for sub in subs]
+            await asyncio.to_thread(
+                client.CustomObjectsApi(k8s).patch_namespaced_custom_object, *MPIJOBS, namespace, "mpijobs",
+                names[42], {"metadata": {"labels": {"touched": "yes"}}})
+            await subs[42].wait_change(versions[42], 60)
+            assert subs[42].job()["metadata"]["labels"]["touched"] == "yes"
+            assert [sub.version for i, sub in enumerate(subs) if i != 42] == versions[:42] + versions[43:]
+        assert watch_hub.hubs() == []  # the last subscriber left: watches closed
+
+    asyncio.run(body())
+    assert namespaced_watches(k8s).get("mpijobs", 0) == 0
+
+
+def test_410_gone_is_one_relist_for_every_subscriber(k8s, namespace, kubernetes_default_conn):
+    create_jobs(k8s, namespace, ["expired"])
+
+    async def body():
+        h = recording_hook()
+        hub = watch_hub.WatchHub(h, namespace)
+        subs = [hub.subscribe("expired") for _ in range(3)]
+        hub.resource_versions = {watch_hub.MPIJOBS: "1", watch_hub.PODS: "1"}  # long compacted: 410 Gone
+        await hub.start()
+        try:
+            await hub.ready()
+            assert hub.stats["mpijobs_relists"] == 1 and hub.stats["mpijobs_lists"] == 1
+            assert hub.stats["pods_relists"] == 1 and hub.stats["pods_lists"] == 1
+            assert all(sub.job()["metadata"]["name"] == "expired" and sub.version >= 1 for sub in subs)
+            # after the re-list, the next watch starts from the list's version, not the expired one
+            await hub.until(lambda hb: hb.stats["mpijobs_watches"] >= 2)
+            starts = [rv for kind, rv in h.watch_starts if kind == "mpijobs"]
+            assert starts[0] == "1" and starts[1] not in (None, "1")
+        finally:
+            await hub.close()
+
+    asyncio.run(body())
+
+
+def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespace, kubernetes_default_conn, monkeypatch):
+    # the API server sends a bookmark 2 s before a watch's timeout; a short watch makes one arrive soon
+    monkeypatch.setattr(watch_hub, "WATCH_SECONDS", 6)
+    core = client.CoreV1Api(k8s)
+    elsewhere = {"metadata": {"generateName": "hub-bookmark-", "labels": {"training.kubeflow.org/job-name": "x"}},
+                 "spec": {"containers": [{"name": "c", "image": "x"}], "tolerations": [{"operator": "Exists"}]}}
+    created: list[str] = []
+
+    async def body():
+        h = recording_hook()
+        async with watch_hub.subscription(h, namespace, "none") as sub:
+            hub = sub.hub
+            await hub.until(lambda hb: hb.stats["pods_opened"] >= 1)
+            # a pod in another namespace moves the API server's pod version; this namespace's watch sees only
+            # a bookmark carrying it
+            pod = await asyncio.to_thread(core.create_namespaced_pod, "default", elsewhere)
+            created.append(pod.metadata.name)
+            await hub.until(lambda hb: hb.stats["pods_bookmarks"] >= 1 and hb.stats["pods_watches"] >= 2)
+            starts = [rv for kind, rv in h.watch_starts if kind == "pods"]
+            assert hub.stats["pods_lists"] == 1 and hub.stats["pods_relists"] == 0 and hub.stats["pods_events"] == 0
+            assert int(starts[1]) >= int(pod.metadata.resource_version) > int(starts[0])  # resumed from the bookmark
+
+    try:
+        asyncio.run(body())
+    finally:
+        for name in created:
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
+@pytest.mark.needs_simulation
+def test_a_log_endpoint_error_is_reported_once_and_never_printed_as_launcher_output(
+    cluster, k8s, namespace, kubernetes_default_conn, caplog
+):
+    """The kwok log server answers 400 for a log file it cannot open (as a kubelet for a missing log)."""
+    co = client.CustomObjectsApi(cluster.api_client())
+    co.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": f"logs-{namespace}"},
+        "spec": {"selector": {"matchNamespaces": [namespace]},
+                 "logs": [{"containers": ["launcher"], "logsFile": f"/nonexistent/{uuid.uuid4().hex}.log"}]}})
+    job = suspended_job("logerr")
+    job["spec"]["runPolicy"] = {}
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"] = {"annotations": {bh.RUN_DURATION: "4s"}}
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(*MPIJOBS, namespace, "mpijobs", job)
+    lines: list[str] = []
+
+    async def body():
+        return await JobMonitor(hook(), "logerr", namespace, emit=lines.append,
+                                submitted_at=datetime.now(timezone.utc), poll_interval=2).run()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.log_pump"):
+            result = asyncio.run(asyncio.wait_for(body(), 120))
+    finally:
+        co.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", f"logs-{namespace}")
+    assert result["status"] == "success"
+    launcher_output = [ln for ln in lines if not ln.startswith(("==========", "(could not read"))]
+    assert launcher_output == []
+    reports = [r for r in caplog.records if "launcher log read failed" in r.getMessage()]
+    assert len(reports) == 1, [r.getMessage() for r in reports]
