@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, free_port, run, wait_until
+from airflowstack._proc import Service, StackError, descendant_titled, free_port, run, wait_until
 from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
@@ -203,6 +203,15 @@ class AirflowStack:
                        check=self.check_alive)
         finally:
             probe_client.close()
+
+    def task_process(self, ti_id: str) -> int:
+        """The pid of the process running task instance ``ti_id`` (its ``id`` in the REST API) under this stack's
+        scheduler: the LocalExecutor's task runner titles itself "airflow worker -- <ti id>"."""
+        scheduler = self.services["scheduler"].pid
+        pid = descendant_titled(scheduler, f"airflow worker -- {ti_id}") if scheduler else None
+        if pid is None:
+            raise StackError(f"no task process of task instance {ti_id} under the scheduler (pid {scheduler})")
+        return pid
 
     def check_alive(self) -> None:
         """Raise StackError (with the tail of its log) if a service has exited."""

@@ -1,0 +1,64 @@
+"""The steps every fault scenario shares: start a job whose launcher keeps running, see its lines reach the task
+log, wait for the task's end and measure it (record.py). ``FaultTask`` names the DAG and task a scenario drives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflowstack import wait_until
+from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
+from tests.e2e.conftest import NAMESPACE
+from tests.faults.record import Run, jobs_of, measure
+
+TIMEOUT = 180  # a new triggerer takes over a dead one's triggers once its heartbeat is 30 s old
+ENDED = {"success", "failed", "up_for_retry"}
+
+
+@dataclass(frozen=True)
+class FaultTask:
+    dag: str
+    task: str
+    waiting: str  # the task's state while it waits for its job: "deferred" or "running"
+
+
+DEFERRED = FaultTask("e2e_mpi_quick", "quick", "deferred")
+SYNC = FaultTask("e2e_fault_sync", "job", "running")
+
+
+def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:
+    return [e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if " line " in e or " tie " in e]
+
+
+def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number: int = 1) -> None:
+    wait_until(lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None, timeout=TIMEOUT,
+               interval=0.5, what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})", ignore=())
+
+
+def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
+    """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
+    if ti["state"] == "success":
+        return "launcher succeeded"
+    events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])
+    errors = [e for e in events if "Exception:" in e or "Error:" in e]
+    return errors[-1].splitlines()[-1].replace(job_name, "<job>")[:200] if errors else "(no error in the log)"
+
+
+def waiting_job(client, cluster, custom_api, t: FaultTask) -> tuple[str, dict, list[str]]:
+    """A task waiting for its running launcher, one batch of whose lines is in the task log."""
+    cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("before"))
+    run_id = client.trigger(t.dag, launcher_conf(RUN))["dag_run_id"]
+    client.wait_task(t.dag, run_id, t.task, {t.waiting}, timeout=TIMEOUT)
+    streamed(client, t, run_id, numbered_lines("before"))
+    (job,) = jobs_of(custom_api, t.dag, run_id)
+    return run_id, job, numbered_lines("before")
+
+
+def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],
+           job: dict, outcome: tuple[str, int] = ("success", 1)) -> Run:
+    """Wait for the task's end and measure it (launcher lines in the log of its last try); ``job``: its first
+    MPIJob, ``outcome``: the final state and try number the fault implies."""
+    ti = client.wait_task(t.dag, run_id, t.task, ENDED, timeout=TIMEOUT)
+    lines = launcher_lines(client, t, run_id, ti["try_number"])
+    return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
+                               message(client, t, run_id, ti, job["metadata"]["name"]), {job["metadata"]["uid"]},
+                               outcome))
