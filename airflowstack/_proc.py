@@ -121,6 +121,10 @@ class Service:
                 f"{tail(self.log_path)}"
             )
 
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the whole group (e.g. SIGSTOP / SIGCONT to freeze a service for a while)."""
+        self._signal_group(sig)
+
     def _signal_group(self, sig: int) -> None:
         try:
             os.killpg(self.proc.pid, sig)

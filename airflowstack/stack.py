@@ -15,10 +15,12 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from airflowstack._proc import Service, StackError, descendant_titled, free_port, run, wait_until
@@ -203,6 +205,17 @@ class AirflowStack:
                        check=self.check_alive)
         finally:
             probe_client.close()
+
+    @contextmanager
+    def frozen(self, name: str) -> Iterator[None]:
+        """Freeze a service's whole process group (SIGSTOP) inside the block, thaw it (SIGCONT) after: for a
+        scheduler, nothing is scheduled meanwhile."""
+        service = self.services[name]
+        service.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            service.send_signal(signal.SIGCONT)
 
     def task_process(self, ti_id: str) -> int:
         """The pid of the process running task instance ``ti_id`` (its ``id`` in the REST API) under this stack's

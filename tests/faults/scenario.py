@@ -23,6 +23,9 @@ class FaultTask:
 
 DEFERRED = FaultTask("e2e_mpi_quick", "quick", "deferred")
 SYNC = FaultTask("e2e_fault_sync", "job", "running")
+SYNC_LAST_TRY = FaultTask("e2e_fault_sync_last_try", "job", "running")
+CLEANUP_SYNC = FaultTask("e2e_fault_cleanup_sync", "job", "running")
+CLEANUP_DEFERRED = FaultTask("e2e_fault_cleanup_deferred", "job", "deferred")
 
 
 def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:
@@ -54,11 +57,13 @@ def waiting_job(client, cluster, custom_api, t: FaultTask) -> tuple[str, dict, l
 
 
 def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],
-           job: dict, outcome: tuple[str, int] = ("success", 1)) -> Run:
-    """Wait for the task's end and measure it (launcher lines in the log of its last try); ``job``: its first
-    MPIJob, ``outcome``: the final state and try number the fault implies."""
+           job: dict, outcome: tuple[str, int] = ("success", 1), every_try: bool = False) -> Run:
+    """Wait for the task's end and measure it: launcher lines in the log of its last try (``every_try``: in the
+    logs of all its tries); ``job``: its first MPIJob, ``outcome``: the final state and try number the fault
+    implies."""
     ti = client.wait_task(t.dag, run_id, t.task, ENDED, timeout=TIMEOUT)
-    lines = launcher_lines(client, t, run_id, ti["try_number"])
+    tries = range(1, ti["try_number"] + 1) if every_try else [ti["try_number"]]
+    lines = [line for n in tries for line in launcher_lines(client, t, run_id, n)]
     return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
                                message(client, t, run_id, ti, job["metadata"]["name"]), {job["metadata"]["uid"]},
                                outcome))

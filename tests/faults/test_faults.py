@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 
-import pytest
 from kubernetes import client as k8s
 
 from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
