@@ -277,9 +277,8 @@ class JobMonitor:
                 pending = [s for s in streams if s.key not in self.logs.done]
                 for stream in pending:
                     await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
-                if finished.is_set() and all(s.finished for s in pending):
-                    return
-                if finished.is_set() and not pending:
+                if finished.is_set() and (not pending or all(s.finished for s in pending)):
+                    self._tell_unread(streams)
                     return
             except asyncio.CancelledError:
                 raise
@@ -294,6 +293,18 @@ class JobMonitor:
                 await asyncio.wait_for(self._changed.wait(), timeout=min(self.poll_interval, 2.0))
             except asyncio.TimeoutError:
                 pass
+
+    def _tell_unread(self, streams: list[LogStream]) -> None:
+        """Say so in the task log when launcher output can no longer be read: its pod is gone (cleanPodPolicy,
+        the launcher Job's TTL, a deletion) before this reader got to the end, so no line is silently missing."""
+        present = {s.key for s in streams}
+        for key in [k for k in self.logs.streams if k not in self.logs.done and k not in present]:
+            self.emit(f"(the rest of launcher log {key} could not be read: its pod is gone; lines it printed "
+                      "after this point are not in this log)")
+            self.logs.done.add(key)
+        if not streams and not self.logs.streams and self.last_state is not None and self.last_state.succeeded:
+            self.emit("(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
+                      "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
 
     async def _read_stream(self, stream: LogStream, finished: asyncio.Event, *, follow: bool) -> None:
         if stream.key not in self.logs.streams:

@@ -26,12 +26,18 @@ def jobs_of(custom_api, dag_id: str, run_id: str) -> list[dict]:
             if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id]
 
 
+def live_jobs(custom_api, dag_id: str, run_id: str) -> list[dict]:
+    """Jobs of the run neither finished nor being deleted."""
+    return [j for j in jobs_of(custom_api, dag_id, run_id)
+            if not j["metadata"].get("deletionTimestamp") and not job_state(j).terminal]
+
+
 def measure(scenario: str, custom_api, dag_id: str, run_id: str, ti: dict, log_lines: list[str],
             expected: list[str], message: str, seen_uids: set[str], outcome: tuple[str, int]) -> Run:
     """``seen_uids``: the MPIJobs observed during the run (a job the fault deleted is no longer listed);
     ``outcome``: the final state and try number the fault implies (anything else counts as a spurious failure)."""
     jobs = jobs_of(custom_api, dag_id, run_id)
-    live = [j for j in jobs if not j["metadata"].get("deletionTimestamp") and not job_state(j).terminal]
+    live = live_jobs(custom_api, dag_id, run_id)
     seen = Counter(line for line in log_lines if line in set(expected))
     return Run(scenario, jobs=len(seen_uids | {j["metadata"]["uid"] for j in jobs}), orphans=len(live),
                lost=sum(1 for line in expected if seen[line] == 0), doubled=sum(n - 1 for n in seen.values() if n > 1),

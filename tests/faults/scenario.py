@@ -3,13 +3,15 @@ log, wait for the task's end and measure it (record.py). ``FaultTask`` names the
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
-from airflowstack import wait_until
+from airflowstack import StackError, wait_until
 from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
 from tests.e2e.conftest import NAMESPACE
-from tests.faults.record import Run, jobs_of, measure
+from tests.faults.record import Run, jobs_of, live_jobs, measure
 
+SWEEP_TIMEOUT = 30  # the orphan sweep at a DAG run's end runs beside the scheduler's loop
 TIMEOUT = 180  # a new triggerer takes over a dead one's triggers once its heartbeat is 30 s old
 ENDED = {"success", "failed", "up_for_retry"}
 
@@ -39,9 +41,9 @@ def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number:
 
 def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
     """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
-    if ti["state"] == "success":
-        return "launcher succeeded"
     events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])
+    if ti["state"] == "success":  # and what the log says it could not read
+        return "; ".join(["launcher succeeded", *(e for e in events if "could not be read" in e)])
     errors = [e for e in events if "Exception:" in e or "Error:" in e]
     return errors[-1].splitlines()[-1].replace(job_name, "<job>")[:200] if errors else "(no error in the log)"
 
@@ -61,7 +63,13 @@ def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str
     """Wait for the task's end and measure it: launcher lines in the log of its last try (``every_try``: in the
     logs of all its tries); ``job``: its first MPIJob, ``outcome``: the final state and try number the fault
     implies."""
-    ti = client.wait_task(t.dag, run_id, t.task, ENDED, timeout=TIMEOUT)
+    ti = wait_until(lambda: (lambda ti: ti if ti["state"] in ENDED and ti["try_number"] >= outcome[1] else None)(
+        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {outcome[1]} of {run_id} to end")
+    if ti["state"] != "up_for_retry":  # orphans are counted once the run is over and its end's sweep is done
+        client.wait_run(t.dag, run_id, timeout=TIMEOUT)
+        with contextlib.suppress(StackError):  # still live then: measured below as an orphan
+            wait_until(lambda: not live_jobs(custom_api, t.dag, run_id), timeout=SWEEP_TIMEOUT, ignore=(),
+                       what=f"the jobs of {run_id} to be finished or deleted")
     tries = range(1, ti["try_number"] + 1) if every_try else [ti["try_number"]]
     lines = [line for n in tries for line in launcher_lines(client, t, run_id, n)]
     return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
