@@ -97,6 +97,7 @@ class JobMonitor:
         self.get_logs = get_logs
         self.max_attempts = max_attempts
         self.logs = LogState.from_dict(log_state)
+        self._ended: set[str] = set()  # streams whose follow the log server ended (not cut by this reader)
         self.deadline = deadline
         self.target_condition = target_condition
         self._changed = asyncio.Event()
@@ -298,9 +299,9 @@ class JobMonitor:
         """Say so in the task log when launcher output can no longer be read: its pod is gone (cleanPodPolicy,
         the launcher Job's TTL, a deletion) before this reader got to the end, so no line is silently missing."""
         present = {s.key for s in streams}
-        for key in [k for k in self.logs.streams if k not in self.logs.done and k not in present]:
-            self.emit(f"(the rest of launcher log {key} could not be read: its pod is gone; lines it printed "
-                      "after this point are not in this log)")
+        for key in [k for k in self.logs.streams if k not in self.logs.done | self._ended | present]:
+            self.emit(f"(launcher log {key} could not be read to its end: its pod is gone; lines it printed "
+                      "after the last one above, if any, are not in this log)")
             self.logs.done.add(key)
         if not streams and not self.logs.streams and self.last_state is not None and self.last_state.succeeded:
             self.emit("(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
@@ -362,6 +363,8 @@ class JobMonitor:
                     await read
         if not read.cancelled() and read.exception() is not None:
             raise read.exception()
+        if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
+            self._ended.add(stream.key)
 
     async def _still_running(self, stream: LogStream) -> bool:
         for raw in await self.hook.launcher_pods(self.name, self.namespace):

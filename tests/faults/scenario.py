@@ -50,12 +50,20 @@ def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
 
 def waiting_job(client, cluster, custom_api, t: FaultTask) -> tuple[str, dict, list[str]]:
     """A task waiting for its running launcher, one batch of whose lines is in the task log."""
+    return waiting_jobs(client, cluster, custom_api, [t])[0]
+
+
+def waiting_jobs(client, cluster, custom_api, tasks: list[FaultTask]) -> list[tuple[str, dict, list[str]]]:
+    """``waiting_job`` for several tasks at once (one fault hits them all): (run id, MPIJob, lines) of each."""
     cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("before"))
-    run_id = client.trigger(t.dag, launcher_conf(RUN))["dag_run_id"]
-    client.wait_task(t.dag, run_id, t.task, {t.waiting}, timeout=TIMEOUT)
-    streamed(client, t, run_id, numbered_lines("before"))
-    (job,) = jobs_of(custom_api, t.dag, run_id)
-    return run_id, job, numbered_lines("before")
+    run_ids = [client.trigger(t.dag, launcher_conf(RUN))["dag_run_id"] for t in tasks]
+    waiting = []
+    for t, run_id in zip(tasks, run_ids):
+        client.wait_task(t.dag, run_id, t.task, {t.waiting}, timeout=TIMEOUT)
+        streamed(client, t, run_id, numbered_lines("before"))
+        (job,) = jobs_of(custom_api, t.dag, run_id)
+        waiting.append((run_id, job, numbered_lines("before")))
+    return waiting
 
 
 def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],

@@ -28,9 +28,9 @@ from tests.faults.scenario import (
     record,
     streamed,
     waiting_job,
+    waiting_jobs,
 )
 
-MODES = pytest.mark.parametrize("t", [SYNC, DEFERRED], ids=["sync", "deferrable"])
 
 
 def _mode(t: FaultTask) -> str:
@@ -72,17 +72,22 @@ def test_sigkill_of_a_sync_task_process_on_its_last_try(airflow_stack, client, c
     assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("failed", 1, 0, 0, 0, 0), run
 
 
-@MODES
-def test_apiserver_restart_mid_wait(client, cluster, custom_api, results, repeat, t):
-    run_id, job, expected = waiting_job(client, cluster, custom_api, t)
+def test_apiserver_restart_mid_wait(client, cluster, custom_api, results, repeat):
+    """One restart under a sync and a deferrable task at once (each restart costs the mpi-operator's lease)."""
+    tasks = [SYNC, DEFERRED]
+    waiting = waiting_jobs(client, cluster, custom_api, tasks)
     cluster.local.restart_apiserver(
         down_hook=lambda: cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("while-down")))
-    expected += numbered_lines("while-down")
-    streamed(client, t, run_id, expected)
-    finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
-    run = record(results, f"kube-apiserver restart mid-wait ({_mode(t)})", client, custom_api, t, run_id, expected,
-                 job)
-    assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), run
+    runs = []
+    for t, (run_id, job, expected) in zip(tasks, waiting):
+        expected += numbered_lines("while-down")
+        streamed(client, t, run_id, expected)
+        finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
+    for t, (run_id, job, expected) in zip(tasks, waiting):
+        runs.append(record(results, f"kube-apiserver restart mid-wait ({_mode(t)})", client, custom_api, t, run_id,
+                           expected, job))
+    for run in runs:
+        assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), run
 
 
 def test_worker_pod_eviction_mid_run(client, cluster, custom_api, results, repeat):

@@ -237,5 +237,5 @@ async def test_a_launcher_pod_gone_mid_read_is_told_once_and_nothing_else_is_cla
     hook.launchers = []  # the pod is gone before the rest was read
     resumed: list[str] = []
     await monitor(hook, resumed, log_state=m.logs.to_dict()).drain_logs()
-    assert resumed == ["(the rest of launcher log job-launcher-a/launcher/0 could not be read: its pod is gone; "
-                       "lines it printed after this point are not in this log)"]
+    assert resumed == ["(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
+                       "lines it printed after the last one above, if any, are not in this log)"]
