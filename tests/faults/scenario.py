@@ -4,6 +4,7 @@ log, wait for the task's end and measure it (record.py). ``FaultTask`` names the
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 
 from airflowstack import StackError, wait_until
@@ -43,9 +44,11 @@ def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
     """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
     events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])
     if ti["state"] == "success":  # and what the log says it could not read
-        return "; ".join(["launcher succeeded", *(e for e in events if "could not be read" in e)])
-    errors = [e for e in events if "Exception:" in e or "Error:" in e]
-    return errors[-1].splitlines()[-1].replace(job_name, "<job>")[:200] if errors else "(no error in the log)"
+        text = "; ".join(["launcher succeeded", *(e for e in events if "could not be read" in e)])
+    else:
+        errors = [e for e in events if "Exception:" in e or "Error:" in e]
+        text = errors[-1].splitlines()[-1][:200] if errors else "(no error in the log)"
+    return re.sub(r"-launcher-[a-z0-9]{5}\b", "-launcher-<pod>", text.replace(job_name, "<job>"))
 
 
 def waiting_job(client, cluster, custom_api, t: FaultTask) -> tuple[str, dict, list[str]]:
