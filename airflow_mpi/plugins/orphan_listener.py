@@ -2,12 +2,13 @@
 
 Airflow calls it in the API server when a task instance is marked failed/success by hand, and in
 the scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed
-externally). A task process killed on its last try is failed by its surviving supervisor through the
-execution API, which calls no listener: the sweep when the DAG run finishes catches that job. In those cases no ``on_kill`` may run: a task marked failed before a triggerer picked
-up its trigger has no trigger to kill. The listener reads where the task's job lives from the XCom
-the operator wrote (``operators/_job_record.py``) and sweeps that namespace
-(``hooks/orphan_sweep.py``): every live MPIJob of this provider whose task instance is finished or
-gone (also a deleted DAG run's) is deleted. A finished MPIJob is never touched.
+externally). In those cases no ``on_kill`` may run: a task marked failed before a triggerer picked
+up its trigger has no trigger to kill. A task process killed on its last try is failed by its
+surviving supervisor through the execution API, which calls no listener: the sweep when its DAG run
+finishes catches that job. The listener reads where the task's job lives from the XCom the operator
+wrote (``operators/_job_record.py``) and sweeps that namespace (``hooks/orphan_sweep.py``): every
+live MPIJob of this provider whose task instance is finished or gone (also a deleted DAG run's) is
+deleted. A finished MPIJob is never touched.
 
 It acts only on the server side (ORM task instances): in a worker the operator cleans up itself.
 Errors are logged, never raised into Airflow.
@@ -79,7 +80,8 @@ def _reap_run(dag_id: str, run_id: str) -> list[str]:
         from airflow_mpi.hooks.orphan_sweep import sweep_namespace
         from airflow_mpi.plugins.metadata import run_job_locations, task_instance_states
 
-        places = {(r["namespace"], r["kubernetes_conn_id"], r["api_version"]) for r in run_job_locations(dag_id, run_id)}
+        records = run_job_locations(dag_id, run_id)
+        places = {(r["namespace"], r["kubernetes_conn_id"], r["api_version"]) for r in records}
         return [name for namespace, conn_id, api_version in sorted(places)
                 for name in sweep_namespace(MPIJobHook(conn_id=conn_id, api_version=api_version), namespace,
                                             task_instance_states)]

@@ -54,13 +54,13 @@ class Results:
         return run
 
     def markdown(self, date: str, repeat: int) -> str:
-        rows = ["| scenario | runs | MPIJobs per task instance | orphans | lines lost | lines doubled | spurious failures "
-                "| final state: message |", "|---|---|---|---|---|---|---|---|"]
+        rows = ["| scenario | runs | MPIJobs per task instance | orphans | lines lost | lines doubled "
+                "| spurious failures | final state: message |", "|---|---|---|---|---|---|---|---|"]
         for scenario in dict.fromkeys(r.scenario for r in self.runs):
             runs = [r for r in self.runs if r.scenario == scenario]
             outcomes = sorted({f"{r.state}: {r.message}" for r in runs})
-            rows.append(f"| {scenario} | {len(runs)} | {sorted({r.jobs for r in runs})} | {sum(r.orphans for r in runs)} "
-                        f"| {sum(r.lost for r in runs)} | {sum(r.doubled for r in runs)} | {sum(r.spurious for r in runs)} "
-                        f"| {'<br>'.join(outcomes)} |")
+            counts = [sum(getattr(r, column) for r in runs) for column in ("orphans", "lost", "doubled", "spurious")]
+            rows.append(f"| {scenario} | {len(runs)} | {sorted({r.jobs for r in runs})} | "
+                        + " | ".join(map(str, counts)) + f" | {'<br>'.join(outcomes)} |")
         return (f"# Fault injection results\n\nRun of {date}, each scenario {repeat} times "
                 "(`pytest tests/faults`; generated into .artifacts/faults/faults.md).\n\n" + "\n".join(rows) + "\n")

@@ -87,7 +87,8 @@ def test_apiserver_restart_mid_wait(client, cluster, custom_api, results, repeat
         runs.append(record(results, f"kube-apiserver restart mid-wait ({_mode(t)})", client, custom_api, t, run_id,
                            expected, job))
     for run in runs:
-        assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), run
+        assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), \
+            run
 
 
 def test_worker_pod_eviction_mid_run(client, cluster, custom_api, results, repeat):
