@@ -121,6 +121,10 @@ class Service:
                 f"{tail(self.log_path)}"
             )
 
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the whole group (e.g. SIGSTOP / SIGCONT to freeze a service for a while)."""
+        self._signal_group(sig)
+
     def _signal_group(self, sig: int) -> None:
         try:
             os.killpg(self.proc.pid, sig)
@@ -190,3 +194,30 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: f
     if cp.returncode != 0:
         raise StackError(f"{' '.join(argv)} failed with code {cp.returncode}:\n{cp.stdout[-4000:]}")
     return cp.stdout
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the command may hold spaces and parentheses: after the last ")"
+
+
+def descendant_titled(root: int, title: str) -> int | None:
+    """The pid of a process under ``root`` whose command line (a title set with setproctitle) starts with ``title``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if not cmdline.startswith(title):
+            continue
+        pid = ancestor = int(entry.name)
+        while ancestor not in (None, 0, 1):
+            if ancestor == root:
+                return pid
+            ancestor = _parent(ancestor)
+    return None

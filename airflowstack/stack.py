@@ -15,13 +15,15 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, free_port, run, wait_until
+from airflowstack._proc import Service, StackError, descendant_titled, free_port, run, wait_until
 from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
@@ -203,6 +205,26 @@ class AirflowStack:
                        check=self.check_alive)
         finally:
             probe_client.close()
+
+    @contextmanager
+    def frozen(self, name: str) -> Iterator[None]:
+        """Freeze a service's whole process group (SIGSTOP) inside the block, thaw it (SIGCONT) after: for a
+        scheduler, nothing is scheduled meanwhile."""
+        service = self.services[name]
+        service.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            service.send_signal(signal.SIGCONT)
+
+    def task_process(self, ti_id: str) -> int:
+        """The pid of the process running task instance ``ti_id`` (its ``id`` in the REST API) under this stack's
+        scheduler: the LocalExecutor's task runner titles itself "airflow worker -- <ti id>"."""
+        scheduler = self.services["scheduler"].pid
+        pid = descendant_titled(scheduler, f"airflow worker -- {ti_id}") if scheduler else None
+        if pid is None:
+            raise StackError(f"no task process of task instance {ti_id} under the scheduler (pid {scheduler})")
+        return pid
 
     def check_alive(self) -> None:
         """Raise StackError (with the tail of its log) if a service has exited."""

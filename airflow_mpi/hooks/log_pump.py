@@ -92,6 +92,7 @@ class LogPump:
         note_streams: Callable[[list], list[LogStream]],
         max_attempts: int | None,
         idle_wait: float,
+        job_succeeded: Callable[[], bool] = lambda: False,
     ) -> None:
         self.hook = hook
         self.namespace = namespace
@@ -102,7 +103,9 @@ class LogPump:
         self.note_streams = note_streams
         self.max_attempts = max_attempts
         self.idle_wait = idle_wait
+        self.job_succeeded = job_succeeded
         self._reported: set[str] = set()
+        self._ended: set[str] = set()  # streams whose follow the log server ended (not cut by this reader)
 
     async def run(self, finished: asyncio.Event) -> None:
         failures = 0
@@ -114,6 +117,7 @@ class LogPump:
                 for stream in pending:
                     await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
                 if finished.is_set() and all(s.finished for s in pending):
+                    self._tell_unread(streams)
                     return
                 failures = 0
             except asyncio.CancelledError:
@@ -132,6 +136,18 @@ class LogPump:
                 continue
             if not finished.is_set():
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished)
+
+    def _tell_unread(self, streams: list[LogStream]) -> None:
+        """Say so in the task log when launcher output can no longer be read: its pod is gone (cleanPodPolicy,
+        the launcher Job's TTL, a deletion) before this reader got to the end, so no line is silently missing."""
+        present = {s.key for s in streams}
+        for key in [k for k in self.logs.streams if k not in self.logs.done | self._ended | present]:
+            self.emit(f"(launcher log {key} could not be read to its end: its pod is gone; lines it printed "
+                      "after the last one above, if any, are not in this log)")
+            self.logs.done.add(key)
+        if not streams and not self.logs.streams and self.job_succeeded():
+            self.emit("(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
+                      "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
 
     def _report(self, err: BaseException) -> None:
         """Each distinct failure once as a warning (a failing endpoint is retried with backoff, not logged each time)."""
@@ -232,3 +248,5 @@ class LogPump:
                     await read
         if not read.cancelled() and read.exception() is not None:
             raise read.exception()
+        if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
+            self._ended.add(stream.key)

@@ -147,7 +147,8 @@ class JobMonitor:
 
     def _pump(self, pods: Any) -> LogPump:
         return LogPump(self.hook, self.namespace, self.logs, pods, emit=self.emit, emit_marked=self.emit_marked,
-                       note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval)
+                       note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval,
+                       job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
 
     def result(self, verdict: Verdict) -> dict:
         state = self.last_state

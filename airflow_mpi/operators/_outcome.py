@@ -39,6 +39,15 @@ def _should_delete(outcome: str, on_finish_action: str) -> bool:
     return on_finish_action == "delete_succeeded" and outcome in ("success", "target")
 
 
+def failure_text(outcome: str, job: str, detail: Any) -> str:
+    """``"<job> <outcome>: <detail>"``, saying the outcome once when the detail already says it
+    ("MPIJob ns/x: it was deleted while the task waited", not "MPIJob ns/x deleted: it was deleted ...")."""
+    detail = str(detail) if detail else ""
+    if detail and outcome in detail:
+        return detail if detail.startswith(job) else f"{job}: {detail}"
+    return f"{job} {outcome}: {detail or '(no detail)'}"
+
+
 def finish(
     task: Any,
     payload: dict[str, Any],
@@ -69,7 +78,7 @@ def finish(
     if outcome in ("success", "target"):
         task.log.info("MPIJob %s/%s: %s", namespace, name, payload.get("message"))
         return xcom_result(payload, api_version)
-    message = f"MPIJob {namespace}/{name} {outcome}: {payload.get('message')}"
+    message = failure_text(outcome, f"MPIJob {namespace}/{name}", payload.get("message"))
     if payload.get("launcher_exit_codes"):  # what the MPI program itself said, attempt by attempt
         message += f"; launcher exit codes: {', '.join(map(str, payload['launcher_exit_codes']))}"
     if outcome in PERMANENT or (outcome == "failed" and fail_permanently):

@@ -32,7 +32,8 @@ from airflowstack import kube  # noqa: E402
 ARTIFACTS = REPO / ".artifacts" / "e2e"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
 NAMESPACE = "airflow-e2e"
-LOCAL_CLUSTER_NAME = "e2e"
+# one name per test session: a local cluster of the same name would be replaced (engineers share one machine)
+LOCAL_CLUSTER_NAME = f"e2e-{os.getpid()}"
 
 
 def _require_installed() -> None:

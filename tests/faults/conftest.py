@@ -26,6 +26,22 @@ from tests.faults.record import Results
 
 REPEAT = int(os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "2"))
 ARTIFACTS = REPO / ".artifacts" / "faults"
+DAGS = ["e2e_mpi_quick", "e2e_fault_sync", "e2e_fault_sync_last_try", "e2e_fault_cleanup_sync",
+        "e2e_fault_cleanup_deferred"]
+
+
+@pytest.fixture(params=range(REPEAT), ids=lambda i: f"run{i + 1}")
+def repeat(request) -> int:
+    """Every scenario runs REPEAT times."""
+    return request.param
+
+
+@pytest.fixture(scope="package", autouse=True)
+def simulated(cluster, client):
+    """The scenarios script launcher lines and lifetimes: simulated nodes only; every fault DAG parsed."""
+    if not cluster.simulated:
+        pytest.skip("scripted launcher lines need the simulated cluster")
+    client.wait_for_dags(DAGS, timeout=180)
 
 
 @pytest.fixture(scope="package")

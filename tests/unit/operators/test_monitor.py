@@ -243,3 +243,27 @@ async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch
     await asyncio.wait_for(twenty_checks.wait(), 30)
     assert calls == [] and not task.done()
     task.cancel()
+
+
+async def test_a_succeeded_job_whose_launcher_pod_is_gone_says_its_log_could_not_be_read():
+    """cleanPodPolicy All / the launcher Job's TTL removed the pod before this try read anything."""
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"))
+    lines: list[str] = []
+    result = await monitor(FakeAsyncHook(job_obj=done, launchers=[]), lines).run()
+    assert result["status"] == "success"
+    assert len(lines) == 1 and "launcher's log could not be read: its pod is gone" in lines[0], lines
+
+
+async def test_a_launcher_pod_gone_mid_read_is_told_once_and_nothing_else_is_claimed():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a", "2026-11-22T10:00:02Z b"]}
+    hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    m = monitor(hook, [])
+    log_pass = m.logs.cursor.new_pass("job-launcher-a/launcher/0")
+    log_pass.accept(logs[("job-launcher-a", False)][0])  # "a" was read, then the trigger handed over
+    m.logs.streams.append("job-launcher-a/launcher/0")
+    hook.launchers = []  # the pod is gone before the rest was read
+    resumed: list[str] = []
+    await monitor(hook, resumed, log_state=m.logs.to_dict()).drain_logs()
+    assert resumed == ["(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
+                       "lines it printed after the last one above, if any, are not in this log)"]

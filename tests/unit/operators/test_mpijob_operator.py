@@ -248,6 +248,20 @@ def test_failure_message_names_the_launchers_exit_codes(monkeypatch):
     assert str(err.value) == "MPIJob ns/n failed: BackoffLimitExceeded; launcher exit codes: 1, 3"
 
 
+@pytest.mark.parametrize("detail, expected", [
+    ("it was deleted while the task waited", "MPIJob ns/n: it was deleted while the task waited"),
+    ("MPIJob ns/n was deleted", "MPIJob ns/n was deleted"),  # a detail naming the job is not wrapped again
+    ("gone", "MPIJob ns/n deleted: gone"),
+    (None, "MPIJob ns/n deleted: (no detail)"),
+])
+def test_deletion_message_says_deleted_and_names_the_job_once(monkeypatch, detail, expected):
+    op = make(on_finish_action="keep")
+    monkeypatch.setattr(op, "_drain", _no_drain)
+    with pytest.raises(AirflowException) as err:
+        op.execute_complete(context(), result("deleted", message=detail))
+    assert str(err.value) == expected
+
+
 async def _no_drain(*args):
     return None
 

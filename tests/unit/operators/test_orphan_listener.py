@@ -84,12 +84,39 @@ def test_retryable_or_worker_side_task_instances_are_left_alone(cluster, ti):
     assert list(cluster.jobs) == [("ns", "j")]
 
 
+def test_a_finished_dag_run_deletes_the_live_job_of_a_task_failed_without_listener(cluster, monkeypatch):
+    """A task process killed on its last try is failed through the execution API (no task instance listener):
+    the run's end sweeps the namespaces its tasks used, once each; a still retryable task's job stays."""
+    hold, retry = TaskKey("d", "hold", RUN, -1), TaskKey("d", "retry", RUN, -1)
+    add_job(cluster, "j", hold, "Created", "Running")
+    add_job(cluster, "k", retry, "Created", "Running")
+    location = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
+    asked = []
+    monkeypatch.setattr(metadata, "run_job_locations", lambda dag_id, run_id: asked.append((dag_id, run_id)) or
+                        [location, {**location, "name": "k"}])
+    monkeypatch.setattr(metadata, "task_instance_states", lambda keys: {hold: "failed", retry: "up_for_retry"})
+    sweep = orphan_listener.reap_run(NS(dag_id="d", run_id=RUN))
+    sweep.join(10)
+    assert list(cluster.jobs) == [("ns", "k")] and asked == [("d", RUN)] and len(cluster.made) == 1
+
+
 def test_listener_errors_never_reach_airflow(cluster, monkeypatch):
     def broken(ti):
         raise RuntimeError("database away")
 
     monkeypatch.setattr(metadata, "job_location", broken)
     assert orphan_listener.reap_after(ServerTI("failed")) == []
+    monkeypatch.setattr(metadata, "run_job_locations", lambda dag_id, run_id: broken(None))
+    assert orphan_listener._reap_run("d", RUN) == []
+
+
+def test_a_finished_dag_run_is_swept_through_the_listener_hooks(monkeypatch):
+    seen = []
+    monkeypatch.setattr(orphan_listener, "reap_run", seen.append)
+    run = NS(dag_id="d", run_id=RUN)
+    orphan_listener.on_dag_run_failed(run, "failed")
+    orphan_listener.on_dag_run_success(run, "success")
+    assert seen == [run, run]
 
 
 def test_plugin_registers_the_listener_and_the_entry_point_names_it():

@@ -1,0 +1,88 @@
+"""The steps every fault scenario shares: start a job whose launcher keeps running, see its lines reach the task
+log, wait for the task's end and measure it (record.py). ``FaultTask`` names the DAG and task a scenario drives."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+
+from airflowstack import StackError, wait_until
+from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
+from tests.e2e.conftest import NAMESPACE
+from tests.faults.record import Run, jobs_of, live_jobs, measure
+
+SWEEP_TIMEOUT = 30  # the orphan sweep at a DAG run's end runs beside the scheduler's loop
+TIMEOUT = 180  # a new triggerer takes over a dead one's triggers once its heartbeat is 30 s old
+ENDED = {"success", "failed", "up_for_retry"}
+
+
+@dataclass(frozen=True)
+class FaultTask:
+    dag: str
+    task: str
+    waiting: str  # the task's state while it waits for its job: "deferred" or "running"
+
+
+DEFERRED = FaultTask("e2e_mpi_quick", "quick", "deferred")
+SYNC = FaultTask("e2e_fault_sync", "job", "running")
+SYNC_LAST_TRY = FaultTask("e2e_fault_sync_last_try", "job", "running")
+CLEANUP_SYNC = FaultTask("e2e_fault_cleanup_sync", "job", "running")
+CLEANUP_DEFERRED = FaultTask("e2e_fault_cleanup_deferred", "job", "deferred")
+
+
+def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:
+    return [e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if " line " in e or " tie " in e]
+
+
+def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number: int = 1) -> None:
+    wait_until(lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None, timeout=TIMEOUT,
+               interval=0.5, what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})", ignore=())
+
+
+def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
+    """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
+    events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])
+    if ti["state"] == "success":  # and what the log says it could not read
+        text = "; ".join(["launcher succeeded", *(e for e in events if "could not be read" in e)])
+    else:
+        errors = [e for e in events if "Exception:" in e or "Error:" in e]
+        text = errors[-1].splitlines()[-1][:200] if errors else "(no error in the log)"
+    return re.sub(r"-launcher-[a-z0-9]{5}\b", "-launcher-<pod>", text.replace(job_name, "<job>"))
+
+
+def waiting_job(client, cluster, custom_api, t: FaultTask) -> tuple[str, dict, list[str]]:
+    """A task waiting for its running launcher, one batch of whose lines is in the task log."""
+    return waiting_jobs(client, cluster, custom_api, [t])[0]
+
+
+def waiting_jobs(client, cluster, custom_api, tasks: list[FaultTask]) -> list[tuple[str, dict, list[str]]]:
+    """``waiting_job`` for several tasks at once (one fault hits them all): (run id, MPIJob, lines) of each."""
+    cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("before"))
+    run_ids = [client.trigger(t.dag, launcher_conf(RUN))["dag_run_id"] for t in tasks]
+    waiting = []
+    for t, run_id in zip(tasks, run_ids):
+        client.wait_task(t.dag, run_id, t.task, {t.waiting}, timeout=TIMEOUT)
+        streamed(client, t, run_id, numbered_lines("before"))
+        (job,) = jobs_of(custom_api, t.dag, run_id)
+        waiting.append((run_id, job, numbered_lines("before")))
+    return waiting
+
+
+def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],
+           job: dict, outcome: tuple[str, int] = ("success", 1), every_try: bool = False) -> Run:
+    """Wait for the task's end and measure it: launcher lines in the log of its last try (``every_try``: in the
+    logs of all its tries); ``job``: its first MPIJob, ``outcome``: the final state and try number the fault
+    implies."""
+    ti = wait_until(lambda: (lambda ti: ti if ti["state"] in ENDED and ti["try_number"] >= outcome[1] else None)(
+        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {outcome[1]} of {run_id} to end")
+    if ti["state"] != "up_for_retry":  # orphans are counted once the run is over and its end's sweep is done
+        client.wait_run(t.dag, run_id, timeout=TIMEOUT)
+        with contextlib.suppress(StackError):  # still live then: measured below as an orphan
+            wait_until(lambda: not live_jobs(custom_api, t.dag, run_id), timeout=SWEEP_TIMEOUT, ignore=(),
+                       what=f"the jobs of {run_id} to be finished or deleted")
+    tries = range(1, ti["try_number"] + 1) if every_try else [ti["try_number"]]
+    lines = [line for n in tries for line in launcher_lines(client, t, run_id, n)]
+    return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
+                               message(client, t, run_id, ti, job["metadata"]["name"]), {job["metadata"]["uid"]},
+                               outcome))
