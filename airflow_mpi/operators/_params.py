@@ -89,3 +89,23 @@ def check_task_parameters(values: dict[str, Any]) -> None:
 def placeholder_identity(task: Any, run_id: str) -> TaskIdentity:
     """The identity of a task instance that does not exist (parse time, offline rendering)."""
     return TaskIdentity(task.dag_id, task.task_id, run_id)
+
+
+def settings_explained(settings: dict[str, Any], retries: int, retries_mapped: bool) -> list[str]:
+    """The task log's account of every field's value and source, and of what Airflow retries mean for this job."""
+    limit = settings["backoff_limit"].value
+    lines = ["Each field: parameter > base manifest > default: " + ", ".join(f"{k}={v}" for k, v in settings.items())]
+    if retries_mapped:
+        lines.append(
+            f"Retries: Airflow retries={retries} are mapped onto the MPIJob (runPolicy.backoffLimit={limit}, launcher "
+            f"restartPolicy={settings['launcher.restart_policy']}): up to {limit + 1} launcher attempts in one MPIJob; "
+            "a Failed MPIJob fails the task without further Airflow retries; infrastructure errors stay retryable "
+            "and reattach."
+        )
+    else:
+        lines.append(
+            f"Retries: runPolicy.backoffLimit={limit} from the {settings['backoff_limit'].source}; Airflow "
+            f"retries={retries} each start a fresh MPIJob (up to {(limit + 1) * (retries + 1)} launcher attempts in "
+            "total)."
+        )
+    return lines

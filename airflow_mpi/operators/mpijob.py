@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_mpi.models import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.models.deferral import not_before_text
 from airflow_mpi.models.errors import ErrorList
-from airflow_mpi.models.naming import TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.models.parameters import mpirun_launch, resolve_parameters
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.models.spec import LauncherCommand
@@ -41,10 +40,12 @@ from airflow_mpi.operators._params import (
     check_task_parameters,
     parse_time_values,
     placeholder_identity,
+    settings_explained,
     task_values,
 )
 from airflow_mpi.operators._redaction import redacted_yaml
-from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator, conf
+from airflow_mpi.operators._submission import create, deleted_by_earlier_try, reattach, try_number_of
+from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator, conf
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -68,27 +69,10 @@ class MPIJobOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "name",
-        "namespace",
-        "image",
-        "command",
-        "args",
-        "program",
-        "mpirun_args",
-        "env",
-        "env_from",
-        "labels",
-        "annotations",
-        "base_manifest",
-        "worker_resources",
-        "launcher_resources",
-        "gpus_per_worker",
-        "workers",
-        "slots_per_worker",
-        "mpi_implementation",
-        "launcher",
-        "worker",
-    )
+        "name", "namespace", "image", "command", "args", "program", "mpirun_args", "env", "env_from", "labels",
+        "annotations", "base_manifest", "worker_resources", "launcher_resources", "gpus_per_worker", "workers",
+        "slots_per_worker", "mpi_implementation", "launcher", "worker",
+    )  # fmt: skip
     template_ext: Sequence[str] = TEMPLATE_EXT
     # The parameters that make up the MPIJob (airflow_mpi.models.parameters reads them by these names).
     spec_parameters: Sequence[str] = (
@@ -290,7 +274,7 @@ class MPIJobOperator(BaseOperator):
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         self._job = (name, namespace)
         record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
-        job_try = _try_number_of(job)
+        job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
         if self.deferrable and job_state(job).terminal:
             # A trigger would fire at once, inside Airflow's deferral race (models/deferral.py): finish here.
@@ -313,23 +297,12 @@ class MPIJobOperator(BaseOperator):
         return self._finish(event)
 
     def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
-        """True when the job this try reattached to was deleted by the cleanup of the try that made it.
-
-        Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may
-        already have found that MPIJob: the new try then submits a fresh one, once. Any other
-        deletion (a person deleting the job of the current try) fails the task.
-        """
-        if payload.get("status") != "deleted" or job_try is None or getattr(self, "_resubmitted", False):
-            return False
-        if job_try >= context["ti"].try_number:
+        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made it."""
+        if getattr(self, "_resubmitted", False) or not deleted_by_earlier_try(
+            self.hook, self.log, payload, job_try, context["ti"].try_number
+        ):
             return False
         self._resubmitted = True
-        self.log.info(
-            "MPIJob %s of try %s was deleted by that try's cleanup (task cleared?): submitting a fresh one",
-            payload.get("name"),
-            job_try,
-        )
-        self.hook.wait_for_deleted(payload["name"], payload["namespace"], timeout=120)
         return True
 
     def on_kill(self) -> None:
@@ -345,90 +318,14 @@ class MPIJobOperator(BaseOperator):
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
     def _log_settings(self) -> None:
-        settings = self._resolution().settings
-        self.log.info(
-            "Each field: parameter > base manifest > default: %s", ", ".join(f"{k}={v}" for k, v in settings.items())
-        )
-        limit, retries = settings["backoff_limit"].value, self.retries or 0
-        if self._retries_mapped():
-            self.log.info(
-                "Retries: Airflow retries=%s are mapped onto the MPIJob (runPolicy.backoffLimit=%s, launcher "
-                "restartPolicy=%s): up to %s launcher attempts in one MPIJob; a Failed MPIJob fails the task "
-                "without further Airflow retries; infrastructure errors stay retryable and reattach.",
-                retries,
-                limit,
-                settings["launcher.restart_policy"],
-                limit + 1,
-            )
-        else:
-            self.log.info(
-                "Retries: runPolicy.backoffLimit=%s from the %s; Airflow retries=%s each start a fresh MPIJob "
-                "(up to %s launcher attempts in total).",
-                limit,
-                settings["backoff_limit"].source,
-                retries,
-                (limit + 1) * (retries + 1),
-            )
+        for line in settings_explained(self._resolution().settings, self.retries or 0, self._retries_mapped()):
+            self.log.info("%s", line)
 
     def _reattach(self, context: Any, manifest: dict) -> dict | None:
-        """The live (or Succeeded) MPIJob of this task instance, if one exists."""
-        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-        labels = manifest["metadata"]["labels"]
-        candidates = []
-        stored = recorded_job(context)
-        if stored:
-            candidates.append(stored)
-        candidates.append((name, namespace))
-        for cand_name, cand_ns in candidates:
-            existing = self.hook.get_mpijob(cand_name, cand_ns)
-            if existing is not None:
-                break
-        else:
-            found = self.hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))
-            live = [j for j in found if not job_state(j).terminal]
-            existing = live[0] if live else None
-        if existing is None:
-            return None
-        existing_labels = (existing.get("metadata") or {}).get("labels") or {}
-        existing_name = existing["metadata"]["name"]
-        if not same_task(existing_labels, labels):
-            raise AirflowFailException(
-                f"MPIJob {namespace}/{existing_name} already exists and belongs to another task instance "
-                f"(labels {existing_labels}); choose another name"
-            )
-        state = job_state(existing)
-        if existing["metadata"].get("deletionTimestamp"):
-            self.log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew", existing_name)
-            self.hook.wait_for_deleted(existing_name, existing["metadata"]["namespace"], timeout=120)
-            return None
-        if state.terminal and not state.succeeded:
-            self.log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
-            self.hook.delete_mpijob(existing_name, existing["metadata"]["namespace"])
-            self.hook.wait_for_deleted(existing_name, existing["metadata"]["namespace"], timeout=120)
-            return None
-        if state.succeeded:
-            self.log.info("MPIJob %s already Succeeded: not running it again", existing_name)
-        else:
-            self.log.info("Reattaching to MPIJob %s (%s) instead of creating another", existing_name, state.describe())
-        manifest["metadata"]["name"] = existing_name
-        return existing
+        return reattach(self.hook, self.log, manifest, recorded_job(context))
 
     def _create(self, manifest: dict) -> dict:
-        from kubernetes.client.exceptions import ApiException
-
-        from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
-
-        try:
-            return self.hook.create_mpijob(manifest, manifest["metadata"]["namespace"])
-        except (MPIJobAPIUnavailable, MPIJobConflictError) as err:  # a retry would meet the same answer
-            raise AirflowFailException(str(err)) from err
-        except ApiException as err:
-            if err.status in (400, 403, 404, 422):
-                raise AirflowFailException(
-                    f"The API server rejected MPIJob {manifest['metadata']['name']} "
-                    f"({err.status} {err.reason}): {_api_message(err)}"
-                ) from err
-            raise
+        return create(self.hook, manifest)
 
     def _monitor_kwargs(self, submitted_at: datetime, deadline: datetime | None) -> dict[str, Any]:
         return {
@@ -497,17 +394,6 @@ class MPIJobOperator(BaseOperator):
         )
 
 
-def _api_message(err: Any) -> str:
-    import json
-
-    try:
-        body = json.loads(err.body)
-    except (TypeError, ValueError):
-        return str(err.body or err)
-    causes = (body.get("details") or {}).get("causes") or []
-    return "; ".join(f"{c.get('field')}: {c.get('message')}" for c in causes) or body.get("message", "")
-
-
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -518,12 +404,6 @@ def _parse_time(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def _try_number_of(job: dict) -> int | None:
-    """The try that created ``job`` (its identity label), if it carries one."""
-    value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL)
-    return int(value) if value and value.isdigit() else None
 
 
 __all__ = ["MPIJobOperator"]
