@@ -12,6 +12,9 @@ Starts (or reuses) a local cluster (real API server and mpi-operator, simulated 
   requests by verb and its open long-running requests (watches, log follows);
 * P3 log throughput: one launcher writing ``--p3-lines`` lines over ``--p3-seconds``: lines lost or doubled.
 
+``--real-node NAME`` instead measures P1 on a real node (benchmarks/p1_real.py: real containers, a real kubelet
+serving the launcher's log), merged into ``--previous``'s results.
+
 Writes a markdown report with a plot (matplotlib) to ``--out`` (and ``docs/benchmarks-waits.png``).
 Targets (issue 11) are reported against, not asserted.
 """
@@ -226,7 +229,11 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument("--previous", help="results JSON of an earlier run: its parts not rerun are kept")
+    parser.add_argument("--real-node", metavar="NAME", help="instead: only P1 on the running real-node cluster NAME "
+                        "(benchmarks/p1_real.py; python -m localcluster node up --name NAME), --p1-runs per variant")
     args = parser.parse_args()
+    if args.real_node:
+        return _real_node(args)
     from localcluster.cluster import LocalCluster
 
     cluster = _running(args.cluster) or LocalCluster(args.cluster).start()
@@ -249,12 +256,34 @@ def main() -> None:
             {str(n): {**results.get("p2", {}).get(str(n), {}),
                       **p2(cluster, api, n, args.window, args.settle, tuple(args.sides.split(",")))}
              for n in map(int, args.n.split(","))})
-    raw = Path(args.out).with_suffix(".json")
+    _save(results, Path(args.out))
+
+
+def _real_node(args: argparse.Namespace) -> None:
+    """P1 on a real node, merged into the results of ``--previous``."""
+    from benchmarks.p1_real import p1_real
+    from localcluster.node_container import NodeCluster
+
+    node = NodeCluster(args.real_node)
+    if not node.running():
+        sys.exit(f"--real-node {args.real_node!r}: no such node cluster running "
+                 f"(python -m localcluster node up --name {args.real_node})")
+    results = json.loads(Path(args.previous).read_text()) if args.previous else {}
+    now = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    results.setdefault("runs", []).append(f"{now}: p1 on the real node")
+    results.setdefault("machine", machine())
+    results.setdefault("date", now)
+    results["p1_real"] = {"date": now, "machine": machine(), **p1_real(str(node.kubeconfig_path), args.p1_runs)}
+    _save(results, Path(args.out))
+
+
+def _save(results: dict, out: Path) -> None:
+    raw = out.with_suffix(".json")
     raw.write_text(json.dumps(results, indent=1))
     from benchmarks.waits_report import write_report
 
-    write_report(results, Path(args.out))
-    print(f"wrote {args.out} and {raw}")
+    write_report(results, out)
+    print(f"wrote {out} and {raw}")
 
 
 def _running(name: str):
