@@ -106,12 +106,25 @@ class LauncherWatcher(load.EndWatcher):
         return dict(self.seen[job])
 
 
+class JobCompleteWatcher(load.EndWatcher):
+    """Records when each launcher Job's Complete condition is first seen (by MPIJob name): the Job controller's share."""
+
+    def _follow(self, core: client.CoreV1Api) -> None:
+        batch = client.BatchV1Api(self.api)
+        for event in self._watch.stream(batch.list_namespaced_job, self.namespace, timeout_seconds=3600):
+            job = event["object"]
+            if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []):
+                self.ended.setdefault(job.metadata.name.removesuffix("-launcher"), time.time())
+
+
 class LineClock:
     """Stands in for the operator's and trigger's ``self.log``: when the launcher's last line reached the task log,
-    and how many times."""
+    and how many times; and when each of the provider's follow streams ended, by the log server ("eof") or cut by
+    the log pump ("cut")."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.follows: list[tuple[float, str]] = []
 
     def __getattr__(self, level: str):
         def record(msg, *args, **kwargs) -> None:
@@ -123,15 +136,31 @@ class LineClock:
 
 @contextlib.contextmanager
 def task_log(clock: LineClock) -> Iterator[None]:
+    """``clock`` as the task log, and timing the async hook's follow streams (the benchmark's instrument only)."""
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
     from airflow_mpi.operators import MPIJobOperator
     from airflow_mpi.triggers import MPIJobTrigger
+
+    read_pod_log = AsyncMPIJobHook.read_pod_log
+
+    async def timed(self, *args, follow: bool = False, **kwargs):
+        ended_by = "cut"
+        try:
+            async for line in read_pod_log(self, *args, follow=follow, **kwargs):
+                yield line
+            ended_by = "eof"
+        finally:
+            if follow:
+                clock.follows.append((time.time(), ended_by))
 
     saved = {cls: cls.__dict__.get("log") for cls in (MPIJobOperator, MPIJobTrigger)}
     for cls in saved:
         cls.log = property(lambda self: clock)
+    AsyncMPIJobHook.read_pod_log = timed
     try:
         yield
     finally:
+        AsyncMPIJobHook.read_pod_log = read_pod_log
         for cls, attr in saved.items():
             if attr is None:
                 del cls.log
@@ -185,9 +214,10 @@ def p1_real(kubeconfig: str, runs: int) -> dict:
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}})
     node = client.CoreV1Api(api).list_node().items[0].status.node_info
-    launchers, succeeded = LauncherWatcher(api, namespace), load.SucceededWatcher(api, namespace)
-    launchers.start()
-    succeeded.start()
+    watchers = launchers, complete, succeeded = (LauncherWatcher(api, namespace), JobCompleteWatcher(api, namespace),
+                                                 load.SucceededWatcher(api, namespace))
+    for watcher in watchers:
+        watcher.start()
     measured: dict[str, list[dict]] = {label: [] for label, _, _ in VARIANTS}
     try:
         for i in range(runs):
@@ -195,12 +225,13 @@ def p1_real(kubeconfig: str, runs: int) -> dict:
                 name, done, clock = one_run(namespace, f"p1real_{v}_{i}", deferrable=deferrable, logs=logs)
                 seen = launchers.result(name)
                 run = {**seen, "done": done, "succeeded": succeeded.ended.get(name), "task_log_end": clock.times,
+                       "job_complete": complete.ended.get(name), "pump_follows": clock.follows,
                        "container_end": container_end(seen["finished_at"], seen.get("last_line"))}
                 measured[label].append(run)
                 print(f"P1 real {label} #{i}: {json.dumps(latencies(run))}", flush=True)
     finally:
-        launchers.stop()
-        succeeded.stop()
+        for watcher in watchers:
+            watcher.stop()
         client.CoreV1Api(api).delete_namespace(namespace)
     return {"kubelet": node.kubelet_version, "runtime": node.container_runtime_version, "runs": measured,
             "program": " ".join(PROGRAM[:2]) + f" '{PROGRAM[2]}'"}
@@ -209,8 +240,10 @@ def p1_real(kubeconfig: str, runs: int) -> dict:
 def latencies(run: dict) -> dict[str, float | None]:
     """Seconds from the container's end to each thing seen after it (None: not seen)."""
     end = run["container_end"]
-    lines = run.get("task_log_end") or []
+    lines, follows = run.get("task_log_end") or [], run.get("pump_follows") or []
     at = {"status_seen": run.get("seen_ended"), "follow_ended": run.get("follow_ended"),
-          "task_log_end": lines[0] if lines else None, "succeeded": run.get("succeeded"), "done": run["done"]}
+          "pump_follow_ended": follows[-1][0] if follows else None,
+          "task_log_end": lines[0] if lines else None, "job_complete": run.get("job_complete"),
+          "succeeded": run.get("succeeded"), "done": run["done"]}
     return {k: None if t is None else round(t - end, 3) for k, t in at.items()}
 

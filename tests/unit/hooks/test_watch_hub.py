@@ -1,5 +1,5 @@
 """The watch hub and the log pump on the scripted hook (tests/unit/fakes.py); the real API server's side is in
-tests/integration/test_watch_hub.py."""
+tests/integration/test_watch_hub_on_cluster.py."""
 
 from __future__ import annotations
 
