@@ -6,9 +6,11 @@ triggerer would otherwise hold hundreds of streams, and the kubelet runs out of 
 servers (kwok) keep a follow stream open after the container ended: once the pod is seen not
 running (the watch hub says so at once, no polling) the stream gets ``FOLLOW_GRACE`` to end by
 itself, then the rest is read without following; the :class:`~airflow_mpi.models.logs.LogCursor`
-drops what the two reads share. An answer that is not a timestamped log line (``timestamps=true``
-prefixes every line the container wrote) is the log server's error text: it is reported once and
-retried with backoff, never printed as launcher output.
+drops what the two reads share. A kubelet, the other way round, ends the stream before the pod's
+status says the container stopped: the status gets ``EOF_SETTLE`` to arrive before the container is
+followed again. An answer that is not a timestamped log line (``timestamps=true`` prefixes every
+line the container wrote) is the log server's error text: it is reported once and retried with
+backoff, never printed as launcher output.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ log = logging.getLogger(__name__)
 
 MAX_FOLLOW_STREAMS = 64  # follow streams open at once per event loop (a triggerer); others read when a slot frees
 FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its container stopped
+# seconds the pod's status gets to say the container ended after the log server ended its follow stream: a kubelet
+# ends it about 1 s after the container's last output, often before its status report (measured on the real node:
+# docs/benchmarks.md); a container that still runs is followed again after this
+EOF_SETTLE = 2.0
 FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
 RETRY_DELAY = 1.0  # first delay after a failed read, doubled up to MAX_RETRY_DELAY
 MAX_RETRY_DELAY = 30.0
@@ -250,3 +256,13 @@ class LogPump:
             raise read.exception()
         if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
             self._ended.add(stream.key)
+            await self._settle(stream, finished)
+
+    async def _settle(self, stream: LogStream, finished: asyncio.Event) -> None:
+        """After the log server ended a follow: until the pod's status says the container stopped (the next pass
+        reads the rest without following), for at most ``EOF_SETTLE``, rather than following an ended container
+        again. No line is lost if it still runs: the next follow starts from the cursor."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EOF_SETTLE
+        while not finished.is_set() and await self._running(stream) and (left := deadline - loop.time()) > 0:
+            await self._wait(self.pods.wait_change(self.pods.version, left), finished)

@@ -213,6 +213,66 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
     assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
 
 
+class KubeletFollow(FakeAsyncHook):
+    """A kubelet's follow stream: it ends by itself once the container exited (``exits``: whether it did), before
+    the pod's status says so (the status follows ``status_after`` seconds later)."""
+
+    exits: bool = True
+    status_after: float = 0.2
+
+    async def read_pod_log(self, pod_name, namespace, *, follow=False, **kw):
+        import asyncio
+
+        async for line in super().read_pod_log(pod_name, namespace, follow=follow, **kw):
+            yield line
+        if follow and self.exits and self.launchers[0].status.container_statuses[0].state.running:
+            done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="3")
+            asyncio.get_running_loop().call_later(self.status_after, self._report_exit, done)
+
+    def _report_exit(self, done):
+        self.launchers = [pod("job-launcher-a", state="terminated")]
+        self.job_obj = done
+
+
+async def test_a_kubelet_ending_the_follow_before_the_status_says_so_is_not_followed_again():
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    lines: list[str] = []
+    result = await monitor(hook, lines).run()
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
+    assert [r[3] for r in hook.log_requests] == [True, False]  # followed once, then read the rest
+
+
+async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_losing_lines(monkeypatch):
+    import asyncio
+
+    from airflow_mpi.hooks import log_pump
+
+    monkeypatch.setattr(log_pump, "EOF_SETTLE", 0.05)
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    log = ["2026-11-22T10:00:01Z one"]
+    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): log})
+    hook.exits = False
+
+    async def more_output_then_exit():
+        while len(hook.log_requests) < 2:  # the first follow ended (a proxy dropped it), the container runs on
+            await asyncio.sleep(0.01)
+        log.append("2026-11-22T10:00:03Z two")
+        hook.exits = True
+
+    writer = asyncio.create_task(more_output_then_exit())
+    lines: list[str] = []
+    result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
+    await writer
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two"]
+    follows = [r[3] for r in hook.log_requests]
+    assert follows[:2] == [True, True] and follows[-1] is False
+
+
 async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch):
     """Events can only explain a stuck pod (or a ValidationError before Created): a queue of Pending jobs lists none."""
     import asyncio
