@@ -35,7 +35,7 @@ def test_latencies_are_from_the_container_end_and_unseen_ones_are_none():
 def test_report_has_the_real_node_table_and_its_target_row(tmp_path):
     # last lines 0.6-0.8 s into finishedAt's second: the true ends are at most 0.4, 0.3, 0.2 s later
     on = [run(end, end + d, seen_ended=end + 0.5, follow_ended=end + 0.2, task_log_end=[end + 0.1],
-              succeeded=end + d - 0.1, pump_follows=[[end + 0.3, how]])
+              job_complete=end + d - 0.15, succeeded=end + d - 0.1, pump_follows=[[end + 0.3, how]])
           for end, d, how in ((10.6, 1.2, "eof"), (10.7, 0.8, "cut"), (10.8, 0.9, "eof"))]
     off = [run(20.0, 20.7, seen_ended=20.5, follow_ended=20.3)]
     results = {"date": "2026-11-23 09:50 UTC", "machine": "vm", "p1_real": {
@@ -53,3 +53,4 @@ def test_report_has_the_real_node_table_and_its_target_row(tmp_path):
     target = "| P1 p95 with logs on <= 1 s, real node (sync execute) | 1.20 s (the wait's own share <= 0.100 s) |"
     assert f"{target} 0.20 s over |" in text
     assert "all runs: p50 0.100 s, max 0.100 s" in text
+    assert "pod status seen -> launcher Job Complete p50 0.25 s, max 0.55 s" in text
