@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_FOLLOW_STREAMS = 64  # follow streams open at once per event loop (a triggerer); others read when a slot frees
 FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its container stopped
 # seconds the pod's status gets to say the container ended after the log server ended its follow stream: a kubelet
-# ends it about 1 s after the container's last output, often before its status report (measured on the real node:
+# ends it about 1 s after the container's last output, sometimes before its status report (measured on the real node:
 # docs/benchmarks.md); a container that still runs is followed again after this
 EOF_SETTLE = 2.0
 FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
