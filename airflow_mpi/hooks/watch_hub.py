@@ -99,6 +99,7 @@ class WatchHub:
     """The informer of one (connection, namespace): caches, the two watch loops, the subscribers."""
 
     def __init__(self, hook: Any, namespace: str) -> None:
+        self.loop = asyncio.get_running_loop()  # a hub serves the waits of one event loop only
         self.hook = hook
         self.requests = requests_of(hook)
         self.namespace = namespace
@@ -304,9 +305,12 @@ def hubs() -> list[WatchHub]:
 async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
     """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed;
     the hub stops once its last subscriber left."""
-    key = (id(asyncio.get_running_loop()), hub_key(hook), namespace)
+    loop = asyncio.get_running_loop()
+    for stale in [k for k, h in _HUBS.items() if h.loop.is_closed()]:  # hubs of loops that ended without their waits
+        del _HUBS[stale]                                                # leaving (asyncio.run torn down, a test's loop)
+    key = (id(loop), hub_key(hook), namespace)
     hub = _HUBS.get(key)
-    if hub is None or hub.error is not None:
+    if hub is None or hub.error is not None or hub.loop is not loop:  # an id() of a dead loop can come back
         hub = _HUBS[key] = WatchHub(hook, namespace)
         try:
             await hub.start()

@@ -105,3 +105,24 @@ async def test_follow_streams_are_bounded_and_every_line_still_arrives_once(monk
     assert {n: [ln for ln in out if not ln.startswith("=")] for n, out in outputs.items()} == {
         n: [f"{n} line"] for n in names}
 
+
+
+def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
+    """A loop that ended with a wait still subscribed (a cancelled task never awaited) leaves its hub in the
+    registry; a later loop may get the dead loop's id(), and must get a hub of its own, not the dead one."""
+    hook = FakeAsyncHook(job_obj=job("a"))
+
+    async def make_hub():
+        return watch_hub.WatchHub(hook, "ns")
+
+    stale = asyncio.run(make_hub())  # its loop is closed now; it never started
+
+    async def wait_on_a_new_loop():
+        loop = asyncio.get_running_loop()
+        watch_hub._HUBS[(id(loop), watch_hub.hub_key(hook), "ns")] = stale  # as if id() had come back
+        async with watch_hub.subscription(hook, "ns", "a") as sub:
+            return sub.hub, list(sub.hub.jobs.values())
+
+    hub, listed = asyncio.run(asyncio.wait_for(wait_on_a_new_loop(), 30))
+    assert hub is not stale and [j["metadata"]["name"] for j in listed] == ["a"]  # a hub that listed the cluster
+    assert stale not in watch_hub._HUBS.values()
