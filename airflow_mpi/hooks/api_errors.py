@@ -5,11 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any, TypeVar
+
+import tenacity
 
 log = logging.getLogger(__name__)
 
 TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: seconds of API errors a wait rides out (an API server restart, a control-plane upgrade) before it fails;
+#: the watch hub and every read of a wait share this budget, one call's own retries last about 15 s
+API_OUTAGE_LIMIT = 300.0
+OUTAGE_RETRY_DELAY = 1.0  # first delay, doubled up to MAX_OUTAGE_RETRY_DELAY
+MAX_OUTAGE_RETRY_DELAY = 30.0
+
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------------------- errors
@@ -111,3 +122,37 @@ def unsynced_after_outage(err: BaseException, outage_started: datetime | None) -
     """401/403 while an API server comes back: it refuses non-admin identities until its authentication and
     RBAC caches have synced (seen with a least-privilege service account), so during an outage they are transient."""
     return outage_started is not None and getattr(err, "status", None) in (401, 403)
+
+
+def _worth_waiting_out(retry_state: tenacity.RetryCallState) -> bool:
+    exc = retry_state.outcome.exception() if retry_state.outcome else None
+    if exc is None:
+        return False
+    # 401/403 count only once the API was seen failing: never retry a plain permission error
+    return is_transient(exc) or (retry_state.attempt_number > 1 and getattr(exc, "status", None) in (401, 403))
+
+
+def _log_outage(retry_state: tenacity.RetryCallState) -> None:
+    exc = retry_state.outcome.exception() if retry_state.outcome else None
+    delay = retry_state.next_action.sleep if retry_state.next_action else 0.0
+    log.warning(
+        "Kubernetes API unavailable for %.0fs (%s): the wait goes on, next try in %.0fs (gives up after %.0fs)",
+        retry_state.seconds_since_start or 0.0, describe_error(exc), delay, API_OUTAGE_LIMIT,
+    )
+
+
+async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds.
+
+    For the reads of a wait only: the hub's watches already survive such an outage, and a task that waits on
+    a training run of hours must not fail because one of its reads met the API server restarting (the
+    call's own retries cover a blip, not a restart). Other errors are raised at once.
+    """
+    retrying = tenacity.AsyncRetrying(
+        stop=tenacity.stop_after_delay(API_OUTAGE_LIMIT),
+        wait=tenacity.wait_exponential(multiplier=OUTAGE_RETRY_DELAY, max=MAX_OUTAGE_RETRY_DELAY),
+        retry=_worth_waiting_out,
+        reraise=True,
+        before_sleep=_log_outage,
+    )
+    return await retrying(fn, *args, **kwargs)

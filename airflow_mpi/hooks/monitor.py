@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks import watch_hub
+from airflow_mpi.hooks.api_errors import through_outage
 from airflow_mpi.hooks.log_pump import LogPump, LogState
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
 from airflow_mpi.models.attempts import LogStream, launcher_streams
@@ -189,9 +190,10 @@ class JobMonitor:
         """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``.
 
         One GET first: it tells this job's incarnation (uid) apart from an earlier one of the same name
-        that the cache may still hold, and covers a job created after the hub's last event.
+        that the cache may still hold, and covers a job created after the hub's last event. Like the hub's
+        watches, it rides out an API server restart (one began between a create and this GET in a CI run).
         """
-        obj = await self.hook.get_mpijob(self.name, self.namespace)
+        obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
         uid = (obj.get("metadata") or {}).get("uid")
@@ -235,9 +237,9 @@ class JobMonitor:
         return first
 
     async def _events(self, pod_names: list[str]) -> list:
-        raw = list(await self.hook.job_events(self.name, self.namespace))
+        raw = list(await through_outage(self.hook.job_events, self.name, self.namespace))
         if pod_names:
-            raw += list(await self.hook.pod_events(pod_names, self.namespace))
+            raw += list(await through_outage(self.hook.pod_events, pod_names, self.namespace))
         return [event_summary(e) for e in raw]
 
     async def _delete_quietly(self) -> None:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.hooks.api_errors import is_transient, unsynced_after_outage
+from airflow_mpi.hooks.api_errors import API_OUTAGE_LIMIT, is_transient, unsynced_after_outage
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.k8s_requests import JOB_NAME_LABEL, sort_newest_first, sort_workers
 from airflow_mpi.hooks.summaries import pod_role
@@ -36,7 +36,6 @@ POD_SELECTOR = JOB_NAME_LABEL  # label exists
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
 RETRY_DELAY = 1.0  # first delay after a failed list/watch, doubled up to MAX_RETRY_DELAY
 MAX_RETRY_DELAY = 30.0
-API_OUTAGE_LIMIT = 300.0  # seconds of API errors before the subscribers get the error (tasks stay retryable)
 
 
 def _meta(obj: Any) -> tuple[str | None, str | None, dict]:

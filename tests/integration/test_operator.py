@@ -226,6 +226,9 @@ class Background:
         self._thread = threading.Thread(target=lambda: self._outcome.append(_call(fn, *args)))
         self._thread.start()
 
+    def done(self) -> bool:
+        return bool(self._outcome)
+
     def result(self, timeout: float):
         self._thread.join(timeout)
         assert self._outcome, f"still running after {timeout}s"
@@ -319,6 +322,58 @@ def test_wait_survives_an_api_server_restart(cluster, k8s, namespace, kubernetes
     watch_mpijob(k8s, namespace, name, lambda o: "Running" in true_conditions(o))
     cluster.restart_apiserver()
     outcome = worker.result(180)
+    assert isinstance(outcome, dict) and outcome["condition"] == "Succeeded", outcome
+    assert record.payload_lines() == LINES
+
+
+@pytest.mark.needs_simulation
+def test_wait_survives_an_api_server_down_at_its_first_read(cluster, namespace, kubernetes_default_conn, record,
+                                                             monkeypatch):
+    """The API server goes away as the wait sends its first GET (a CI run: a restart right after the create) and
+    stays away until that GET has used up the call's own retries: the wait rides it out like its watches do."""
+    import logging
+
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
+    from airflow_mpi.hooks.mpijob import MPIJobHook as SyncHook
+
+    cluster.set_launcher_logs(namespace, LINES)
+    monkeypatch.setattr(AsyncMPIJobHook, "api_retries", 1)  # the call gives up at its first failure
+    monkeypatch.setattr(SyncHook, "api_retries", 1)
+    down, outage_ridden, restarted = threading.Event(), threading.Event(), threading.Event()
+    worker: list[Background] = []
+
+    class Seen(logging.Handler):
+        def emit(self, rec):
+            if "Kubernetes API unavailable" in rec.getMessage():
+                outage_ridden.set()
+
+    def keep_down_until_the_wait_rides_it_out_or_ends() -> None:
+        down.set()
+        while not outage_ridden.wait(0.2) and not worker[0].done():
+            pass
+
+    real_get = AsyncMPIJobHook.get_mpijob
+    first = [True]
+
+    async def get_mpijob(self, name, ns):
+        if first[0]:
+            first[0] = False
+            threading.Thread(target=lambda: (cluster.restart_apiserver(
+                down_hook=keep_down_until_the_wait_rides_it_out_or_ends), restarted.set())).start()
+            await asyncio.to_thread(down.wait)
+        return await real_get(self, name, ns)
+
+    monkeypatch.setattr(AsyncMPIJobHook, "get_mpijob", get_mpijob)
+    handler = Seen()
+    logging.getLogger("airflow_mpi.hooks.api_errors").addHandler(handler)
+    try:
+        op = operator("first-read", namespace, run_duration="2s")
+        worker.append(Background(op.execute, ctx("first-read")))
+        outcome = worker[0].result(300)
+    finally:
+        logging.getLogger("airflow_mpi.hooks.api_errors").removeHandler(handler)
+        restarted.wait(120)
+    assert outage_ridden.is_set() and not first[0]
     assert isinstance(outcome, dict) and outcome["condition"] == "Succeeded", outcome
     assert record.payload_lines() == LINES
 

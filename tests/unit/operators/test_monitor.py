@@ -15,6 +15,15 @@ from tests.unit.fakes import FakeAsyncHook, job, pod
 NOW = datetime.now(timezone.utc)
 
 
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    """The monitor's clock stays at NOW: verdicts that depend on elapsed time (a pod Pending past its schedule
+    timeout) must not change with how long the suite ran before this module (a full CI run took minutes)."""
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: NOW)
+
+
 def monitor(hook, lines, **kw):
     kw.setdefault("submitted_at", NOW)
     kw.setdefault("poll_interval", 0.01)
@@ -331,3 +340,62 @@ async def test_a_launcher_pod_gone_mid_read_is_told_once_and_nothing_else_is_cla
     await monitor(hook, resumed, log_state=m.logs.to_dict()).drain_logs()
     assert resumed == ["(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
                        "lines it printed after the last one above, if any, are not in this log)"]
+
+
+class Restarting(FakeAsyncHook):
+    """An API server that refuses ``failures`` reads (each error in turn) before it answers again."""
+
+    def __init__(self, *args, failures: list[BaseException], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.__dict__["failures"] = list(failures)
+
+    async def get_mpijob(self, name, namespace):
+        if self.failures:
+            raise self.failures.pop(0)
+        return await super().get_mpijob(name, namespace)
+
+
+def _api_error(status: int):
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    return ApiException(status=status, reason="x")
+
+
+async def test_the_first_read_rides_out_an_api_server_restart(monkeypatch, caplog):
+    """A restart between the create and the wait's first GET (a CI run): longer than one call's own retries, and
+    an API server that is back but has not synced its RBAC caches yet (403), still a success."""
+    import logging
+
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    outage = [ConnectionRefusedError(111, "Connect call failed")] * 8 + [_api_error(503), _api_error(403)]
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = Restarting(job_obj=done, failures=outage)
+    with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.api_errors"):
+        result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "success" and hook.failures == []
+    assert len([r for r in caplog.records if "Kubernetes API unavailable" in r.getMessage()]) == len(outage)
+
+
+@pytest.mark.parametrize("status", [403, 401, 400])
+async def test_a_refusal_on_the_first_read_fails_at_once(monkeypatch, status):
+    """Outside an outage a 401/403 is the answer (a service account without rights), not a blip to wait out."""
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[_api_error(status), _api_error(503)])
+    with pytest.raises(Exception) as err:
+        await monitor(hook, [], get_logs=False).run()
+    assert getattr(err.value, "status", None) == status and len(hook.failures) == 1
+
+
+async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(api_errors, "API_OUTAGE_LIMIT", 0)
+    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[ConnectionRefusedError(111, "down")] * 3)
+    with pytest.raises(ConnectionRefusedError):
+        await monitor(hook, [], get_logs=False).run()
+    assert len(hook.failures) == 2
