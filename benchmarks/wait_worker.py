@@ -5,6 +5,9 @@ per finished wait, ``{"lag_ms": [...], "lines": {...}}`` at the end (event-loop 
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
         --out FILE [--logs] [--seconds S] [--collect-lines]
+
+With ``BENCH_TRACEMALLOC=FILE`` in the environment, the Python allocations alive at the end of the window
+(where the steady state's memory goes) are written to FILE, largest first.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
+import tracemalloc
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -92,6 +97,8 @@ async def main(args) -> None:
     await asyncio.sleep(0)
     _print({"started": time.time()})
     done, pending = await asyncio.wait(waits, timeout=args.seconds)
+    if os.environ.get("BENCH_TRACEMALLOC"):
+        _dump_allocations(os.environ["BENCH_TRACEMALLOC"])
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
@@ -101,7 +108,21 @@ async def main(args) -> None:
     _print({"lag_ms": sorted(lag), "lines": lines, "finished": len(done)})
 
 
+def _dump_allocations(path: str, top: int = 40) -> None:
+    """The live allocations by the line that made them, largest first (before the waits are torn down)."""
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    stats = snapshot.statistics("lineno")
+    total = sum(s.size for s in stats)
+    with open(path, "w") as out:
+        out.write(f"live Python allocations: {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks\n")
+        for stat in stats[:top]:
+            frame = stat.traceback[0]
+            out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:8d} blocks  {frame.filename}:{frame.lineno}\n")
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_TRACEMALLOC"):
+        tracemalloc.start()
     parser = argparse.ArgumentParser()
     parser.add_argument("--side", choices=("provider", "peer"), required=True)
     parser.add_argument("--namespace", required=True)

@@ -141,6 +141,16 @@ def _log_outage(retry_state: tenacity.RetryCallState) -> None:
     )
 
 
+def _outage_policy() -> dict[str, Any]:
+    return {
+        "stop": tenacity.stop_after_delay(API_OUTAGE_LIMIT),
+        "wait": tenacity.wait_exponential(multiplier=OUTAGE_RETRY_DELAY, max=MAX_OUTAGE_RETRY_DELAY),
+        "retry": _worth_waiting_out,
+        "reraise": True,
+        "before_sleep": _log_outage,
+    }
+
+
 async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds.
 
@@ -148,11 +158,9 @@ async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: 
     a training run of hours must not fail because one of its reads met the API server restarting (the
     call's own retries cover a blip, not a restart). Other errors are raised at once.
     """
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_after_delay(API_OUTAGE_LIMIT),
-        wait=tenacity.wait_exponential(multiplier=OUTAGE_RETRY_DELAY, max=MAX_OUTAGE_RETRY_DELAY),
-        retry=_worth_waiting_out,
-        reraise=True,
-        before_sleep=_log_outage,
-    )
-    return await retrying(fn, *args, **kwargs)
+    return await tenacity.AsyncRetrying(**_outage_policy())(fn, *args, **kwargs)
+
+
+def through_outage_sync(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`through_outage` for a blocking read (a sensor's poke)."""
+    return tenacity.Retrying(**_outage_policy())(fn, *args, **kwargs)

@@ -92,8 +92,10 @@ class MPIJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Any) -> bool:
+        from airflow_mpi.hooks.api_errors import through_outage_sync
+
         namespace = self._namespace()
-        obj = self.hook.get_mpijob(self.job_name, namespace)
+        obj = through_outage_sync(self.hook.get_mpijob, self.job_name, namespace)  # a restart is no failure
         if obj is None:
             raise AirflowException(f"MPIJob {namespace}/{self.job_name} does not exist")
         state = job_state(obj)

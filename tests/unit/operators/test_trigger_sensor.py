@@ -164,6 +164,33 @@ def test_sensor_fails_fast_on_failed_job_and_on_missing_job():
         sensor(FakeSyncHook()).poke({})
 
 
+def test_a_poke_rides_out_an_api_server_restart_but_not_a_refusal(monkeypatch):
+    """A poke that meets the API server restarting waits it out (like the operator's wait); a 403 is an answer."""
+    from kubernetes.client.exceptions import ApiException
+
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+
+    class Restarting(FakeSyncHook):
+        def __init__(self, failures, **kw):
+            super().__init__(**kw)
+            self.failures = list(failures)
+
+        def get_mpijob(self, name, namespace):
+            if self.failures:
+                raise self.failures.pop(0)
+            return super().get_mpijob(name, namespace)
+
+    hook = Restarting([ConnectionRefusedError(111, "refused")] * 6 + [ApiException(status=503)],
+                      jobs=with_job("Created", "Succeeded").jobs)
+    assert sensor(hook).poke({}) is True and hook.failures == []
+    refused = Restarting([ApiException(status=403), ConnectionRefusedError(111, "refused")], jobs=hook.jobs)
+    with pytest.raises(ApiException):
+        sensor(refused).poke({})
+    assert len(refused.failures) == 1
+
+
 def test_sensor_rejects_unknown_condition_at_parse_time():
     with pytest.raises(ValueError, match="target_condition='Done'"):
         MPIJobSensor(task_id="s", job_name="j", target_condition="Done")
