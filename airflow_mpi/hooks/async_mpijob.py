@@ -22,6 +22,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -36,7 +37,7 @@ try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
-from airflow_mpi.hooks import _calls as calls, live_delete
+from airflow_mpi.hooks import _calls as calls, client_pool, live_delete
 from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
 from airflow_mpi.hooks.k8s_requests import (
     LAUNCHER,
@@ -89,6 +90,7 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
     # per instance once set: the client shared inside ``async with``, its nesting depth, config cached
     _shared_client: async_client.ApiClient | None = None
     _shared_depth: int = 0
+    _pool_key: tuple | None = None
     _config_loaded: bool = False
 
     @classmethod
@@ -105,10 +107,13 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
 
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
-        """Share one API client (aiohttp session) across the calls made inside ``async with``."""
+        """Share one API client (aiohttp session) across the calls made inside ``async with``: the client of
+        every hook of this event loop reaching the cluster as the same user (hooks/client_pool.py)."""
         if self._shared_depth == 0:
             await self._load_config()
-            self._shared_client = _TimeoutAsyncK8sApiClient(configuration=self.client_configuration)
+            self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
+            factory = partial(_TimeoutAsyncK8sApiClient, configuration=self.client_configuration)
+            self._shared_client = client_pool.acquire(self._pool_key, factory) if self._pool_key else factory()
         self._shared_depth += 1
         return self
 
@@ -121,7 +126,9 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
         """Close the shared API client, if any."""
         shared, self._shared_client = self._shared_client, None
         self._shared_depth = 0
-        if shared is not None:
+        if shared is not None and self._pool_key is not None:
+            await client_pool.release(self._pool_key, shared)
+        elif shared is not None:
             await shared.close()
 
     @contextlib.asynccontextmanager

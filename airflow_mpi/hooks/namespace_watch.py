@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_mpi.hooks import _calls as calls
+from airflow_mpi.hooks import _calls as calls, client_pool
 from airflow_mpi.hooks.k8s_requests import aiter_lines
 
 MPIJOBS = "mpijobs"
@@ -109,11 +109,7 @@ class NamespaceRequests:
 
     def watch_identity(self) -> tuple:
         """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
-        h = self.hook
-        settings = (h.config_file, h.cluster_context, h.in_cluster, h.disable_verify_ssl,
-                    json.dumps(h.config_dict, sort_keys=True, default=str),
-                    json.dumps(getattr(h, "_extras", None), sort_keys=True, default=str))
-        return (h.conn_id, h.api_version, settings)
+        return client_pool.identity(self.hook)
 
     async def list_objects(self, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
         return await list_objects(self.hook, kind, namespace, label_selector)

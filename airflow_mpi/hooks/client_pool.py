@@ -1,0 +1,70 @@
+"""One Kubernetes API client per (event loop, cluster identity): what the waits of a triggerer share.
+
+Every trigger has a hook of its own, and a hook inside ``async with`` used to open an API client of its own:
+an aiohttp session, a connection pool, an SSL context with the cluster's CA and a TLS connection per wait.
+At hundreds of waits per triggerer that was most of the memory a wait cost beyond the shared watch (issue 11:
+TLS handshakes and read buffers for 300 connections where 66 were needed). Hooks that reach the same cluster
+as the same user now share one client, reference-counted, closed when the last one leaves. Credentials that
+change under a client (exec plugins, auth providers: short-lived tokens) are never shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class _Shared:
+    client: Any
+    users: int
+
+
+_POOL: dict[tuple, _Shared] = {}
+
+
+def identity(hook: Any) -> tuple:
+    """Hooks with equal identities reach the same cluster as the same user (connection, config, extras)."""
+    settings = (hook.config_file, hook.cluster_context, hook.in_cluster, hook.disable_verify_ssl,
+                json.dumps(hook.config_dict, sort_keys=True, default=str),
+                json.dumps(getattr(hook, "_extras", None), sort_keys=True, default=str))
+    return (hook.conn_id, hook.api_version, settings)
+
+
+def _key(key: Any) -> tuple:
+    loop = asyncio.get_running_loop()
+    for stale in [k for k in _POOL if k[0].is_closed()]:  # loops that ended without closing their clients
+        del _POOL[stale]
+    return (loop, key)
+
+
+def acquire(key: Any, factory: Callable[[], Any]) -> Any:
+    """The client shared under ``key`` in the running loop, made by ``factory`` if there is none."""
+    pool_key = _key(key)
+    shared = _POOL.get(pool_key)
+    if shared is None:
+        shared = _POOL[pool_key] = _Shared(factory(), 0)
+    shared.users += 1
+    return shared.client
+
+
+async def release(key: Any, client: Any) -> None:
+    """One user fewer; the last one closes the client."""
+    pool_key = _key(key)
+    shared = _POOL.get(pool_key)
+    if shared is None or shared.client is not client:  # not pooled (or its loop's pool was dropped)
+        await client.close()
+        return
+    shared.users -= 1
+    if shared.users <= 0:
+        del _POOL[pool_key]
+        await client.close()
+
+
+def shared_clients() -> int:
+    """Clients open in the running loop (tests, benchmarks)."""
+    loop = asyncio.get_running_loop()
+    return sum(1 for k in _POOL if k[0] is loop)
