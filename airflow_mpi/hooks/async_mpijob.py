@@ -26,18 +26,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import tenacity
-from kubernetes_asyncio import client as async_client, config as async_config
+from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, _get_bool
-from airflow.providers.common.compat.sdk import AirflowException
 
 try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
 from airflow_mpi.hooks import _calls as calls, client_pool, live_delete
+from airflow_mpi.hooks.async_client_config import load_client_config
 from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
 from airflow_mpi.hooks.k8s_requests import (
     LAUNCHER,
@@ -51,12 +51,7 @@ from airflow_mpi.hooks.k8s_requests import (
     sort_newest_first,
     sort_workers,
 )
-from airflow_mpi.hooks.kubeconfig import (
-    in_cluster_namespace,
-    kubeconfig_uses_dynamic_auth,
-    parse_kubeconfig,
-    read_kubeconfig,
-)
+from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod
@@ -152,67 +147,9 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
         return None if value == "" else value
 
     async def _load_config(self) -> None:
-        """Load the client configuration from the same sources, in the same order, as the sync hook.
-
-        in_cluster | config_file argument or kube_config_path extra | kube_config extra (YAML/JSON
-        text or dict) | config_dict argument -- mutually exclusive; none: in-cluster when running in
-        a pod, else the default kubeconfig. cluster_context selects the context, disable_verify_ssl
-        turns certificate checks off. Loaded once, except for exec/auth-provider credentials
-        (short-lived tokens), which are reloaded on every call.
-        """
-        if self.client_configuration is None:
-            self.client_configuration = async_client.Configuration()
-        if self._config_loaded:
-            return
-        cfg = self.client_configuration
-        in_cluster = self._coalesce_param(self.in_cluster, await self._get_field("in_cluster"))
-        cluster_context = self._coalesce_param(self.cluster_context, await self._get_field("cluster_context"))
-        kubeconfig_path = self._coalesce_param(self.config_file or None, await self._get_field("kube_config_path"))
-        kubeconfig = await self._get_field("kube_config")
-        if sum(1 for o in (in_cluster, kubeconfig, kubeconfig_path, self.config_dict) if o) > 1:
-            raise AirflowException(
-                "Invalid connection configuration. Options kube_config_path (or config_file), kube_config, "
-                "in_cluster and config_dict are mutually exclusive. You can only use one option at a time."
-            )
-        dynamic = False
-        if in_cluster:
-            self.log.debug("loading kube_config from: in_cluster configuration")
-            async_config.load_incluster_config(client_configuration=cfg)
-            self._is_in_cluster = True
-        elif kubeconfig_path:
-            self.log.debug("loading kube_config from: %s", kubeconfig_path)
-            await async_config.load_kube_config(
-                config_file=kubeconfig_path, context=cluster_context, client_configuration=cfg
-            )
-            data = await asyncio.to_thread(read_kubeconfig, kubeconfig_path)
-            dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
-            self._is_in_cluster = False
-        elif kubeconfig:
-            self.log.debug("loading kube_config from: connection kube_config")
-            data = kubeconfig if isinstance(kubeconfig, dict) else parse_kubeconfig(kubeconfig)
-            await async_config.load_kube_config_from_dict(data, context=cluster_context, client_configuration=cfg)
-            dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
-            self._is_in_cluster = False
-        elif self.config_dict:
-            self.log.debug("loading kube_config from: config dictionary")
-            await async_config.load_kube_config_from_dict(
-                self.config_dict, context=cluster_context, client_configuration=cfg
-            )
-            dynamic = kubeconfig_uses_dynamic_auth(self.config_dict, cluster_context)
-            self._is_in_cluster = False
-        else:
-            try:
-                async_config.load_incluster_config(client_configuration=cfg)
-                self._is_in_cluster = True
-            except async_config.ConfigException:
-                self.log.debug("loading kube_config from: default file")
-                await async_config.load_kube_config(context=cluster_context, client_configuration=cfg)
-                data = await asyncio.to_thread(read_kubeconfig, async_config.KUBE_CONFIG_DEFAULT_LOCATION)
-                dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
-                self._is_in_cluster = False
-        if self._coalesce_param(self.disable_verify_ssl, await self._get_field("disable_verify_ssl")):
-            cfg.verify_ssl = False
-        self._config_loaded = not dynamic
+        """The client configuration, from the sync hook's sources in its order (hooks/async_client_config.py);
+        loaded once, except for exec/auth-provider credentials (short-lived tokens): reloaded on every call."""
+        await load_client_config(self)
 
     async def get_namespace(self) -> str:  # type: ignore[override]
         """Namespace of the connection, else of the pod this runs in, else ``default``."""

@@ -47,6 +47,16 @@ def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
     return meta.name, getattr(meta, "uid", None), meta.labels or {}
 
 
+def _slim(obj: Any) -> Any:
+    """The object without its managedFields: nothing here reads them, and they are a large part of every pod
+    and MPIJob the hub keeps (one of each per wait, hundreds per triggerer)."""
+    if isinstance(obj, dict):
+        (obj.get("metadata") or {}).pop("managedFields", None)
+    elif getattr(obj, "metadata", None) is not None:
+        obj.metadata.managed_fields = None
+    return obj
+
+
 class Subscription:
     """One wait's view of the hub: its job, its pods, and a change counter to await."""
 
@@ -176,6 +186,7 @@ class WatchHub:
         return _meta(pod)[2].get(JOB_NAME_LABEL)
 
     def _apply(self, kind: str, event_type: str, obj: Any) -> None:
+        obj = _slim(obj)
         name, uid, _ = _meta(obj)
         if kind == MPIJOBS:
             if event_type == "DELETED":
@@ -199,6 +210,7 @@ class WatchHub:
 
     def _replace(self, kind: str, items: list) -> None:
         """A (re-)list: the new cache; the waits whose objects changed or vanished are told."""
+        items = [_slim(o) for o in items]
         if kind == MPIJOBS:
             old = self.jobs
             self.jobs = {_meta(o)[0]: o for o in items}

@@ -126,3 +126,21 @@ def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
     hub, listed = asyncio.run(asyncio.wait_for(wait_on_a_new_loop(), 30))
     assert hub is not stale and [j["metadata"]["name"] for j in listed] == ["a"]  # a hub that listed the cluster
     assert stale not in watch_hub._HUBS.values()
+
+
+async def test_the_cache_keeps_no_managed_fields_listed_or_watched():
+    """managedFields are most of a pod or MPIJob kept per wait; nothing reads them."""
+    def with_fields(obj):
+        obj["metadata"]["managedFields"] = [{"manager": "mpi-operator", "fieldsV1": {"f:status": {}}}]
+        return obj
+
+    launcher = pod("a-launcher", job="a")
+    launcher.metadata.managed_fields = [{"manager": "kubelet"}]
+    hook = FakeAsyncHook(job_obj=with_fields(job("a")), launchers=[launcher])
+    async with watch_hub.subscription(hook, "ns", "a") as sub:
+        assert "managedFields" not in sub.job()["metadata"] and sub.job()["metadata"]["name"] == "a"
+        assert sub.launcher_pods()[0].metadata.managed_fields is None
+        seen = sub.version
+        hook.job_obj = with_fields(job("a", "ns", ("Created", "x"), rv="2"))
+        await sub.wait_change(seen, 30)
+        assert "managedFields" not in sub.job()["metadata"] and sub.job()["status"]["conditions"]
