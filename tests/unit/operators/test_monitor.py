@@ -399,3 +399,55 @@ async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
     with pytest.raises(ConnectionRefusedError):
         await monitor(hook, [], get_logs=False).run()
     assert len(hook.failures) == 2
+
+
+async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(monkeypatch):
+    """1,000 jobs submitted at once wait minutes for the mpi-operator: their checks must not each cost a LIST.
+    A ValidationError that comes late is still seen, within the gap (at most 5 min)."""
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    clock = [NOW]
+    checks: list[datetime] = []
+    real_assess = monitor_module.assess
+
+    def assess_every_5s(*args, **kwargs):  # each check: 5 s later
+        clock[0] += timedelta(seconds=5)
+        checks.append(clock[0])
+        if len(checks) == 180:  # 15 min: the operator finally rejects the spec
+            hook.events.append({"type": "Warning", "reason": "ValidationError", "message": "late: bad spec",
+                                "involvedObject": {"name": "job"}})
+        return real_assess(*args, **kwargs)
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            listed.append(clock[0])
+            return await super().job_events(name, namespace)
+
+    listed: list[datetime] = []
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
+    monkeypatch.setattr(monitor_module, "assess", assess_every_5s)
+    hook = Counting(job_obj=job("job", "ns"))
+    result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0).run()
+    gaps = [(b - a).total_seconds() for a, b in zip(listed, listed[1:])]
+    assert result["status"] == "invalid" and "late: bad spec" in result["message"]
+    assert gaps[:5] == [10, 20, 40, 80, 160] and max(gaps) <= 300, gaps
+    assert len(listed) < 12 and len(checks) > 180  # instead of one LIST per check
+    assert (listed[-1] - checks[179]).total_seconds() <= 300
+
+
+async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch):
+    """The verdict quotes the events of the moment it is given, not those of the last listing."""
+    from airflow_mpi.hooks import monitor as monitor_module
+
+    clock = [NOW]
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
+    hook = FakeAsyncHook(job_obj=job("job", "ns"))
+    m = monitor(hook, [], get_logs=False, timeouts=Timeouts(60, None), submitted_at=NOW)
+    async with watch_hub.subscription(hook, "ns", "job") as sub:
+        assert not (await m._assess(hook.job_obj, sub)).done  # listed at NOW: nothing
+        hook.events.append({"type": "Warning", "reason": "FailedCreate", "message": "quota exceeded",
+                            "involvedObject": {"name": "job"}})
+        clock[0] = NOW + timedelta(seconds=61)  # past the startup timeout, before the next listing is due (gap)
+        m._uncreated_gap = 600
+        verdict = await m._assess(hook.job_obj, sub)
+    assert verdict.outcome == "startup_timeout" and any("quota exceeded" in w for w in verdict.warnings), verdict
