@@ -52,7 +52,14 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
 
 def create(api: client.ApiClient, namespace: str, side: str, names: list[str], lifecycle: str,
            run_duration: str | None = None) -> None:
-    """Create the jobs; those that exist already (an earlier, smaller N) are kept."""
+    """Create the jobs; those that exist already (an earlier, smaller N) are kept. More jobs than ``names`` in the
+    namespace (a larger N run before) would be watched and cached too: refused, the namespace must go first."""
+    listed = (client.CustomObjectsApi(api).list_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs")
+              if side == "provider" else client.BatchV1Api(api).list_namespaced_job(namespace).to_dict())
+    extra = {(j.get("metadata") or {}).get("name") for j in listed.get("items") or []} - set(names)
+    if extra:
+        raise RuntimeError(f"namespace {namespace} holds {len(extra)} jobs of a larger N: delete it first "
+                           f"(kubectl delete namespace {namespace}) or run the sizes in increasing order")
     for name in names:
         try:
             if side == "provider":
