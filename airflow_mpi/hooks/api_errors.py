@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import tenacity
@@ -118,18 +117,18 @@ def log_before_retry(retry_state) -> None:
     )
 
 
-def unsynced_after_outage(err: BaseException, outage_started: datetime | None) -> bool:
+def unsynced_after_outage(err: BaseException, *, in_outage: bool) -> bool:
     """401/403 while an API server comes back: it refuses non-admin identities until its authentication and
     RBAC caches have synced (seen with a least-privilege service account), so during an outage they are transient."""
-    return outage_started is not None and getattr(err, "status", None) in (401, 403)
+    return in_outage and getattr(err, "status", None) in (401, 403)
 
 
 def _worth_waiting_out(retry_state: tenacity.RetryCallState) -> bool:
     exc = retry_state.outcome.exception() if retry_state.outcome else None
     if exc is None:
         return False
-    # 401/403 count only once the API was seen failing: never retry a plain permission error
-    return is_transient(exc) or (retry_state.attempt_number > 1 and getattr(exc, "status", None) in (401, 403))
+    # 401/403 only once the API was seen failing (the watch hub's rule): a plain permission error is an answer
+    return is_transient(exc) or unsynced_after_outage(exc, in_outage=retry_state.attempt_number > 1)
 
 
 def _log_outage(retry_state: tenacity.RetryCallState) -> None:

@@ -10,11 +10,12 @@ change under a client (exec plugins, auth providers: short-lived tokens) are nev
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 
 
 @dataclass
@@ -34,16 +35,9 @@ def identity(hook: Any) -> tuple:
     return (hook.conn_id, hook.api_version, settings)
 
 
-def _key(key: Any) -> tuple:
-    loop = asyncio.get_running_loop()
-    for stale in [k for k in _POOL if k[0].is_closed()]:  # loops that ended without closing their clients
-        del _POOL[stale]
-    return (loop, key)
-
-
 def acquire(key: Any, factory: Callable[[], Any]) -> Any:
     """The client shared under ``key`` in the running loop, made by ``factory`` if there is none."""
-    pool_key = _key(key)
+    pool_key = live_key(_POOL, key)
     shared = _POOL.get(pool_key)
     if shared is None:
         shared = _POOL[pool_key] = _Shared(factory(), 0)
@@ -53,7 +47,7 @@ def acquire(key: Any, factory: Callable[[], Any]) -> Any:
 
 async def release(key: Any, client: Any) -> None:
     """One user fewer; the last one closes the client."""
-    pool_key = _key(key)
+    pool_key = live_key(_POOL, key)
     shared = _POOL.get(pool_key)
     if shared is None or shared.client is not client:  # not pooled (or its loop's pool was dropped)
         await client.close()
@@ -66,5 +60,4 @@ async def release(key: Any, client: Any) -> None:
 
 def shared_clients() -> int:
     """Clients open in the running loop (tests, benchmarks)."""
-    loop = asyncio.get_running_loop()
-    return sum(1 for k in _POOL if k[0] is loop)
+    return len(of_running_loop(_POOL))

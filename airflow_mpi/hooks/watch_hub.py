@@ -23,9 +23,11 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.hooks.api_errors import API_OUTAGE_LIMIT, is_transient, unsynced_after_outage
+from airflow_mpi.hooks import api_errors
+from airflow_mpi.hooks.api_errors import is_transient, unsynced_after_outage
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.k8s_requests import JOB_NAME_LABEL, sort_newest_first, sort_workers
+from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.hooks.summaries import pod_role
 
 log = logging.getLogger(__name__)
@@ -34,8 +36,6 @@ MPIJOBS = "mpijobs"
 PODS = "pods"
 POD_SELECTOR = JOB_NAME_LABEL  # label exists
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
-RETRY_DELAY = 1.0  # first delay after a failed list/watch, doubled up to MAX_RETRY_DELAY
-MAX_RETRY_DELAY = 30.0
 
 
 def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
@@ -108,7 +108,6 @@ class WatchHub:
     """The informer of one (connection, namespace): caches, the two watch loops, the subscribers."""
 
     def __init__(self, hook: Any, namespace: str) -> None:
-        self.loop = asyncio.get_running_loop()  # a hub serves the waits of one event loop only
         self.hook = hook
         self.requests = requests_of(hook)
         self.namespace = namespace
@@ -242,7 +241,7 @@ class WatchHub:
     async def _run(self, kind: str) -> None:
         selector = POD_SELECTOR if kind == PODS else None
         outage_started: datetime | None = None
-        delay = RETRY_DELAY
+        delay = api_errors.OUTAGE_RETRY_DELAY
         while True:
             try:
                 if self.resource_versions[kind] is None:
@@ -258,13 +257,13 @@ class WatchHub:
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
-                    outage_started, delay = None, RETRY_DELAY
+                    outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
                     if event_type in ("OPEN", "BOOKMARK"):  # the watch is open; a bookmark: the version to resume from
                         self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
                         continue
                     self._bump(f"{kind}_events")
                     self._apply(kind, event_type, obj)
-                outage_started, delay = None, RETRY_DELAY
+                outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
             except WatchExpired:
                 log.info("watch of %s in %s expired (410 Gone): listing again", kind, self.namespace)
                 self._bump(f"{kind}_relists")
@@ -272,18 +271,18 @@ class WatchHub:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from the last version
-                if not (is_transient(err) or unsynced_after_outage(err, outage_started)):
+                if not (is_transient(err) or unsynced_after_outage(err, in_outage=outage_started is not None)):
                     self._fail(err)
                     return
                 now = datetime.now(timezone.utc)
                 if outage_started is None:
                     outage_started = now
                     log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, err)
-                elif (now - outage_started).total_seconds() > API_OUTAGE_LIMIT:
+                elif (now - outage_started).total_seconds() > api_errors.API_OUTAGE_LIMIT:
                     self._fail(err)
                     return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY)
+                delay = min(delay * 2, api_errors.MAX_OUTAGE_RETRY_DELAY)
 
 
 # ---------------------------------------------------------------------- the hubs of this process
@@ -308,20 +307,16 @@ def hub_key(hook: Any) -> Any:
 
 def hubs() -> list[WatchHub]:
     """The hubs of the running event loop (benchmarks, tests)."""
-    loop = id(asyncio.get_running_loop())
-    return [hub for key, hub in _HUBS.items() if key[0] == loop]
+    return of_running_loop(_HUBS)
 
 
 @contextlib.asynccontextmanager
 async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
     """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed;
     the hub stops once its last subscriber left."""
-    loop = asyncio.get_running_loop()
-    for stale in [k for k, h in _HUBS.items() if h.loop.is_closed()]:  # hubs of loops that ended without their waits
-        del _HUBS[stale]                                                # leaving (asyncio.run torn down, a test's loop)
-    key = (id(loop), hub_key(hook), namespace)
+    key = live_key(_HUBS, hub_key(hook), namespace)  # a hub serves the waits of one event loop only
     hub = _HUBS.get(key)
-    if hub is None or hub.error is not None or hub.loop is not loop:  # an id() of a dead loop can come back
+    if hub is None or hub.error is not None:
         hub = _HUBS[key] = WatchHub(hook, namespace)
         try:
             await hub.start()

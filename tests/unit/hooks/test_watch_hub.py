@@ -109,17 +109,19 @@ async def test_follow_streams_are_bounded_and_every_line_still_arrives_once(monk
 
 def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
     """A loop that ended with a wait still subscribed (a cancelled task never awaited) leaves its hub in the
-    registry; a later loop may get the dead loop's id(), and must get a hub of its own, not the dead one."""
+    registry; a later loop (which may get the dead loop's id()) must get a hub of its own, not the dead one."""
     hook = FakeAsyncHook(job_obj=job("a"))
 
-    async def make_hub():
-        return watch_hub.WatchHub(hook, "ns")
+    async def subscribe_and_never_leave():
+        await watch_hub.subscription(hook, "ns", "a").__aenter__()
+        return watch_hub.hubs()[0]
 
-    stale = asyncio.run(make_hub())  # its loop is closed now; it never started
+    loop = asyncio.new_event_loop()  # ends abruptly: no asyncio.run teardown that would close the subscription
+    stale = loop.run_until_complete(subscribe_and_never_leave())
+    loop.close()
+    assert stale in watch_hub._HUBS.values()
 
     async def wait_on_a_new_loop():
-        loop = asyncio.get_running_loop()
-        watch_hub._HUBS[(id(loop), watch_hub.hub_key(hook), "ns")] = stale  # as if id() had come back
         async with watch_hub.subscription(hook, "ns", "a") as sub:
             return sub.hub, list(sub.hub.jobs.values())
 

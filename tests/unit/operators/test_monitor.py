@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_mpi.hooks import watch_hub
+from airflow_mpi.hooks import api_errors, watch_hub
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.monitor import JobMonitor
 from airflow_mpi.models.progress import Timeouts
@@ -87,7 +87,7 @@ async def test_restarted_container_log_is_read_with_previous():
 
 
 async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
-    monkeypatch.setattr(watch_hub, "RETRY_DELAY", 0)
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
     created = job("job", "ns", ("Created", "x"), rv="5")
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
     hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
@@ -191,7 +191,7 @@ async def test_authorization_errors_while_an_api_server_comes_back_are_retried(m
     """A restarted API server refuses non-admin identities until its RBAC/auth caches synced (least privilege)."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    monkeypatch.setattr(watch_hub, "RETRY_DELAY", 0)
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
