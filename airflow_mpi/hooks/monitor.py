@@ -119,6 +119,7 @@ class JobMonitor:
         self._uncreated_events: list = []
         self._uncreated_listed: datetime | None = None
         self._uncreated_gap = UNCREATED_EVENTS_GAP[0]
+        self._uid: str | None = None  # of the incarnation this wait follows (its first GET)
 
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
@@ -200,7 +201,7 @@ class JobMonitor:
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
-        uid = (obj.get("metadata") or {}).get("uid")
+        uid = self._uid = (obj.get("metadata") or {}).get("uid")
         seen = sub.version
         while True:
             if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
@@ -234,17 +235,22 @@ class JobMonitor:
                           target_condition=self.target_condition, current_conditions=conditions)
 
         if not state.created and not state.terminal:
-            return await self._before_created(verdict, [p.name for p in pods])
+            watched = sub.validation_events(self._uid)
+            if watched is None:  # the hub may not watch events
+                return await self._before_created(verdict, [p.name for p in pods])
+            result = verdict([event_summary(e) for e in watched])
+            # a verdict on the job's fresh events (all its warnings, for the message): one listing per job
+            return verdict(await self._events([p.name for p in pods])) if result.done else result
         first = verdict([])
         if first.outcome in ("failed", "unschedulable"):  # the warnings explain it
             return verdict(await self._events([p.name for p in pods]))
         return first
 
     async def _before_created(self, verdict: Callable[[list], Verdict], pod_names: list[str]) -> Verdict:
-        """Until Created, a ValidationError event is what can end the wait: listed at once, then with a gap that
-        doubles (UNCREATED_EVENTS_GAP), not at every check: 1,000 jobs submitted at once wait minutes for the
-        mpi-operator (1-1.5 created a second), which cost a LIST per job and poll. A verdict (startup timeout)
-        is given on fresh events only."""
+        """Until Created, a ValidationError event is what can end the wait. The hub watches them; where it may
+        not, they are listed at once, then with a gap that doubles (UNCREATED_EVENTS_GAP), not at every check:
+        1,000 jobs submitted at once wait minutes for the mpi-operator (1-1.5 created a second), which cost a
+        LIST per job and poll. A verdict (startup timeout) is given on fresh events only."""
         now = utcnow()
         listed = self._uncreated_listed
         fresh = listed is None or (now - listed).total_seconds() >= self._uncreated_gap

@@ -1,8 +1,9 @@
-"""List and watch all MPIJobs or all MPIJob pods of a namespace: the requests behind the watch hub.
+"""List and watch all MPIJobs, MPIJob pods or MPIJob events of a namespace: the requests behind the watch hub.
 
-MPIJobs come back as API dicts (as the hooks return them everywhere), pods as client models
-(``V1Pod``, what :func:`airflow_mpi.hooks.summaries.pod_summary` reads). Watches always ask for
-bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
+MPIJobs and events come back as API dicts (as the hooks return them everywhere), pods as client
+models (``V1Pod``, what :func:`airflow_mpi.hooks.summaries.pod_summary` reads) of only the fields it
+reads (:func:`~airflow_mpi.hooks.summaries.slim_pod`): a triggerer keeps hundreds of them. Watches
+always ask for bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks import _calls as calls, client_pool
 from airflow_mpi.hooks.k8s_requests import aiter_lines
+from airflow_mpi.hooks.summaries import slim_pod
 
 MPIJOBS = "mpijobs"
 PODS = "pods"
+EVENTS = "events"
 
 
 class _Body:
@@ -34,28 +37,36 @@ def _request(hook: Any, api_client: Any, kind: str, namespace: str, **kwargs: An
         return api.list_namespaced_custom_object, hook._custom_object_args(namespace, **kwargs)
     if kind == PODS:
         return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
-    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r} or {PODS!r}")
+    if kind == EVENTS:
+        return async_client.CoreV1Api(api_client).list_namespaced_event, {"namespace": namespace, **kwargs}
+    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r}, {PODS!r} or {EVENTS!r}")
 
 
-async def _awaited(method: Any, **kwargs: Any) -> Any:
-    """The generated API methods return a coroutine without being coroutine functions (tenacity needs one)."""
-    return await method(**kwargs)
+def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    return {key: value for key, value in (("label_selector", label_selector), ("field_selector", field_selector))
+            if value}
 
 
-async def list_objects(hook: Any, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
-    """All objects of ``kind`` (matching ``label_selector``) and the list's resourceVersion."""
-    extra = {"label_selector": label_selector} if label_selector else {}
+def _model(api_client: Any, kind: str, obj: dict) -> Any:
+    """A pod as a slim ``V1Pod``; MPIJobs and events stay dicts."""
+    if kind == PODS:
+        return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
+    return obj
+
+
+async def list_objects(
+    hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+) -> tuple[list, str]:
+    """All objects of ``kind`` (matching the selectors) and the list's resourceVersion."""
     async with hook.get_conn() as api_client:
-        method, kwargs = _request(hook, api_client, kind, namespace, **extra)
-        if kind == PODS:
-            result = await hook._retry(_awaited, method, **kwargs)
-            return list(result.items or []), result.metadata.resource_version
+        method, kwargs = _request(hook, api_client, kind, namespace, **_selectors(label_selector, field_selector))
         resp = await hook._retry(hook._open_stream, method, _preload_content=False, **kwargs)
         try:
             data = json.loads(await resp.read() or b"{}")
         finally:
             resp.release()
-        return list(data.get("items") or []), (data.get("metadata") or {}).get("resourceVersion")
+        items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
+        return items, (data.get("metadata") or {}).get("resourceVersion")
 
 
 async def watch_objects(
@@ -64,6 +75,7 @@ async def watch_objects(
     namespace: str,
     *,
     label_selector: str | None = None,
+    field_selector: str | None = None,
     resource_version: str | None = None,
     timeout_seconds: int = 290,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
@@ -73,9 +85,7 @@ async def watch_objects(
     :raises WatchExpired: 410 Gone (list again).
     """
     extra: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
-                             "_preload_content": False}
-    if label_selector:
-        extra["label_selector"] = label_selector
+                             "_preload_content": False, **_selectors(label_selector, field_selector)}
     if resource_version:
         extra["resource_version"] = resource_version
     decoder = calls.WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
@@ -93,10 +103,8 @@ async def watch_objects(
                 event_type, obj = event
                 if event_type == "BOOKMARK":
                     yield event_type, None, decoder.last_rv
-                elif kind == PODS:
-                    yield event_type, api_client.deserialize(_Body(json.dumps(obj)), "V1Pod"), decoder.last_rv
                 else:
-                    yield event_type, obj, decoder.last_rv
+                    yield event_type, _model(api_client, kind, obj), decoder.last_rv
         finally:
             resp.close()
 
@@ -111,8 +119,10 @@ class NamespaceRequests:
         """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
         return client_pool.identity(self.hook)
 
-    async def list_objects(self, kind: str, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
-        return await list_objects(self.hook, kind, namespace, label_selector)
+    async def list_objects(
+        self, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+    ) -> tuple[list, str]:
+        return await list_objects(self.hook, kind, namespace, label_selector, field_selector)
 
     def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
         return watch_objects(self.hook, kind, namespace, **kwargs)

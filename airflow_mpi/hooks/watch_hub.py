@@ -10,7 +10,10 @@ operator and sensor run the same monitor in ``asyncio.run``: a hub of one.
 
 MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create; the kind
 is the filter), pods by the existence of the operators' job-name label: the pods of any MPIJob (v2beta1
-and v1 from training-operator 1.5), not every pod of the namespace.
+and v1 from training-operator 1.5), not every pod of the namespace. Events only by field selector:
+the ValidationError events of MPIJobs, the one event that ends a wait before the job is Created
+(1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity may
+not watch events (RBAC of an older release), that watch stops and the waits list events themselves.
 """
 
 from __future__ import annotations
@@ -24,17 +27,25 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks import api_errors
-from airflow_mpi.hooks.api_errors import is_transient, unsynced_after_outage
+from airflow_mpi.hooks.api_errors import describe_error, is_transient, unsynced_after_outage
 from airflow_mpi.hooks.errors import WatchExpired
-from airflow_mpi.hooks.k8s_requests import JOB_NAME_LABEL, sort_newest_first, sort_workers
+from airflow_mpi.hooks.k8s_requests import JOB_NAME_LABEL, MPIJOB_KIND, sort_newest_first, sort_workers
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.hooks.summaries import pod_role
+from airflow_mpi.models.progress import VALIDATION_ERROR
 
 log = logging.getLogger(__name__)
 
 MPIJOBS = "mpijobs"
 PODS = "pods"
+EVENTS = "events"
+KINDS = (MPIJOBS, PODS, EVENTS)
 POD_SELECTOR = JOB_NAME_LABEL  # label exists
+EVENT_SELECTOR = f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"
+SELECTORS: dict[str, dict[str, str]] = {
+    PODS: {"label_selector": POD_SELECTOR},
+    EVENTS: {"field_selector": EVENT_SELECTOR},
+}
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
 
 
@@ -45,6 +56,10 @@ def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
         return meta.get("name"), meta.get("uid"), meta.get("labels") or {}
     meta = obj.metadata
     return meta.name, getattr(meta, "uid", None), meta.labels or {}
+
+
+def _involved(event: dict) -> dict:
+    return event.get("involvedObject") or {}
 
 
 def _slim(obj: Any) -> Any:
@@ -103,6 +118,15 @@ class Subscription:
     def worker_pods(self) -> list[Any]:
         return sort_workers(p for p in self.pods() if pod_role(p) == "worker")
 
+    def validation_events(self, uid: str | None = None) -> list[dict] | None:
+        """The job's ValidationError events (of the incarnation ``uid`` when given), oldest first; None when the
+        hub does not watch events (the caller lists them)."""
+        if not self.hub.watches_events:
+            return None
+        events = self.hub.invalid_events.get(self.name, {}).values()
+        return sorted((e for e in events if not uid or _involved(e).get("uid") in (None, uid)),
+                      key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
 
 class WatchHub:
     """The informer of one (connection, namespace): caches, the two watch loops, the subscribers."""
@@ -114,11 +138,13 @@ class WatchHub:
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
         self.pods_by_job: dict[str, set[str]] = {}
+        self.invalid_events: dict[str, dict[str, dict]] = {}  # job name -> event name -> ValidationError event
+        self.watches_events = True  # False once the identity was refused a watch of events
         self.subscribers: dict[str, set[Subscription]] = {}
         self.error: BaseException | None = None
         self.stats: Counter = Counter()  # lists, watches, relists (410), bookmarks, events per kind
-        self.synced = {MPIJOBS: asyncio.Event(), PODS: asyncio.Event()}
-        self.resource_versions: dict[str, str | None] = {MPIJOBS: None, PODS: None}
+        self.synced = {kind: asyncio.Event() for kind in KINDS}
+        self.resource_versions: dict[str, str | None] = dict.fromkeys(KINDS)
         self._ready = asyncio.Event()
         self._tick = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -129,7 +155,7 @@ class WatchHub:
         if hasattr(self.hook, "__aenter__"):  # keep the hook's API client (one session) while the hub lives
             await self.hook.__aenter__()
             self._entered = True
-        self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in (MPIJOBS, PODS)]
+        self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in KINDS]
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -141,7 +167,7 @@ class WatchHub:
             await self.hook.__aexit__(None, None, None)
 
     async def ready(self) -> None:
-        """Both kinds listed once (or the hub failed: raised)."""
+        """Every kind listed once (or the hub failed: raised)."""
         await self._ready.wait()
         if self.error is not None:
             raise self.error
@@ -187,6 +213,14 @@ class WatchHub:
     def _apply(self, kind: str, event_type: str, obj: Any) -> None:
         obj = _slim(obj)
         name, uid, _ = _meta(obj)
+        if kind == EVENTS:
+            job = _involved(obj).get("name") or ""
+            if event_type == "DELETED":
+                self.invalid_events.get(job, {}).pop(name, None)
+            else:
+                self.invalid_events.setdefault(job, {})[name] = obj
+            self._notify(job)
+            return
         if kind == MPIJOBS:
             if event_type == "DELETED":
                 if self.jobs.get(name) is not None and _meta(self.jobs[name])[1] == uid:
@@ -218,6 +252,12 @@ class WatchHub:
                     for sub in self.subscribers.get(name, ()):
                         sub.deleted_uids.add(_meta(obj)[1] or "")
             touched = set(old) | set(self.jobs)
+        elif kind == EVENTS:
+            touched = set(self.invalid_events)
+            self.invalid_events = {}
+            for event in items:
+                self.invalid_events.setdefault(_involved(event).get("name") or "", {})[_meta(event)[0]] = event
+            touched |= set(self.invalid_events)
         else:
             touched = set(self.pods_by_job)
             self.pods = {_meta(p)[0]: p for p in items}
@@ -227,6 +267,18 @@ class WatchHub:
                     self.pods_by_job.setdefault(job, set()).add(name)
             touched |= set(self.pods_by_job)
         for name in touched & set(self.subscribers):
+            self._notify(name)
+
+    def _stop_watching_events(self, err: BaseException) -> None:
+        """The identity may list but not watch events (a role from before the hub watched them): the waits list
+        their jobs' events themselves, as before."""
+        log.warning("may not watch events in %s (%s): each wait lists its job's events instead; grant `watch` on "
+                    "events (deploy/rbac.yaml) to spare the API server", self.namespace, describe_error(err))
+        self.watches_events = False
+        self.invalid_events = {}
+        self.synced[EVENTS].set()
+        self._check_ready()
+        for name in list(self.subscribers):
             self._notify(name)
 
     def _fail(self, err: BaseException) -> None:
@@ -239,13 +291,13 @@ class WatchHub:
 
     # ------------------------------------------------------------------ list + watch
     async def _run(self, kind: str) -> None:
-        selector = POD_SELECTOR if kind == PODS else None
+        selector = SELECTORS.get(kind, {})
         outage_started: datetime | None = None
         delay = api_errors.OUTAGE_RETRY_DELAY
         while True:
             try:
                 if self.resource_versions[kind] is None:
-                    items, rv = await self.requests.list_objects(kind, self.namespace, label_selector=selector)
+                    items, rv = await self.requests.list_objects(kind, self.namespace, **selector)
                     self._bump(f"{kind}_lists")
                     self._replace(kind, items)
                     self.resource_versions[kind] = rv
@@ -253,7 +305,7 @@ class WatchHub:
                     self._check_ready()
                 self._bump(f"{kind}_watches")
                 async for event_type, obj, rv in self.requests.watch_objects(
-                    kind, self.namespace, label_selector=selector,
+                    kind, self.namespace, **selector,
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
@@ -271,13 +323,16 @@ class WatchHub:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from the last version
+                if kind == EVENTS and outage_started is None and getattr(err, "status", None) == 403:
+                    self._stop_watching_events(err)
+                    return
                 if not (is_transient(err) or unsynced_after_outage(err, in_outage=outage_started is not None)):
                     self._fail(err)
                     return
                 now = datetime.now(timezone.utc)
                 if outage_started is None:
                     outage_started = now
-                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, err)
+                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, describe_error(err))
                 elif (now - outage_started).total_seconds() > api_errors.API_OUTAGE_LIMIT:
                     self._fail(err)
                     return

@@ -18,6 +18,7 @@ from airflow_mpi.models.status import JobState
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
+VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def assess(
     if target_condition and target_condition in (current_conditions or set()):
         return Verdict("target", state.describe(), warnings)
     if not state.created:
-        invalid = [e for e in events if e.reason == "ValidationError"]
+        invalid = [e for e in events if e.reason == VALIDATION_ERROR]
         if invalid:
             return Verdict("invalid", "; ".join(e.message for e in invalid), warnings)
         if timeouts.startup_timeout is not None and (now - submitted_at).total_seconds() >= timeouts.startup_timeout:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace as NS
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 
 
@@ -58,6 +60,7 @@ class FakeAsyncHook:
     log_requests: list = field(default_factory=list)
     watch_versions: list = field(default_factory=list)
     lists: list = field(default_factory=list)  # kinds listed by the watch hub, in order
+    events_watch_forbidden: bool = False  # the identity may list events but not watch them (an older role)
 
     # The watch hub's view: assigning job_obj / launchers / workers is a change its watches report.
     def __setattr__(self, name, value):
@@ -77,13 +80,33 @@ class FakeAsyncHook:
     def _pods(self):
         return list(self.launchers) + list(self.workers)
 
-    async def list_objects(self, kind, namespace, label_selector=None):
+    def add_event(self, event):
+        """An event the cluster records from now on (the hub's event watch reports it)."""
+        self.events.append(event)
+        for waiter in self.__dict__.get("_watchers", {}).get("events", []):
+            waiter.set()
+
+    def _validation_events(self):
+        return [e for e in self.events if e.get("reason") == "ValidationError"
+                and e["involvedObject"].get("kind", "MPIJob") == "MPIJob"]
+
+    async def list_objects(self, kind, namespace, label_selector=None, field_selector=None):
         self.lists.append(kind)
         if kind == "pods":
             return self._pods(), "1"
+        if kind == "events":
+            return self._validation_events(), "1"
         return ([self.job_obj] if self.job_obj else []), (self.job_obj or {}).get("metadata", {}).get("resourceVersion", "1")
 
-    async def watch_objects(self, kind, namespace, *, label_selector=None, resource_version=None, timeout_seconds=60):
+    async def watch_objects(self, kind, namespace, *, label_selector=None, field_selector=None, resource_version=None,
+                            timeout_seconds=60):
+        if kind == "events":
+            if self.events_watch_forbidden:
+                raise ApiException(status=403, reason="Forbidden")
+            await self._changed("events")
+            for event in self._validation_events():
+                yield "MODIFIED", event, "1"
+            return
         if kind == "pods":
             before = {p.metadata.name for p in self._pods()}
             await self._changed("pods")

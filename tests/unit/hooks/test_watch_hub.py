@@ -29,7 +29,7 @@ async def test_waits_of_one_cluster_and_namespace_share_one_hub_that_closes_with
         other = await stack.enter_async_context(watch_hub.subscription(hooks[0], "other-ns", "a"))
         assert len({id(s.hub) for s in subs}) == 1 and other.hub is not subs[0].hub
         assert len(watch_hub.hubs()) == 2
-        assert hooks[0].lists == ["mpijobs", "pods", "mpijobs", "pods"]  # one list per kind and hub
+        assert hooks[0].lists == ["mpijobs", "pods", "events"] * 2  # one list per kind and hub
         assert hooks[1].lists == [] and hooks[2].lists == []
     assert watch_hub.hubs() == []
     assert all(t.done() for t in subs[0].hub._tasks)
@@ -146,3 +146,34 @@ async def test_the_cache_keeps_no_managed_fields_listed_or_watched():
         hook.job_obj = with_fields(job("a", "ns", ("Created", "x"), rv="2"))
         await sub.wait_change(seen, 30)
         assert "managedFields" not in sub.job()["metadata"] and sub.job()["status"]["conditions"]
+
+
+async def test_an_identity_that_may_not_watch_events_leaves_their_listing_to_the_waits(caplog):
+    """A role from before the hub watched events grants `list` only: the hub says so once and keeps watching
+    jobs and pods; the waits list events themselves (validation_events() is None)."""
+    hook = FakeAsyncHook(job_obj=job("a"), events_watch_forbidden=True)
+    with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.watch_hub"):
+        async with watch_hub.subscription(hook, "ns", "a") as sub:
+            await sub.hub.until(lambda hb: not hb.watches_events)
+            assert sub.validation_events() is None and sub.hub.error is None
+            seen = sub.version
+            hook.job_obj = job("a", "ns", ("Created", "x"), rv="2")
+            await sub.wait_change(seen, 30)
+            assert sub.job()["status"]["conditions"]
+    assert [r.getMessage() for r in caplog.records if "may not watch events" in r.getMessage()] and \
+        sum("may not watch events" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_validation_events_are_kept_per_job_and_dropped_when_deleted():
+    hook = FakeAsyncHook(job_obj=job("a"))
+    event = {"metadata": {"name": "a.1"}, "type": "Warning", "reason": "ValidationError", "message": "bad",
+             "involvedObject": {"name": "a", "uid": "u1"}}
+    async with watch_hub.subscription(hook, "ns", "a") as a, watch_hub.subscription(hook, "ns", "b") as b:
+        assert a.validation_events() == []
+        seen_a, seen_b = a.version, b.version
+        hook.add_event(event)
+        await a.wait_change(seen_a, 30)
+        assert a.validation_events() == [event] and a.validation_events("u1") == [event]
+        assert a.validation_events("u2") == [] and b.validation_events() == [] and b.version == seen_b
+        a.hub._apply(watch_hub.EVENTS, "DELETED", event)  # events expire (1 h)
+        assert a.validation_events() == []

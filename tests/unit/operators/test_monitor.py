@@ -99,8 +99,9 @@ async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
     assert hook.watch_versions[:3] == ["5", "5", "5"]
 
 
-async def test_validation_error_event_fails_fast():
-    hook = FakeAsyncHook(job_obj=job("job", "ns"), events=[
+@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+async def test_validation_error_event_fails_fast(events_watch_forbidden):
+    hook = FakeAsyncHook(job_obj=job("job", "ns"), events_watch_forbidden=events_watch_forbidden, events=[
         {"type": "Warning", "reason": "ValidationError", "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
          "involvedObject": {"name": "job"}}])
     result = await monitor(hook, [], get_logs=False).run()
@@ -402,8 +403,8 @@ async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
 
 
 async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(monkeypatch):
-    """1,000 jobs submitted at once wait minutes for the mpi-operator: their checks must not each cost a LIST.
-    A ValidationError that comes late is still seen, within the gap (at most 5 min)."""
+    """Where the hub may not watch events: 1,000 jobs submitted at once wait minutes for the mpi-operator, their
+    checks must not each cost a LIST. A ValidationError that comes late is still seen, within the gap (5 min)."""
     from airflow_mpi.hooks import monitor as monitor_module
 
     clock = [NOW]
@@ -426,7 +427,7 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
     listed: list[datetime] = []
     monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
     monkeypatch.setattr(monitor_module, "assess", assess_every_5s)
-    hook = Counting(job_obj=job("job", "ns"))
+    hook = Counting(job_obj=job("job", "ns"), events_watch_forbidden=True)
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0).run()
     gaps = [(b - a).total_seconds() for a, b in zip(listed, listed[1:])]
     assert result["status"] == "invalid" and "late: bad spec" in result["message"]
@@ -435,13 +436,15 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
     assert (listed[-1] - checks[179]).total_seconds() <= 300
 
 
-async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch):
-    """The verdict quotes the events of the moment it is given, not those of the last listing."""
+@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch, events_watch_forbidden):
+    """The verdict quotes the events of the moment it is given, not those of the last listing (nor only the
+    ValidationErrors the hub watches)."""
     from airflow_mpi.hooks import monitor as monitor_module
 
     clock = [NOW]
     monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
-    hook = FakeAsyncHook(job_obj=job("job", "ns"))
+    hook = FakeAsyncHook(job_obj=job("job", "ns"), events_watch_forbidden=events_watch_forbidden)
     m = monitor(hook, [], get_logs=False, timeouts=Timeouts(60, None), submitted_at=NOW)
     async with watch_hub.subscription(hook, "ns", "job") as sub:
         assert not (await m._assess(hook.job_obj, sub)).done  # listed at NOW: nothing
@@ -451,3 +454,31 @@ async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch):
         m._uncreated_gap = 600
         verdict = await m._assess(hook.job_obj, sub)
     assert verdict.outcome == "startup_timeout" and any("quota exceeded" in w for w in verdict.warnings), verdict
+
+
+async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs_watch_sees_its_validation_error():
+    """The hub watches the ValidationError events of the namespace's MPIJobs: a wait for a job not yet Created
+    lists nothing while it waits (1,000 queued jobs made 1,675 event LISTs a minute), wakes when the event comes,
+    and lists its job's events once, for the verdict's message. An earlier incarnation's event does not count."""
+    import asyncio
+
+    listed: list[str] = []
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            listed.append(name)
+            return await super().job_events(name, namespace)
+
+    current = job("job", "ns")
+    current["metadata"]["uid"] = "uid-2"
+    hook = Counting(job_obj=current, events=[{"type": "Warning", "reason": "ValidationError", "message": "old run",
+                                              "involvedObject": {"name": "job", "uid": "uid-1"}}])
+    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0.001).run())
+    for _ in range(200):  # 200 checks of the job, at least: nothing listed, not over
+        await asyncio.sleep(0.001)
+    assert listed == [] and not task.done()
+    hook.add_event({"type": "Warning", "reason": "ValidationError", "message": "spec.slotsPerWorker: bad",
+                    "involvedObject": {"name": "job", "uid": "uid-2"}})
+    result = await asyncio.wait_for(task, 30)
+    assert result["status"] == "invalid" and "slotsPerWorker: bad" in result["message"]
+    assert listed == ["job"]

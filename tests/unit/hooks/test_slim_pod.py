@@ -1,0 +1,85 @@
+"""The hub keeps pods cut to what their readers need (hooks/summaries.py ``slim_pod``): the readers must see the
+same pod, and the cut must be worth it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from airflow_mpi.hooks.k8s_requests import sort_newest_first, sort_workers
+from airflow_mpi.hooks.namespace_watch import _Body
+from airflow_mpi.hooks.summaries import pod_role, pod_summary, slim_pod
+
+
+def full_pod(name: str, *, role: str, state: dict, phase: str, restarts: int = 0, index: str = "0") -> dict:
+    """A pod as the API server returns it for an mpi-operator launcher or worker (big parts included)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "42",
+            "creationTimestamp": "2026-11-23T10:00:0%sZ" % index,
+            "labels": {"training.kubeflow.org/job-name": "job", "training.kubeflow.org/job-role": role,
+                       "training.kubeflow.org/replica-index": index},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-launcher", "uid": "j"}],
+            "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {"f:conditions": {}}}}] * 5,
+        },
+        "spec": {
+            "nodeName": "node-1",
+            "volumes": [{"name": f"v{i}", "configMap": {"name": "job-config", "items": [{"key": "hostfile", "path": "hostfile"}]}}
+                        for i in range(5)],
+            "containers": [{
+                "name": role, "image": "mpi-pi:openmpi", "command": ["mpirun", "-np", "4", "/home/mpiuser/pi"],
+                "env": [{"name": f"E{i}", "value": "v" * 50} for i in range(30)],
+                "volumeMounts": [{"name": f"v{i}", "mountPath": f"/etc/v{i}"} for i in range(5)],
+                "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
+            }],
+            "tolerations": [{"operator": "Exists"}],
+        },
+        "status": {
+            "phase": phase, "hostIP": "10.0.0.1", "podIP": "10.244.0.5", "podIPs": [{"ip": "10.244.0.5"}],
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2026-11-23T10:00:01Z"}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{
+                "name": role, "image": "mpi-pi:openmpi", "imageID": "sha256:abc", "containerID": "containerd://1",
+                "ready": True, "started": True, "restartCount": restarts, "state": state,
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2026-11-23T10:00:03Z"}},
+                "volumeMounts": [{"name": f"v{i}", "mountPath": f"/etc/v{i}"} for i in range(5)],
+            }],
+        },
+    }
+
+
+PODS = [
+    full_pod("job-launcher-a", role="launcher", phase="Running", restarts=1,
+             state={"running": {"startedAt": "2026-11-23T10:00:04Z"}}),
+    full_pod("job-launcher-b", role="launcher", phase="Succeeded", index="1",
+             state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-11-23T10:01:00Z"}}),
+    full_pod("job-worker-1", role="worker", phase="Pending", index="1",
+             state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}),
+    full_pod("job-worker-0", role="worker", phase="Running", state={"running": {}}),
+]
+
+
+async def as_models(*objs: dict) -> list:
+    """As hooks/namespace_watch.py makes them (the asyncio client's models)."""
+    async with ApiClient() as api_client:
+        return [api_client.deserialize(_Body(json.dumps(obj)), "V1Pod") for obj in objs]
+
+
+@pytest.mark.parametrize("raw", PODS, ids=[p["metadata"]["name"] for p in PODS])
+async def test_the_slim_pod_reads_as_the_full_pod_does(raw):
+    full, slim = await as_models(raw, slim_pod(raw))
+    assert pod_summary(slim) == pod_summary(full)
+    assert pod_role(slim) == pod_role(full)
+    assert slim.metadata.uid == full.metadata.uid and slim.metadata.labels == full.metadata.labels
+
+
+async def test_orderings_are_unchanged_and_the_cut_is_worth_it():
+    full = await as_models(*PODS)
+    slim = await as_models(*map(slim_pod, PODS))
+    assert [p.metadata.name for p in sort_newest_first(slim)] == [p.metadata.name for p in sort_newest_first(full)]
+    assert [p.metadata.name for p in sort_workers(slim)] == [p.metadata.name for p in sort_workers(full)]
+    assert all(len(json.dumps(slim_pod(p))) * 5 < len(json.dumps(p)) for p in PODS)
