@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 API_GROUP = "kubeflow.org"
 MPIJOB_PLURAL = "mpijobs"
 MPIJOB_KIND = "MPIJob"
+# the kinds the watch hub lists and watches per namespace (hooks/watch_hub.py, hooks/namespace_watch.py)
+MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
 
 # Pod labels set by the operators.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"

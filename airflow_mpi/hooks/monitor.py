@@ -119,7 +119,6 @@ class JobMonitor:
         self._uncreated_events: list = []
         self._uncreated_listed: datetime | None = None
         self._uncreated_gap = UNCREATED_EVENTS_GAP[0]
-        self._uid: str | None = None  # of the incarnation this wait follows (its first GET)
 
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
@@ -201,13 +200,13 @@ class JobMonitor:
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
-        uid = self._uid = (obj.get("metadata") or {}).get("uid")
+        uid = (obj.get("metadata") or {}).get("uid")
         seen = sub.version
         while True:
             if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
                 return Verdict("deleted", "it was deleted while the task waited")
             obj = sub.job(uid) or obj
-            verdict = await self._assess(obj, sub)
+            verdict = await self._assess(obj, sub, uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
@@ -220,7 +219,7 @@ class JobMonitor:
             timeout = min(timeout, max((self.deadline - utcnow()).total_seconds(), 0.05))
         return timeout
 
-    async def _assess(self, obj: dict, sub: watch_hub.Subscription) -> Verdict:
+    async def _assess(self, obj: dict, sub: watch_hub.Subscription, uid: str | None = None) -> Verdict:
         """Events are listed only when they can change the verdict: ValidationError before Created, the
         messages of a stuck pod (a namespace of Pending jobs would otherwise cost 2 LISTs per job and check)."""
         state = job_state(obj)
@@ -235,7 +234,7 @@ class JobMonitor:
                           target_condition=self.target_condition, current_conditions=conditions)
 
         if not state.created and not state.terminal:
-            watched = sub.validation_events(self._uid)
+            watched = sub.validation_events(uid)
             if watched is None:  # the hub may not watch events
                 return await self._before_created(verdict, [p.name for p in pods])
             result = verdict([event_summary(e) for e in watched])

@@ -16,12 +16,8 @@ from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks import _calls as calls, client_pool
-from airflow_mpi.hooks.k8s_requests import aiter_lines
+from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines
 from airflow_mpi.hooks.summaries import slim_pod
-
-MPIJOBS = "mpijobs"
-PODS = "pods"
-EVENTS = "events"
 
 
 class _Body:

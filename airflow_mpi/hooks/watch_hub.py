@@ -29,16 +29,15 @@ from typing import Any
 from airflow_mpi.hooks import api_errors
 from airflow_mpi.hooks.api_errors import describe_error, is_transient, unsynced_after_outage
 from airflow_mpi.hooks.errors import WatchExpired
-from airflow_mpi.hooks.k8s_requests import JOB_NAME_LABEL, MPIJOB_KIND, sort_newest_first, sort_workers
+from airflow_mpi.hooks.k8s_requests import (
+    EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS, sort_newest_first, sort_workers,
+)
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.hooks.summaries import pod_role
 from airflow_mpi.models.progress import VALIDATION_ERROR
 
 log = logging.getLogger(__name__)
 
-MPIJOBS = "mpijobs"
-PODS = "pods"
-EVENTS = "events"
 KINDS = (MPIJOBS, PODS, EVENTS)
 POD_SELECTOR = JOB_NAME_LABEL  # label exists
 EVENT_SELECTOR = f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"
