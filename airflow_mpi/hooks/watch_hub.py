@@ -275,6 +275,7 @@ class WatchHub:
                     "events (deploy/rbac.yaml) to spare the API server", self.namespace, describe_error(err))
         self.watches_events = False
         self.invalid_events = {}
+        self._bump("events_refused")
         self.synced[EVENTS].set()
         self._check_ready()
         for name in list(self.subscribers):

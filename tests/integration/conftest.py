@@ -205,14 +205,9 @@ def least_privilege_kubeconfig(k8s, kubeconfig, namespace, provider_role, tmp_pa
 @pytest.fixture
 def kubernetes_default_conn(monkeypatch, least_privilege_kubeconfig, namespace) -> str:
     """Airflow connection ``kubernetes_default`` (env): the test's namespace, as the least-privilege service account."""
-    import json
+    from tests.integration.least_privilege import use_as_kubernetes_default
 
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-        json.dumps({"conn_type": "kubernetes",
-                    "extra": {"kube_config_path": least_privilege_kubeconfig, "namespace": namespace}}),
-    )
-    return "kubernetes_default"
+    return use_as_kubernetes_default(monkeypatch, least_privilege_kubeconfig, namespace)
 
 
 # ------------------------------------------------------------------ the real node (containers run for real)
@@ -265,12 +260,6 @@ def real_namespace(real_k8s, request):
 @pytest.fixture
 def real_conn(monkeypatch, real_node, real_namespace) -> str:
     """``kubernetes_default`` pointing at the real node's cluster and the test's namespace."""
-    import json
+    from tests.integration.least_privilege import use_as_kubernetes_default
 
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-        json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(real_node.kubeconfig_path), "namespace": real_namespace}}
-        ),
-    )
-    return "kubernetes_default"
+    return use_as_kubernetes_default(monkeypatch, real_node.kubeconfig_path, real_namespace)

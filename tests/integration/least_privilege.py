@@ -6,6 +6,7 @@ that the role grants what the provider needs; the API server's RBAC (on in the l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -21,12 +22,12 @@ def shipped_role() -> dict:
     return role
 
 
-def apply_role(api_client) -> str:
-    """Create or replace the shipped ClusterRole; its name."""
+def apply_role(api_client, role: dict | None = None) -> str:
+    """Create or replace a ClusterRole (the shipped one unless given); its name."""
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(api_client)
-    role = shipped_role()
+    role = role or shipped_role()
     name = role["metadata"]["name"]
     try:
         rbac.replace_cluster_role(name, role)
@@ -35,6 +36,17 @@ def apply_role(api_client) -> str:
             raise
         rbac.create_cluster_role(role)
     return name
+
+
+def role_without(verb: str, resource: str, name: str) -> dict:
+    """The shipped role less one verb on one resource, under another name: a role of an earlier release."""
+    role = shipped_role()
+    role["metadata"]["name"] = name
+    rules = [rule for rule in role["rules"] if resource in rule["resources"] and verb in rule["verbs"]]
+    assert rules, f"the shipped role grants no {verb} on {resource}"
+    for rule in rules:
+        rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    return role
 
 
 def bound_service_account_kubeconfig(api_client, admin_kubeconfig: str, namespace: str, role: str, dest: Path) -> Path:
@@ -64,3 +76,10 @@ def bound_service_account_kubeconfig(api_client, admin_kubeconfig: str, namespac
         "current-context": SERVICE_ACCOUNT,
     }))
     return dest
+
+
+def use_as_kubernetes_default(monkeypatch, kubeconfig: str | Path, namespace: str) -> str:
+    """Point the Airflow connection ``kubernetes_default`` (env) at a kubeconfig and namespace; its id."""
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}))
+    return "kubernetes_default"
