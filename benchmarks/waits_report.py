@@ -139,7 +139,10 @@ def _p1_real(real: dict | None) -> list[str]:
                   f"relist), then pod status seen -> launcher Job Complete p50 {_pct(job, .5):.2f} s, max {max(job):.2f} s "
                   "(the Job controller's two syncs, each batched by its 1 s SyncJobBatchPeriod), then the mpi-operator "
                   "marking the MPIJob Succeeded. While the wait ends on that condition, P1 <= 1 s is out of its reach "
-                  "on a real node."]
+                  "on a real node. It ends there on purpose: a launcher that exited 0 is not yet a succeeded MPIJob. "
+                  "The Job controller still marks the launcher Job Failed (DeadlineExceeded) when "
+                  "runPolicy.activeDeadlineSeconds passes before its sync, and the mpi-operator then marks the MPIJob "
+                  "Failed; a wait ending on the pod's exit would report success for a job the cluster calls failed."]
     return lines + ["", "\"kubelet ended a log follow\": an independent `follow=true` stream of the launcher's log "
                     "(as `kubectl logs -f`), timed when the kubelet closed it (it checks a followed container's state once a "
                     "second after its last output); \"the provider's follow\": the log pump's own stream, ended by the "

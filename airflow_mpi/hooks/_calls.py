@@ -33,6 +33,7 @@ from airflow_mpi.hooks.k8s_requests import (
     sort_events,
     split_api_version,
     watch_field_selector,
+    watch_request_timeout,
 )
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable, WatchExpired
@@ -252,6 +253,7 @@ def watch_kwargs(
         "field_selector": watch_field_selector(name),
         "watch": True,
         "timeout_seconds": timeout_seconds,
+        "_request_timeout": watch_request_timeout(timeout_seconds),
         "_preload_content": False,
     }
     if resource_version:

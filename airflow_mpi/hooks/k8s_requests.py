@@ -121,6 +121,21 @@ def pod_event_selector(pod: str) -> str:
     return f"involvedObject.kind=Pod,involvedObject.name={pod}"
 
 
+#: how long a watch may stay silent beyond the server's own end of it (``timeout_seconds``) before the client gives up
+WATCH_CLIENT_GRACE = 15.0
+WATCH_CONNECT_TIMEOUT = 30.0
+
+
+def watch_request_timeout(timeout_seconds: int) -> tuple[float, float]:
+    """``_request_timeout`` of a watch: ``(connect, read-idle)``, the idle limit past the server's timeout.
+
+    cncf.kubernetes' API clients default every request to 60 s in all unless the call passes ``timeout_seconds``
+    as an argument of ``call_api``; the generated list methods pass it as a query parameter instead, so without
+    this each longer watch was cut at 60 s by a client TimeoutError (a warning and a resumption every minute).
+    """
+    return (WATCH_CONNECT_TIMEOUT, timeout_seconds + WATCH_CLIENT_GRACE)
+
+
 def watch_field_selector(name: str) -> str:
     return f"metadata.name={name}"
 

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks import _calls as calls, client_pool
-from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines
+from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines, watch_request_timeout
 from airflow_mpi.hooks.summaries import slim_pod
 
 
@@ -81,7 +81,8 @@ async def watch_objects(
     :raises WatchExpired: 410 Gone (list again).
     """
     extra: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
-                             "_preload_content": False, **_selectors(label_selector, field_selector)}
+                             "_request_timeout": watch_request_timeout(timeout_seconds), "_preload_content": False,
+                             **_selectors(label_selector, field_selector)}
     if resource_version:
         extra["resource_version"] = resource_version
     decoder = calls.WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)

@@ -10,11 +10,13 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from airflow_mpi.hooks import AsyncMPIJobHook, namespace_watch, watch_hub
 from airflow_mpi.hooks.monitor import JobMonitor
 from localcluster import behaviour as bh
+from tests.integration.least_privilege import (apply_role, bound_service_account_kubeconfig, role_without,
+                                               use_as_kubernetes_default)
 
 MPIJOBS = ("kubeflow.org", "v2beta1")
 
@@ -35,6 +37,41 @@ def suspended_job(name: str) -> dict:
             },
         },
     }
+
+
+def invalid_job(name: str) -> dict:
+    """An MPIJob the API server accepts and the mpi-operator rejects with a ValidationError event."""
+    bad = suspended_job(name)
+    bad["spec"]["runPolicy"] = {}
+    bad["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2  # only the controller rejects this
+    return bad
+
+
+def first_validation_error(k8s, namespace: str, name: str) -> None:
+    """Return once the mpi-operator has recorded a ValidationError on the job (awaited by a watch)."""
+    selector = f"involvedObject.kind=MPIJob,involvedObject.name={name},reason=ValidationError"
+    stream = watch.Watch().stream(client.CoreV1Api(k8s).list_namespaced_event, namespace,
+                                  field_selector=selector, timeout_seconds=120)
+    for _ in stream:  # the listing's existing events come first, as ADDED
+        return
+    raise AssertionError(f"no ValidationError event for {name} in 120 s")
+
+
+class CountingHook(AsyncMPIJobHook):
+    """Records each listing of a job's events."""
+
+    listed: list[str]
+
+    async def job_events(self, name, namespace=None):
+        self.listed.append(name)
+        return await super().job_events(name, namespace)
+
+
+def counting_monitor(name: str, namespace: str, listed: list[str]) -> JobMonitor:
+    counting = CountingHook(conn_id="kubernetes_default")
+    counting.listed = listed
+    return JobMonitor(counting, name, namespace, emit=print, submitted_at=datetime.now(timezone.utc),
+                      get_logs=False, poll_interval=30)
 
 
 def create_jobs(k8s, namespace: str, names: list[str]) -> None:
@@ -141,15 +178,7 @@ def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_ev
     """The field selector (involvedObject.kind=MPIJob, reason=ValidationError) on the real API server, the event from
     the real mpi-operator: it arrives by the hub's watch, and a wait on the job ends as invalid after one event
     listing (for the verdict's message) instead of listing while it waits."""
-    bad = suspended_job("hub-invalid")
-    bad["spec"]["runPolicy"] = {}
-    bad["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2  # only the controller rejects this
-
-    class Counting(AsyncMPIJobHook):
-        async def job_events(self, name, namespace=None):
-            listed.append(name)
-            return await super().job_events(name, namespace)
-
+    bad = invalid_job("hub-invalid")
     listed: list[str] = []
 
     async def body():
@@ -159,13 +188,41 @@ def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_ev
                                     namespace, "mpijobs", bad)
             await asyncio.wait_for(sub.hub.until(lambda hb: bool(sub.validation_events())), 120)
             assert sub.hub.stats["events_lists"] == 1 and sub.hub.stats["events_events"] >= 1
-            monitor = JobMonitor(Counting(conn_id="kubernetes_default"), "hub-invalid", namespace, emit=print,
-                                 submitted_at=datetime.now(timezone.utc), get_logs=False, poll_interval=30)
-            return await asyncio.wait_for(monitor.run(), 60)
+            return await asyncio.wait_for(counting_monitor("hub-invalid", namespace, listed).run(), 60)
 
     result = asyncio.run(body())
     assert result["status"] == "invalid" and "replicas" in result["message"].lower(), result
     assert listed == ["hub-invalid"]
+
+
+def test_an_identity_refused_the_event_watch_lists_the_validation_error_instead(
+        k8s, kubeconfig, namespace, tmp_path, monkeypatch, caplog):
+    """A role of an earlier release (events: list, no watch), refused by the real API server's RBAC: the hub warns
+    once and keeps its two other watches; a wait on an invalid job finds the ValidationError by listing."""
+    role = apply_role(k8s, role_without("watch", "events", "airflow-mpi-no-event-watch"))
+    config = bound_service_account_kubeconfig(k8s, kubeconfig, namespace, role, tmp_path / "kubeconfig")
+    use_as_kubernetes_default(monkeypatch, config, namespace)
+    listed: list[str] = []
+
+    async def body():
+        async with watch_hub.subscription(hook(), namespace, "refused-invalid") as sub:
+            await sub.hub.until(lambda hb: hb.stats["events_refused"] == 1)  # the list is allowed, the watch not
+            await sub.hub.ready()
+            assert sub.validation_events() is None and not sub.hub.watches_events
+            assert sub.hub.stats["events_lists"] == 1 and sub.hub.stats["events_opened"] == 0
+            await asyncio.to_thread(client.CustomObjectsApi(k8s).create_namespaced_custom_object, *MPIJOBS,
+                                    namespace, "mpijobs", invalid_job("refused-invalid"))
+            await asyncio.to_thread(first_validation_error, k8s, namespace, "refused-invalid")
+            result = await asyncio.wait_for(counting_monitor("refused-invalid", namespace, listed).run(), 60)
+            assert sub.hub.error is None and sub.hub.stats["mpijobs_opened"] >= 1
+            return result
+
+    with caplog.at_level(logging.WARNING, logger=watch_hub.__name__):
+        result = asyncio.run(body())
+    assert result["status"] == "invalid" and "replicas" in result["message"].lower(), result
+    assert listed == ["refused-invalid"]  # the one listing at the wait's first check found it
+    refusals = [r for r in caplog.records if "may not watch events" in r.getMessage()]
+    assert len(refusals) == 1 and "403" in refusals[0].getMessage(), [r.getMessage() for r in caplog.records]
 
 
 def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespace, kubernetes_default_conn, monkeypatch):
@@ -195,6 +252,27 @@ def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespac
     finally:
         for name in created:
             core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
+def test_a_watch_lasts_until_the_api_server_ends_it_not_the_clients_default_timeout(
+        namespace, kubernetes_default_conn, monkeypatch, caplog):
+    """cncf.kubernetes' API clients end any request after API_TIMEOUT (60 s) unless the call says otherwise; the
+    hub's watches say so, so each lasts its timeout_seconds on the API server and is renewed without a warning.
+    (Both timeouts shortened here; before the fix every watch of a real triggerer was cut each minute.)"""
+    from airflow.providers.cncf.kubernetes import kube_client
+
+    monkeypatch.setattr(kube_client, "API_TIMEOUT", 2)
+    monkeypatch.setattr(watch_hub, "WATCH_SECONDS", 5)
+
+    async def body():
+        async with watch_hub.subscription(hook(), namespace, "none") as sub:
+            await sub.hub.until(lambda hb: all(hb.stats[f"{kind}_watches"] >= 3 for kind in watch_hub.KINDS))
+            return dict(sub.hub.stats)
+
+    with caplog.at_level(logging.INFO, logger=watch_hub.__name__):
+        stats = asyncio.run(body())
+    assert [r.getMessage() for r in caplog.records] == []  # no interruption, no re-list
+    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.KINDS), stats
 
 
 @pytest.mark.needs_simulation

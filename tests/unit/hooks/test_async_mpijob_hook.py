@@ -367,7 +367,7 @@ async def test_watch_request_and_events_split_across_chunks(hook, boundary):
     assert events == [("MODIFIED", "8"), ("DELETED", "9")]
     boundary.custom.list_namespaced_custom_object.assert_awaited_once_with(
         **GVP, namespace="ns", field_selector="metadata.name=job", watch=True, timeout_seconds=60,
-        resource_version="7", _preload_content=False,
+        _request_timeout=(30.0, 75.0), resource_version="7", _preload_content=False,
     )
     assert resp.closed
 

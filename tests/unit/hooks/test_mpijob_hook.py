@@ -383,6 +383,7 @@ def test_watch_selects_the_job_resumes_and_splits_events_across_chunks(hook):
         field_selector="metadata.name=job",
         watch=True,
         timeout_seconds=30,
+        _request_timeout=(30.0, 45.0),  # idle limit past the server's 30 s, not the client's 60 s in all
         resource_version="42",
         _preload_content=False,
     )
