@@ -1,8 +1,9 @@
 """List and watch all MPIJobs, MPIJob pods or MPIJob events of a namespace: the requests behind the watch hub.
 
-MPIJobs and events come back as API dicts (as the hooks return them everywhere), pods as client
-models (``V1Pod``, what :func:`airflow_mpi.hooks.summaries.pod_summary` reads) of only the fields it
-reads (:func:`~airflow_mpi.hooks.summaries.slim_pod`): a triggerer keeps hundreds of them. Watches
+MPIJobs and events come back as API dicts (as the hooks return them everywhere), MPIJobs cut to their metadata
+and status (:func:`~airflow_mpi.hooks.summaries.slim_mpijob`), pods as client models (``V1Pod``, what
+:func:`airflow_mpi.hooks.summaries.pod_summary` reads) of only the fields it reads
+(:func:`~airflow_mpi.hooks.summaries.slim_pod`): a triggerer keeps hundreds of them. Watches
 always ask for bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
 """
 
@@ -17,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks import _calls as calls, client_pool
 from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines, watch_request_timeout
-from airflow_mpi.hooks.summaries import slim_pod
+from airflow_mpi.hooks.summaries import slim_mpijob, slim_pod
 
 
 class _Body:
@@ -44,9 +45,11 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
 
 
 def _model(api_client: Any, kind: str, obj: dict) -> Any:
-    """A pod as a slim ``V1Pod``; MPIJobs and events stay dicts."""
+    """A pod as a slim ``V1Pod``, an MPIJob as a slim dict (metadata and status); events stay dicts."""
     if kind == PODS:
         return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
+    if kind == MPIJOBS:
+        return slim_mpijob(obj)
     return obj
 
 

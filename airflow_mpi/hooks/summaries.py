@@ -87,6 +87,19 @@ def slim_pod(pod: dict) -> dict:
     }
 
 
+_JOB_META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion",
+             "generation")
+
+
+def slim_mpijob(job: dict) -> dict:
+    """An MPIJob (API dict) cut to what a wait reads of it (:func:`~airflow_mpi.models.status.job_state`: metadata
+    and status): its spec (pod templates with their commands, env and volumes) and annotations (kubectl's
+    last-applied copy of the whole manifest) go, a large part of each of the thousand jobs a triggerer may keep."""
+    meta = job.get("metadata") or {}
+    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
+            "metadata": {key: meta[key] for key in _JOB_META if key in meta}, "status": job.get("status") or {}}
+
+
 def event_summary(event: dict) -> EventSummary:
     """Summarise an event as the hooks return it (an API dict)."""
     involved = event.get("involvedObject") or {}

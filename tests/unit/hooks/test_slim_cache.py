@@ -1,5 +1,5 @@
-"""The hub keeps pods cut to what their readers need (hooks/summaries.py ``slim_pod``): the readers must see the
-same pod, and the cut must be worth it."""
+"""The hub keeps pods and MPIJobs cut to what their readers need (hooks/summaries.py ``slim_pod``,
+``slim_mpijob``): the readers must see the same object, and the cut must be worth it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from kubernetes_asyncio.client import ApiClient
 
 from airflow_mpi.hooks.k8s_requests import sort_newest_first, sort_workers
 from airflow_mpi.hooks.namespace_watch import _Body
-from airflow_mpi.hooks.summaries import pod_role, pod_summary, slim_pod
+from airflow_mpi.hooks.summaries import pod_role, pod_summary, slim_mpijob, slim_pod
+from airflow_mpi.hooks.watch_hub import _meta
+from airflow_mpi.models.status import job_state, true_condition_types
 
 
 def full_pod(name: str, *, role: str, state: dict, phase: str, restarts: int = 0, index: str = "0") -> dict:
@@ -83,3 +85,47 @@ async def test_orderings_are_unchanged_and_the_cut_is_worth_it():
     assert [p.metadata.name for p in sort_newest_first(slim)] == [p.metadata.name for p in sort_newest_first(full)]
     assert [p.metadata.name for p in sort_workers(slim)] == [p.metadata.name for p in sort_workers(full)]
     assert all(len(json.dumps(slim_pod(p))) * 5 < len(json.dumps(p)) for p in PODS)
+
+
+def full_mpijob(conditions: list[dict], **metadata) -> dict:
+    """An MPIJob as the API server returns it after kubectl apply (big parts included)."""
+    template = {"spec": {"containers": [{
+        "name": "c", "image": "mpi-pi:openmpi", "command": ["mpirun", "/home/mpiuser/pi"],
+        "env": [{"name": f"E{i}", "value": "v" * 50} for i in range(30)]}]}}
+    return {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": "job", "namespace": "ns", "uid": "uid-1", "resourceVersion": "77", "generation": 1,
+                     "labels": {"airflow-mpi.apache.org/dag-id": "d"},
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x" * 3000},
+                     "managedFields": [{"manager": "mpi-operator", "fieldsV1": {"f:status": {}}}] * 5, **metadata},
+        "spec": {"slotsPerWorker": 2, "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "Running"},
+                 "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": template},
+                                     "Worker": {"replicas": 2, "template": template}}},
+        "status": {"conditions": conditions, "startTime": "2026-11-23T10:00:00Z",
+                   "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 2}}},
+    }
+
+
+def condition(kind: str, at: str, reason: str = "", message: str = "", status: str = "True") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": at}
+
+
+JOBS = [
+    full_mpijob([]),
+    full_mpijob([condition("Created", "2026-11-23T10:00:01Z", "MPIJobCreated")]),
+    full_mpijob([condition("Created", "2026-11-23T10:00:01Z"), condition("Running", "2026-11-23T10:00:05Z")]),
+    full_mpijob([condition("Created", "2026-11-23T10:00:01Z"), condition("Running", "2026-11-23T10:00:05Z", status="False"),
+                 condition("Succeeded", "2026-11-23T10:01:00Z", "MPIJobSucceeded", "done")]),
+    full_mpijob([condition("Created", "2026-11-23T10:00:01Z"), condition("Failed", "2026-11-23T10:01:00Z",
+                                                                          "BackoffLimitExceeded", "launcher failed")],
+                deletionTimestamp="2026-11-23T10:02:00Z"),
+]
+
+
+@pytest.mark.parametrize("raw", JOBS, ids=["new", "created", "running", "succeeded", "failed-deleting"])
+def test_the_slim_mpijob_reads_as_the_full_one_does(raw):
+    slim = slim_mpijob(raw)
+    assert job_state(slim) == job_state(raw) and true_condition_types(slim) == true_condition_types(raw)
+    assert _meta(slim) == _meta(raw)  # name, uid, labels: how the hub files and matches it
+    assert slim["metadata"].get("deletionTimestamp") == raw["metadata"].get("deletionTimestamp")
+    assert len(json.dumps(slim)) * 5 < len(json.dumps(raw))
