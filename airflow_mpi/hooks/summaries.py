@@ -63,7 +63,8 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     )
 
 
-_POD_META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+#: the metadata the hub's readers use, of pods and MPIJobs alike (what the hub files and matches them by, orderings)
+_META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
 _CONTAINER_STATUS = ("name", "image", "imageID", "ready", "restartCount", "started", "state")
 
 
@@ -76,7 +77,7 @@ def slim_pod(pod: dict) -> dict:
     if spec.get("nodeName"):
         slim_spec["nodeName"] = spec["nodeName"]
     return {
-        "metadata": {key: meta[key] for key in _POD_META if key in meta},
+        "metadata": {key: meta[key] for key in _META if key in meta},
         "spec": slim_spec,
         "status": {
             "phase": status.get("phase"),
@@ -87,17 +88,13 @@ def slim_pod(pod: dict) -> dict:
     }
 
 
-_JOB_META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion",
-             "generation")
-
-
 def slim_mpijob(job: dict) -> dict:
     """An MPIJob (API dict) cut to what a wait reads of it (:func:`~airflow_mpi.models.status.job_state`: metadata
     and status): its spec (pod templates with their commands, env and volumes) and annotations (kubectl's
     last-applied copy of the whole manifest) go, a large part of each of the thousand jobs a triggerer may keep."""
     meta = job.get("metadata") or {}
     return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
-            "metadata": {key: meta[key] for key in _JOB_META if key in meta}, "status": job.get("status") or {}}
+            "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}
 
 
 def event_summary(event: dict) -> EventSummary:
