@@ -7,6 +7,10 @@ paths first and falls back to the Airflow 2 ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
@@ -14,6 +18,7 @@ from airflow.providers.common.compat.sdk import (
     BaseOperator,
     BaseSensorOperator,
     TaskDeferred,
+    Variable,
     conf,
 )
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
@@ -25,6 +30,22 @@ try:
     from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 except ImportError:  # older common-compat
     AIRFLOW_V_3_3_PLUS = False
+
+
+
+@contextmanager
+def non_scoped_session() -> Iterator[Any]:
+    """A metadata-database session of its own, never a thread's scoped one (which the scheduler's loop may be
+    holding in a locked transaction: a plugin committing it breaks HA locks)."""
+    from airflow import settings
+
+    factory = getattr(settings, "NonScopedSession", None) or settings.Session.session_factory  # 3.x / 2.11
+    session = factory()
+    try:
+        yield session
+    finally:
+        session.close()
+
 
 __all__ = [
     "AIRFLOW_VERSION",
@@ -38,5 +59,7 @@ __all__ = [
     "BaseTrigger",
     "TaskDeferred",
     "TriggerEvent",
+    "Variable",
     "conf",
+    "non_scoped_session",
 ]

@@ -44,6 +44,7 @@ with DAG(
     @task
     def submit(params=None, ti=None) -> dict:
         """Create the MPIJob and return at once (no waiting)."""
+        from airflow_mpi import deployment_identity
         from airflow_mpi.hooks import MPIJobHook
         from airflow_mpi.models import MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
         from airflow_mpi.models.naming import job_name
@@ -51,7 +52,9 @@ with DAG(
         hook = MPIJobHook()
         namespace = hook.resolve_namespace(None)
         workers = int(params["workers"])
-        name = job_name(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, max_workers=workers)
+        # unique to this task instance of this Airflow deployment (another deployment may share the namespace)
+        name = job_name(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, max_workers=workers,
+                        deployment=deployment_identity.for_task())
         spec = MPIJobSpec(
             name=name,
             namespace=namespace,

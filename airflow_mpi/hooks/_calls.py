@@ -135,20 +135,30 @@ def delete_call(
     propagation_policy: str | None,
     grace_period_seconds: int | None,
     log: logging.Logger,
+    uid: str | None = None,
 ) -> Call:
-    """DELETE one MPIJob; True when deleted, False when it was already gone."""
+    """DELETE one MPIJob; True when deleted, False when it was already gone (or, given ``uid``, is another object
+    of the same name now: the API server checks the precondition and answers 409)."""
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
     if propagation_policy:
         body["propagationPolicy"] = propagation_policy
     if grace_period_seconds is not None:
         body["gracePeriodSeconds"] = grace_period_seconds
+    if uid is not None:
+        body["preconditions"] = {"uid": uid}
+
+    def on_error(exc: BaseException) -> Any:
+        if uid is not None and getattr(exc, "status", None) == 409:
+            log.warning("Not deleting MPIJob %s/%s: it is another object now (not uid %s)", namespace, name, uid)
+            return False
+        return _absent(False)(exc)
 
     def deleted(_: Any) -> bool:
         log.info("Deleted MPIJob %s/%s (propagationPolicy=%s)", namespace, name, propagation_policy)
         return True
 
     kwargs = hook._custom_object_args(namespace, name=name, body=body)
-    return Call(CUSTOM_OBJECTS, "delete_namespaced_custom_object", kwargs, _absent(False), deleted)
+    return Call(CUSTOM_OBJECTS, "delete_namespaced_custom_object", kwargs, on_error, deleted)
 
 
 def list_call(hook: MPIJobHookBase, namespace: str, label_selector: str | None) -> Call:

@@ -218,22 +218,23 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
         *,
         propagation_policy: str | None = "Foreground",
         grace_period_seconds: int | None = None,
+        uid: str | None = None,
     ) -> bool:
         """Delete the MPIJob; False when it was already gone."""
         ns = await self.resolve_namespace(namespace)
-        return await self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log))
+        return await self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log, uid))
 
     async def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
         return await self._send(calls.list_call(self, await self.resolve_namespace(namespace), label_selector))
 
-    async def delete_live_mpijob(self, name: str, namespace: str | None = None) -> str:
+    async def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> str:
         """Delete the MPIJob only while it is live (see the sync hook); returns the outcome."""
         ns = await self.resolve_namespace(namespace)
         outcome = live_delete.CHANGED
         for _ in range(live_delete.ROUNDS):
             obj = await self.get_mpijob(name, ns)
-            if (outcome := live_delete.keep_reason(obj)) is None:
+            if (outcome := live_delete.keep_reason(obj, uid)) is None:
                 outcome = await self._send(live_delete.live_delete_call(self, obj, self.log))
             if outcome != live_delete.CHANGED:
                 break

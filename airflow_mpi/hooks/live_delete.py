@@ -27,9 +27,13 @@ CHANGED = "changed"  # changed between read and DELETE (409): judge again
 ROUNDS = 5  # read-judge-delete rounds before giving up on a job that keeps changing
 
 
-def keep_reason(obj: dict | None) -> str | None:
-    """Why a live-only deletion leaves ``obj`` alone, or None when it is live and may be deleted."""
-    if obj is None:
+def keep_reason(obj: dict | None, uid: str | None = None) -> str | None:
+    """Why a live-only deletion leaves ``obj`` alone, or None when it is live and may be deleted.
+
+    ``uid``: only that incarnation may be deleted; another object of the same name (deleted and made again,
+    perhaps by someone else) counts as gone.
+    """
+    if obj is None or (uid is not None and (obj.get("metadata") or {}).get("uid") != uid):
         return GONE
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         return DELETING

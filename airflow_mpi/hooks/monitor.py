@@ -95,8 +95,11 @@ class JobMonitor:
         target_condition: str | None = None,
         owns_job: bool = True,
         emit_marked: Callable[[str, str], None] | None = None,
+        uid: str | None = None,
     ) -> None:
         self.hook = hook
+        # the incarnation this task created or reattached to: another object of the same name is not its job
+        self.expected_uid = uid
         # launcher lines and attempt headers with their log position (models/log_ledger.py): the trigger
         # logs the mark beside the text so a successor can read its position back from the task log
         self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
@@ -163,6 +166,7 @@ class JobMonitor:
             "warnings": verdict.warnings,
             "name": self.name,
             "namespace": self.namespace,
+            "uid": self.expected_uid,
             "condition": state.condition if state else None,
             "reason": state.reason if state else None,
             "job_message": state.message if state else None,
@@ -201,6 +205,9 @@ class JobMonitor:
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
         uid = (obj.get("metadata") or {}).get("uid")
+        if self.expected_uid and uid != self.expected_uid:
+            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {uid}; this task's "
+                                      f"was {self.expected_uid}): not following it")
         seen = sub.version
         while True:
             if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:

@@ -145,25 +145,26 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
         *,
         propagation_policy: str | None = "Foreground",
         grace_period_seconds: int | None = None,
+        uid: str | None = None,
     ) -> bool:
         """Delete the MPIJob; False when it was already gone.
 
         ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone.
         """
         ns = self.resolve_namespace(namespace)
-        return self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log))
+        return self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log, uid))
 
     def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
         return self._send(calls.list_call(self, self.resolve_namespace(namespace), label_selector))
 
-    def delete_live_mpijob(self, name: str, namespace: str | None = None) -> str:
+    def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> str:
         """Delete the MPIJob only while it is live (see hooks/live_delete.py); returns the outcome."""
         ns = self.resolve_namespace(namespace)
         outcome = live_delete.CHANGED
         for _ in range(live_delete.ROUNDS):
             obj = self.get_mpijob(name, ns)
-            if (outcome := live_delete.keep_reason(obj)) is None:
+            if (outcome := live_delete.keep_reason(obj, uid)) is None:
                 outcome = self._send(live_delete.live_delete_call(self, obj, self.log))
             if outcome != live_delete.CHANGED:
                 break

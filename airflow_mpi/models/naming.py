@@ -3,6 +3,12 @@
 A retry or a restarted worker must find the MPIJob of its task instance again (and never start a
 second one), so the name is derived from the task instance's identity, and the same identity is
 written as labels (label-safe, for selectors) and annotations (raw values, for humans).
+
+Several Airflow deployments may share a namespace, and their run ids coincide (``scheduled__...``):
+the identity includes the *deployment* (its own label, and a part of the name's hash), so the same
+dag/task/run in two deployments makes two jobs, and neither deployment reattaches to, or sweeps,
+the other's. A job without a deployment label (a rendered manifest, a job of an older release) is
+nobody's: never reattached to, never swept.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ TASK_ID_LABEL = LABEL_PREFIX + "task-id"
 RUN_ID_LABEL = LABEL_PREFIX + "run-id"
 MAP_INDEX_LABEL = LABEL_PREFIX + "map-index"
 TRY_NUMBER_LABEL = LABEL_PREFIX + "try-number"
+DEPLOYMENT_LABEL = LABEL_PREFIX + "deployment"
+TASK_INSTANCE_ID_ANNOTATION = LABEL_PREFIX + "task-instance-id"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-mpi"
 
@@ -36,8 +44,10 @@ def _slug(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
 
 
-def job_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1) -> str:
-    """A DNS-1035 name unique to the task instance (not the try), short enough for its pods.
+def job_name(
+    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1, deployment: str | None = None
+) -> str:
+    """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
     The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job
     ``<name>-launcher``; both must stay within 63 characters, so the name leaves room for the
@@ -48,7 +58,8 @@ def job_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
     if budget < 1:
         raise ValueError(f"max_workers={max_workers!r}: too many workers to name pods within 63 characters")
-    digest = _digest(dag_id, task_id, run_id, map_index)
+    digest = _digest(dag_id, task_id, run_id, map_index) if deployment is None else _digest(
+        deployment, dag_id, task_id, run_id, map_index)
     slug = _slug(f"{dag_id}-{task_id}")[:budget].strip("-")
     if not slug or not slug[0].isalpha():
         slug = ("mpi-" + slug)[:budget].strip("-")
@@ -72,9 +83,11 @@ def sanitize_label_value(value: object) -> str:
     return f"{cleaned}-{digest}" if cleaned else digest
 
 
-def identity_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+def identity_labels(
+    dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, deployment: str | None = None
+) -> dict[str, str]:
     """Labels of the MPIJob of one task instance try (selectable, label-safe)."""
-    return {
+    labels = {
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         DAG_ID_LABEL: sanitize_label_value(dag_id),
         TASK_ID_LABEL: sanitize_label_value(task_id),
@@ -82,37 +95,58 @@ def identity_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_
         MAP_INDEX_LABEL: str(map_index) if map_index >= 0 else "none",  # "-1" is no valid label value
         TRY_NUMBER_LABEL: str(try_number),
     }
+    if deployment is not None:
+        labels[DEPLOYMENT_LABEL] = sanitize_label_value(deployment)
+    return labels
 
 
-def identity_annotations(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+def identity_annotations(
+    dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, task_instance_id: str | None = None
+) -> dict[str, str]:
     """The raw identity, for people reading the object (labels may be hashed)."""
-    return {
+    annotations = {
         DAG_ID_LABEL: dag_id,
         TASK_ID_LABEL: task_id,
         RUN_ID_LABEL: run_id,
         MAP_INDEX_LABEL: str(map_index),
         TRY_NUMBER_LABEL: str(try_number),
     }
+    if task_instance_id is not None:
+        annotations[TASK_INSTANCE_ID_ANNOTATION] = task_instance_id
+    return annotations
+
+
+def deployment_of(job: dict) -> str | None:
+    """The deployment label of an MPIJob (None: made outside any deployment, e.g. a rendered manifest)."""
+    return ((job.get("metadata") or {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
 
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """The Airflow task instance try an MPIJob belongs to (a placeholder one when rendering offline)."""
+    """The Airflow task instance try an MPIJob belongs to (a placeholder one when rendering offline).
+
+    ``deployment``: the Airflow deployment's identity (None offline: a rendered manifest belongs to nobody);
+    ``task_instance_id``: the try's unique id in that deployment's database (Airflow 3: the TI's UUID).
+    """
 
     dag_id: str
     task_id: str
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    deployment: str | None = None
+    task_instance_id: str | None = None
 
     def labels(self) -> dict[str, str]:
-        return identity_labels(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number)
+        return identity_labels(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.deployment)
 
     def annotations(self) -> dict[str, str]:
-        return identity_annotations(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number)
+        return identity_annotations(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number,
+                                    self.task_instance_id)
 
     def job_name(self, max_workers: int = 1) -> str:
-        return job_name(self.dag_id, self.task_id, self.run_id, self.map_index, max_workers=max_workers)
+        return job_name(self.dag_id, self.task_id, self.run_id, self.map_index, max_workers=max_workers,
+                        deployment=self.deployment)
 
 
 def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:

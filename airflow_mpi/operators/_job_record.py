@@ -1,6 +1,7 @@
 """Where a task instance's MPIJob lives, recorded where others can find it after the worker is gone.
 
-* Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it.
+* Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it, to that
+  object only (its uid: an object someone made again under the same name is not this task's job).
 * the XCom ``JOB_XCOM_KEY`` (``{"name", "namespace", "kubernetes_conn_id", "api_version"}``): the
   orphan listener (airflow_mpi/orphans/listener.py) runs in the API server or the scheduler when the
   task instance is marked failed/success or fails without its worker, and reads it there to delete
@@ -15,11 +16,13 @@ STATE_STORE_KEY = "airflow_mpi_job"
 JOB_XCOM_KEY = "airflow_mpi_job"
 
 
-def record_job(context: Any, name: str, namespace: str, *, conn_id: str, api_version: str) -> None:
+def record_job(
+    context: Any, name: str, namespace: str, *, conn_id: str, api_version: str, uid: str | None = None
+) -> None:
     """Record the job of this try in the task state store (if any) and in the XCom ``JOB_XCOM_KEY``."""
     store = context.get("task_state_store") if hasattr(context, "get") else None
     if store is not None:
-        store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace})
+        store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace, "uid": uid})
     ti = context["ti"]
     if hasattr(ti, "xcom_push"):
         ti.xcom_push(
@@ -28,10 +31,11 @@ def record_job(context: Any, name: str, namespace: str, *, conn_id: str, api_ver
         )
 
 
-def recorded_job(context: Any) -> tuple[str, str] | None:
-    """The job remembered in the task state store by an earlier try (Airflow 3.3+)."""
+def recorded_job(context: Any) -> tuple[str, str, str | None] | None:
+    """``(name, namespace, uid)`` of the job an earlier try remembered in the task state store (Airflow 3.3+)."""
     store = context.get("task_state_store") if hasattr(context, "get") else None
     stored = store.get(STATE_STORE_KEY) if store is not None else None
     if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
-        return stored["name"], stored["namespace"]
+        uid = stored.get("uid")
+        return stored["name"], stored["namespace"], uid if isinstance(uid, str) else None
     return None

@@ -74,7 +74,7 @@ def finish(
                     task.log.warning("%s", line)
     if name and _should_delete(outcome, on_finish_action):
         task.log.info("Deleting MPIJob %s/%s (%s)", namespace, name, outcome)
-        task.hook.delete_mpijob(name, namespace)
+        task.hook.delete_mpijob(name, namespace, uid=payload.get("uid"))
     if outcome in ("success", "target"):
         task.log.info("MPIJob %s/%s: %s", namespace, name, payload.get("message"))
         return xcom_result(payload, api_version)

@@ -91,6 +91,18 @@ def placeholder_identity(task: Any, run_id: str) -> TaskIdentity:
     return TaskIdentity(task.dag_id, task.task_id, run_id)
 
 
+def task_instance_id(context: Any) -> str:
+    """The try's unique id in this deployment's database: Airflow 3's task instance UUID (new for each try);
+    on 2.11, which has none, the DAG run's primary key with the task, map index and try (a run deleted and made
+    again under the same run id gets a new key)."""
+    ti = context["ti"]
+    if getattr(ti, "id", None):
+        return str(ti.id)
+    dag_run = context.get("dag_run") if hasattr(context, "get") else None
+    run_key = getattr(dag_run, "id", None) or ti.run_id
+    return f"dagrun-{run_key}/{ti.task_id}/{ti.map_index}/try-{ti.try_number}"
+
+
 def settings_explained(settings: dict[str, Any], retries: int, retries_mapped: bool) -> list[str]:
     """The task log's account of every field's value and source, and of what Airflow retries mean for this job."""
     limit = settings["backoff_limit"].value

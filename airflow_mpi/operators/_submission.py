@@ -1,7 +1,7 @@
 """One MPIJob per task instance: find the one an earlier try (or a restarted worker) left, or create it.
 
 A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate
-(the identity labels say whose a job is); a job an earlier try left Failed is replaced; a job being
+(the identity labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
 deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
 """
 
@@ -11,25 +11,38 @@ import json
 import logging
 from typing import Any
 
-from airflow_mpi.models.naming import TRY_NUMBER_LABEL, reattach_selector, same_task
+from airflow_mpi.models.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.models.status import job_state
 from airflow_mpi.version_compat import AirflowFailException
 
 DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
 
 
-def reattach(hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str, str] | None) -> dict | None:
+def reattach(
+    hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str, str, str | None] | None
+) -> dict | None:
     """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
 
-    ``recorded``: where an earlier try of this task instance recorded its job (XCom), looked up first.
+    Only a job of this deployment and task instance is ever reattached to (its identity labels, the deployment
+    included): a job of another deployment, a rendered manifest applied by hand or a job of an older release
+    under this name fails the task, naming the owner; it is never adopted, deleted or waited for.
+    ``recorded``: where an earlier try of this task instance recorded its job (task state store), looked up
+    first, and only that object (its uid): an object someone made again under that name is not this task's.
     """
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     labels = manifest["metadata"]["labels"]
-    for cand_name, cand_ns in [*([recorded] if recorded else []), (name, namespace)]:
-        existing = hook.get_mpijob(cand_name, cand_ns)
-        if existing is not None:
-            break
-    else:
+    existing = None
+    if recorded:
+        existing = hook.get_mpijob(recorded[0], recorded[1])
+        uid = existing and existing["metadata"].get("uid")
+        if existing is not None and recorded[2] and uid != recorded[2]:
+            raise AirflowFailException(
+                f"MPIJob {recorded[1]}/{recorded[0]} is not the job an earlier try of this task instance made "
+                f"(uid {uid}, recorded {recorded[2]}): someone replaced it; not reattaching to or deleting it"
+            )
+    if existing is None:
+        existing = hook.get_mpijob(name, namespace)
+    if existing is None:
         found = hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))
         live = [j for j in found if not job_state(j).terminal]
         existing = live[0] if live else None
@@ -39,8 +52,10 @@ def reattach(hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str
     existing_name, existing_ns = existing["metadata"]["name"], existing["metadata"]["namespace"]
     if not same_task(existing_labels, labels):
         raise AirflowFailException(
-            f"MPIJob {namespace}/{existing_name} already exists and belongs to another task instance "
-            f"(labels {existing_labels}); choose another name"
+            f"MPIJob {existing_ns}/{existing_name} already exists and is not this task instance's job in this "
+            f"deployment ({DEPLOYMENT_LABEL}={existing_labels.get(DEPLOYMENT_LABEL)!r}, this deployment's is "
+            f"{labels.get(DEPLOYMENT_LABEL)!r}; labels {existing_labels}): not reattaching to or deleting it; "
+            "choose another name"
         )
     state = job_state(existing)
     if existing["metadata"].get("deletionTimestamp"):
@@ -49,7 +64,7 @@ def reattach(hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str
         return None
     if state.terminal and not state.succeeded:
         log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
-        hook.delete_mpijob(existing_name, existing_ns)
+        hook.delete_mpijob(existing_name, existing_ns, uid=existing["metadata"].get("uid"))
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
         return None
     if state.succeeded:

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from airflow_mpi import deployment_identity
 from airflow_mpi.models import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.models.deferral import not_before_text
 from airflow_mpi.models.errors import ErrorList
@@ -41,6 +42,7 @@ from airflow_mpi.operators._params import (
     parse_time_values,
     placeholder_identity,
     settings_explained,
+    task_instance_id,
     task_values,
 )
 from airflow_mpi.operators._redaction import redacted_yaml
@@ -202,7 +204,7 @@ class MPIJobOperator(BaseOperator):
         self.schedule_timeout = schedule_timeout
         self.on_finish_action = on_finish_action
         self.worker_log_tail_lines = worker_log_tail_lines
-        self._job: tuple[str, str] | None = None  # (name, namespace) once created or attached
+        self._job: tuple[str, str, str | None] | None = None  # (name, namespace, uid) once created or attached
         self._resolved: Resolved | None = None  # of the last build_manifest
         self._validate_at_parse_time()
 
@@ -229,15 +231,19 @@ class MPIJobOperator(BaseOperator):
     def build_manifest(self, context: Any = None) -> dict:
         """Exactly the manifest this task instance submits (validated; raises before any API call).
 
-        Without a task instance in ``context`` (offline rendering) the identity labels use a
-        placeholder run (``context["run_id"]``, else "offline") and the namespace comes from the
-        connection only when one is configured there.
+        With a task instance, the job carries this deployment's identity (``deployment_identity.py``) and the
+        try's unique id. Without one (offline rendering) the identity labels use a placeholder run
+        (``context["run_id"]``, else "offline") and no deployment: a rendered manifest applied by hand belongs to
+        no deployment, so no sweep ever deletes it. The namespace then comes from the connection only when one is
+        configured there.
         """
         values = task_values(self)
         check_task_parameters(values)
         ti = context.get("ti") if context else None
         if ti is not None:
-            identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+            identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number,
+                                    deployment=deployment_identity.for_task(),
+                                    task_instance_id=task_instance_id(context))
             namespace = None if values.get("namespace") else self.hook.resolve_namespace(None)
         else:
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
@@ -272,16 +278,17 @@ class MPIJobOperator(BaseOperator):
         self._log_manifest(manifest)
         job = self._reattach(context, manifest) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
-        self._job = (name, namespace)
-        record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+        uid = job["metadata"].get("uid")
+        self._job = (name, namespace, uid)
+        record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version, uid=uid)
         job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
         if self.deferrable and job_state(job).terminal:
             # A trigger would fire at once, inside Airflow's deferral race (models/deferral.py): finish here.
             self.log.info("MPIJob %s already finished: not deferring", name)
         elif self.deferrable:
-            self._defer(context, name, namespace, submitted_at, job_try)
-        payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None))
+            self._defer(context, name, namespace, submitted_at, job_try, uid)
+        payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
         if self._deleted_by_earlier_try(context, payload, job_try):
             return self.execute(context)
         return self._finish(payload)
@@ -289,7 +296,7 @@ class MPIJobOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish."""
         name, namespace = event["name"], event["namespace"]
-        self._job = (name, namespace)
+        self._job = (name, namespace, event.get("uid"))
         if self._deleted_by_earlier_try(context, event, job_try_number):
             return self.execute(context)
         if self.get_logs and event.get("status") not in ("invalid",):
@@ -313,8 +320,8 @@ class MPIJobOperator(BaseOperator):
         """
         if self._job is None:
             return
-        name, namespace = self._job
-        outcome = self.hook.delete_live_mpijob(name, namespace)
+        name, namespace, uid = self._job
+        outcome = self.hook.delete_live_mpijob(name, namespace, uid=uid)
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
     def _log_settings(self) -> None:
@@ -337,10 +344,13 @@ class MPIJobOperator(BaseOperator):
             "deadline": deadline,
         }
 
-    async def _wait(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None) -> dict:
+    async def _wait(
+        self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
+    ) -> dict:
         from airflow_mpi.hooks.monitor import monitor_with
 
-        return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), **self._monitor_kwargs(submitted_at, deadline))
+        kwargs = self._monitor_kwargs(submitted_at, deadline)
+        return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), uid=uid, **kwargs)
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
         from airflow_mpi.hooks.monitor import monitor_with
@@ -355,7 +365,9 @@ class MPIJobOperator(BaseOperator):
     def _log_manifest(self, manifest: dict) -> None:
         self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
 
-    def _defer(self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None) -> None:
+    def _defer(
+        self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None, uid: str | None
+    ) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
 
         deferred_at = _now()
@@ -375,6 +387,7 @@ class MPIJobOperator(BaseOperator):
             deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
             capture_result=self.captures_result,
+            uid=uid,
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.

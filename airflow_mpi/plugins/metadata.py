@@ -1,4 +1,8 @@
-"""Reads from Airflow's metadata database for the orphan listener (server side only: API server, scheduler)."""
+"""Reads from Airflow's metadata database for the orphan sweep (server side only: API server, scheduler).
+
+Every read runs in a session of its own (``non_scoped_session``): the sweep runs in its own thread, and must
+never use or commit a session Airflow's code holds.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Any
 
 from airflow_mpi.models.orphans import TaskKey
 from airflow_mpi.operators._job_record import JOB_XCOM_KEY
+from airflow_mpi.version_compat import non_scoped_session
 
 LOCATION_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")
 
@@ -15,52 +20,30 @@ def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
     from sqlalchemy import select, tuple_
 
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils.session import create_session
 
     columns = (TI.dag_id, TI.task_id, TI.run_id, TI.map_index)
-    with create_session() as session:
+    with non_scoped_session() as session:
         rows = session.execute(select(*columns, TI.state).where(tuple_(*columns).in_([tuple(k) for k in keys])))
         return {TaskKey(*row[:4]): None if row[4] is None else str(getattr(row[4], "value", row[4])) for row in rows}
 
 
-def run_job_locations(dag_id: str, run_id: str) -> list[dict]:
-    """The job records (see :func:`job_location`) of every task instance of one DAG run, in one query."""
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
+def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:
+    """``(task instance, job record)`` of every task instance of one DAG run (or of one task) that recorded its
+    job: ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` (``operators/_job_record.py``)."""
+    with non_scoped_session() as session:
         try:
             from airflow.models.xcom import XComModel  # Airflow 3
         except ImportError:  # Airflow 2
             from airflow.models.xcom import XCom
 
-            values = [row.value for row in XCom.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id,
-                                                         session=session)]
+            rows = XCom.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id, task_ids=task_id, session=session)
+            found = [(row, row.value) for row in rows]
         else:
-            rows = session.scalars(XComModel.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id)).all()
-            values = [XComModel.deserialize_value(row) for row in rows]
-    return [value for value in values if _is_location(value)]
+            query = XComModel.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id, task_ids=task_id)
+            found = [(row, XComModel.deserialize_value(row)) for row in session.scalars(query).all()]
+    return [(TaskKey(row.dag_id, row.task_id, row.run_id, row.map_index), value)
+            for row, value in found if _is_location(value)]
 
 
 def _is_location(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in LOCATION_KEYS)
-
-
-def job_location(task_instance: Any) -> dict | None:
-    """The ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` the operator recorded as XCom."""
-    from airflow.utils.session import create_session
-
-    ti = task_instance
-    with create_session() as session:
-        try:
-            from airflow.models.xcom import XComModel  # Airflow 3
-        except ImportError:  # Airflow 2
-            from airflow.models.xcom import XCom
-
-            value = XCom.get_one(run_id=ti.run_id, key=JOB_XCOM_KEY, task_id=ti.task_id, dag_id=ti.dag_id,
-                                 map_index=ti.map_index, session=session)
-        else:
-            query = XComModel.get_many(run_id=ti.run_id, key=JOB_XCOM_KEY, task_ids=ti.task_id, dag_ids=ti.dag_id,
-                                       map_indexes=ti.map_index)
-            row = session.scalars(query).first()
-            value = XComModel.deserialize_value(row) if row is not None else None
-    return value if _is_location(value) else None

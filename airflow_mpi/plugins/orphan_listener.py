@@ -2,31 +2,61 @@
 
 Airflow calls it in the API server when a task instance is marked failed/success by hand, and in
 the scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed
-externally). In those cases no ``on_kill`` may run: a task marked failed before a triggerer picked
-up its trigger has no trigger to kill. A task process killed on its last try is failed by its
-surviving supervisor through the execution API, which calls no listener: the sweep when its DAG run
-finishes catches that job. The listener reads where the task's job lives from the XCom the operator
-wrote (``operators/_job_record.py``) and sweeps that namespace (``hooks/orphan_sweep.py``): every
-live MPIJob of this provider whose task instance is finished or gone (also a deleted DAG run's) is
-deleted. A finished MPIJob is never touched.
+externally) or when a DAG run finishes. In those cases no ``on_kill`` may run: a task marked failed
+before a triggerer picked up its trigger has no trigger to kill.
 
-It acts only on the server side (ORM task instances): in a worker the operator cleans up itself.
-Errors are logged, never raised into Airflow.
+What it may delete, and nothing else: a *live* MPIJob carrying *this deployment's* label
+(``deployment_identity.py``) whose task instance is finished or gone from this deployment's database.
+Another deployment's jobs, a rendered manifest applied by hand, a finished job: never.
+
+Where it looks: the namespaces the finished task instances recorded their jobs in (the XCom of
+``operators/_job_record.py``), each only after checking that the job named there is that task
+instance's job of this deployment (``hooks/orphan_sweep.owns_place``): a task cannot aim the sweep.
+
+How: the hooks below run in Airflow's own threads, so they only hand ids to the background worker
+(``plugins/sweep_worker.py``); a task instance that is not an MPI task costs nothing (its operator
+name is on the task instance already). Errors are logged, never raised into Airflow.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_mpi.models.orphans import FINISHED_TI_STATES, TaskKey
+from airflow_mpi.plugins.sweep_worker import SweepWorker
 
 log = logging.getLogger(__name__)
+
+SWEEP_BUDGET = 60.0  # seconds of Kubernetes calls one request may spend
+DECORATOR_NAMES = frozenset({"@task.mpi", "@task.horovod"})
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task instance reached a finished state (``state``: as the listener saw it, maybe not committed yet)."""
+
+    key: TaskKey
+    state: str
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    dag_id: str
+    run_id: str
+
+
+class StartIdentity:
+    """Make this deployment's identity at a server component's start, before any task needs it."""
+
+    def __repr__(self) -> str:
+        return "the deployment identity"
 
 
 def _state(value: Any) -> str | None:
@@ -37,83 +67,111 @@ def _server_side(task_instance: Any) -> bool:
     return type(task_instance).__module__.startswith("airflow.models")
 
 
+def mpi_operator_names() -> frozenset[str]:
+    """Class names of MPIJobOperator and every subclass imported in this process (the task instance's
+    ``operator`` column holds its task's class name)."""
+    import airflow_mpi.decorators  # noqa: F401  the decorated operators are subclasses too
+    from airflow_mpi.operators import MPIJobOperator
+
+    names, todo = set(), [MPIJobOperator]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def is_mpi_task(task_instance: Any) -> bool:
+    """From the task instance's own columns, no I/O. A subclass defined in a DAG file only (not importable
+    here) is not recognised: the sweep when its DAG run finishes catches its job."""
+    return (getattr(task_instance, "custom_operator_name", None) in DECORATOR_NAMES
+            or getattr(task_instance, "operator", None) in mpi_operator_names())
+
+
+def handle(request: Any) -> list[str]:
+    """Run one request in the worker thread; the names of the jobs deleted."""
+    from airflow_mpi import deployment_identity
+    from airflow_mpi.plugins import metadata
+
+    deployment = deployment_identity.in_database()
+    if isinstance(request, StartIdentity):
+        log.info("airflow-mpi: this deployment's identity is %s", deployment)
+        return []
+    if isinstance(request, TaskFinished):
+        key = request.key
+        records = [(k, r) for k, r in metadata.job_locations(key.dag_id, key.run_id, key.task_id) if k == key]
+
+        def states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
+            # this task instance's new state may not be committed yet: the listener's view wins
+            return {**metadata.task_instance_states(keys), key: request.state}
+    else:
+        records = metadata.job_locations(request.dag_id, request.run_id)
+        states = metadata.task_instance_states
+    return sweep_places(records, deployment, states)
+
+
+def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: Any) -> list[str]:
+    """Sweep each place a record names once it is proven to hold that task instance's job."""
+    from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, owns_place, sweep_namespace
+
+    deadline = time.monotonic() + SWEEP_BUDGET
+    swept: set[tuple[str, str, str]] = set()
+    deleted: list[str] = []
+    for key, record in records:
+        place = (record["namespace"], record["kubernetes_conn_id"], record["api_version"])
+        if place in swept:
+            continue
+        hook = BudgetedMPIJobHook(conn_id=place[1], api_version=place[2], deadline=deadline)
+        if not owns_place(hook, deployment, key, record["name"], place[0]):
+            log.info("airflow-mpi: not sweeping %s: MPIJob %s there is not the job of %s in this deployment (%s)",
+                     place[0], record["name"], key, deployment)
+            continue
+        swept.add(place)
+        deleted += sweep_namespace(hook, place[0], deployment, states)
+    return deleted
+
+
+WORKER = SweepWorker(handle)
+
+
+def submit_task(task_instance: Any) -> bool:
+    """Hand a finished MPI task instance of the server side to the worker; True when queued."""
+    state = _state(getattr(task_instance, "state", None))
+    if not _server_side(task_instance) or state not in FINISHED_TI_STATES or not is_mpi_task(task_instance):
+        return False
+    ti = task_instance
+    return WORKER.submit(TaskFinished(TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index), state))
+
+
+@hookimpl
+def on_starting(component: Any) -> None:
+    if type(component).__module__ == "airflow.jobs.job":  # scheduler, triggerer: not a task runner
+        WORKER.submit(StartIdentity())
+
+
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any = None) -> None:
-    reap_after(task_instance)
+    submit_task(task_instance)
 
 
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
-    reap_after(task_instance)
+    submit_task(task_instance)
 
 
 @hookimpl
 def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
-    reap_after(task_instance)
+    submit_task(task_instance)
 
 
 @hookimpl
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
-    reap_run(dag_run)
+    WORKER.submit(RunFinished(dag_run.dag_id, dag_run.run_id))
 
 
 @hookimpl
 def on_dag_run_success(dag_run: Any, msg: str) -> None:
-    reap_run(dag_run)
-
-
-def reap_run(dag_run: Any) -> threading.Thread:
-    """Sweep, in a thread of its own, the namespaces where a finished DAG run's tasks put jobs (scheduler side).
-
-    The scheduler calls this inside its locked transaction: its session (the thread's scoped session) must be
-    neither used nor committed, and its loop not held up by Kubernetes calls. Only the run's ids are read here.
-    """
-    sweep = threading.Thread(target=_reap_run, args=(dag_run.dag_id, dag_run.run_id), daemon=True,
-                             name="airflow-mpi-orphan-sweep")
-    sweep.start()
-    return sweep
-
-
-def _reap_run(dag_id: str, run_id: str) -> list[str]:
-    try:
-        from airflow_mpi.hooks import MPIJobHook
-        from airflow_mpi.hooks.orphan_sweep import sweep_namespace
-        from airflow_mpi.plugins.metadata import run_job_locations, task_instance_states
-
-        records = run_job_locations(dag_id, run_id)
-        places = {(r["namespace"], r["kubernetes_conn_id"], r["api_version"]) for r in records}
-        return [name for namespace, conn_id, api_version in sorted(places)
-                for name in sweep_namespace(MPIJobHook(conn_id=conn_id, api_version=api_version), namespace,
-                                            task_instance_states)]
-    except Exception:
-        log.exception("airflow-mpi: could not sweep for orphaned MPIJobs after DAG run %s/%s finished", dag_id, run_id)
-        return []
-
-
-def reap_after(task_instance: Any) -> list[str]:
-    """Sweep the namespace of this task instance's job once it has finished; the names deleted."""
-    state = _state(getattr(task_instance, "state", None))
-    if not _server_side(task_instance) or state not in FINISHED_TI_STATES:
-        return []
-    try:
-        from airflow_mpi.hooks import MPIJobHook
-        from airflow_mpi.hooks.orphan_sweep import sweep_namespace
-        from airflow_mpi.plugins.metadata import job_location, task_instance_states
-
-        location = job_location(task_instance)
-        own = TaskKey(task_instance.dag_id, task_instance.task_id, task_instance.run_id, task_instance.map_index)
-        if location is None:
-            return []
-
-        def states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
-            # this task instance's new state may not be committed yet: the listener's view wins
-            return {**task_instance_states(keys), own: state}
-
-        hook = MPIJobHook(conn_id=location["kubernetes_conn_id"], api_version=location["api_version"])
-        return sweep_namespace(hook, location["namespace"], states)
-    except Exception:
-        log.exception("airflow-mpi: could not sweep for orphaned MPIJobs after %s", task_instance)
-        return []
+    WORKER.submit(RunFinished(dag_run.dag_id, dag_run.run_id))
 
 
 class MPIJobOrphanPlugin(AirflowPlugin):

@@ -43,6 +43,7 @@ class MPIJobTrigger(BaseTrigger):
         owns_job: bool = True,
         not_before: str | None = None,
         capture_result: bool = False,
+        uid: str | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -62,6 +63,7 @@ class MPIJobTrigger(BaseTrigger):
         self.owns_job = owns_job
         self.not_before = not_before
         self.capture_result = capture_result
+        self.uid = uid
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -85,6 +87,7 @@ class MPIJobTrigger(BaseTrigger):
                 "owns_job": self.owns_job,
                 "not_before": self.not_before,
                 "capture_result": self.capture_result,
+                "uid": self.uid,
             },
         )
 
@@ -119,13 +122,14 @@ class MPIJobTrigger(BaseTrigger):
                     deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
                     target_condition=self.target_condition,
                     owns_job=self.owns_job,
+                    uid=self.uid,
                 )
                 payload = await monitor.run()
         except asyncio.CancelledError:
             raise
         except Exception as err:  # surfaced by execute_complete, which cleans up
             payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
-                       "namespace": self.namespace, "log_state": self.log_state}
+                       "namespace": self.namespace, "uid": self.uid, "log_state": self.log_state}
         if self.capture_result:
             payload["result_lines"] = result_lines
         await self._hold()
@@ -159,7 +163,7 @@ class MPIJobTrigger(BaseTrigger):
         """Delete the job if it is still live (a finished one is kept: hooks/live_delete.py)."""
         try:
             async with self._hook() as hook:
-                outcome = await hook.delete_live_mpijob(self.name, self.namespace)
+                outcome = await hook.delete_live_mpijob(self.name, self.namespace, uid=self.uid)
             self.log.info("Deferred task killed: MPIJob %s/%s %s", self.namespace, self.name, outcome)
         except Exception:
             self.log.exception("Could not delete MPIJob %s/%s", self.namespace, self.name)

@@ -17,8 +17,12 @@ SERVICE_ACCOUNT = "airflow-mpi-test"
 TOKEN_SECONDS = 3600
 
 
-def shipped_role() -> dict:
-    (role,) = [doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc]
+WORKER_ROLE, SWEEPER_ROLE = "airflow-mpi", "airflow-mpi-sweeper"
+
+
+def shipped_role(name: str = WORKER_ROLE) -> dict:
+    """One of the shipped ClusterRoles: the workers' and triggerer's (default), or the sweeper's."""
+    (role,) = [doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc and doc["metadata"]["name"] == name]
     return role
 
 
@@ -49,19 +53,21 @@ def role_without(verb: str, resource: str, name: str) -> dict:
     return role
 
 
-def bound_service_account_kubeconfig(api_client, admin_kubeconfig: str, namespace: str, role: str, dest: Path) -> Path:
+def bound_service_account_kubeconfig(
+    api_client, admin_kubeconfig: str, namespace: str, role: str, dest: Path, service_account: str = SERVICE_ACCOUNT
+) -> Path:
     """A service account in ``namespace`` bound (RoleBinding) to ``role`` only; a kubeconfig with its token."""
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": SERVICE_ACCOUNT}})
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": service_account}})
     rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "airflow-mpi"},
+        "metadata": {"name": service_account},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     })
     token = core.create_namespaced_service_account_token(
-        SERVICE_ACCOUNT, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
+        service_account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
     ).status.token
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     current = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
@@ -70,10 +76,10 @@ def bound_service_account_kubeconfig(api_client, admin_kubeconfig: str, namespac
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": SERVICE_ACCOUNT, "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT,
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": service_account, "context": {"cluster": cluster["name"], "user": service_account,
                                                            "namespace": namespace}}],
-        "current-context": SERVICE_ACCOUNT,
+        "current-context": service_account,
     }))
     return dest
 

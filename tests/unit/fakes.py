@@ -151,8 +151,8 @@ class FakeAsyncHook:
         self.deleted.append((name, namespace))
         return True
 
-    async def delete_live_mpijob(self, name, namespace):
-        outcome = keep_reason(self.job_obj)
+    async def delete_live_mpijob(self, name, namespace, uid=None):
+        outcome = keep_reason(self.job_obj, uid)
         if outcome is not None:
             return outcome
         self.deleted.append((name, namespace))
@@ -203,12 +203,15 @@ class FakeSyncHook:
         self.created.append(obj)
         return obj
 
-    def delete_mpijob(self, name, namespace, **kwargs):
+    def delete_mpijob(self, name, namespace, uid=None, **kwargs):
+        job = self.jobs.get((namespace, name))
+        if uid is not None and job is not None and job["metadata"].get("uid") != uid:
+            return False  # the API server's uid precondition
         self.deleted.append((name, namespace))
         return self.jobs.pop((namespace, name), None) is not None
 
-    def delete_live_mpijob(self, name, namespace):
-        outcome = keep_reason(self.jobs.get((namespace, name)))
+    def delete_live_mpijob(self, name, namespace, uid=None):
+        outcome = keep_reason(self.jobs.get((namespace, name)), uid)
         if outcome is not None:
             return outcome
         self.delete_mpijob(name, namespace)

@@ -707,3 +707,19 @@ def test_delete_live_keeps_finished_or_missing_jobs(hook, obj, outcome):
     )
     assert hook.delete_live_mpijob("job", "ns") == outcome
     hook.custom_object_client.delete_namespaced_custom_object.assert_not_called()
+
+
+def test_a_delete_pinned_to_a_uid_leaves_another_object_of_the_same_name(hook):
+    """The API server checks the uid precondition; its 409 means the name holds another object now."""
+    hook.custom_object_client.delete_namespaced_custom_object.side_effect = api_error(409, reason="Conflict")
+    assert hook.delete_mpijob("job", "ns", uid="u1") is False
+    assert hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]["preconditions"] == {
+        "uid": "u1"}
+    with pytest.raises(ApiException):  # unpinned, a conflict stays an error
+        hook.delete_mpijob("job", "ns")
+
+
+def test_delete_live_of_another_incarnation_is_gone(hook):
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob(), "Created", rv="8")
+    assert hook.delete_live_mpijob("job", "ns", uid="not-u1") == "gone"
+    hook.custom_object_client.delete_namespaced_custom_object.assert_not_called()

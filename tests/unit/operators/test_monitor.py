@@ -144,6 +144,16 @@ async def test_deleted_job_ends_the_wait():
     assert (await monitor(hook, [], get_logs=False).run())["status"] == "deleted"
 
 
+async def test_a_job_replaced_under_its_name_is_not_followed_nor_deleted():
+    """Someone deleted the task's job and made another under the same name: not this task's job."""
+    other = job("job", "ns", ("Created", "x"), ("Running", "x"))
+    other["metadata"]["uid"] = "someone-elses"
+    hook = FakeAsyncHook(job_obj=other)
+    result = await monitor(hook, [], get_logs=False, uid="ours").run()
+    assert result["status"] == "deleted" and "replaced by another MPIJob" in result["message"]
+    assert result["uid"] == "ours" and hook.deleted == []
+
+
 async def test_target_condition_reached():
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")))
     result = await monitor(hook, [], get_logs=False, target_condition="Running").run()

@@ -6,7 +6,12 @@ from types import SimpleNamespace as NS
 import pytest
 
 from airflow_mpi.models import MPIJobValidationError
-from airflow_mpi.models.naming import TRY_NUMBER_LABEL, identity_labels
+from airflow_mpi.models.naming import (
+    DEPLOYMENT_LABEL,
+    TASK_INSTANCE_ID_ANNOTATION,
+    TRY_NUMBER_LABEL,
+    identity_labels,
+)
 from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
@@ -138,7 +143,7 @@ def test_execute_creates_once_and_returns_xcom(monkeypatch):
     op = make()
     captured = {}
 
-    async def fake_wait(name, namespace, submitted_at, deadline):
+    async def fake_wait(name, namespace, submitted_at, deadline, uid=None):
         captured["name"] = name
         return result(name=name)
 
@@ -183,9 +188,48 @@ def test_failed_job_of_an_earlier_try_is_replaced():
 def test_job_of_another_task_is_not_adopted():
     op = make()
     _existing(op, "Created", labels=identity_labels("other", "task", "run", -1, 1))
-    with pytest.raises(AirflowFailException, match="another task instance"):
+    with pytest.raises(AirflowFailException, match="is not this task instance's job in this deployment"):
         op.execute(context())
     assert op.hook.created == []
+
+
+def test_the_same_task_instance_of_another_deployment_is_never_adopted_or_deleted():
+    """Staging and prod share a namespace and run ids: a job carrying another deployment's label under this
+    task's name (or a rendered manifest, which carries none) fails the task, naming both deployments."""
+    op = make()
+    for deployment in ("staging", None):
+        _existing(op, "Created", "Failed", labels=identity_labels("dag", "mpi", RUN_ID, -1, 1, deployment))
+        with pytest.raises(AirflowFailException, match=rf"deployment=.?{deployment}.?, this deployment's is 'tests-in"):
+            op.execute(context())
+        assert op.hook.created == [] and op.hook.deleted == []
+
+
+def test_the_job_carries_the_deployment_and_the_tries_task_instance_id():
+    op = make()
+    ctx = {"ti": NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=-1, try_number=2, id="0196-uuid")}
+    metadata = op.build_manifest(ctx)["metadata"]
+    assert metadata["labels"][DEPLOYMENT_LABEL] == "tests-in-process"
+    assert metadata["annotations"][TASK_INSTANCE_ID_ANNOTATION] == "0196-uuid"
+    on_2_11 = {"ti": NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=3, try_number=2), "dag_run": NS(id=41)}
+    assert op.build_manifest(on_2_11)["metadata"]["annotations"][TASK_INSTANCE_ID_ANNOTATION] == "dagrun-41/mpi/3/try-2"
+
+
+def test_two_deployments_name_the_same_task_instances_job_differently(monkeypatch):
+    op = make()
+    ours = op.build_manifest(context())["metadata"]["name"]
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID", "staging")
+    assert op.build_manifest(context())["metadata"]["name"] != ours
+
+
+def test_a_recorded_job_replaced_under_its_name_is_not_reattached_to(monkeypatch):
+    op = make()
+    obj = _existing(op, "Created", "Running")
+    obj["metadata"]["uid"] = "made-by-someone-else"
+    store = {"airflow_mpi_job": {"name": obj["metadata"]["name"], "namespace": "ns", "uid": "the-one-we-made"}}
+    ctx = {**context(try_number=2), "task_state_store": NS(get=store.get, set=store.__setitem__)}
+    with pytest.raises(AirflowFailException, match="someone replaced it"):
+        op.execute(ctx)
+    assert op.hook.created == [] and op.hook.deleted == []
 
 
 def test_live_job_found_by_labels_under_another_name(monkeypatch):
@@ -303,9 +347,13 @@ def test_on_kill_deletes_a_live_job():
     op.on_kill()
     assert op.hook.deleted == []
     live = _existing(op, "Created", "Running")
-    op._job = (live["metadata"]["name"], "ns")
+    live["metadata"]["uid"] = "ours"
+    op._job = (live["metadata"]["name"], "ns", "another-incarnation")
     op.on_kill()
-    assert op.hook.deleted == [op._job]
+    assert op.hook.deleted == []  # not the object this task made
+    op._job = (live["metadata"]["name"], "ns", "ours")
+    op.on_kill()
+    assert op.hook.deleted == [op._job[:2]]
 
 
 @pytest.mark.parametrize("condition", ["Succeeded", "Failed"])
@@ -313,7 +361,7 @@ def test_on_kill_keeps_a_finished_job(condition):
     """A resumed try killed by Airflow's deferral race must not delete the result a retry reattaches to."""
     op = make()
     done = _existing(op, "Created", condition)
-    op._job = (done["metadata"]["name"], "ns")
+    op._job = (done["metadata"]["name"], "ns", None)
     op.on_kill()
     assert op.hook.deleted == [] and op.hook.jobs
 

@@ -2,43 +2,60 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace as NS
 
 import pytest
 
-from airflow_mpi.hooks.orphan_sweep import sweep_namespace
+from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, SweepOverBudget, sweep_namespace
 from airflow_mpi.models.naming import identity_annotations, identity_labels
 from airflow_mpi.models.orphans import TaskKey
 from airflow_mpi.plugins import metadata, orphan_listener
+from airflow_mpi.plugins.sweep_worker import SweepWorker
 from tests.unit.fakes import FakeSyncHook
 
 RUN = "manual__2026-11-23T10:00:00+00:00"
+OURS, THEIRS = "tests-in-process", "other-deployment"
+LOCATION = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
 
 
-def add_job(hook, name, key, *conditions):
-    hook.jobs[("ns", name)] = {
-        "metadata": {"name": name, "namespace": "ns", "labels": identity_labels(*key, 1),
-                     "annotations": identity_annotations(*key, 1)},
+def add_job(hook, name, key, *conditions, deployment=OURS, namespace="ns"):
+    hook.jobs[(namespace, name)] = {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                     "labels": identity_labels(*key, 1, deployment), "annotations": identity_annotations(*key, 1)},
         "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
     }
 
 
-def test_sweep_deletes_only_live_jobs_of_finished_or_vanished_task_instances():
+def test_sweep_deletes_only_this_deployments_live_jobs_of_finished_or_vanished_task_instances():
     hook = FakeSyncHook()
     failed, running, vanished, done = (TaskKey("d", t, RUN, -1) for t in ("failed", "running", "vanished", "done"))
     add_job(hook, "a", failed, "Created", "Running")
     add_job(hook, "b", running, "Created", "Running")
     add_job(hook, "c", vanished, "Created")
     add_job(hook, "e", done, "Created", "Succeeded")
+    add_job(hook, "theirs", failed, "Created", "Running", deployment=THEIRS)  # same dag/task/run, another deployment
+    add_job(hook, "rendered", vanished, "Created", deployment=None)  # airflow-mpi-render applied by hand
     asked = []
 
     def states(keys):
         asked.append(keys)
         return {failed: "failed", running: "running", done: "failed"}
 
-    assert sorted(sweep_namespace(hook, "ns", states)) == ["a", "c"]
-    assert sorted(n for _, n in hook.jobs) == ["b", "e"]
-    assert asked == [sorted([failed, running, vanished])]  # finished jobs are not even looked up
+    assert sorted(sweep_namespace(hook, "ns", OURS, states)) == ["a", "c"]
+    assert sorted(n for _, n in hook.jobs) == ["b", "e", "rendered", "theirs"]
+    assert asked == [sorted([failed, running, vanished])]  # finished and foreign jobs are not even looked up
+
+
+def test_a_job_replaced_under_the_same_name_is_not_deleted_by_the_uid_it_was_judged_by():
+    hook = FakeSyncHook()
+    key = TaskKey("d", "t", RUN, -1)
+    add_job(hook, "a", key, "Created")
+    judged = dict(hook.jobs[("ns", "a")])
+    hook.jobs[("ns", "a")] = {**judged, "metadata": {**judged["metadata"], "uid": "someone-elses"}}
+    assert hook.delete_live_mpijob("a", "ns", uid="uid-a") == "gone"
+    assert ("ns", "a") in hook.jobs
 
 
 class ServerTI:
@@ -46,42 +63,69 @@ class ServerTI:
 
     __module__ = "airflow.models.taskinstance"
 
-    def __init__(self, state, task_id="hold"):
+    def __init__(self, state, task_id="hold", operator="MPIJobOperator", custom_operator_name=None):
         self.dag_id, self.task_id, self.run_id, self.map_index, self.state = "d", task_id, RUN, -1, state
+        self.operator, self.custom_operator_name = operator, custom_operator_name
 
 
 @pytest.fixture
 def cluster(monkeypatch):
+    """One fake cluster behind every hook the sweep makes; the database's locations and states faked."""
     hook = FakeSyncHook()
     made = []
 
-    def make_hook(conn_id, api_version):
+    def make_hook(conn_id, api_version, deadline):
         made.append((conn_id, api_version))
         return hook
 
-    import airflow_mpi.hooks as hooks
+    import airflow_mpi.hooks.orphan_sweep as orphan_sweep
 
-    monkeypatch.setattr(hooks, "MPIJobHook", make_hook)
-    location = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
-    monkeypatch.setattr(metadata, "job_location", lambda ti: location)
+    monkeypatch.setattr(orphan_sweep, "BudgetedMPIJobHook", make_hook)
+    hook.locations = {TaskKey("d", "hold", RUN, -1): LOCATION}
+    monkeypatch.setattr(metadata, "job_locations", lambda dag_id, run_id, task_id=None: [
+        (k, v) for k, v in hook.locations.items() if k.dag_id == dag_id and task_id in (None, k.task_id)])
     # the database still has the old state: the listener's own view of its task instance must win
     monkeypatch.setattr(metadata, "task_instance_states", lambda keys: {k: "deferred" for k in keys})
     hook.made = made
     return hook
 
 
-def test_marking_a_deferred_task_failed_deletes_its_live_job(cluster):
+def settle() -> None:
+    assert orphan_listener.WORKER.drain(30), "the sweeper did not finish"
+
+
+def test_marking_a_deferred_task_failed_deletes_its_live_job_in_the_background(cluster):
     add_job(cluster, "j", TaskKey("d", "hold", RUN, -1), "Created", "Running")
     assert orphan_listener.on_task_instance_failed(None, ServerTI("failed")) is None
+    settle()
     assert cluster.jobs == {} and cluster.made == [("k8s", "kubeflow.org/v2beta1")]
 
 
+def test_decorated_tasks_are_mpi_tasks_and_plain_ones_cost_nothing(cluster, monkeypatch):
+    add_job(cluster, "j", TaskKey("d", "hold", RUN, -1), "Created", "Running")
+    monkeypatch.setattr(metadata, "job_locations", lambda *a, **k: pytest.fail("a plain task read the database"))
+    assert orphan_listener.submit_task(ServerTI("failed", operator="PythonOperator")) is False
+    assert orphan_listener.is_mpi_task(ServerTI("failed", operator="_PythonDecoratedOperator",
+                                                custom_operator_name="@task.mpi"))
+    assert orphan_listener.is_mpi_task(ServerTI("failed", operator="HorovodJobOperator"))
+
+
 @pytest.mark.parametrize("ti", [ServerTI("up_for_retry"), NS(dag_id="d", task_id="hold", run_id=RUN, map_index=-1,
-                                                              state="failed")])
+                                                              state="failed", operator="MPIJobOperator")])
 def test_retryable_or_worker_side_task_instances_are_left_alone(cluster, ti):
     add_job(cluster, "j", TaskKey("d", "hold", RUN, -1), "Created", "Running")
-    assert orphan_listener.reap_after(ti) == []
+    assert orphan_listener.submit_task(ti) is False
     assert list(cluster.jobs) == [("ns", "j")]
+
+
+def test_a_task_cannot_aim_the_sweep_at_a_namespace_its_job_is_not_in(cluster):
+    """The XCom says where the job is; a namespace is swept only when that task's own job is really there."""
+    victim = TaskKey("d", "victim", RUN, -1)
+    add_job(cluster, "v", victim, "Created", "Running", namespace="team-b")
+    cluster.locations[TaskKey("d", "hold", RUN, -1)] = {**LOCATION, "namespace": "team-b"}  # forged
+    orphan_listener.on_task_instance_failed(None, ServerTI("failed"))
+    settle()
+    assert list(cluster.jobs) == [("team-b", "v")]
 
 
 def test_a_finished_dag_run_deletes_the_live_job_of_a_task_failed_without_listener(cluster, monkeypatch):
@@ -90,33 +134,51 @@ def test_a_finished_dag_run_deletes_the_live_job_of_a_task_failed_without_listen
     hold, retry = TaskKey("d", "hold", RUN, -1), TaskKey("d", "retry", RUN, -1)
     add_job(cluster, "j", hold, "Created", "Running")
     add_job(cluster, "k", retry, "Created", "Running")
-    location = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
-    asked = []
-    monkeypatch.setattr(metadata, "run_job_locations", lambda dag_id, run_id: asked.append((dag_id, run_id)) or
-                        [location, {**location, "name": "k"}])
+    cluster.locations[retry] = {**LOCATION, "name": "k"}
     monkeypatch.setattr(metadata, "task_instance_states", lambda keys: {hold: "failed", retry: "up_for_retry"})
-    sweep = orphan_listener.reap_run(NS(dag_id="d", run_id=RUN))
-    sweep.join(10)
-    assert list(cluster.jobs) == [("ns", "k")] and asked == [("d", RUN)] and len(cluster.made) == 1
+    orphan_listener.on_dag_run_failed(NS(dag_id="d", run_id=RUN), "failed")
+    settle()
+    assert list(cluster.jobs) == [("ns", "k")] and len(cluster.made) == 1
 
 
-def test_listener_errors_never_reach_airflow(cluster, monkeypatch):
-    def broken(ti):
+def test_listener_errors_never_reach_airflow_and_the_worker_goes_on(cluster, monkeypatch, caplog):
+    def broken(*args, **kwargs):
         raise RuntimeError("database away")
 
-    monkeypatch.setattr(metadata, "job_location", broken)
-    assert orphan_listener.reap_after(ServerTI("failed")) == []
-    monkeypatch.setattr(metadata, "run_job_locations", lambda dag_id, run_id: broken(None))
-    assert orphan_listener._reap_run("d", RUN) == []
+    monkeypatch.setattr(metadata, "job_locations", broken)
+    assert orphan_listener.on_task_instance_failed(None, ServerTI("failed")) is None
+    settle()
+    assert "database away" in caplog.text
+    monkeypatch.undo()
 
 
-def test_a_finished_dag_run_is_swept_through_the_listener_hooks(monkeypatch):
-    seen = []
-    monkeypatch.setattr(orphan_listener, "reap_run", seen.append)
-    run = NS(dag_id="d", run_id=RUN)
-    orphan_listener.on_dag_run_failed(run, "failed")
-    orphan_listener.on_dag_run_success(run, "success")
-    assert seen == [run, run]
+def test_the_listener_returns_at_once_while_the_sweep_is_stuck():
+    """Airflow's thread (scheduler loop, a UI request) never waits for the sweep: a full queue drops."""
+    handling, release = threading.Event(), threading.Event()
+    worker = SweepWorker(lambda request: (handling.set(), release.wait(30)), size=2)
+    assert worker.submit("first")
+    assert handling.wait(10)  # the worker is stuck in the first request, the queue empty
+    started = time.monotonic()
+    assert [worker.submit(i) for i in range(3)] == [True, True, False]
+    assert time.monotonic() - started < 1
+    release.set()
+    assert worker.drain(10)
+
+
+def test_the_sweep_stops_calling_the_api_server_once_its_budget_is_spent():
+    hook = BudgetedMPIJobHook(conn_id="kubernetes_default", deadline=time.monotonic() - 1)
+    with pytest.raises(SweepOverBudget):
+        hook.get_mpijob("j", "ns")
+
+
+def test_on_starting_makes_the_identity_only_in_server_jobs(monkeypatch):
+    submitted = []
+    monkeypatch.setattr(orphan_listener.WORKER, "submit", submitted.append)
+    orphan_listener.on_starting(type("TaskRunnerMarker", (), {})())
+    from airflow.jobs.job import Job
+
+    orphan_listener.on_starting(Job.__new__(Job))
+    assert [type(r) for r in submitted] == [orphan_listener.StartIdentity]
 
 
 def test_plugin_registers_the_listener_and_the_entry_point_names_it():

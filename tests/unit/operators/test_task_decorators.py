@@ -164,7 +164,7 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
     shown = []
     log_into(monkeypatch, op, shown)
 
-    async def fake_wait(name, namespace, submitted_at, deadline):
+    async def fake_wait(name, namespace, submitted_at, deadline, uid=None):
         emit = op._launcher_log()
         for line in ["[1,1]<stdout>:hello", *result_lines({"sum": 7})]:
             emit(line)

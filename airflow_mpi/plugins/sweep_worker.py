@@ -1,0 +1,66 @@
+"""One background worker for the orphan listener: a daemon thread fed by a bounded queue.
+
+Airflow calls listeners in its own threads: the scheduler's loop (inside its locked transaction, holding the
+thread's scoped session) and the API server's request handlers (a user marking a task failed). A listener that
+reads the database or calls Kubernetes there commits the scheduler's session ("UNEXPECTED COMMIT - THIS WILL
+BREAK HA LOCKS!"), holds up scheduling, or keeps a UI request waiting on an unreachable API server. So the
+listener only hands ids over: ``submit`` never blocks (a full queue drops the request with a warning: the sweep
+when the DAG run finishes, or the next one in that namespace, still finds the job), and the work runs here, one
+request at a time, each in sessions of its own and within the budget the handler enforces.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 1000
+
+
+class SweepWorker:
+    """Runs ``handle(request)`` for each submitted request, in one daemon thread started on first use."""
+
+    def __init__(self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"):
+        self._handle = handle
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=size)
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, request: Any) -> bool:
+        """Queue ``request`` without waiting; False (and a warning) when the queue is full."""
+        self._start()
+        try:
+            self._queue.put_nowait(request)
+        except queue.Full:
+            log.warning("airflow-mpi: the orphan sweeper is %d requests behind: dropped %s (a later sweep of its "
+                        "namespace still finds its job)", self._queue.maxsize, request)
+            return False
+        return True
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every request submitted so far is handled; False on timeout."""
+        done = threading.Event()
+        threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
+        return done.wait(timeout)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            request = self._queue.get()
+            try:
+                self._handle(request)
+            except Exception:
+                log.exception("airflow-mpi: the orphan sweep for %s failed", request)
+            finally:
+                self._queue.task_done()
