@@ -1,12 +1,13 @@
 """Dev-only harness (not installed with the provider): PostgreSQL + Airflow 3 services for e2e tests and the demo."""
 
-from airflowstack._proc import Service, StackError, free_port, wait_until
+from airflowstack._proc import Background, Service, StackError, free_port, wait_until
 from airflowstack.client import AirflowClient, ApiError
 from airflowstack.postgres import Postgres
 from airflowstack.stack import AirflowStack, kubernetes_connection
 
 __all__ = [
     "AirflowClient",
+    "Background",
     "AirflowStack",
     "ApiError",
     "Postgres",

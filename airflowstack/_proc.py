@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,28 @@ def wait_until(
             detail = f" (last error: {last_exc!r})" if last_exc else ""
             raise StackError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
         time.sleep(interval)
+
+
+class Background(threading.Thread):
+    """``fn()`` in a daemon thread, started at once (slow set-up runs while the caller does other work);
+    ``result()`` waits for it and returns its value or re-raises its exception in the caller's thread."""
+
+    def __init__(self, fn: Callable[[], T], name: str = "background"):
+        super().__init__(daemon=True, name=name)
+        self._fn, self._value, self._error = fn, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the caller's thread
+            self._error = exc
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -196,7 +219,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: f
     return cp.stdout
 
 
-def _parent(pid: int) -> int | None:
+def parent_pid(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -219,5 +242,5 @@ def descendant_titled(root: int, title: str) -> int | None:
         while ancestor not in (None, 0, 1):
             if ancestor == root:
                 return pid
-            ancestor = _parent(ancestor)
+            ancestor = parent_pid(ancestor)
     return None

@@ -93,6 +93,11 @@ class AirflowClient:
 
         _wait(probe, timeout, f"DAGs {dag_ids} to be parsed")
 
+    def variable(self, key: str) -> str | None:
+        """An Airflow Variable's value, None when it does not exist."""
+        r = self.request("GET", f"/api/v2/variables/{_q(key)}", expect=[404])
+        return None if r.status_code == 404 else r.json().get("value")
+
     # -- runs ----------------------------------------------------------------------------------------------------
     def trigger(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None, expect: Iterable[int] | None = None) -> httpx.Response | dict:
         body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, descendant_titled, free_port, run, wait_until
+from airflowstack._proc import Service, StackError, descendant_titled, free_port, parent_pid, run, wait_until
 from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
@@ -225,6 +225,16 @@ class AirflowStack:
         if pid is None:
             raise StackError(f"no task process of task instance {ti_id} under the scheduler (pid {scheduler})")
         return pid
+
+    def task_supervisor(self, ti_id: str) -> int:
+        """The pid of the LocalExecutor worker supervising task instance ``ti_id``: the task process's parent, which
+        heartbeats for the task and reports its end. Killed together with the task, nothing reports anything: the
+        scheduler fails the task itself once its heartbeats are ``[scheduler] task_instance_heartbeat_timeout`` old
+        (a worker host lost)."""
+        supervisor = parent_pid(self.task_process(ti_id))
+        if supervisor in (None, 0, 1, self.services["scheduler"].pid):
+            raise StackError(f"task instance {ti_id} has no supervisor process of its own (parent {supervisor})")
+        return supervisor
 
     def check_alive(self) -> None:
         """Raise StackError (with the tail of its log) if a service has exited."""

@@ -597,11 +597,12 @@ class LocalCluster(ClusterPaths):
             while _pid_alive(pid):
                 time.sleep(0.05)
 
-    def stop_component(self, name: str) -> None:
+    def stop_component(self, name: str, grace: float = 20) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds (0: at once, a crash rather than a shutdown)."""
         comp = self._component(name)
         pid = self._component_pid(name)
         if pid is not None:
-            self._kill_pid(pid)
+            self._kill_pid(pid, timeout=grace)
         with contextlib.suppress(FileNotFoundError):
             self._pid_file(comp["binary"]).unlink()
 
@@ -628,14 +629,16 @@ class LocalCluster(ClusterPaths):
         self._pid_file(comp["binary"]).write_text(str(proc.pid))
         return proc.pid
 
-    def restart_apiserver(self, timeout: float = 120, down_hook=None) -> None:
+    def restart_apiserver(self, timeout: float = 120, down_hook=None, grace: float = 20) -> None:
         """Stop kube-apiserver (SIGTERM, like a control-plane restart), then start it again on the same port.
 
         ``down_hook`` (optional callable) runs while the API server is down.  Returns once /readyz is ok again.
+        ``grace``: seconds the graceful shutdown may take before SIGKILL (0: kill it at once, like a crash, when the
+        test needs the API server gone and not how it says goodbye to its clients).
         """
         self._info("restarting kube-apiserver")
         t0 = time.monotonic()
-        self.stop_component("kube-apiserver")
+        self.stop_component("kube-apiserver", grace=grace)
         t_stop = time.monotonic() - t0
         port = int(self._server_url().rsplit(":", 1)[1].split("/")[0])
         _wait(lambda: _free_port(port, "127.0.0.1") or _free_port(port, "0.0.0.0"), 30, f"port {port} to be released")
