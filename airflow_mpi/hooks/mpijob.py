@@ -42,6 +42,7 @@ from airflow_mpi.hooks.k8s_requests import (
     sort_workers,
 )
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
+from airflow_mpi.models.naming import LABEL_PREFIX
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod
@@ -284,6 +285,37 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
             except Exception as err:  # diagnostics only: never mask the failure being reported
                 tails[pod.metadata.name] = calls.log_unavailable(pod, err, self.log)
         return tails
+
+    def launcher_log(self, name: str, namespace: str | None = None) -> list[str]:
+        """The newest launcher pod's log (its current container, timestamps stripped): what a result read after
+        the fact needs (``@task.mpi``: rank 0's marker lines a resumed wait did not see). Empty without a pod."""
+        launchers = self.launcher_pods(name, namespace)
+        if not launchers:
+            return []
+        pod = launchers[0]
+        return calls.log_messages(self.read_pod_log(pod, namespace, container=calls.main_container(pod)))
+
+    # ------------------------------------------------------------------------------- secrets
+    def create_owned_secret(self, name: str, namespace: str, string_data: dict[str, str], owner: dict) -> dict:
+        """Create a Secret owned by the MPIJob ``owner``: the garbage collector deletes it with the job.
+
+        Not retried (a create is not idempotent); the caller decides what a failure means.
+        """
+        metadata = owner["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)},
+                "ownerReferences": [{"apiVersion": owner.get("apiVersion") or self.api_version, "kind": "MPIJob",
+                                     "name": metadata["name"], "uid": metadata["uid"]}],
+            },
+            "stringData": string_data,
+        }
+        return self.core_v1_client.create_namespaced_secret(namespace, body).to_dict()
 
     # ------------------------------------------------------------------------------- events
     def _events(self, namespace: str, field_selector: str) -> list[dict]:

@@ -1,16 +1,19 @@
 """A Python function as the MPI program: checks, serialisation and the ranks' command line (no I/O).
 
 The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained,
-importing what it uses inside its body), its arguments (upstream XComs included) as a pickle. Both go inline
-into the launcher's command, and mpirun passes that argv on to every rank on the workers: no registry, no
-shared volume, no ConfigMap. Everything that can be found out before submission is checked here, naming the
-argument and the reason; what only the ranks can tell (a missing Python, a return value that is no JSON) comes
-back in rank 0's marker lines (models/rank_result.py).
+importing what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with
+this try's nonce (models/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it
+(the garbage collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither
+the function nor its arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's
+own role included) would find them. Everything that can be found out before submission is checked here, naming
+the argument and the reason; what only the ranks can tell (a missing Python, a return value that is no JSON)
+comes back in rank 0's marker lines.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import base64
 import builtins
 import dis
@@ -20,19 +23,19 @@ import json
 import pickle
 import types
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_mpi.models import rank_runner
 from airflow_mpi.models.errors import ErrorList
 
 PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
-# One argv word stays well under Linux's 128 KiB per argument; the whole call under what the exec of the
-# launcher's mpirun and the ranks accepts (ARG_MAX, about 2 MiB with the environment) and an object in etcd.
-ARG_CHUNK = 100_000
-MAX_CALL_BYTES = 512 * 1024
-BOOTSTRAP = "import base64,sys;exec(base64.b64decode(sys.argv[1]))"
-ENCODED_FROM, CALL_FROM = 3, 4  # rank_command()'s words from these on: the runner and the call, base64
+# A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving
+# room for the runner and the object's metadata.
+MAX_CALL_BYTES = 768 * 1024
+CALL_MOUNT = "/etc/airflow-mpi/call"  # where the call's Secret is mounted in the launcher and the workers
+CALL_KEY, RUNNER_KEY = "call", "runner.py"  # the Secret's keys: the encoded call, the ranks' program
+CALL_VOLUME = "airflow-mpi-call"
 # Module names that exist only where the DAG is parsed: the DAG file itself (Airflow imports it under an
 # "unusual_prefix_..." name) or a script run directly. Objects of their classes cannot be unpickled on a rank.
 DAG_LOCAL_MODULE_PREFIXES = ("unusual_prefix_", "__main__")
@@ -113,40 +116,58 @@ def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str
     return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
 
 
-def encode_call(source: str, name: str, arguments: bytes) -> str:
-    """The call as one base64 text: JSON {name, source, arguments (pickle, base64)}, compressed."""
-    call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode()}
+def encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
+    """The call as one base64 text: JSON {name, source, arguments (pickle, base64), nonce}, compressed."""
+    call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
     return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
 
 
 def runner_source() -> str:
-    """The ranks' program (models/rank_runner.py), as shipped in the command."""
+    """The ranks' program (models/rank_runner.py), as shipped in the call's Secret."""
     return inspect.getsource(rank_runner)
 
 
-def rank_command(source: str, name: str, arguments: bytes, *, python: str = "python3") -> list[str]:
-    """``python -c BOOTSTRAP <runner> <call...>``: what mpirun/horovodrun starts on every rank.
+def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> dict[str, str]:
+    """The Secret's ``stringData``: the encoded call and the ranks' program.
 
-    Raises MPIJobValidationError when the call is too large to travel in a command line.
+    Raises MPIJobValidationError, before anything is created, when the call is too large for a Secret.
     """
-    call = encode_call(source, name, arguments)
+    call = encode_call(source, name, arguments, nonce)
     if len(call) > MAX_CALL_BYTES:
         errors = ErrorList()
         errors.add("op_args/op_kwargs", f"<{len(call)} bytes>", f"the function and its arguments take {len(call)} "
-                   f"bytes encoded, over the {MAX_CALL_BYTES} a command line carries: pass large data by reference "
-                   "(a path or URL the ranks read)")  # fmt: skip
+                   f"bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the call's Kubernetes Secret may hold "
+                   "(1 MiB in all): pass large data by reference (a path or URL the ranks read)")  # fmt: skip
         errors.raise_if_any()
-    runner = base64.b64encode(runner_source().encode()).decode()
-    return [python, "-c", BOOTSTRAP, runner, *_chunks(call, ARG_CHUNK)]
+    return {CALL_KEY: call, RUNNER_KEY: runner_source()}
 
 
-def _chunks(text: str, size: int) -> Iterator[str]:
-    for start in range(0, len(text), size):
-        yield text[start : start + size]
+def rank_command(*, python: str = "python3") -> list[str]:
+    """``python <mount>/runner.py <mount>/call``: what mpirun/horovodrun starts on every rank."""
+    return [python, f"{CALL_MOUNT}/{RUNNER_KEY}", f"{CALL_MOUNT}/{CALL_KEY}"]
 
 
-def decode_call(argv: Sequence[str]) -> dict[str, Any]:
-    """The call a rank command carries (``rank_command(...)[CALL_FROM:]``): for tests and log summaries."""
-    call = json.loads(zlib.decompress(base64.b64decode("".join(argv))))
+def call_secret_name(job_name: str, nonce_digest: str) -> str:
+    """The Secret of one submission (a replaced job's Secret may not be collected yet: the name differs)."""
+    return f"{job_name}-call-{nonce_digest[:10]}"
+
+
+def mount_call_secret(manifest: dict, secret_name: str) -> dict:
+    """``manifest`` with the call's Secret mounted read-only into every container of both roles' pods (the ranks
+    run where mpirun reaches a worker: its sshd's container)."""
+    volume = {"name": CALL_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
+    mount = {"name": CALL_VOLUME, "mountPath": CALL_MOUNT, "readOnly": True}
+    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+        pod = replica["template"].setdefault("spec", {})
+        pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME] + [copy.deepcopy(volume)]
+        for container in pod["containers"]:
+            mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != CALL_VOLUME]
+            container["volumeMounts"] = [*mounts, dict(mount)]
+    return manifest
+
+
+def decode_call(encoded: str) -> dict[str, Any]:
+    """The call a Secret carries (``call_secret_data(...)[CALL_KEY]``): for tests and log summaries."""
+    call = json.loads(zlib.decompress(base64.b64decode(encoded)))
     call["arguments"] = pickle.loads(base64.b64decode(call["arguments"]))
     return call

@@ -2,16 +2,19 @@
 
 The task log shows the submitted MPIJob, which may carry credentials a DAG author put in plain
 values: env variables, ``--password=...``/``--token ...`` arguments, ``KEY=value`` arguments, or
-labels/annotations. Every value whose name looks sensitive is replaced by ``***``. References
-(``valueFrom.secretKeyRef``, ``envFrom``) hold no secret and are kept, so the log still tells where a
-value comes from. The operator also runs Airflow's own masker afterwards, which hides values Airflow
-knows to be secret (connection passwords, masked Variables) wherever they appear.
+labels/annotations. Every value whose name looks sensitive is replaced by ``***``. Credentials that carry
+no name are recognised by their shape, in every string of the manifest: the password of a URL
+(``postgres://user:***@host/db``) and the token after ``Bearer``/``Basic`` (``Authorization: Bearer ***``).
+References (``valueFrom.secretKeyRef``, ``envFrom``) hold no secret and are kept, so the log still tells
+where a value comes from. Values Airflow knows to be secret (connection passwords, masked Variables) are
+the operator's part (``operators._redaction``), on the raw strings, through ``map_strings``.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 MASK = "***"
@@ -22,6 +25,11 @@ SENSITIVE_WORDS = (
 )
 _OPTION = re.compile(r"^(--?[A-Za-z0-9_.-]+)=(.*)$", re.S)
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.S)
+# scheme://user:password@host, any scheme. The password runs to the authority's last "@" (an unencoded "@"
+# in a password is common) and stops at whitespace or the start of a path, query or fragment.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#]+(?=@)")
+# HTTP authorization schemes whose parameter is the credential itself; quotes end it (``-H "...: Bearer $T"``).
+_AUTH_TOKEN = re.compile(r"\b(?P<head>(?:bearer|basic)\s+)[^\s'\"]+", re.I)
 
 
 def is_sensitive(name: str) -> bool:
@@ -62,6 +70,37 @@ def _redact_inline(text: str) -> str:
     )
 
 
+def redact_text(text: str) -> str:
+    """Mask the credentials recognisable by their shape alone (URL passwords, Bearer/Basic tokens).
+
+    They sit in values whose name says nothing (``DATABASE_URL``, ``HEADERS``, a positional argument), so
+    the name-based rules cannot see them. Over-masking (``Basic training`` -> ``Basic ***``) only costs
+    log readability; the other way round would leak.
+    """
+    for shape in (_URL_PASSWORD, _AUTH_TOKEN):
+        text = shape.sub(lambda m: f"{m.group('head')}{MASK}", text)
+    return text
+
+
+def map_strings(value: Any, func: Callable[[str], str], *, keys: bool = False) -> Any:
+    """A copy of the JSON-like ``value`` with ``func`` applied to every string in it (mapping keys too if ``keys``).
+
+    Masking works on the strings themselves, before any serialisation: once YAML has escaped a value
+    (``"Gr\\xFCn\\t..."``), no text search for the raw secret matches it any more. Mappings are walked
+    to any depth (Airflow's own ``redact`` stops at depth 5, above the containers' commands). Two keys
+    that ``func`` maps to the same string collapse into one, the later value kept: fine for a log.
+    """
+    if isinstance(value, str):
+        return func(value)
+    if isinstance(value, dict):
+        return {
+            (func(k) if keys and isinstance(k, str) else k): map_strings(v, func, keys=keys) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [map_strings(item, func, keys=keys) for item in value]
+    return value
+
+
 def _redact_container(container: dict) -> None:
     for env in container.get("env") or []:
         if isinstance(env, dict) and "value" in env and is_sensitive(str(env.get("name", ""))):
@@ -79,7 +118,7 @@ def _redact_metadata(metadata: dict) -> None:
 
 
 def redact_manifest(manifest: dict) -> dict:
-    """A copy of ``manifest`` safe to print (see the module docstring)."""
+    """A copy of ``manifest`` safe to print (see the module docstring): name-based rules, then ``redact_text``."""
     safe = copy.deepcopy(manifest)
     _redact_metadata(safe.get("metadata") or {})
     for replica in ((safe.get("spec") or {}).get("mpiReplicaSpecs") or {}).values():
@@ -89,4 +128,4 @@ def redact_manifest(manifest: dict) -> dict:
         for container in (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or []):
             if isinstance(container, dict):
                 _redact_container(container)
-    return safe
+    return map_strings(safe, redact_text)

@@ -280,6 +280,7 @@ class MPIJobOperator(BaseOperator):
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)
+        self._attached(job)
         record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version, uid=uid)
         job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
@@ -327,6 +328,13 @@ class MPIJobOperator(BaseOperator):
     def _log_settings(self) -> None:
         for line in settings_explained(self._resolution().settings, self.retries or 0, self._retries_mapped()):
             self.log.info("%s", line)
+
+    def _attached(self, job: dict) -> None:
+        """The job this try follows, created or reattached to (the decorators read its result nonce)."""
+
+    def _result_digest(self) -> str | None:
+        """The SHA-256 of the result nonce of the followed job (decorators only: rank 0's marker lines)."""
+        return None
 
     def _reattach(self, context: Any, manifest: dict) -> dict | None:
         return reattach(self.hook, self.log, manifest, recorded_job(context))
@@ -388,6 +396,7 @@ class MPIJobOperator(BaseOperator):
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
             capture_result=self.captures_result,
             uid=uid,
+            result_digest=self._result_digest(),
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.

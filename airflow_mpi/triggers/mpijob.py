@@ -44,6 +44,7 @@ class MPIJobTrigger(BaseTrigger):
         not_before: str | None = None,
         capture_result: bool = False,
         uid: str | None = None,
+        result_digest: str | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -64,6 +65,7 @@ class MPIJobTrigger(BaseTrigger):
         self.not_before = not_before
         self.capture_result = capture_result
         self.uid = uid
+        self.result_digest = result_digest
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -88,6 +90,7 @@ class MPIJobTrigger(BaseTrigger):
                 "not_before": self.not_before,
                 "capture_result": self.capture_result,
                 "uid": self.uid,
+                "result_digest": self.result_digest,
             },
         )
 
@@ -102,9 +105,9 @@ class MPIJobTrigger(BaseTrigger):
         log_state, emit_marked = self._log_position()
         result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
         emit = self.log.info
-        if self.capture_result:
-            emit = hide_result_lines(emit, result_lines)
-            emit_marked = emit_marked and hide_result_lines(emit_marked, result_lines)
+        if self.capture_result and self.result_digest:
+            emit = hide_result_lines(emit, result_lines, self.result_digest)
+            emit_marked = emit_marked and hide_result_lines(emit_marked, result_lines, self.result_digest)
         try:
             async with self._hook() as hook:
                 monitor = JobMonitor(
@@ -132,6 +135,7 @@ class MPIJobTrigger(BaseTrigger):
                        "namespace": self.namespace, "uid": self.uid, "log_state": self.log_state}
         if self.capture_result:
             payload["result_lines"] = result_lines
+            payload["result_digest"] = self.result_digest
         await self._hold()
         self._fired = True
         yield TriggerEvent(payload)

@@ -52,6 +52,27 @@ def fails_on_rank_one(data: dict) -> int:
     return comm.allreduce(1)
 
 
+def forges_on_rank_three(data: dict) -> dict:
+    """Rank 3 prints what looks like a result (even a rank 0 tag of its own) before rank 0 returns."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    if rank == 3:
+        forged = "::airflow-mpi-result:: 0123456789 value 0 1 2844197185 eJyrVspLzE1VslIqzs8pSwUAHYAEdQ=="
+        print(forged, flush=True)
+        print("[1,0]<stdout>:" + forged, flush=True)
+    comm.Barrier()
+    return {"rank": rank, "label": data["label"]}
+
+
+def secret_length(data: dict) -> int:
+    """Sees the secret (its length on every rank), returns nothing of it."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.allreduce(len(data["label"]))
+
+
 def decorated(func, namespace: str, flavour: str, upstream_value, decorator: str = "mpi", **kwargs):
     """``@task.<decorator>(...)`` over ``func(<upstream XCom>, ...)`` in a DAG, rendered with that XCom pulled."""
     with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)) as dag:
@@ -116,3 +137,49 @@ def test_ranks_without_that_python_fail_the_task_saying_rank_zero_never_started(
                                                    r"'/opt/no-such/python3' \(an image without Python 3\?"):  # fmt: skip
         op.execute(ctx(op.task_id))
     assert any("/opt/no-such/python3" in line for line in record.lines)  # mpirun's own words, in the log
+
+
+def test_a_marker_forged_by_another_rank_is_ordinary_output_and_rank_zeros_value_is_the_xcom(
+    real_namespace, real_conn, record
+):
+    op = decorated(forges_on_rank_three, real_namespace, "openmpi", UPSTREAM)
+    assert op.execute(ctx(op.task_id)) == {"rank": 0, "label": "from upstream"}
+    forged = [line for line in record.lines if MARKER in line]
+    assert len(forged) == 2 and all(re.match(r"^\[(\d+,)?3\]<stdout>:", line) for line in forged), forged
+
+
+def test_arguments_travel_in_a_secret_owned_by_the_job_never_in_the_mpijob_pods_or_log(
+    real_namespace, real_conn, real_k8s, record
+):
+    """A masked, non-ASCII secret passed as an argument: the ranks see it, the API's MPIJob and pods and the task
+    log hold it in no form (raw, YAML- or JSON-escaped); its Secret goes with the job."""
+    import json
+    import uuid
+
+    import yaml
+    from kubernetes import client, watch
+
+    from airflow.providers.common.compat.sdk import mask_secret
+    secret = f"Grün\tgeheim-ß-{uuid.uuid4().hex[:8]}"
+    mask_secret(secret)
+    op = decorated(secret_length, real_namespace, "openmpi", {"label": secret}, on_finish_action="keep")
+    assert op.execute(ctx(op.task_id)) == len(secret) * WORKERS * SLOTS
+    name = op._job[0]
+    custom, core = client.CustomObjectsApi(real_k8s), client.CoreV1Api(real_k8s)
+    job = custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", real_namespace, "mpijobs", name)
+    pods = core.list_namespaced_pod(real_namespace, label_selector=f"training.kubeflow.org/job-name={name}")
+    assert pods.items
+    texts = [yaml.safe_dump(job), yaml.safe_dump(real_k8s.sanitize_for_serialization(pods)),
+             json.dumps(job), "\n".join(record.lines)]
+    forms = {secret, yaml.safe_dump(secret).strip(), json.dumps(secret), secret.encode("unicode_escape").decode()}
+    assert not [form for form in forms for text in texts if form in text]
+    (secret_object,) = [s for s in core.list_namespaced_secret(real_namespace).items if s.metadata.name.startswith(
+        f"{name}-call-")]
+    assert [(o.kind, o.name, o.uid) for o in secret_object.metadata.owner_references] == [
+        ("MPIJob", name, job["metadata"]["uid"])]
+    # deleted with its job by the garbage collector
+    stream = watch.Watch().stream(core.list_namespaced_secret, real_namespace, timeout_seconds=120,
+                                  field_selector=f"metadata.name={secret_object.metadata.name}")
+    assert next(stream)["type"] == "ADDED"  # the watch is open before the job goes
+    custom.delete_namespaced_custom_object("kubeflow.org", "v2beta1", real_namespace, "mpijobs", name)
+    assert any(event["type"] == "DELETED" for event in stream), "the call's Secret outlived its job"

@@ -180,6 +180,18 @@ class FakeSyncHook:
     created: list = field(default_factory=list)
     deleted: list = field(default_factory=list)
     create_error: BaseException | None = None
+    secrets: dict = field(default_factory=dict)  # (namespace, name) -> (stringData, owner uid)
+    secret_error: BaseException | None = None
+    launcher_lines: list = field(default_factory=list)  # launcher_log(): the newest launcher's whole log
+
+    def create_owned_secret(self, name, namespace, string_data, owner):
+        if self.secret_error is not None:
+            raise self.secret_error
+        self.secrets[(namespace, name)] = (string_data, owner["metadata"].get("uid"))
+        return {"metadata": {"name": name, "namespace": namespace}}
+
+    def launcher_log(self, name, namespace):
+        return list(self.launcher_lines)
 
     def resolve_namespace(self, explicit=None):
         return explicit or self.namespace
@@ -198,7 +210,8 @@ class FakeSyncHook:
     def create_mpijob(self, manifest, namespace):
         if self.create_error is not None:
             raise self.create_error
-        obj = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": "2026-11-22T10:00:00Z"}}
+        obj = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": "2026-11-22T10:00:00Z",
+                                         "uid": f"uid-{len(self.created)}"}}
         self.jobs[(namespace, manifest["metadata"]["name"])] = obj
         self.created.append(obj)
         return obj

@@ -3,6 +3,7 @@ the ranks' command built from the rendered arguments, rank 0's value returned, i
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import datetime, timezone
 from types import SimpleNamespace as NS
@@ -14,7 +15,7 @@ from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
 from airflow_mpi.models import MPIJobValidationError
 from airflow_mpi.models.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.models.function_call import decode_call
-from airflow_mpi.models.rank_result import parse_result
+from airflow_mpi.models.rank_result import nonce_digest, parse_result
 from airflow_mpi.models.rank_runner import MARKER
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
@@ -59,16 +60,32 @@ def launcher_argv(manifest):
     return [*container.get("command", []), *container.get("args", [])]
 
 
-def result_lines(value):
+NONCE = "the-nonce-of-this-submission"
+
+
+def result_lines(value, nonce=NONCE):
+    """What rank 0 of ``f(value)`` prints, tagged by mpirun: the runner run for real on the call's Secret."""
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     from airflow_mpi.models.errors import ErrorList
-    from airflow_mpi.models.function_call import pickle_arguments, rank_command
+    from airflow_mpi.models.function_call import CALL_MOUNT, call_secret_data, pickle_arguments, rank_command
 
-    argv = rank_command("def f(v):\n    return v\n", "f", pickle_arguments(ErrorList(), [value], {}), python=sys.executable)
+    mount = Path(tempfile.mkdtemp())
+    for key, text in call_secret_data("def f(v):\n    return v\n", "f", pickle_arguments(ErrorList(), [value], {}),
+                                      nonce).items():
+        (mount / key).write_text(text)
+    argv = [w.replace(CALL_MOUNT, str(mount)) for w in rank_command(python=sys.executable)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, env={"OMPI_COMM_WORLD_RANK": "0"}).stdout
     return [f"[1,0]<stdout>:{line}" for line in out.splitlines()]
+
+
+def submitted_nonce(op) -> str:
+    """The nonce of the call's Secret the operator created with its job."""
+    ((data, _owner),) = op.hook.secrets.values()
+    return decode_call(data["call"])["nonce"]
 
 
 # ---------------------------------------------------------------- registration and parse time
@@ -133,14 +150,43 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     op.render_template_fields({"ti": ti, "task_instance": ti, "expanded_ti_count": None})
     assert list(op.op_args) == [[1, 2]] and pulls
 
-    argv = launcher_argv(op.build_manifest(context()))
+    manifest = op.build_manifest(context())
+    argv = launcher_argv(manifest)
     assert argv[:3] == list(HYDRA_CONNECT_BY_IP)  # MPICH: the workers reach mpiexec by its IP
     argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "4", "-ppn", "2", "-prepend-rank"]
-    assert argv[6:8] == ["/opt/venv/bin/python", "-c"]
-    call = decode_call(argv[10:])
+    assert argv[6:] == ["/opt/venv/bin/python", "/etc/airflow-mpi/call/runner.py", "/etc/airflow-mpi/call/call"]
+    secret_name, data = op._call_secret
+    call = decode_call(data["call"])
     assert call["arguments"] == (([1, 2],), {"scale": 3})
     assert call["source"].startswith("def add(values, scale=1):") and "@task" not in call["source"]
+    assert "def add" not in str(manifest) and secret_name in str(manifest)
+    assert manifest["metadata"]["annotations"]["airflow-mpi.io/result-nonce-sha256"] == nonce_digest(call["nonce"])
+
+
+def test_the_call_secret_is_created_with_the_job_and_owned_by_it():
+    op = build(call=([3, 4],))
+    op.execute_create = op._create(op.build_manifest(context()))
+    ((namespace, name), (data, owner)) = next(iter(op.hook.secrets.items()))
+    assert (namespace, name) == ("ns", op._call_secret[0]) and owner == op.execute_create["metadata"]["uid"]
+    assert decode_call(data["call"])["arguments"] == (([3, 4],), {})
+
+
+def test_a_refused_call_secret_deletes_the_job_again_and_names_the_role():
+    op = build()
+    op.hook.secret_error = RuntimeError("403 Forbidden: cannot create resource secrets")
+    with pytest.raises(AirflowFailException, match=r"Could not create Secret ns/.*403 Forbidden.*was deleted again"):
+        op._create(op.build_manifest(context()))
+    assert op.hook.jobs == {} and len(op.hook.deleted) == 1
+
+
+def test_a_call_too_large_for_its_secret_fails_before_anything_is_created():
+    import os
+
+    op = build(call=(os.urandom(800_000),))  # incompressible
+    with pytest.raises(MPIJobValidationError, match="op_args/op_kwargs.*Secret"):
+        op.execute(context())
+    assert op.hook.created == [] and op.hook.secrets == {}
 
 
 def log_into(monkeypatch, op, lines):
@@ -148,14 +194,13 @@ def log_into(monkeypatch, op, lines):
     monkeypatch.setattr(type(op), "log", property(lambda self: record))
 
 
-def test_the_logged_manifest_shows_the_encoded_call_by_its_size_only(monkeypatch):
-    op = build()
+def test_the_logged_manifest_holds_neither_function_nor_arguments(monkeypatch):
+    op = build(call=("s3cr3t-argument",))
     lines = []
     log_into(monkeypatch, op, lines)
     op._log_manifest(op.build_manifest(context()))
     (text,) = lines
-    assert "characters: the function and its arguments, encoded>" in text
-    assert op.program[4] not in text and op.program[3] not in text
+    assert "s3cr3t-argument" not in text and "def add" not in text and "/etc/airflow-mpi/call/call" in text
 
 
 # ---------------------------------------------------------------- the result
@@ -166,34 +211,56 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
 
     async def fake_wait(name, namespace, submitted_at, deadline, uid=None):
         emit = op._launcher_log()
-        for line in ["[1,1]<stdout>:hello", *result_lines({"sum": 7})]:
+        nonce = submitted_nonce(op)
+        forged = [ln.replace("[1,0]", "[1,3]") for ln in result_lines({"sum": -1}, nonce)]  # rank 3 prints markers
+        for line in ["[1,1]<stdout>:hello", *forged, *result_lines({"sum": 7}, nonce),
+                     *result_lines({"sum": -2}, "an earlier run's nonce")]:
             emit(line)
         return {"status": "success", "name": name, "namespace": "ns", "message": "ok"}
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     assert op.execute(context()) == {"sum": 7}
-    assert "[1,1]<stdout>:hello" in shown and not any(MARKER in line for line in shown)
-    assert decode_call(op.program[4:])["arguments"] == (([3, 4],), {})
+    assert "[1,1]<stdout>:hello" in shown
+    assert sum(MARKER in line for line in shown) == 2 * 2  # the forged and stale lines are ordinary output
 
 
 def test_deferred_run_carries_the_result_lines_in_the_event_and_returns_the_value(monkeypatch):
     op = build(deferrable=True)
 
     async def no_log_left(name, namespace, log_state):
-        op._launcher_log()(f"{MARKER} started")  # what the drain after the trigger's event may still read
+        op._launcher_log()(result_lines(0, submitted_nonce(op))[0])  # what the drain may still read: "started"
 
     monkeypatch.setattr(op, "_drain", no_log_left)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context())
     kwargs = deferred.value.trigger.serialize()[1]
-    assert kwargs["capture_result"] is True
-    value = op.execute_complete(context(), {"status": "success", "name": "n", "namespace": "ns",
-                                            "result_lines": result_lines([1, "two"])})  # fmt: skip
+    digest = nonce_digest(submitted_nonce(op))
+    assert kwargs["capture_result"] is True and kwargs["result_digest"] == digest
+    resumed = build(deferrable=True)  # execute_complete runs on a new operator object
+    resumed.hook.jobs, resumed.hook.secrets = op.hook.jobs, op.hook.secrets
+    resumed._drain = no_log_left
+    value = resumed.execute_complete(context(), {"status": "success", "name": "n", "namespace": "ns",
+                                                 "result_digest": digest,
+                                                 "result_lines": result_lines([1, "two"], submitted_nonce(op))})
     assert value == [1, "two"]
 
 
+def test_a_value_the_resumed_wait_passed_is_read_back_from_the_launcher_log_before_cleanup():
+    """A triggerer killed after rank 0's marker lines: its successor resumed past them (the event has none)."""
+    op = build(deferrable=True)
+    op._drain = lambda *a, **k: asyncio.sleep(0)
+    with pytest.raises(TaskDeferred):
+        op.execute(context())
+    digest = nonce_digest(submitted_nonce(op))
+    op.hook.launcher_lines = ["[1,0]<stdout>:visible", *result_lines({"v": 1}, submitted_nonce(op))]
+    (name, namespace) = next(iter(op.hook.jobs))[::-1]
+    value = op.execute_complete(context(), {"status": "success", "name": name, "namespace": namespace,
+                                            "result_digest": digest, "result_lines": []})
+    assert value == {"v": 1} and op.hook.jobs == {}  # read before delete_succeeded removed the job
+
+
 async def test_trigger_keeps_result_lines_out_of_the_triggerer_log(monkeypatch):
-    t = trigger(capture_result=True)
+    t = trigger(capture_result=True, result_digest=nonce_digest(NONCE))
     shown = []
     monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append)))
     # on Airflow 3 launcher lines are logged with their position (triggers/log_readback.py): capture those too
@@ -206,7 +273,7 @@ async def test_trigger_keeps_result_lines_out_of_the_triggerer_log(monkeypatch):
     use_hook(monkeypatch, t, hook)
     (event,) = [e async for e in t.run()]
     assert "[1,0]<stdout>:visible" in shown and not any(MARKER in str(line) for line in shown)
-    assert parse_result(event.payload["result_lines"]).value == 42
+    assert parse_result(event.payload["result_lines"], nonce_digest(NONCE)).value == 42
 
 
 def test_a_failed_job_whose_rank_zero_never_started_says_so():
@@ -217,7 +284,7 @@ def test_a_failed_job_whose_rank_zero_never_started_says_so():
 
 def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
     op = build()
-    op._result_lines = [f"{MARKER} started"]
+    op._digest, op._result_lines = nonce_digest(NONCE), result_lines(0)[:1]  # "started"
     with pytest.raises(AirflowException) as err:
         op._finish({"status": "failed", "name": "n", "namespace": "ns", "message": "x"})
     assert "never started" not in str(err.value)
@@ -225,7 +292,8 @@ def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
 
 def test_a_return_value_that_cannot_be_an_xcom_fails_after_the_run():
     op = build()
-    op._result_lines = [f"{MARKER} started", f"{MARKER} unreturnable U2V0OiBub3QgSlNPTg=="]
+    op._digest = nonce_digest(NONCE)
+    op._result_lines = [f"[1,0]<stdout>:{MARKER} {NONCE} started", f"[1,0]<stdout>:{MARKER} {NONCE} unreturnable U2V0OiBub3QgSlNPTg=="]
     with pytest.raises(AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"):
         op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
     assert op.hook.deleted == [("n", "ns")]  # cleaned up as any succeeded job
