@@ -52,13 +52,6 @@ class RunFinished:
     run_id: str
 
 
-class StartIdentity:
-    """Make this deployment's identity at a server component's start, before any task needs it."""
-
-    def __repr__(self) -> str:
-        return "the deployment identity"
-
-
 def _state(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
@@ -94,9 +87,6 @@ def handle(request: Any) -> list[str]:
     from airflow_mpi.plugins import metadata
 
     deployment = deployment_identity.in_database()
-    if isinstance(request, StartIdentity):
-        log.info("airflow-mpi: this deployment's identity is %s", deployment)
-        return []
     if isinstance(request, TaskFinished):
         key = request.key
         records = [(k, r) for k, r in metadata.job_locations(key.dag_id, key.run_id, key.task_id) if k == key]
@@ -145,8 +135,13 @@ def submit_task(task_instance: Any) -> bool:
 
 @hookimpl
 def on_starting(component: Any) -> None:
-    if type(component).__module__ == "airflow.jobs.job":  # scheduler, triggerer: not a task runner
-        WORKER.submit(StartIdentity())
+    """Make this deployment's identity when a server component starts (scheduler, triggerer, dag processor: not a
+    task runner), before any task needs it: in its main thread, before its loop and before it forks anything
+    (no thread here, see plugins/sweep_worker.py), in sessions of its own. Errors are logged by Airflow."""
+    if type(component).__module__ == "airflow.jobs.job":
+        from airflow_mpi import deployment_identity
+
+        log.info("airflow-mpi: this deployment's identity is %s", deployment_identity.in_database())
 
 
 @hookimpl

@@ -7,13 +7,20 @@ BREAK HA LOCKS!"), holds up scheduling, or keeps a UI request waiting on an unre
 listener only hands ids over: ``submit`` never blocks (a full queue drops the request with a warning: the sweep
 when the DAG run finishes, or the next one in that namespace, still finds the job), and the work runs here, one
 request at a time, each in sessions of its own and within the budget the handler enforces.
+
+The processes it runs in fork (the scheduler its LocalExecutor workers): a fork while this thread is inside a
+request would hand the child locks no thread of the child will ever release (a module being imported: the child
+then hangs at its first import of that module, as a triggerer's trigger runner once did). So a fork waits until
+the request at hand is done (it never starts one of its own), and the child starts with an idle worker, no thread.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,10 +34,17 @@ class SweepWorker:
 
     def __init__(self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"):
         self._handle = handle
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=size)
+        self._size = size
         self._name = name
+        self._reset()
+        _WORKERS.add(self)
+
+    def _reset(self) -> None:
+        """Idle, no thread (a new worker, or a forked child's copy)."""
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self._size)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._busy = threading.RLock()  # held while a request is handled, and by a fork in progress
 
     def submit(self, request: Any) -> bool:
         """Queue ``request`` without waiting; False (and a warning) when the queue is full."""
@@ -59,8 +73,30 @@ class SweepWorker:
         while True:
             request = self._queue.get()
             try:
-                self._handle(request)
+                with self._busy:
+                    self._handle(request)
             except Exception:
                 log.exception("airflow-mpi: the orphan sweep for %s failed", request)
             finally:
                 self._queue.task_done()
+
+
+_WORKERS: weakref.WeakSet[SweepWorker] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for worker in list(_WORKERS):
+        worker._busy.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for worker in list(_WORKERS):
+        worker._busy.release()
+
+
+def _after_fork_in_child() -> None:
+    for worker in list(_WORKERS):
+        worker._reset()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

@@ -27,7 +27,7 @@ from tests.faults.record import Results
 REPEAT = int(os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "2"))
 ARTIFACTS = REPO / ".artifacts" / "faults"
 DAGS = ["e2e_mpi_quick", "e2e_fault_sync", "e2e_fault_sync_last_try", "e2e_fault_cleanup_sync",
-        "e2e_fault_cleanup_deferred"]
+        "e2e_fault_cleanup_deferred", "e2e_fault_task_mpi"]
 
 
 @pytest.fixture(params=range(REPEAT), ids=lambda i: f"run{i + 1}")

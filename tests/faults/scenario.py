@@ -29,6 +29,7 @@ SYNC = FaultTask("e2e_fault_sync", "job", "running")
 SYNC_LAST_TRY = FaultTask("e2e_fault_sync_last_try", "job", "running")
 CLEANUP_SYNC = FaultTask("e2e_fault_cleanup_sync", "job", "running")
 CLEANUP_DEFERRED = FaultTask("e2e_fault_cleanup_deferred", "job", "deferred")
+TASK_MPI = FaultTask("e2e_fault_task_mpi", "rank_value", "deferred")
 
 
 def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:

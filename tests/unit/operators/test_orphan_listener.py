@@ -171,14 +171,43 @@ def test_the_sweep_stops_calling_the_api_server_once_its_budget_is_spent():
         hook.get_mpijob("j", "ns")
 
 
-def test_on_starting_makes_the_identity_only_in_server_jobs(monkeypatch):
-    submitted = []
-    monkeypatch.setattr(orphan_listener.WORKER, "submit", submitted.append)
+def test_on_starting_makes_the_identity_only_in_server_jobs_and_starts_no_thread(monkeypatch):
+    from airflow_mpi import deployment_identity
+
+    made = []
+    monkeypatch.setattr(deployment_identity, "in_database", lambda: made.append(1) or "made")
+    monkeypatch.setattr(orphan_listener.WORKER, "submit", lambda request: pytest.fail("a thread before a fork"))
     orphan_listener.on_starting(type("TaskRunnerMarker", (), {})())
     from airflow.jobs.job import Job
 
     orphan_listener.on_starting(Job.__new__(Job))
-    assert [type(r) for r in submitted] == [orphan_listener.StartIdentity]
+    assert made == [1]
+
+
+def test_a_fork_waits_for_the_request_at_hand_and_the_child_starts_idle():
+    """A fork in the middle of a request would leave the child locks nobody releases (an import half done)."""
+    import os
+
+    handling, release, forked = threading.Event(), threading.Event(), threading.Event()
+    worker = SweepWorker(lambda request: (handling.set(), release.wait(30)))
+    worker.submit("sweep")
+    assert handling.wait(10)
+
+    def fork() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: an idle worker of its own, usable at once
+            os._exit(0 if worker._thread is None and worker._queue.empty() and worker._busy.acquire(False) else 1)
+        forked.pid = pid
+        forked.set()
+
+    forker = threading.Thread(target=fork)
+    forker.start()
+    assert not forked.wait(0.5), "the fork went ahead in the middle of a request"
+    release.set()
+    assert forked.wait(10)
+    forker.join()
+    assert os.waitpid(forked.pid, 0)[1] == 0
+    assert worker.drain(10)
 
 
 def test_plugin_registers_the_listener_and_the_entry_point_names_it():
