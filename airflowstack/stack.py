@@ -68,6 +68,7 @@ class AirflowStack:
         parallelism: int = 4,
         airflow_bin: str | None = None,
         extra_env: Mapping[str, str] | None = None,
+        service_kubeconfigs: Mapping[str, str | os.PathLike] | None = None,
         start_timeout: float = 120,
         keep_home: bool = True,
     ):
@@ -85,6 +86,9 @@ class AirflowStack:
         self.parallelism = parallelism
         self.airflow_bin = airflow_bin or default_airflow_bin()
         self.extra_env = dict(extra_env or {})
+        # a service's own identity for ``kubernetes_default`` (e.g. the API server as the sweeper role); the
+        # LocalExecutor's task processes are the scheduler's children and share its connection
+        self.service_kubeconfigs = {k: Path(v) for k, v in (service_kubeconfigs or {}).items()}
         self.start_timeout = start_timeout
         self.keep_home = keep_home
         self.port: int | None = None
@@ -167,7 +171,11 @@ class AirflowStack:
             "triggerer": [self.airflow_bin, "triggerer"],
         }
         for name in SERVICES:
-            self.services[name] = Service(name, commands[name], env=self.env, log_path=self.log_dir / f"{name}.log",
+            env = self.env
+            if name in self.service_kubeconfigs:
+                env = {**env, "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(
+                    self.service_kubeconfigs[name], self.namespace)}
+            self.services[name] = Service(name, commands[name], env=env, log_path=self.log_dir / f"{name}.log",
                                           cwd=self.home, stop_timeout=20).start()
         probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
         try:

@@ -69,18 +69,45 @@ def e2e_env(dags_folder, artifacts_dir):
     )
     home = artifacts_dir / "airflow-home"
     shutil.rmtree(home, ignore_errors=True)
-    # the kubeconfig path is known before the cluster exists: the services only need the path in their connection
-    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE)
+    # the kubeconfig paths are known before the cluster exists: the services only need them in their connection
+    roles = role_kubeconfigs(artifacts_dir) if kube.env_kubeconfig() is None else None
+    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE,
+                         service_kubeconfigs=roles)
     starting = kube.Starting(cluster)
     try:
         stack.start()
         starting.wait()
         cluster.ensure_namespace(NAMESPACE)
+        if roles:
+            grant_roles(cluster, roles)
         yield cluster, stack
     finally:
         stack.stop()
         starting.join()
         cluster.stop()
+
+
+def role_kubeconfigs(artifacts_dir: Path) -> dict[str, Path]:
+    """Each service's kubeconfig, as the README grants the roles of deploy/rbac.yaml: the API server as the
+    sweeper (its orphan listener), the triggerer and the scheduler, whose LocalExecutor task processes are its
+    children, as the workers' role (a superset of the sweeper's, so the scheduler's own sweeps run with it)."""
+    folder = artifacts_dir / "kubeconfigs"
+    folder.mkdir(parents=True, exist_ok=True)
+    workers, sweeper = folder / "workers", folder / "sweeper"
+    return {"api-server": sweeper, "scheduler": workers, "triggerer": workers, "dag-processor": workers}
+
+
+def grant_roles(cluster, kubeconfigs: dict[str, Path]) -> None:
+    """The shipped roles, each bound in NAMESPACE to a service account of its own; their kubeconfigs written where
+    the services' connections point."""
+    from tests.integration.least_privilege import (SWEEPER_ROLE, WORKER_ROLE, apply_role,
+                                                   bound_service_account_kubeconfig, shipped_role)
+
+    api = cluster.api_client()
+    for role, dest in ((WORKER_ROLE, kubeconfigs["scheduler"]), (SWEEPER_ROLE, kubeconfigs["api-server"])):
+        apply_role(api, shipped_role(role))
+        bound_service_account_kubeconfig(api, str(cluster.kubeconfig), NAMESPACE, role, dest,
+                                         service_account=f"e2e-{role}")
 
 
 @pytest.fixture(scope="package")

@@ -151,13 +151,15 @@ def _bring_up_b(stack: AirflowStack, custom_api) -> DeploymentB:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def deployment_b(cluster, dags_folder, artifacts_dir, custom_api, client):
+def deployment_b(cluster, airflow_stack, dags_folder, artifacts_dir, custom_api, client):
     """B, starting in the background from the module's first test on (``b`` waits for it)."""
     client.wait_for_dags([QUICK, HOLD, SYNC_LAST_TRY, SMOKE], timeout=TIMEOUT)
     cluster.serve_launcher_logs(NAMESPACE, LAUNCHER_LINES)
     home = artifacts_dir / "airflow-home-b"
     shutil.rmtree(home, ignore_errors=True)
-    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, extra_env=B_ENV)
+    roles = airflow_stack.service_kubeconfigs or None  # B's services under the same roles as A's
+    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, extra_env=B_ENV,
+                         service_kubeconfigs=roles)
     starting = Background(lambda: _bring_up_b(stack, custom_api), name="deployment-b")
     try:
         yield starting

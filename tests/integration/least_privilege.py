@@ -6,7 +6,9 @@ that the role grants what the provider needs; the API server's RBAC (on in the l
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -60,12 +62,14 @@ def bound_service_account_kubeconfig(
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": service_account}})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": service_account},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    })
+    with _existing_is_fine():  # a reused cluster (AIRFLOW_MPI_CLUSTER_NAME) keeps them
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": service_account}})
+    with _existing_is_fine():
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": service_account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+        })
     token = core.create_namespaced_service_account_token(
         service_account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
     ).status.token
@@ -82,6 +86,17 @@ def bound_service_account_kubeconfig(
         "current-context": service_account,
     }))
     return dest
+
+
+@contextlib.contextmanager
+def _existing_is_fine() -> Iterator[None]:
+    from kubernetes import client
+
+    try:
+        yield
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def use_as_kubernetes_default(monkeypatch, kubeconfig: str | Path, namespace: str) -> str:
