@@ -33,6 +33,7 @@ from airflow_mpi.models.rank_result import (
     hide_result_lines,
     nonce_digest,
     parse_result,
+    result_digest_of,
 )
 from airflow_mpi.operators._params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
@@ -116,7 +117,7 @@ class FunctionTaskMixin:
         """Create the job, then its call's Secret, owned by it; without the Secret its pods would wait for ever,
         so a refused Secret deletes the job again and fails the task, naming the cause."""
         job = super()._create(manifest)
-        if (job["metadata"].get("annotations") or {}).get(RESULT_NONCE_ANNOTATION) != nonce_digest_of(manifest):
+        if result_digest_of(job) != result_digest_of(manifest):
             return job  # adopted: a job of an earlier submission of this task instance, with its own Secret
         name, data = self._call_secret
         namespace = job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
@@ -132,7 +133,7 @@ class FunctionTaskMixin:
         return job
 
     def _attached(self, job: dict) -> None:
-        self._digest = (job["metadata"].get("annotations") or {}).get(RESULT_NONCE_ANNOTATION)
+        self._digest = result_digest_of(job)
 
     def _result_digest(self) -> str | None:
         return self._digest
@@ -184,10 +185,6 @@ class FunctionTaskMixin:
         if not result.has_value:
             raise AirflowFailException(f"{job} rank 0 reported no return value (its log is above)")
         return result.value
-
-
-def nonce_digest_of(manifest: dict) -> str | None:
-    return (manifest["metadata"].get("annotations") or {}).get(RESULT_NONCE_ANNOTATION)
 
 
 def function_task_decorator(

@@ -41,6 +41,11 @@ def nonce_digest(nonce: str) -> str:
     return hashlib.sha256(nonce.encode()).hexdigest()
 
 
+def result_digest_of(obj: dict) -> str | None:
+    """The nonce digest an MPIJob (or its manifest) carries; None for a job of no ``@task.mpi`` submission."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(RESULT_NONCE_ANNOTATION)
+
+
 def rank0_marker(line: str, digest: str) -> list[str] | None:
     """The marker words (kind first) of ``line`` when it is rank 0's marker line of the nonce ``digest``."""
     match = _RANK0_MARKER.match(line.rstrip("\r\n"))

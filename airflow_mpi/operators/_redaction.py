@@ -12,7 +12,7 @@ a model rule rewrites part of it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
 

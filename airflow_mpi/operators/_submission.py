@@ -1,8 +1,8 @@
 """One MPIJob per task instance: find the one an earlier try (or a restarted worker) left, or create it.
 
 A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate
-(the identity labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
-deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
+(the identity labels, this deployment's included, say whose a job is); a job an earlier try left Failed is
+replaced; a job being deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
 """
 
 from __future__ import annotations
