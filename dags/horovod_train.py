@@ -88,7 +88,6 @@ with DAG(
         gpus_per_worker="{{ params.gpus_per_worker or None }}",
         min_np="{{ 1 if params.elastic else None }}",
         deferrable="{{ params.deferrable }}",
-        base_manifest="mpi_images_base.yaml",  # the images' conventions: mpiuser, sshd on 2222, readiness
         launcher_resources={"requests": {"cpu": "100m", "memory": "512Mi"}},
         worker_resources={"requests": {"cpu": "250m", "memory": "1Gi"}},
         log_level="INFO",

@@ -66,8 +66,6 @@ with DAG(
         workers="{{ params.workers }}",
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",
-        # the images' conventions (mpiuser, sshd on the workers, launcher once the workers are ready)
-        base_manifest="mpi_images_base.yaml",
         launcher_resources={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         worker_resources={"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         poll_interval=5,

@@ -46,7 +46,7 @@ with DAG(
         """Create the MPIJob and return at once (no waiting)."""
         from airflow_mpi import deployment_identity
         from airflow_mpi.hooks import MPIJobHook
-        from airflow_mpi.models import MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
+        from airflow_mpi.models import Defaults, MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
         from airflow_mpi.models.naming import job_name
 
         hook = MPIJobHook()
@@ -59,16 +59,14 @@ with DAG(
             name=name,
             namespace=namespace,
             launcher=ReplicaSpec(
-                replicas=1, image=params["image"], security_context={"runAsUser": 1000},
+                replicas=1, image=params["image"],
                 command=mpirun_command("/home/mpiuser/pi", workers=workers, slots_per_worker=1),
             ),
-            worker=ReplicaSpec(
-                replicas=workers, image=params["image"], security_context={"runAsUser": 1000},
-                command=["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
-            ),
-            ssh_auth_mount_path="/home/mpiuser/.ssh",
+            worker=ReplicaSpec(replicas=workers, image=params["image"]),
             run_policy=RunPolicy(clean_pod_policy="Running", backoff_limit=0),
             labels={"app.kubernetes.io/created-by": "mpi_job_sensor"},
+            # the operator's defaults: the image conventions' sshd and user, the launcher after the workers' sshd
+            defaults=Defaults(),
         )
         hook.create_mpijob(build_manifest(spec), namespace)
         print(f"submitted MPIJob {namespace}/{name}; not waiting for it here")

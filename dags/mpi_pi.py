@@ -88,17 +88,8 @@ with DAG(
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",
         deferrable="{{ params.deferrable }}",
-        # the image runs MPI as the unprivileged mpiuser; workers serve mpirun over its own sshd
-        ssh_auth_mount_path="/home/mpiuser/.ssh",
-        # start the launcher once every worker's sshd listens: started earlier, it can look up a worker's DNS
-        # name before the record exists, and ssh gives up at once (kubeflow/mpi-operator#386)
-        launcher_creation_policy="WaitForWorkersReady",
-        worker_readiness_probe={"tcpSocket": {"port": 2222}, "periodSeconds": 1},
-        launcher={"security_context": {"runAsUser": 1000}},
-        worker={
-            "command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
-            "security_context": {"runAsUser": 1000},
-        },
+        # nothing about SSH: the defaults follow the mpi-operator's image conventions (mpiuser runs mpirun, the
+        # workers its sshd) and start the launcher once every worker's sshd listens (see the README)
         # CPU requests, no CPU limits (a throttled rank holds up every other rank); small enough that the default
         # 2 workers fit a 2-core machine beside the launcher. Quantities as strings that do not look like numbers:
         # templated fields render natively ("1" -> 1)

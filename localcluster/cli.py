@@ -34,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list clusters known in the cache")
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
     nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
-    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd; "
-                    "mpi-images: images/mpi targets to build (default: openmpi mpich intel; also: horovod)")
+    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd "
+                    "(default: the images of the default mpi-images targets); mpi-images: images/mpi targets to build "
+                    "(default: openmpi mpich intel, and openmpi-upstream mpich-upstream intel-upstream, which behave "
+                    "like the mpi-operator's own images; also: horovod)")
     nd.add_argument("--name", default="real")
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.action == "image":
                 print(nc.build_image())
             elif args.action == "mpi-images":
-                print("\n".join(nc.build_mpi_images(args.images or tuple(nc.MPI_IMAGES))))
+                print("\n".join(nc.build_mpi_images(args.images or nc.DEFAULT_MPI_TARGETS)))
             elif args.action == "up":
                 node.start()
                 print(node.kubeconfig_path)

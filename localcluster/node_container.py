@@ -88,9 +88,18 @@ MPI_IMAGES = {
     "mpich": "airflow-mpi/mpi-pi:mpich",
     "intel": "airflow-mpi/mpi-pi:intel",
 }
+# images that behave like the mpi-operator's own (mpioperator/mpi-pi:openmpi, :mpich, :intel), for its example
+# manifests as they are (no mpirun wrapper, MPICH/Intel wait for DNS in their entrypoint); same MPI builds as above
+UPSTREAM_IMAGES = {
+    "openmpi-upstream": "airflow-mpi/mpi-pi:openmpi-upstream",
+    "mpich-upstream": "airflow-mpi/mpi-pi:mpich-upstream",
+    "intel-upstream": "airflow-mpi/mpi-pi:intel-upstream",
+}
+# what build_mpi_images() builds and `node load` / the real-node test fixture load when not told otherwise
+DEFAULT_MPI_TARGETS = (*MPI_IMAGES, *UPSTREAM_IMAGES)
 # Horovod + TensorFlow (CPU) on Open MPI: about 17 min to build, 2.9 GB; built only where a test needs it.
 HOROVOD_IMAGE = "airflow-mpi/horovod:cpu"
-IMAGE_TARGETS = {**MPI_IMAGES, "horovod": HOROVOD_IMAGE}
+IMAGE_TARGETS = {**MPI_IMAGES, **UPSTREAM_IMAGES, "horovod": HOROVOD_IMAGE}
 
 
 def extra_ca_secret() -> list[str]:
@@ -111,7 +120,7 @@ def _build_lock(target: str):
         yield
 
 
-def build_mpi_images(targets: Sequence[str] = tuple(MPI_IMAGES)) -> list[str]:
+def build_mpi_images(targets: Sequence[str] = DEFAULT_MPI_TARGETS) -> list[str]:
     """Build the MPI images (Docker's layer cache makes a rebuild of unchanged files a few seconds)."""
     ensure_docker()
     for target in targets:

@@ -11,6 +11,10 @@ namespace's MPIJobs and one of their pods, shared by every wait of the event loo
   through a :class:`~airflow_mpi.models.logs.LogCursor`, so no line is lost or printed twice across
   reconnects, restarts of the reader, or a deferral hand-over.
 
+A "failed" verdict is followed by the failure's report (hooks/failure_report.py: which pods failed and why,
+the last lines of their logs), gathered on the same subscription before the mpi-operator's clean-up deletes
+the workers; it travels in the payload as plain, bounded JSON (``failure``).
+
 The monitor's position (cursor, attempt numbering) is plain data: it travels in trigger events.
 """
 
@@ -24,11 +28,13 @@ from typing import Any
 
 from airflow_mpi.hooks import watch_hub
 from airflow_mpi.hooks.api_errors import through_outage
+from airflow_mpi.hooks.failure_report import FailureReport
 from airflow_mpi.hooks.log_pump import LogPump, LogState
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
 from airflow_mpi.models.attempts import LogStream, launcher_streams
-from airflow_mpi.models.progress import Timeouts, Verdict, assess
-from airflow_mpi.models.status import JobState, job_state, true_condition_types
+from airflow_mpi.models.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.models.progress import WORKER_FAILED, Timeouts, Verdict, assess
+from airflow_mpi.models.status import JobState, clean_pod_policy, job_state, true_condition_types
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +102,12 @@ class JobMonitor:
         owns_job: bool = True,
         emit_marked: Callable[[str, str], None] | None = None,
         uid: str | None = None,
+        tail_lines: int = DEFAULT_TAIL_LINES,
     ) -> None:
         self.hook = hook
+        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
+        self.clean_pod_policy: str | None = None  # of the job, from the wait's first GET (its spec is not cached)
+        self.failure: dict | None = None
         # the incarnation this task created or reattached to: another object of the same name is not its job
         self.expected_uid = uid
         # launcher lines and attempt headers with their log position (models/log_ledger.py): the trigger
@@ -131,6 +141,10 @@ class JobMonitor:
             pump = asyncio.create_task(self._pump(_HubPods(sub)).run(finished)) if self.get_logs else None
             try:
                 verdict = await self._watch(sub)
+                finished.set()  # the pump drains the launcher log meanwhile
+                if verdict.outcome in ("failed", WORKER_FAILED):
+                    # a worker that failed before the launch: the job is not finished, nothing will delete workers
+                    self.failure = await self._failure_report(sub, verdict.outcome == "failed")
             except BaseException:
                 if pump is not None:
                     pump.cancel()
@@ -176,7 +190,19 @@ class JobMonitor:
             "launcher_attempts": self.launcher_attempts,
             "launcher_exit_codes": self.launcher_exit_codes,
             "log_state": self.logs.to_dict(),
+            "failure": self.failure,
         }
+
+    async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
+        """Why the job failed (hooks/failure_report.py); its own failure is logged, never raised. ``finished``:
+        the job failed (its ``cleanPodPolicy`` applies now), not only the wait."""
+        try:
+            policy = self.clean_pod_policy if finished else "None"
+            return await FailureReport(self.hook, self.namespace, sub, clean_pod_policy=policy,
+                                       tail_lines=self.tail_lines, now=utcnow, deadline=self.deadline).gather()
+        except Exception:
+            log.warning("could not tell why MPIJob %s/%s failed", self.namespace, self.name, exc_info=True)
+            return None
 
     def _count_attempts(self, launchers: list) -> None:
         """Launcher attempts = started launcher containers (new pods and in-place restarts)."""
@@ -205,6 +231,7 @@ class JobMonitor:
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
         uid = (obj.get("metadata") or {}).get("uid")
+        self.clean_pod_policy = clean_pod_policy(obj)
         if self.expected_uid and uid != self.expected_uid:
             return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {uid}; this task's "
                                       f"was {self.expected_uid}): not following it")
@@ -248,7 +275,7 @@ class JobMonitor:
             # a verdict on the job's fresh events (all its warnings, for the message): one listing per job
             return verdict(await self._events([p.name for p in pods])) if result.done else result
         first = verdict([])
-        if first.outcome in ("failed", "unschedulable"):  # the warnings explain it
+        if first.outcome in ("failed", "unschedulable", WORKER_FAILED):  # the warnings explain it
             return verdict(await self._events([p.name for p in pods]))
         return first
 

@@ -79,6 +79,9 @@ class Subscription:
         self.name = name
         self.version = 0
         self.deleted_uids: set[str] = set()
+        # pods of the job deleted while subscribed, as last seen: a failed try's cause may show only in a worker's
+        # last status before the mpi-operator's clean-up removed it (models/failure_causes.py)
+        self.gone_pods: dict[str, Any] = {}
         self._event = asyncio.Event()
 
     def notify(self) -> None:
@@ -114,8 +117,12 @@ class Subscription:
         """Launcher pods, newest first (as the hooks return them)."""
         return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
 
-    def worker_pods(self) -> list[Any]:
-        return sort_workers(p for p in self.pods() if pod_role(p) == "worker")
+    def worker_pods(self, *, with_gone: bool = False) -> list[Any]:
+        """Worker pods by index; ``with_gone``: also the ones deleted while subscribed (their last state)."""
+        live = self.pods()
+        names = {p.metadata.name for p in live}
+        gone = [p for name, p in self.gone_pods.items() if name not in names] if with_gone else []
+        return sort_workers(p for p in live + gone if pod_role(p) == "worker")
 
     def validation_events(self, uid: str | None = None) -> list[dict] | None:
         """The job's ValidationError events (of the incarnation ``uid`` when given), oldest first; None when the
@@ -207,7 +214,7 @@ class WatchHub:
             sub.notify()
 
     def _job_of_pod(self, pod: Any) -> str | None:
-        return _meta(pod)[2].get(JOB_NAME_LABEL)
+        return _meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
 
     def _apply(self, kind: str, event_type: str, obj: Any) -> None:
         obj = _slim(obj)
@@ -230,8 +237,9 @@ class WatchHub:
                 self.jobs[name] = obj
             self._notify(name)
             return
-        job = self._job_of_pod(obj)
+        job = self._job_of_pod(obj) or self._job_of_pod(self.pods.get(name))
         if event_type == "DELETED":
+            self._gone(job, name, obj)
             self.pods.pop(name, None)
             self.pods_by_job.get(job or "", set()).discard(name)
         else:
@@ -259,6 +267,10 @@ class WatchHub:
             touched |= set(self.invalid_events)
         else:
             touched = set(self.pods_by_job)
+            fresh = {_meta(p)[0] for p in items}
+            for name, pod in self.pods.items():
+                if name not in fresh:
+                    self._gone(self._job_of_pod(pod), name, pod)
             self.pods = {_meta(p)[0]: p for p in items}
             self.pods_by_job = {}
             for name, pod in self.pods.items():
@@ -267,6 +279,13 @@ class WatchHub:
             touched |= set(self.pods_by_job)
         for name in touched & set(self.subscribers):
             self._notify(name)
+
+    def _gone(self, job: str | None, name: str | None, pod: Any) -> None:
+        """Keep a deleted pod's last state for the waits on its job (dropped with their subscriptions)."""
+        if pod is None or not name:
+            return
+        for sub in self.subscribers.get(job or "", ()):
+            sub.gone_pods[name] = pod
 
     def _stop_watching_events(self, err: BaseException) -> None:
         """The identity may list but not watch events (a role from before the hub watched them): the waits list

@@ -21,8 +21,10 @@ from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_
 # to remote ranks; TCP/shared memory via ob1 and no openib BTL (absent or noisy in containers).
 OPENMPI_DEFAULT_FLAGS: tuple[str, ...] = (
     "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot",
-    "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+    "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
 )  # fmt: skip
+# (no "-x LD_LIBRARY_PATH", unlike Flyte's flags: an image that does not set it gets a warning in every launcher
+# log; an image whose ranks need it passes it in mpirun_args)
 # Intel MPI: name the hostfile explicitly. mpi-operator v2beta1 also exports it as
 # I_MPI_HYDRA_HOST_FILE, but -hostfile keeps the command correct when a user's env overrides
 # I_MPI_* variables and makes the host list visible in the logged command. No "-bootstrap ssh":
@@ -175,6 +177,9 @@ class _LauncherCommand:
 
     program: str | Sequence[str]
     extra_name: ClassVar[str]  # the parameter holding the extra arguments
+    # MPI implementations whose launcher command goes into the container's args, keeping the image's entrypoint
+    # (upstream's MPICH and Intel images wait there for the hosts' DNS records, and their examples use args)
+    in_args: ClassVar[tuple[str, ...]] = ()
 
     def _argv(self, errors: ErrorList) -> tuple[list[str], list[str]]:
         program = _args(errors, "program", self.program, required=True)
@@ -207,6 +212,7 @@ class Mpirun(_LauncherCommand):
     tag_output: bool = False  # prefix every output line with its rank (@task.mpi)
     connect_by_ip: bool = False  # MPICH: workers reach mpiexec by the launcher's IP (@task.mpi)
     extra_name: ClassVar[str] = "mpirun_args"
+    in_args: ClassVar[tuple[str, ...]] = (INTEL, MPICH)
 
     def _build(
         self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool

@@ -152,6 +152,7 @@ def _replica(rs: ReplicaSpec, container_name: str) -> dict | None:
             "imagePullPolicy": rs.image_pull_policy,
             "securityContext": deepcopy(rs.security_context),
             "readinessProbe": deepcopy(rs.readiness_probe),
+            "startupProbe": deepcopy(rs.startup_probe),
         }
     )
     pull_secrets = None if rs.image_pull_secrets is None else [{"name": n} for n in rs.image_pull_secrets]
@@ -166,6 +167,7 @@ def _replica(rs: ReplicaSpec, container_name: str) -> dict | None:
             "imagePullSecrets": pull_secrets,
             "securityContext": deepcopy(rs.pod_security_context),
             "priorityClassName": rs.priority_class_name,
+            "dnsConfig": None if rs.dns_searches is None else {"searches": list(rs.dns_searches)},
         }
     )
     pod_metadata = _compact({"labels": deepcopy(rs.labels), "annotations": deepcopy(rs.annotations)})

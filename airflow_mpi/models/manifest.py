@@ -15,7 +15,7 @@ from airflow_mpi.models.errors import ErrorList
 from airflow_mpi.models.layout import assemble, pod_spec
 from airflow_mpi.models.merge import deep_merge, load_base_manifest
 from airflow_mpi.models.precedence import CONTROLLER_DEFAULTS, Setting, apply_defaults
-from airflow_mpi.models.spec import LAUNCHER, WORKER, MPIJobSpec
+from airflow_mpi.models.spec import API_V2BETA1, LAUNCHER, WORKER, MPIJobSpec
 from airflow_mpi.models.validation import check_base_manifest, check_manifest, check_parameters
 
 __all__ = ["Resolved", "build_manifest", "deep_merge", "load_base_manifest", "resolve", "validate"]
@@ -71,6 +71,10 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
         run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
     )
     container = pod_spec(manifest, LAUNCHER)["containers"][0]
+    if manifest["apiVersion"] == API_V2BETA1 and implementation in spec.launch.in_args:
+        container.pop("command", None)  # the image's entrypoint runs it (the base manifest's command was its own)
+        container["args"] = [*command, *(spec.launcher.args or [])]
+        return
     container["command"] = command
     if spec.launcher.args is None:  # the base manifest's args belonged to its own command
         container.pop("args", None)

@@ -45,14 +45,22 @@ def _slug(text: str) -> str:
 
 
 def job_name(
-    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1, deployment: str | None = None
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int = -1,
+    *,
+    max_workers: int = 1,
+    deployment: str | None = None,
+    prefix: str | None = None,
 ) -> str:
     """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
     The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job
     ``<name>-launcher``; both must stay within 63 characters, so the name leaves room for the
     longest of them. The hash covers the raw identity, so different runs never collide even when
-    their slugs are truncated to the same text.
+    their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035 label the user gave)
+    replaces the dag/task slug, truncated as it is.
     """
     longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
@@ -60,7 +68,7 @@ def job_name(
         raise ValueError(f"max_workers={max_workers!r}: too many workers to name pods within 63 characters")
     digest = _digest(dag_id, task_id, run_id, map_index) if deployment is None else _digest(
         deployment, dag_id, task_id, run_id, map_index)
-    slug = _slug(f"{dag_id}-{task_id}")[:budget].strip("-")
+    slug = (prefix if prefix is not None else _slug(f"{dag_id}-{task_id}"))[:budget].strip("-")
     if not slug or not slug[0].isalpha():
         slug = ("mpi-" + slug)[:budget].strip("-")
     return f"{slug}-{digest}"
@@ -144,9 +152,9 @@ class TaskIdentity:
         return identity_annotations(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number,
                                     self.task_instance_id)
 
-    def job_name(self, max_workers: int = 1) -> str:
+    def job_name(self, max_workers: int = 1, prefix: str | None = None) -> str:
         return job_name(self.dag_id, self.task_id, self.run_id, self.map_index, max_workers=max_workers,
-                        deployment=self.deployment)
+                        deployment=self.deployment, prefix=prefix)
 
 
 def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:

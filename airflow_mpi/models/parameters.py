@@ -50,7 +50,7 @@ ROLE_PARAMETERS = {
 RUN_POLICY = ("clean_pod_policy", "ttl_seconds_after_finished", "active_deadline_seconds", "backoff_limit", "suspend",
               "managed_by")  # fmt: skip
 JOB = ("name", "namespace", "labels", "annotations", "run_launcher_as_worker", "ssh_auth_mount_path",
-       "launcher_creation_policy", "main_container")  # fmt: skip
+       "launcher_creation_policy", "main_container", "unique_name_suffix")  # fmt: skip
 INTEGERS = ("workers", "slots_per_worker", "gpus_per_worker", "backoff_limit", "ttl_seconds_after_finished",
             "active_deadline_seconds")  # fmt: skip
 _ROLE_INTEGERS = ("replicas", "gpus")

@@ -126,6 +126,9 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
     image = container.get("image")
     if not isinstance(image, str) or not image.strip():
         errors.add(f"{prefix}.image", image, "is required (a non-empty image reference)")
+    elif image != image.strip() or any(c.isspace() for c in image):
+        # the API server accepts it; the kubelet then fails the pull (InvalidImageName) after scheduling
+        errors.add(f"{prefix}.image", image, "must not contain whitespace (an image reference has none)")
     for key in ("command", "args"):
         value = container.get(key)
         if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
@@ -142,8 +145,9 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
         errors.add(f"{prefix}.image_pull_policy", policy, f"must be one of {', '.join(IMAGE_PULL_POLICIES)}")
     if container.get("securityContext") is not None and not isinstance(container["securityContext"], dict):
         errors.add(f"{prefix}.security_context", container["securityContext"], "must be a mapping (a SecurityContext)")
-    if container.get("readinessProbe") is not None:
-        check_probe(errors, f"{prefix}.readiness_probe", container["readinessProbe"])
+    for key, field in (("readinessProbe", "readiness_probe"), ("startupProbe", "startup_probe")):
+        if container.get(key) is not None:
+            check_probe(errors, f"{prefix}.{field}", container[key])
 
 
 def check_probe(errors: ErrorList, path: str, probe: Any) -> None:

@@ -12,10 +12,31 @@ own (one slot per worker, Open MPI), nothing is written: the manifest stays as t
 from __future__ import annotations
 
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_mpi.models.spec import API_V1, LAUNCHER, OPENMPI, WORKER, Defaults, MPIJobSpec
+from airflow_mpi.models.layout import main_container_name, pod_spec
+from airflow_mpi.models.rules import dns1035_label
+from airflow_mpi.models.spec import (
+    API_V1,
+    API_V2BETA1,
+    CLUSTER_DOMAIN,
+    INTEL,
+    LAUNCHER,
+    MPICH,
+    MPIUSER_SSH_AUTH_MOUNT_PATH,
+    MPIUSER_SSHD_COMMAND,
+    MPIUSER_UID,
+    OPENMPI,
+    ROLES,
+    SSHD_LISTENING_CHECK,
+    WAIT_FOR_WORKERS_READY,
+    WORKER,
+    Defaults,
+    MPIJobSpec,
+    ReplicaSpec,
+)
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
@@ -66,6 +87,18 @@ def _retries_mapping(spec: MPIJobSpec, defaults: Defaults) -> bool:
     return defaults.retries is not None and spec.run_policy.backoff_limit is None
 
 
+def _mpiuser_convention(spec: MPIJobSpec, defaults: Defaults) -> str | None:
+    """A job described by parameters only follows the mpi-operator's unprivileged convention; a base manifest's
+    silence keeps the controller's root one (upstream's Horovod examples run root images on its defaults)."""
+    return MPIUSER_SSH_AUTH_MOUNT_PATH if spec.api_version == API_V2BETA1 and spec.base_manifest is None else None
+
+
+def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
+    """The launcher starts once its workers are Ready (their sshd listening, _container_defaults): started at
+    once, it races the workers' DNS records and ssh gives up (kubeflow/mpi-operator#386)."""
+    return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
+
+
 _REPLICAS, _RUN_POLICY = ("spec", "mpiReplicaSpecs"), ("spec", "runPolicy")
 _FIELDS = (
     _Field("workers", ("worker", "replicas"), ((*_REPLICAS, WORKER, "replicas"),), lambda s, d: d.workers),
@@ -86,7 +119,12 @@ _FIELDS = (
         lambda s, d: "Never" if _retries_mapping(s, d) else None,
     ),
     _Field("namespace", ("namespace",), (("metadata", "namespace"),), lambda s, d: d.namespace),
+    _Field("ssh_auth_mount_path", ("ssh_auth_mount_path",), (("spec", "sshAuthMountPath"),), _mpiuser_convention),
+    _Field("launcher_creation_policy", ("launcher_creation_policy",), (("spec", "launcherCreationPolicy"),),
+           _wait_for_workers),
 )
+# Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
+STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1, "failureThreshold": 60}
 
 
 def base_value(base: Any, path: tuple[str, ...]) -> Any:
@@ -95,6 +133,11 @@ def base_value(base: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
     return node
+
+
+def is_name(name: Any) -> bool:
+    """A valid job name (DNS-1035 label), before any suffix."""
+    return isinstance(name, str) and not dns1035_label(name)
 
 
 def _copy(spec: MPIJobSpec) -> MPIJobSpec:
@@ -121,12 +164,80 @@ def apply_defaults(spec: MPIJobSpec, base: dict) -> tuple[MPIJobSpec, dict[str, 
             settings[field.name] = Setting(default, DEFAULT)
         elif field.name in CONTROLLER_DEFAULTS and (field.name != "mpi_implementation" or spec.api_version != API_V1):
             settings[field.name] = Setting(CONTROLLER_DEFAULTS[field.name], CONTROLLER_DEFAULT)
-    name = spec.name if spec.name is not None else base_value(base, ("metadata", "name"))
-    if name is not None:
-        settings["name"] = Setting(name, PARAMETER if spec.name is not None else BASE_MANIFEST)
-    elif spec.identity is not None:
-        workers = settings["workers"].value if "workers" in settings else 1
-        valid = isinstance(workers, int) and not isinstance(workers, bool) and 1 <= workers <= _INT32_MAX
-        filled.name = spec.identity.job_name(max_workers=workers if valid else 1)
-        settings["name"] = Setting(filled.name, DEFAULT)
+    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+        _container_defaults(filled, base, settings)
+    _name(filled, spec, base, settings)
+    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+        _launcher_dns_search(filled, base, settings)
     return filled, settings
+
+
+def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
+    """The job's name: derived from the task instance; a given one (parameter or base manifest) is its prefix,
+    unless ``unique_name_suffix`` is False: upstream's examples all say ``name: pi``, and a second run, a
+    concurrent one or a retry beside a failed job kept for debugging would each find the first one's job."""
+    name = spec.name if spec.name is not None else base_value(base, ("metadata", "name"))
+    source = PARAMETER if spec.name is not None else BASE_MANIFEST
+    workers = settings["workers"].value if "workers" in settings else 1
+    valid = isinstance(workers, int) and not isinstance(workers, bool) and 1 <= workers <= _INT32_MAX
+    if spec.identity is None or (name is not None and (spec.unique_name_suffix is False or not is_name(name))):
+        if name is not None:  # used as given (validation names an invalid one)
+            settings["name"] = Setting(name, source)
+        return
+    filled.name = spec.identity.job_name(max_workers=workers if valid else 1, prefix=name)
+    settings["name"] = Setting(filled.name, DEFAULT if name is None else f"{source}, suffixed per task instance")
+
+
+def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
+    """The base manifest's main container of ``role`` ({} if none)."""
+    name = main_container_name(spec, role, base)
+    containers = pod_spec(base, role).get("containers")
+    found = [c for c in containers if isinstance(c, dict) and c.get("name") == name] if isinstance(containers, list) else []
+    return found[0] if found else {}
+
+
+def _sets_uid(replica: ReplicaSpec, main: dict, pod: dict) -> bool:
+    contexts = (replica.security_context, replica.pod_security_context, main.get("securityContext"),
+                pod.get("securityContext"))
+    return any(isinstance(c, dict) and c.get("runAsUser") is not None for c in contexts)
+
+
+def _container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
+    """What upstream's examples spell out in the containers, where neither a parameter nor the base manifest does:
+    the workers' startup probe behind WaitForWorkersReady, and in the mpiuser convention the workers' sshd
+    command and the uid both roles run as."""
+    worker, worker_main = filled.worker, _main(filled, base, WORKER)
+    policy = settings.get("launcher_creation_policy")
+    probed = worker.readiness_probe or worker.startup_probe or worker_main.get("readinessProbe") or worker_main.get(
+        "startupProbe")
+    if policy is not None and policy.value == WAIT_FOR_WORKERS_READY and not probed:
+        worker.startup_probe = deepcopy(STARTUP_PROBE)
+        settings["worker.startup_probe"] = Setting("a TCP socket listens (sshd)", DEFAULT)
+    path = settings.get("ssh_auth_mount_path")
+    if path is None or path.value != MPIUSER_SSH_AUTH_MOUNT_PATH:
+        return
+    if worker.command is None and worker.args is None and not worker_main.get("command") and not worker_main.get(
+            "args"):
+        worker.command = list(MPIUSER_SSHD_COMMAND)
+        settings["worker.command"] = Setting(" ".join(MPIUSER_SSHD_COMMAND), DEFAULT)
+    for role in (LAUNCHER, WORKER):
+        replica = filled.replica(role)
+        if not _sets_uid(replica, _main(filled, base, role), pod_spec(base, role)):
+            replica.security_context = {**(replica.security_context or {}), "runAsUser": MPIUSER_UID}
+            settings[f"{ROLES[role]}.run_as_user"] = Setting(MPIUSER_UID, DEFAULT)
+
+
+def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
+    """MPICH and Intel MPI: the launcher's own short host name resolvable in the launcher, as the mpi-operator makes
+    it in the workers (its ``<job>.<ns>.svc.cluster.local`` search domain). Upstream's MPICH/Intel images wait in
+    their entrypoint until ``nslookup $HOSTNAME`` answers, which without that domain never happens: each job
+    started about 100 s late (measured on the real node). Left alone when the pod sets a ``dnsConfig``."""
+    implementation = settings.get("mpi_implementation")
+    namespace = settings.get("namespace")
+    launcher = filled.launcher
+    if (implementation is None or implementation.value not in (MPICH, INTEL) or namespace is None
+            or not isinstance(filled.name, str) or launcher.dns_searches is not None
+            or pod_spec(base, LAUNCHER).get("dnsConfig") is not None):
+        return
+    launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
+    settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)

@@ -6,7 +6,11 @@ synchronous operator and the trigger so both fail fast for the same reasons:
 * the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError``
   Warning event and never a ``Created`` condition;
 * pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding
-  the other pods' GPUs, unless somebody gives up on them.
+  the other pods' GPUs, unless somebody gives up on them;
+* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up,
+  the image has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2
+  (only an eviction is): with ``WaitForWorkersReady`` the launcher then never comes and the other
+  workers hold their GPUs forever.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from airflow_mpi.models.status import JobState
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
 VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
+EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
+WORKER_FAILED = "worker_failed"  # the outcome of a worker that failed before the launcher started
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,18 @@ class PodSummary:
     waiting_reason: str | None = None
     waiting_message: str | None = None
     exit_code: int | None = None
+    # why the pod or its main container ended (models/failure_causes.py names a failed try's cause from these)
+    terminated_reason: str | None = None  # "OOMKilled", "Error", "Completed", ...
+    signal: int | None = None  # the terminated state's signal, when the runtime reports one
+    termination_message: str | None = None  # the container's termination message (bounded by the hooks)
+    last_terminated_reason: str | None = None  # of the previous container of a restarted one
+    last_exit_code: int | None = None
+    pod_reason: str | None = None  # status.reason / status.message: "Evicted" and the kubelet's why
+    pod_message: str | None = None
+    memory_limit: str | None = None  # the main container's resources.limits.memory
+    deleting: bool = False  # metadata.deletionTimestamp is set: the pod is being deleted
+    deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: the end of its grace period
+    grace_period: float | None = None  # spec.terminationGracePeriodSeconds
 
 
 @dataclass(frozen=True)
@@ -51,7 +69,8 @@ class EventSummary:
 class Verdict:
     """``outcome`` is None while the wait goes on."""
 
-    outcome: str | None  # None | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout" | "target"
+    # None | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout" | "worker_failed" | "target"
+    outcome: str | None
     message: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -90,6 +109,21 @@ def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None
     return None
 
 
+def _failed_before_launch(pods: list[PodSummary]) -> str | None:
+    """Why a worker failed while there is no launcher yet (see the module docstring), or None."""
+    if any(p.role == "launcher" for p in pods):
+        return None
+    for pod in pods:
+        if pod.role == "worker" and pod.phase == "Failed" and pod.pod_reason != EVICTED:
+            how = ", ".join(str(part) for part in (pod.terminated_reason or pod.pod_reason,
+                                                   f"exit code {pod.exit_code}" if pod.exit_code is not None else None,
+                                                   pod.termination_message or pod.pod_message) if part)
+            return (f"worker pod {pod.name} failed before the launcher started ({how or 'no detail'}); the "
+                    "mpi-operator does not replace it, so the launcher would never start: does its container run "
+                    "sshd, listening on the SSH port?")
+    return None
+
+
 def assess(
     state: JobState,
     pods: list[PodSummary],
@@ -121,6 +155,9 @@ def assess(
                 warnings,
             )
         return Verdict(None, state.describe(), warnings)
+    failed_worker = _failed_before_launch(pods)
+    if failed_worker:
+        return Verdict(WORKER_FAILED, failed_worker, warnings)
     stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]
     if stuck:
         scheduling = [w for w in warnings if "FailedScheduling" in w or "Failed" in w or "BackOff" in w]

@@ -41,7 +41,22 @@ MANAGED_BY = {
 }
 
 GPU_RESOURCE = "nvidia.com/gpu"
-DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"  # the controllers' (root runs sshd and mpirun)
+# The mpi-operator's unprivileged convention (its build/base image and examples/v2beta1/pi): user mpiuser (uid 1000)
+# runs mpirun on the launcher and its own sshd on the workers, with the job's SSH Secret at ~mpiuser/.ssh.
+MPIUSER_SSH_AUTH_MOUNT_PATH = "/home/mpiuser/.ssh"
+MPIUSER_UID = 1000
+# The cluster DNS domain the mpi-operator itself assumes (v0.8.2 adds "<job>.<ns>.svc.cluster.local" to the
+# workers' DNS search path so that MPICH's and Intel MPI's proxies find the launcher by its short host name).
+CLUSTER_DOMAIN = "cluster.local"
+MPIUSER_SSHD_COMMAND = ("/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config")
+# A worker is started once a TCP socket listens in its pod (its sshd; on whatever port the image chose: upstream's
+# images use 2222, older root images 22). Shell builtins only: any image that runs sshd for MPI has /bin/sh.
+SSHD_LISTENING_CHECK = (
+    "sh", "-c",
+    'for f in /proc/net/tcp /proc/net/tcp6; do [ -r "$f" ] || continue; '
+    'while read -r _ _ _ st _; do [ "$st" = 0A ] && exit 0; done < "$f"; done; exit 1',
+)  # fmt: skip
 CONFIG_MOUNT_PATH = "/etc/mpi"  # ConfigMap <name>-config, mounted by both operators
 HOSTFILE = CONFIG_MOUNT_PATH + "/hostfile"
 DISCOVER_HOSTS_SCRIPT = CONFIG_MOUNT_PATH + "/discover_hosts.sh"
@@ -77,6 +92,8 @@ class ReplicaSpec:
     pod_security_context: dict | None = None
     restart_policy: str | None = None
     readiness_probe: dict | None = None
+    startup_probe: dict | None = None
+    dns_searches: list[str] | None = None  # the pod's dnsConfig.searches (MPICH/Intel launchers: models/precedence.py)
     priority_class_name: str | None = None
     container_name: str | None = None
 
@@ -123,6 +140,8 @@ class Defaults:
 class LauncherCommand(Protocol):
     """A launcher command line built from the resolved job (workers, slots, MPI implementation)."""
 
+    in_args: tuple[str, ...]  # implementations whose command goes into the container's args (image entrypoint kept)
+
     def check(self, errors: ErrorList) -> None:
         """Report its own parameters' problems (those that do not depend on the job)."""
 
@@ -137,13 +156,15 @@ class MPIJobSpec:
     """Everything needed to build one MPIJob manifest (see build_manifest).
 
     ``launch`` (e.g. commands.Mpirun) sets the launcher's command and, unless ``launcher.args``
-    is given, drops the base manifest's launcher args. ``identity`` adds the task instance's
+    is given, drops the base manifest's launcher args (for the implementations in its ``in_args``, the
+    command line goes into the args instead, keeping the image's entrypoint). ``identity`` adds the task instance's
     labels and annotations and derives the default name. ``defaults`` (None: none) fill what
     neither the parameters nor the base manifest set.
     """
 
     name: str | None
     namespace: str | None = None
+    unique_name_suffix: bool = True  # a given name (or the base manifest's) is a prefix made unique per task instance
     launcher: ReplicaSpec = field(default_factory=ReplicaSpec)
     worker: ReplicaSpec = field(default_factory=ReplicaSpec)
     slots_per_worker: int | None = None

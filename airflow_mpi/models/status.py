@@ -75,3 +75,11 @@ def job_state(obj: dict[str, Any]) -> JobState:
         terminal=bool(terminal),
         succeeded=bool(terminal) and current["type"] == SUCCEEDED,
     )
+
+
+def clean_pod_policy(obj: dict[str, Any]) -> str:
+    """The MPIJob's ``cleanPodPolicy`` (v2beta1 ``spec.runPolicy``; v1 also ``spec.cleanPodPolicy``): which pods
+    the controller deletes once the job finished (Running: the live workers; All; None). Unset is None, the
+    controllers' default (the operator submits Running unless told otherwise)."""
+    spec = obj.get("spec") or {}
+    return (spec.get("runPolicy") or {}).get("cleanPodPolicy") or spec.get("cleanPodPolicy") or "None"

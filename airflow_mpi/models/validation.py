@@ -108,6 +108,8 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         errors.add("api_version", spec.api_version, f"must be one of {', '.join(API_VERSIONS)}")
     if spec.name is not None and not isinstance(spec.name, str):
         errors.add("name", spec.name, "must be a string")
+    if spec.unique_name_suffix is not None and not isinstance(spec.unique_name_suffix, bool):
+        errors.add("unique_name_suffix", spec.unique_name_suffix, "must be a boolean")
     for attr, cls in (("launcher", ReplicaSpec), ("worker", ReplicaSpec), ("run_policy", RunPolicy)):
         if not isinstance(getattr(spec, attr), cls):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__}")
@@ -278,12 +280,12 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
     if policy is not None and _one_of(errors, "launcher_creation_policy", policy, LAUNCHER_CREATION_POLICIES):
         containers = pod_spec(manifest, WORKER).get("containers")
         main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
-        if policy == WAIT_FOR_WORKERS_READY and not main.get("readinessProbe"):
+        if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
             errors.add(
                 "launcher_creation_policy",
                 policy,
-                "requires worker.readiness_probe: without one a worker counts as Ready as soon as it starts, "
-                "before sshd accepts connections",
+                "requires a worker readiness or startup probe: without one a worker counts as Ready as soon as it "
+                "starts, before sshd accepts connections",
             )
 
 

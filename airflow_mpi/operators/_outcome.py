@@ -1,17 +1,24 @@
 """Turning a wait's result into the task's outcome: XCom, cleanup, or the right exception.
 
-Shared by the operator (sync and deferrable) and the sensor so every path cleans up alike.
+Shared by the operator (sync and deferrable) and the sensor so every path cleans up alike. A failed job's
+exception names why it failed, from the report the wait gathered before the clean-up deleted the workers
+(``payload["failure"]``, models/failure_causes.py): the failed pods with their causes and their logs' last
+lines, which the task log also gets as warnings, whole.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow_mpi.models.failure_causes import explain
+from airflow_mpi.models.progress import WORKER_FAILED
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 ON_FINISH_ACTIONS = ("keep", "delete_succeeded", "delete")
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
-ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout")
+ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", WORKER_FAILED)
+# Outcomes whose error names the failed pods and quotes their logs' last lines (the wait's report).
+EXPLAINED = ("failed", WORKER_FAILED)
 # Outcomes no Airflow retry can fix.
 PERMANENT = ("invalid",)
 
@@ -48,6 +55,20 @@ def failure_text(outcome: str, job: str, detail: Any) -> str:
     return f"{job} {outcome}: {detail or '(no detail)'}"
 
 
+def _log_tails(task: Any, payload: dict[str, Any], name: Any, namespace: Any, tail_lines: int) -> None:
+    """The failed workers' last log lines as warnings (the launcher's log is the task log's already)."""
+    if "failure" not in payload:  # the event of a trigger from before the failure reports: read what is left
+        tails = task.hook.worker_log_tails(name, namespace, tail_lines).items() if tail_lines else []
+        tails = [{"pod": pod, "role": "worker", "lines": lines} for pod, lines in tails]
+    else:
+        tails = [t for t in (payload.get("failure") or {}).get("tails") or [] if t.get("role") == "worker"]
+    for tail in tails:
+        if tail.get("lines"):
+            task.log.warning("---- last %s lines of worker %s ----", len(tail["lines"]), tail["pod"])
+            for line in tail["lines"]:
+                task.log.warning("%s", line)
+
+
 def finish(
     task: Any,
     payload: dict[str, Any],
@@ -56,8 +77,12 @@ def finish(
     on_finish_action: str,
     fail_permanently: bool,
     worker_log_tail_lines: int = 0,
+    owns_job: bool = True,
 ) -> dict[str, Any]:
     """Report, clean up and return the XCom value, or raise.
+
+    ``owns_job``: False for a task that only watches a job someone else made (the sensor): it never deletes it,
+    whatever the outcome.
 
     ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
     inside the MPIJob); otherwise AirflowException, so Airflow's own retries apply.
@@ -67,12 +92,9 @@ def finish(
     if outcome not in ("success", "target"):
         for line in payload.get("warnings") or []:
             task.log.warning("Kubernetes event: %s", line)
-        if worker_log_tail_lines and outcome == "failed":
-            for pod, lines in task.hook.worker_log_tails(name, namespace, worker_log_tail_lines).items():
-                task.log.warning("---- last %s lines of worker %s ----", worker_log_tail_lines, pod)
-                for line in lines:
-                    task.log.warning("%s", line)
-    if name and _should_delete(outcome, on_finish_action):
+        if outcome in EXPLAINED:
+            _log_tails(task, payload, name, namespace, worker_log_tail_lines)
+    if name and owns_job and _should_delete(outcome, on_finish_action):
         task.log.info("Deleting MPIJob %s/%s (%s)", namespace, name, outcome)
         task.hook.delete_mpijob(name, namespace, uid=payload.get("uid"))
     if outcome in ("success", "target"):
@@ -81,6 +103,8 @@ def finish(
     message = failure_text(outcome, f"MPIJob {namespace}/{name}", payload.get("message"))
     if payload.get("launcher_exit_codes"):  # what the MPI program itself said, attempt by attempt
         message += f"; launcher exit codes: {', '.join(map(str, payload['launcher_exit_codes']))}"
+    if outcome in EXPLAINED:
+        message = "\n".join([message, *explain(payload.get("failure"))])
     if outcome in PERMANENT or (outcome == "failed" and fail_permanently):
         raise AirflowFailException(message)
     raise AirflowException(message)

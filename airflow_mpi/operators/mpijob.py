@@ -67,6 +67,9 @@ class MPIJobOperator(BaseOperator):
         implementation with ``-np = workers x slots_per_worker`` (as resolved) and ``mpirun_args``.
     :param backoff_limit: unset (and unset in the base manifest): the task's ``retries`` are mapped
         onto the MPIJob (see module docstring); otherwise Airflow's retries each start a fresh MPIJob.
+    :param name: a prefix: the task instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs,
+        retries and jobs kept for debugging never collide; also for the base manifest's ``metadata.name``.
+    :param unique_name_suffix: False: the job is named exactly ``name`` (one job of that name at a time).
     :param on_finish_action: ``keep``, ``delete_succeeded`` (default) or ``delete``.
     """
 
@@ -84,7 +87,7 @@ class MPIJobOperator(BaseOperator):
         "service_account_name", "image_pull_secrets", "priority_class_name", "labels", "annotations", "launcher",
         "worker", "launcher_creation_policy", "run_launcher_as_worker", "ssh_auth_mount_path",
         "worker_readiness_probe", "main_container", "backoff_limit", "clean_pod_policy", "ttl_seconds_after_finished",
-        "active_deadline_seconds", "scheduling_policy", "suspend", "managed_by", "base_manifest",
+        "active_deadline_seconds", "scheduling_policy", "suspend", "managed_by", "base_manifest", "unique_name_suffix",
     )  # fmt: skip
     template_fields_renderers = {
         "base_manifest": "yaml",
@@ -113,6 +116,7 @@ class MPIJobOperator(BaseOperator):
         mpi_implementation: str | None = None,
         api_version: str = API_V2BETA1,
         name: str | None = None,
+        unique_name_suffix: bool = True,
         namespace: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         env: dict[str, str] | list[dict] | None = None,
@@ -151,7 +155,7 @@ class MPIJobOperator(BaseOperator):
         startup_timeout: float | None = 120.0,
         schedule_timeout: float | None = 300.0,
         on_finish_action: str = "delete_succeeded",
-        worker_log_tail_lines: int = 0,
+        worker_log_tail_lines: int = 20,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -165,6 +169,7 @@ class MPIJobOperator(BaseOperator):
         self.mpi_implementation = mpi_implementation
         self.api_version = api_version
         self.name = name
+        self.unique_name_suffix = unique_name_suffix
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.env = env
@@ -350,6 +355,7 @@ class MPIJobOperator(BaseOperator):
             "get_logs": self.get_logs,
             "max_attempts": self.effective_backoff_limit() + 1,
             "deadline": deadline,
+            "tail_lines": self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
         }
 
     async def _wait(
@@ -397,6 +403,7 @@ class MPIJobOperator(BaseOperator):
             capture_result=self.captures_result,
             uid=uid,
             result_digest=self._result_digest(),
+            tail_lines=self.worker_log_tail_lines,
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.

@@ -113,7 +113,8 @@ class MPIJobSensor(BaseSensorOperator):
             self._attach_logs(event["namespace"])
         elif event.get("status") == "timeout":
             raise AirflowException(f"MPIJob {event['namespace']}/{self.job_name}: sensor timed out")
-        return finish(self, event, api_version=self.api_version, on_finish_action="keep", fail_permanently=True)
+        return finish(self, event, api_version=self.api_version, on_finish_action="keep", fail_permanently=True,
+                      owns_job=False)
 
     def _attach_logs(self, namespace: str) -> None:
         if not self.attach_logs:

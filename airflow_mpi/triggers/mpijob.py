@@ -4,7 +4,9 @@ It carries only plain data (the triggerer may run on another machine): the job's
 connection settings resolved on the worker, the timeouts, the log position and the deadline that
 enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
 leave it running). It emits exactly one terminal event with what ``execute_complete`` needs, never
-before ``not_before`` (the hold against Airflow's deferral race, see models/deferral.py).
+before ``not_before`` (the hold against Airflow's deferral race, see models/deferral.py). A failed job's
+event carries why it failed (``failure``: causes and the failed pods' last ``tail_lines`` log lines, gathered
+before the clean-up deletes the workers; bounded, as events are stored in the metadata database).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.models.deferral import hold_seconds
+from airflow_mpi.models.failure_causes import DEFAULT_TAIL_LINES
 from airflow_mpi.models.progress import Timeouts
 from airflow_mpi.models.rank_result import hide_result_lines
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
@@ -45,8 +48,10 @@ class MPIJobTrigger(BaseTrigger):
         capture_result: bool = False,
         uid: str | None = None,
         result_digest: str | None = None,
+        tail_lines: int = DEFAULT_TAIL_LINES,
     ) -> None:
         super().__init__()
+        self.tail_lines = tail_lines
         self.name = name
         self.namespace = namespace
         self.api_version = api_version
@@ -91,6 +96,7 @@ class MPIJobTrigger(BaseTrigger):
                 "capture_result": self.capture_result,
                 "uid": self.uid,
                 "result_digest": self.result_digest,
+                "tail_lines": self.tail_lines,
             },
         )
 
@@ -126,6 +132,7 @@ class MPIJobTrigger(BaseTrigger):
                     target_condition=self.target_condition,
                     owns_job=self.owns_job,
                     uid=self.uid,
+                    tail_lines=self.tail_lines,
                 )
                 payload = await monitor.run()
         except asyncio.CancelledError:

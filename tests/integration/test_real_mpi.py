@@ -27,22 +27,9 @@ IMPLEMENTATION = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
 
 def real_job(flavour: str = "openmpi") -> dict:
-    """The mpi-operator's conventions for images/mpi's images: mpiuser runs mpirun; workers run its sshd (port 2222).
-
-    The launcher is created once the workers are Ready (sshd listening): started earlier, it may look up
-    ``<job>-worker-<i>.<job>.<ns>.svc`` before their DNS records exist, and ssh gives up at once.
-    """
-    return {
-        "image": MPI_IMAGES[flavour],
-        "mpi_implementation": IMPLEMENTATION[flavour],
-        "ssh_auth_mount_path": "/home/mpiuser/.ssh",
-        "launcher_creation_policy": "WaitForWorkersReady",
-        "worker_readiness_probe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
-        "launcher": {"security_context": {"runAsUser": 1000}},
-        "worker": {"command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"],
-                   "security_context": {"runAsUser": 1000}},
-        "poll_interval": 2,
-    }
+    """images/mpi's images follow the mpi-operator's conventions (mpiuser runs mpirun, the workers its sshd on 2222):
+    the operator's defaults are all they need (the launcher is created once every worker's sshd listens)."""
+    return {"image": MPI_IMAGES[flavour], "mpi_implementation": IMPLEMENTATION[flavour], "poll_interval": 2}
 
 
 def real_operator(task_id: str, namespace: str, flavour: str = "openmpi", **kwargs) -> MPIJobOperator:

@@ -18,20 +18,29 @@ from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 
 
 def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
-        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job"):
+        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job",
+        reason=None, memory_limit=None, deletion=None, pod_reason=None, pod_message=None, last_terminated=None,
+        grace=None):
+    """A V1Pod as the hooks read it. ``reason``: the terminated state's; ``deletion``: the deletionTimestamp
+    (datetime); ``last_terminated``: (reason, exit code) of the previous container instance."""
     container_state = NS(running=None, terminated=None, waiting=None)
     if state == "running":
         container_state.running = NS()
     elif state == "terminated":
-        container_state.terminated = NS(exit_code=exit_code or 0)
+        container_state.terminated = NS(exit_code=exit_code or 0, reason=reason, signal=None, message=None)
     elif state == "waiting":
         container_state.waiting = NS(reason=waiting_reason, message="")
+    last = NS(terminated=NS(reason=last_terminated[0], exit_code=last_terminated[1]) if last_terminated else None)
+    limits = {"memory": memory_limit} if memory_limit else None
     return NS(
         metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
-                    creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc)),
-        spec=NS(containers=[NS(name=container)]),
+                    creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc),
+                    deletion_timestamp=deletion, uid=f"uid-{name}"),
+        spec=NS(containers=[NS(name=container, resources=NS(limits=limits))], termination_grace_period_seconds=grace),
         status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False")],
-                  container_statuses=[NS(name=container, restart_count=restart_count, state=container_state)]
+                  reason=pod_reason, message=pod_message,
+                  container_statuses=[NS(name=container, restart_count=restart_count, state=container_state,
+                                         last_state=last)]
                   if state else None),
     )
 
@@ -108,12 +117,12 @@ class FakeAsyncHook:
                 yield "MODIFIED", event, "1"
             return
         if kind == "pods":
-            before = {p.metadata.name for p in self._pods()}
+            before = {p.metadata.name: p for p in self._pods()}
             await self._changed("pods")
             for p in self._pods():
                 yield "MODIFIED", p, "1"
-            for name in before - {p.metadata.name for p in self._pods()}:
-                yield "DELETED", NS(metadata=NS(name=name, labels={}, uid=None)), "1"
+            for name in set(before) - {p.metadata.name for p in self._pods()}:
+                yield "DELETED", before[name], "1"  # as Kubernetes: the object's last state
             return
         self.watch_versions.append(resource_version)
         if not self.watch_script:
@@ -159,7 +168,7 @@ class FakeAsyncHook:
         return DELETED
 
     async def read_pod_log(self, pod, namespace, *, container=None, since_time=None, previous=False,
-                           follow=False, tail_lines=None):
+                           follow=False, tail_lines=None, limit_bytes=None):
         self.log_requests.append((pod, since_time, previous, follow))
         lines = self.logs.get((pod, previous), [])
         if since_time:

@@ -187,7 +187,7 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
     assert worker["command"][0] == "/usr/sbin/sshd"
     # the launcher starts once the workers' sshd listens (their DNS names resolve by then)
     assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
-    assert worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert "startupProbe" in worker and "readinessProbe" not in worker  # the operator's default, not the DAG's
 
 
 def test_mpi_pi_defaults_are_synchronous_open_mpi(dagbag):
@@ -213,7 +213,7 @@ def test_horovod_params_render_into_the_mpijob(dagbag):
     assert replicas["Worker"]["replicas"] == 4
     worker = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert str(worker["resources"]["limits"]["nvidia.com/gpu"]) == "2"
-    assert worker["command"][0] == "/usr/sbin/sshd"  # the images' conventions from mpi_images_base.yaml
+    assert worker["command"][0] == "/usr/sbin/sshd"  # the default: the image conventions' sshd, as mpiuser
     argv = _launcher_argv(manifest)
     assert argv[:3] == ["horovodrun", "-np", "8"]  # 4 workers x 2 processes
     assert argv[argv.index("--hostfile") + 1] == "/etc/mpi/hostfile" and "--min-np" not in argv
@@ -257,10 +257,10 @@ def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagb
     assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == (
         "airflow-mpi/mpi-pi:mpich"
     )
-    spec = manifest["spec"]  # images/mpi's conventions, from the DAG's base manifest file
+    spec = manifest["spec"]  # images/mpi's conventions: the operator's defaults
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert spec["launcherCreationPolicy"] == "WaitForWorkersReady" and spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
-    assert worker["command"][0] == "/usr/sbin/sshd" and worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert worker["command"][0] == "/usr/sbin/sshd" and "startupProbe" in worker
     assert worker["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}  # the DAG's parameters too
     assert argv[7:] == ["/etc/airflow-mpi/call/runner.py", "/etc/airflow-mpi/call/call"]
     assert "comm.reduce" not in str(manifest)  # the function travels in the call's Secret, not in the MPIJob

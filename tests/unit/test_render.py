@@ -23,7 +23,7 @@ def test_renders_the_task_with_its_params_and_a_placeholder_run():
     spec = manifest["spec"]
     assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3 and spec["mpiImplementation"] == "MPICH"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][0] == "mpirun" and "3" in launcher["command"]
+    assert "command" not in launcher and launcher["args"][0] == "mpirun" and "3" in launcher["args"]  # MPICH: args
     assert manifest["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "review"
     assert manifest["metadata"]["annotations"]["airflow-mpi.io/dag-id"] == "mpi_pi"
     assert schema_errors(manifest) == []

@@ -8,7 +8,7 @@ from airflow_mpi.models import MPIJobValidationError, horovodrun_command, mpirun
 
 OPENMPI_FLAGS = [
     "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot",
-    "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+    "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
 ]  # fmt: skip
 
 

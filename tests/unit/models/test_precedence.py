@@ -141,7 +141,14 @@ def test_v1_clean_pod_policy_default_respects_both_places_of_the_base(
 def test_name_parameter_over_base_over_identity_and_identity_labels_added():
     with_base = copy.deepcopy(base())
     with_base["metadata"]["name"] = "from-base"
-    assert resolved(with_base, name=None, identity=IDENTITY).manifest["metadata"]["name"] == "from-base"
+    suffixed = resolved(with_base, name=None, identity=IDENTITY)
+    assert suffixed.manifest["metadata"]["name"] == IDENTITY.job_name(prefix="from-base")
+    assert suffixed.manifest["metadata"]["name"].startswith("from-base-")
+    assert sources(suffixed)["name"][1] == "base manifest, suffixed per task instance"
+    exact = resolved(with_base, name=None, identity=IDENTITY, unique_name_suffix=False)
+    assert exact.manifest["metadata"]["name"] == "from-base" and sources(exact)["name"][1] == BASE_MANIFEST
+    given = resolved(with_base, name="given", identity=IDENTITY)
+    assert given.manifest["metadata"]["name"] == IDENTITY.job_name(prefix="given")
     derived = resolved(base(worker={"replicas": 100}), name=None, identity=IDENTITY)
     assert derived.manifest["metadata"]["name"] == IDENTITY.job_name(max_workers=100)  # sized for the base's workers
     assert sources(derived)["name"][1] == DEFAULT
@@ -180,11 +187,19 @@ def test_program_is_sized_from_the_base_manifest_and_replaces_its_command_line()
     manifest = base(slotsPerWorker=2, mpiImplementation="Intel", worker={"replicas": 3})
     result = resolved(manifest, launch=Mpirun(["/home/mpiuser/pi"], "-v"))
     container = launcher_container(result)
-    assert container["command"] == [
+    # Intel (and MPICH): in args, as upstream's examples, so the image's entrypoint (waiting for DNS) runs it
+    assert container["args"] == [
         "mpirun", "-hostfile", "/etc/mpi/hostfile", "-n", "6", "-ppn", "2", "-v", "/home/mpiuser/pi"
     ]  # fmt: skip
-    assert "args" not in container  # the base's args belonged to its own command
-    kept = resolved(manifest, launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"]))
+    assert "command" not in container
+    with_command = base(slotsPerWorker=2, mpiImplementation="MPICH", worker={"replicas": 3})
+    with_command["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = ["sh"]
+    mpich = launcher_container(resolved(with_command, launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"])))
+    assert "command" not in mpich  # the base's command belonged to its own command line
+    assert mpich["args"] == ["mpirun", "-n", "6", "-ppn", "2", "pi", "--fast"]
+    openmpi = launcher_container(resolved(base(worker={"replicas": 3}), launch=Mpirun(["pi"])))
+    assert openmpi["command"][0] == "mpirun" and "args" not in openmpi  # the base's args belonged to its command
+    kept = resolved(base(worker={"replicas": 1}), launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"]))
     assert launcher_container(kept)["args"] == ["--fast"]
 
 

@@ -9,10 +9,14 @@ import pytest
 from airflow_mpi.hooks import api_errors, watch_hub
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.hooks.monitor import JobMonitor
-from airflow_mpi.models.progress import Timeouts
+from airflow_mpi.hooks.summaries import pod_summary as summary
+from airflow_mpi.models.progress import Timeouts, assess
+from airflow_mpi.models.status import job_state
 from tests.unit.fakes import FakeAsyncHook, job, pod
 
 NOW = datetime.now(timezone.utc)
+FAILED_WORKER = pod("job-worker-1", role="worker", phase="Failed", state="terminated", exit_code=1, reason="Error",
+                    container="worker")
 
 
 @pytest.fixture(autouse=True)
@@ -120,6 +124,31 @@ async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 5)).run()
     assert result["status"] == "unschedulable"
     assert "Insufficient nvidia.com/gpu" in result["message"]
+
+
+async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its_log():
+    """WaitForWorkersReady: mpi-operator v0.8.2 neither replaces a failed worker nor fails the job; the launcher
+    would never come, the other workers would hold their GPUs forever."""
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x")),
+        workers=[pod("job-worker-0", role="worker", container="worker"), FAILED_WORKER],
+        logs={("job-worker-1", False): ["sshd: no hostkeys available -- exiting."]},
+    )
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "worker_failed"
+    assert result["message"].startswith("worker pod job-worker-1 failed before the launcher started (Error, exit code 1)")
+    assert result["failure"]["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
+    assert result["failure"]["tails"][0]["lines"] == ["sshd: no hostkeys available -- exiting."]
+
+
+@pytest.mark.parametrize("pods", [
+    [FAILED_WORKER, pod("job-launcher-a")],  # the launcher runs: its mpirun fails, and the job with it
+    [pod("job-worker-1", role="worker", phase="Failed", pod_reason="Evicted")],  # the mpi-operator fails the job
+], ids=["launcher-started", "evicted"])
+def test_a_failed_worker_is_left_to_the_mpi_operator_once_it_acts_on_it(pods):
+    state = job_state(job("job", "ns", ("Created", "x")))
+    verdict = assess(state, [summary(p) for p in pods], [], now=NOW, submitted_at=NOW, timeouts=Timeouts())
+    assert verdict.outcome is None
 
 
 async def test_startup_timeout_without_created():

@@ -88,6 +88,8 @@ def test_namespace_falls_back_to_the_hook():
     "kwargs, field, value",
     [
         ({"workers": 0}, "workers", 0),
+        ({"image": "mpi:1 "}, "image", "mpi:1 "),  # the kubelet would fail the pull after scheduling
+        ({"image": "mpi :1"}, "image", "mpi :1"),
         ({"workers": 2.5}, "workers", 2.5),
         ({"workers": True}, "workers", True),
         ({"slots_per_worker": 0}, "slots_per_worker", 0),
@@ -340,6 +342,29 @@ def test_failure_prints_warning_events_and_worker_tails(monkeypatch):
         op.execute_complete(context(), result("failed", warnings=["job-worker-0: BackOff: crash"]))
     text = "\n".join(recorder.lines)
     assert "job-worker-0: BackOff: crash" in text and "worker said goodbye" in text
+
+
+def test_a_failed_jobs_error_names_the_cause_and_the_failed_workers_last_lines(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
+    op = make(get_logs=False)
+    op.hook.worker_log_tails = None  # the wait's report is used: no read after the clean-up
+    failure = {"causes": ["worker pod n-worker-1 (container worker): OOMKilled: out of memory, memory limit 64Mi"],
+               "tails": [{"pod": "n-worker-1", "role": "worker", "container": "worker", "lines": ["rank 1 allocating"]},
+                         {"pod": "n-launcher-x", "role": "launcher", "container": "launcher",
+                          "lines": [f"launcher line {i}" for i in range(15)]}]}
+    with pytest.raises(AirflowFailException) as err:
+        op.execute_complete(context(), result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[137],
+                                              failure=failure))
+    assert str(err.value).splitlines() == [
+        "MPIJob ns/n failed: BackoffLimitExceeded; launcher exit codes: 137",
+        "cause: worker pod n-worker-1 (container worker): OOMKilled: out of memory, memory limit 64Mi",
+        "last 1 log lines of worker n-worker-1 (container worker):", "    rank 1 allocating",
+        "last 10 log lines of launcher n-launcher-x (container launcher):",
+        *[f"    launcher line {i}" for i in range(5, 15)],
+    ]
+    assert "rank 1 allocating" in recorder.lines  # the worker's tail in the task log (the launcher's is there already)
+    assert not any(line.startswith("launcher line") for line in recorder.lines)
 
 
 def test_on_kill_deletes_a_live_job():

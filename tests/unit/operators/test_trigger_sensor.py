@@ -220,3 +220,12 @@ def test_sensor_execute_complete_maps_events():
     with pytest.raises(AirflowException, match="timed out"):
         s.execute_complete({}, {"status": "timeout", "name": "job", "namespace": "ns"})
     assert s.hook.deleted == []
+
+
+@pytest.mark.parametrize("outcome", ["invalid", "unschedulable", "startup_timeout", "worker_failed"])
+def test_the_sensor_never_deletes_the_job_it_watches_whatever_the_wait_concluded(outcome):
+    """The operator deletes a job it gave up on (it holds GPUs for nothing); the sensor's job is someone else's."""
+    s = sensor(with_job("Created"))
+    with pytest.raises(AirflowException):
+        s.execute_complete({}, {"status": outcome, "name": "job", "namespace": "ns", "message": "x"})
+    assert s.hook.deleted == []

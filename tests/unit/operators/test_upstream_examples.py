@@ -14,6 +14,7 @@ import pytest
 
 from airflow_mpi.models import API_V1, DEFAULT
 from airflow_mpi.operators import MPIJobOperator
+from airflow_mpi.models.precedence import STARTUP_PROBE
 from airflow_mpi.operators._params import placeholder_identity
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
@@ -31,10 +32,17 @@ def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
 
 
 def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
-    """The example plus identity metadata and the retries mapping."""
+    """The example plus identity metadata, its name made unique per task instance, the retries mapping, and for
+    v2beta1 the launcher waiting for its workers' sshd (a startup probe where the example has no probe)."""
     expected = example(name)
     identity = placeholder_identity(op, RUN_ID)
     metadata = expected["metadata"]
+    metadata["name"] = identity.job_name(prefix=metadata["name"])
+    if expected["apiVersion"] != API_V1:
+        expected["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
+        worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        if "readinessProbe" not in worker:
+            worker["startupProbe"] = STARTUP_PROBE
     metadata["labels"] = {**metadata.get("labels", {}), **identity.labels()}
     metadata["annotations"] = {**metadata.get("annotations", {}), **identity.annotations()}
     expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = retries
@@ -46,7 +54,13 @@ def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
 def test_a_published_example_passes_through_unchanged(name):
     op, manifest = build(name, retries=2)
     defaults = {field for field, setting in op._resolved.settings.items() if setting.source == DEFAULT}
-    assert defaults == {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
+    expected_defaults = {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
+    if manifest["apiVersion"] != API_V1:
+        expected_defaults.add("launcher_creation_policy")
+        if "startupProbe" in manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]:
+            expected_defaults.add("worker.startup_probe")
+    assert defaults == expected_defaults  # nothing of the mpiuser convention: each example says its own
+    assert op._resolved.settings["name"].source == "base manifest, suffixed per task instance"
     assert manifest == expected_from(name, op, retries=2)
     assert schema_errors(manifest) == []
 
@@ -62,12 +76,14 @@ def test_explicit_parameters_change_only_what_they_name(name):
     for role in ("Launcher", "Worker"):
         expected["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["image"] = "example/mpi:2"
     expected_launcher = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    line = "args" if manifest["spec"].get("mpiImplementation") in ("Intel", "MPICH") else "command"
     expected_launcher.pop("args", None)  # program replaces the example's command line
-    expected_launcher["command"] = launcher["command"]
+    expected_launcher.pop("command", None)
+    expected_launcher[line] = launcher[line]  # Intel/MPICH: in args, the image's entrypoint kept (as upstream's)
     assert manifest == expected
     np_flag = "-np" if manifest["spec"].get("mpiImplementation", "OpenMPI") == "OpenMPI" else "-n"
-    assert launcher["command"][0] == "mpirun" and launcher["command"][launcher["command"].index(np_flag) + 1] == "4"
-    assert launcher["command"][-1] == "/opt/app"
+    assert launcher[line][0] == "mpirun" and launcher[line][launcher[line].index(np_flag) + 1] == "4"
+    assert launcher[line][-1] == "/opt/app"
     assert schema_errors(manifest) == []
 
 
