@@ -99,7 +99,11 @@ def test_failing_program_fails_the_task_with_its_exit_code_after_backoff_limit_a
     headers = [ln for ln in record.lines if ln.startswith("========== launcher attempt")]
     assert [h.split(",")[0] for h in headers] == ["========== launcher attempt 1 of 2", "========== launcher attempt 2 of 2"]
     assert sum(ln.startswith("attempt on ") for ln in record.lines) == 2  # one line per attempt, none doubled
-    assert str(failure.value).endswith("launcher exit codes: 3, 3")
+    first, *explained = str(failure.value).splitlines()
+    assert first.endswith("launcher exit codes: 3, 3")
+    # the last attempt's pod, named with its cause, and the last lines of its log
+    assert explained[0] == f"cause: launcher pod {pods[-1].metadata.name} (container launcher): Error, exit code 3"
+    assert any(line.startswith("    attempt on ") for line in explained), explained
 
 
 def test_killing_the_task_deletes_the_job_and_stops_its_containers(real_k8s, real_namespace, real_conn, record):
