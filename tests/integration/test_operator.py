@@ -287,7 +287,8 @@ def test_sensor_waits_on_existing_job(cluster, k8s, namespace, kubernetes_defaul
 
     cluster.set_launcher_logs(namespace, LINES)
     name = f"sensed-{uuid.uuid4().hex[:6]}"
-    submit = operator("submit", namespace, name=name, lifecycle=lifecycle, run_duration="3s", deferrable=True)
+    submit = operator("submit", namespace, name=name, unique_name_suffix=False, lifecycle=lifecycle, run_duration="3s",
+                      deferrable=True)  # the exact name the sensor is told
     with pytest.raises(TaskDeferred):
         submit.execute(ctx("submit"))  # submitted, not waited for
     sensor = MPIJobSensor(task_id="sense", job_name=name, namespace=namespace, attach_logs=True, poke_interval=1,

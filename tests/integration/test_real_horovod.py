@@ -47,7 +47,7 @@ def test_horovodrun_trains_on_every_rank_and_streams_the_launcher_log_once(
 
     n = workers * slots
     ranks = [m for m in map(RANK_LINE.match, record.lines) if m]
-    assert sorted(int(m[2]) for m in ranks) == list(range(n))  # every rank once, as horovodrun tagged it
+    assert sorted(int(m[2]) for m in ranks) == list(range(n)), record.lines  # every rank once, as horovodrun tagged it
     assert all(m[1] == m[2] and int(m[3]) == n and int(m[4]) < slots for m in ranks)
     epochs = [m for m in map(EPOCH_LINE.match, record.lines) if m]
     assert [m.groups() for m in epochs] == [("0", "1", str(n)), ("0", "2", str(n))]  # rank 0 averaged n ranks
