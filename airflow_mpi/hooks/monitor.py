@@ -33,7 +33,7 @@ from airflow_mpi.hooks.log_pump import LogPump, LogState
 from airflow_mpi.hooks.summaries import event_summary, pod_summary
 from airflow_mpi.models.attempts import LogStream, launcher_streams
 from airflow_mpi.models.failure_causes import DEFAULT_TAIL_LINES
-from airflow_mpi.models.progress import WORKER_FAILED, Timeouts, Verdict, assess
+from airflow_mpi.models.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
 from airflow_mpi.models.status import JobState, clean_pod_policy, job_state, true_condition_types
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ class JobMonitor:
             try:
                 verdict = await self._watch(sub)
                 finished.set()  # the pump drains the launcher log meanwhile
-                if verdict.outcome in ("failed", WORKER_FAILED):
+                if verdict.outcome in EXPLAINED:
                     # a worker that failed before the launch: the job is not finished, nothing will delete workers
                     self.failure = await self._failure_report(sub, verdict.outcome == "failed")
             except BaseException:

@@ -29,11 +29,10 @@ import signal as signals
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from airflow_mpi.models.progress import PodSummary
+from airflow_mpi.models.progress import EVICTED, PodSummary
 from airflow_mpi.models.rank_runner import MARKER
 
 OOM_KILLED = "OOMKilled"
-EVICTED = "Evicted"
 DELETING_POLICIES = frozenset({"Running", "All"})  # cleanPodPolicy values that delete live workers at the end
 
 DEFAULT_TAIL_LINES = 20  # lines of each failed pod's log in a failure's report (worker_log_tail_lines)

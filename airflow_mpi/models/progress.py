@@ -25,6 +25,8 @@ FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "Cr
 VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
 EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
 WORKER_FAILED = "worker_failed"  # the outcome of a worker that failed before the launcher started
+# Outcomes whose pods are examined for the failure's report (models/failure_causes.py) and named in the error.
+EXPLAINED = ("failed", WORKER_FAILED)
 
 
 @dataclass(frozen=True)

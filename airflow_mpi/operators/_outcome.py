@@ -11,14 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_mpi.models.failure_causes import explain
-from airflow_mpi.models.progress import WORKER_FAILED
+from airflow_mpi.models.progress import EXPLAINED, WORKER_FAILED
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 ON_FINISH_ACTIONS = ("keep", "delete_succeeded", "delete")
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
 ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", WORKER_FAILED)
-# Outcomes whose error names the failed pods and quotes their logs' last lines (the wait's report).
-EXPLAINED = ("failed", WORKER_FAILED)
 # Outcomes no Airflow retry can fix.
 PERMANENT = ("invalid",)
 
