@@ -3,8 +3,8 @@ dag-processor, triggerer; LocalExecutor) shared by every test of this package, s
 
 Cluster, by the same switches as tests/integration:
 * default: a local cluster (``localcluster``: real control plane + mpi-operator, SIMULATED kwok nodes), stopped
-  when the package's tests are done (the mpi-operator's fixed health port allows one local cluster at a time, so it
-  must be gone before tests/integration starts its own);
+  when the package's tests are done (every local cluster picks its own ports, so scripts/test runs tests/integration
+  with a cluster of its own beside this one);
 * ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a running local cluster (``python -m localcluster up --name name``);
 * ``AIRFLOW_MPI_KUBECONFIG=/path``: a real cluster with the mpi-operator (checks of the simulated log lines are
   limited to what a real pi run prints as well).
