@@ -52,4 +52,5 @@ def pytest_terminal_summary(terminalreporter):
     phases = os.environ.get("AIRFLOW_MPI_PHASES")
     if phases:
         with open(phases, "a") as out:
-            out.writelines(f"  suite {suite}\t{seconds:.0f}\n" for suite, seconds in rows)
+            run = f" (run {os.environ['AIRFLOW_MPI_RUN']})" if os.environ.get("AIRFLOW_MPI_RUN") else ""
+            out.writelines(f"  suite {suite}{run}\t{seconds:.0f}\n" for suite, seconds in rows)

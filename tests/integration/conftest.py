@@ -73,6 +73,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+            if "real_node" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.real_node)
             if REAL_KUBECONFIG and item.get_closest_marker("needs_simulation"):
                 item.add_marker(skip_sim)
 
