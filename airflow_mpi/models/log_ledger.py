@@ -16,7 +16,7 @@ and every line is in the log once. Pure: parsing and merging only; reading the f
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 #: the structured field of a log record that carries a launcher line's position (or an attempt header's stream)
 MARK_FIELD = "launcher_log"
@@ -66,18 +66,17 @@ def ledger_from_records(records: Iterable[dict]) -> dict:
     return {"cursor": cursor, "streams": streams, "done": []}
 
 
-def records_from_lines(lines: Iterable[str | bytes]) -> list[dict]:
-    """The JSON records of a structured (JSON lines) log file; anything else, such as a line cut short by a
-    kill, is skipped: a record that is not whole was not written, so its line is read again."""
-    records = []
+def records_from_lines(lines: Iterable[str | bytes]) -> Iterator[dict]:
+    """The JSON records of a structured (JSON lines) log file, one at a time (a long log is never held whole);
+    anything else, such as a line cut short by a kill, is skipped: a record that is not whole was not written, so
+    its line is read again."""
     for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
         if isinstance(record, dict):
-            records.append(record)
-    return records
+            yield record
 
 
 def merge_log_states(*states: dict | None) -> dict:

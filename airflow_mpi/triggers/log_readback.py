@@ -3,8 +3,9 @@
 * ``marked_emitter()``: logs a launcher line with its position as a structured field. Airflow 3's triggerer
   writes each trigger's records as JSON lines to ``<task log>.trigger.<triggerer job id>.log``, extra fields
   included.
-* ``resume_state()``: on start, reads every trigger log file of the task's try and resumes from the greatest
-  position found there (or the defer-time position, whichever is further along).
+* ``resume_state()``: on start (in a thread, off the triggerer's event loop), streams every trigger log file of the
+  task's try and resumes from the greatest position found there (or the defer-time position, whichever is
+  further along); its memory is a position per stream, whatever the log's length.
 
 Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a ``base_log_folder``
 shared by the triggerers); with remote logging alone (files uploaded when a trigger ends, never by a killed
@@ -14,8 +15,9 @@ triggerer printed are printed again (never lost).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +37,17 @@ def trigger_log_files(ti: Any) -> list[Path]:
     return sorted(task_log.parent.glob(f"{task_log.name}.trigger.*.log"))
 
 
-def read_back(ti: Any) -> dict:
-    """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form)."""
-    records: list[dict] = []
-    for path in trigger_log_files(ti):
+def _records(paths: list[Path]) -> Iterator[dict]:
+    for path in paths:
         with path.open("rb") as lines:
-            records += records_from_lines(lines)
-    return ledger_from_records(records)
+            yield from records_from_lines(lines)
+
+
+def read_back(ti: Any) -> dict:
+    """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form). Streams the files:
+    its memory is the ledger's (a position per launcher stream), whatever the logs' length. Blocking file I/O:
+    the trigger runs it in a thread (``resume_state_off_loop``)."""
+    return ledger_from_records(_records(trigger_log_files(ti)))
 
 
 def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
@@ -54,6 +60,12 @@ def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]
     except Exception as err:  # the log folder is elsewhere or unreadable: at-least-once
         warn("Could not read the task's trigger logs back (%s): lines printed before may repeat", err)
         return deferred_state
+
+
+async def resume_state_off_loop(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
+    """:func:`resume_state` in a worker thread: a long task log is read without holding up the triggerer's other
+    triggers (they share its event loop)."""
+    return await asyncio.to_thread(resume_state, ti, deferred_state, warn)
 
 
 def marked_emitter() -> Callable[[str, str], None]:

@@ -108,7 +108,7 @@ class MPIJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_mpi.hooks.monitor import JobMonitor
 
-        log_state, emit_marked = self._log_position()
+        log_state, emit_marked = await self._log_position()
         result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
         emit = self.log.info
         if self.capture_result and self.result_digest:
@@ -147,16 +147,16 @@ class MPIJobTrigger(BaseTrigger):
         self._fired = True
         yield TriggerEvent(payload)
 
-    def _log_position(self) -> tuple[dict | None, Any]:
+    async def _log_position(self) -> tuple[dict | None, Any]:
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
         back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
         (triggers/log_readback.py)."""
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
-        from airflow_mpi.triggers.log_readback import marked_emitter, resume_state
+        from airflow_mpi.triggers.log_readback import marked_emitter, resume_state_off_loop
 
-        state = resume_state(task_instance, self.log_state, self.log.warning)
+        state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning)
         return state, marked_emitter()
 
     async def _hold(self) -> None:

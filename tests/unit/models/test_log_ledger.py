@@ -36,6 +36,17 @@ def test_marks_round_trip_through_a_json_log_file():
         "cursor": {"p/launcher/0": [1795341600, 5, 2]}, "streams": ["p/launcher/0", "q/launcher/0"], "done": []}
 
 
+def test_records_are_read_one_at_a_time_never_the_whole_log():
+    """The read-back holds a position per stream, not the log: records come as the lines are read."""
+    def log_lines():
+        for n in range(3):
+            yield json.dumps({"event": str(n), MARK_FIELD: line_mark("s", [1, 0, n + 1])}).encode()
+        raise AssertionError("read past the records asked for")
+
+    records = records_from_lines(log_lines())
+    assert [next(records)["event"] for _ in range(3)] == ["0", "1", "2"]
+
+
 def test_merge_takes_the_furthest_position_and_keeps_done_only_when_nothing_is_further():
     deferred = {"cursor": {"a": [10, 0, 1], "b": [20, 0, 3]}, "streams": ["a", "b"], "done": ["a", "b"]}
     ledger = {"cursor": {"a": [10, 0, 2], "b": [19, 9, 9], "c": [30, 0, 1]}, "streams": ["b", "c"], "done": []}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -46,3 +48,20 @@ def test_an_unreadable_log_folder_keeps_the_defer_time_position(log_folder):
     deferred = {"cursor": {"s": [99, 0, 4]}, "streams": ["s"], "done": []}
     assert log_readback.resume_state(TI, deferred, lambda *a: warnings.append(a)) is deferred
     assert warnings and "may repeat" in warnings[0][0]
+
+
+async def test_the_read_back_runs_beside_the_event_loop_which_keeps_serving_other_triggers(monkeypatch):
+    """A long task log is read in a thread: the triggerer's other triggers (same loop) run meanwhile."""
+    loop_ran = threading.Event()
+
+    def slow_read_back(ti):  # returns only once a coroutine of the loop has run
+        assert loop_ran.wait(timeout=30), "the event loop was blocked while the log was read back"
+        return {"cursor": {"s": [100, 0, 7]}, "streams": ["s"], "done": []}
+
+    async def another_trigger():
+        loop_ran.set()
+
+    monkeypatch.setattr(log_readback, "read_back", slow_read_back)
+    deferred = {"cursor": {"s": [99, 0, 4]}, "streams": ["s"], "done": []}
+    state, _ = await asyncio.gather(log_readback.resume_state_off_loop(TI, deferred, pytest.fail), another_trigger())
+    assert state == {"cursor": {"s": [100, 0, 7]}, "streams": ["s"], "done": []}
