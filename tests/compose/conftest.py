@@ -82,6 +82,9 @@ def compose_stack():
     docker = DockerClient(compose_files=[REPO / "docker-compose.yaml"], compose_project_name=PROJECT)
     built_by_compose = [s for s in docker.compose.config().services if s != "kube"]
     docker.compose.build(services=built_by_compose)
+    # Every provider change rebuilds the Airflow image and leaves the previous one dangling (711 MB each): those of
+    # this image's own label go, nothing else of the machine's images.
+    docker.image.prune(filters={"label": "org.airflow-mpi.image=airflow"})
     stack = ComposeStack(docker, port)
     try:
         docker.compose.up(detach=True, wait=True)
