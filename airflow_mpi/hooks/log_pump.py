@@ -27,7 +27,7 @@ from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.hooks.summaries import pod_summary
 from airflow_mpi.models.attempts import LogStream, attempt_header
 from airflow_mpi.models.log_ledger import header_mark, line_mark
-from airflow_mpi.models.logs import LogCursor, split_timestamp
+from airflow_mpi.models.logs import LogCursor, format_stamp, split_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +192,15 @@ class LogPump:
             if split_timestamp(raw)[0] is None:
                 raise LogEndpointError(f"the log of {stream.pod} answered {raw.strip()[:300]!r}")
             message = log_pass.accept(raw)
-            if message is not None:
-                self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
+            if message is None:
+                continue
+            if log_pass.gap:
+                since, until = (format_stamp(stamp) for stamp in log_pass.gap)
+                log_pass.gap = None
+                self.emit(f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
+                          f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
+                          "not following; lines printed in between, if any, are not in this log)")
+            self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
 
     async def _running(self, stream: LogStream) -> bool:
         for pod in (pod_summary(p) for p in await self.pods.launchers()):

@@ -37,6 +37,11 @@ def _format_since(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_stamp(stamp: tuple[int, int]) -> str:
+    """A log timestamp as the kubelet writes it (RFC 3339, nanoseconds)."""
+    return datetime.fromtimestamp(stamp[0], tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{stamp[1]:09d}Z"
+
+
 @dataclass
 class _Position:
     stamp: tuple[int, int]
@@ -44,12 +49,21 @@ class _Position:
 
 
 class LogPass:
-    """One read of one stream; drops the lines an earlier read of the same stream printed."""
+    """One read of one stream; drops the lines an earlier read of the same stream printed, and sees when the
+    server no longer has the last of them.
+
+    A resumed read from ``sinceTime`` must answer the last line printed again before any newer one. A kubelet
+    serves only the container's current log file, so once it rotated that line away (``containerLogMaxSize``)
+    the answer starts later: lines between the two may be gone, and :attr:`gap` says from when to when (a follow
+    stream, by contrast, carries on across a rotation)."""
 
     def __init__(self, position: _Position | None, on_emit) -> None:
         self._previous = position
         self._seen_at_previous = 0
         self._on_emit = on_emit
+        self._checked = position is None
+        #: ``(last stamp printed before, first stamp served now)`` when the answer skipped past the last line printed
+        self.gap: tuple[tuple[int, int], tuple[int, int]] | None = None
 
     def accept(self, raw_line: str) -> str | None:
         """The message to print, or None when it was printed before."""
@@ -63,6 +77,10 @@ class LogPass:
                 self._seen_at_previous += 1
                 if self._seen_at_previous <= self._previous.count_at_stamp:
                     return None
+            if not self._checked:
+                self._checked = True
+                if self._seen_at_previous < self._previous.count_at_stamp:
+                    self.gap = (self._previous.stamp, stamp)
         self._on_emit(stamp)
         return message
 

@@ -57,3 +57,28 @@ def test_older_lines_are_dropped(raw):
     cursor = LogCursor()
     read(cursor, KEY, lines(("2026-11-22T10:00:00.5Z", "x")))
     assert read(cursor, KEY, [raw]) == []
+
+
+def test_a_resumed_read_that_no_longer_has_the_last_line_printed_names_the_gap():
+    """A kubelet serves only the current log file: after a rotation the answer starts past the last line printed."""
+    printed = lines(("2026-11-22T10:00:00.100Z", "a"), ("2026-11-22T10:00:01.200Z", "b"))
+    cursor = LogCursor()
+    read(cursor, KEY, printed)
+    rotated = cursor.new_pass(KEY)  # "b" and whatever followed it went with the rotated file
+    assert rotated.accept("2026-11-22T10:00:07.500Z d") == "d"
+    assert rotated.gap == ((1795341601, 200_000_000), (1795341607, 500_000_000))
+    assert rotated.accept("2026-11-22T10:00:08Z e") == "e" and rotated.gap == ((1795341601, 200_000_000), (1795341607, 500_000_000))
+
+
+@pytest.mark.parametrize("answer", [
+    ["2026-11-22T10:00:01.200Z b", "2026-11-22T10:00:07.500Z d"],  # the last line printed comes back first
+    ["2026-11-22T10:00:01.200Z b"],  # nothing new yet
+    [],
+])
+def test_a_resumed_read_that_starts_at_the_last_line_printed_has_no_gap(answer):
+    cursor = LogCursor()
+    read(cursor, KEY, lines(("2026-11-22T10:00:00.100Z", "a"), ("2026-11-22T10:00:01.200Z", "b")))
+    log_pass = cursor.new_pass(KEY)
+    [log_pass.accept(raw) for raw in answer]
+    assert log_pass.gap is None
+    assert LogCursor().new_pass(KEY).gap is None  # a first read has nothing to miss by this measure

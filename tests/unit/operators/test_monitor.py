@@ -54,6 +54,37 @@ async def test_success_streams_each_line_once_across_a_cut_stream():
     assert hook.deleted == []
 
 
+class RotatingKubelet(FakeAsyncHook):
+    """A kubelet serves only the current log file: after the first read was cut, it rotated the file away."""
+
+    async def read_pod_log(self, pod, namespace, **kwargs):
+        if self.log_requests:  # a resumed read: "two" and "three" went with the rotated file
+            self.logs[(pod, False)] = self.logs[(pod, False)][3:]
+        async for line in super().read_pod_log(pod, namespace, **kwargs):
+            yield line
+
+
+async def test_lines_the_kubelet_rotated_away_before_a_resumed_read_are_said_missing_never_silently():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"), rv="3")
+    hook = RotatingKubelet(
+        job_obj=done,
+        launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
+        logs={("job-launcher-a", False): ["2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two",
+                                          "2026-11-22T10:00:02Z three", "2026-11-22T10:00:09Z four",
+                                          "2026-11-22T10:00:10Z five"]},
+        log_failures={"job-launcher-a": 2},
+    )
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    shown = [ln for ln in lines if not ln.startswith("=")]
+    assert shown[:2] == ["one", "two"] and shown[3:] == ["four", "five"]
+    assert shown[2] == (
+        "(launcher log job-launcher-a/launcher/0: the log server no longer serves the lines after "
+        "2026-11-22T10:00:01.200000000Z up to 2026-11-22T10:00:09.000000000Z, e.g. the kubelet rotated them away "
+        "(containerLogMaxSize) while this reader was not following; lines printed in between, if any, are not in "
+        "this log)")
+
+
 async def test_every_attempt_gets_a_header_in_order():
     failed = job("job", "ns", ("Created", "x"), ("Failed", "BackoffLimitExceeded"))
     hook = FakeAsyncHook(
