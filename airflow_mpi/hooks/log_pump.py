@@ -181,6 +181,7 @@ class LogPump:
 
     async def _consume(self, stream: LogStream, *, follow: bool) -> None:
         log_pass = self.logs.cursor.new_pass(stream.key)
+        gap_said = False
         async for raw in self.hook.read_pod_log(
             stream.pod,
             self.namespace,
@@ -194,9 +195,9 @@ class LogPump:
             message = log_pass.accept(raw)
             if message is None:
                 continue
-            if log_pass.gap:
+            if log_pass.gap and not gap_said:
                 since, until = (format_stamp(stamp) for stamp in log_pass.gap)
-                log_pass.gap = None
+                gap_said = True
                 self.emit(f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
                           f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
                           "not following; lines printed in between, if any, are not in this log)")

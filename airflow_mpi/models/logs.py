@@ -39,7 +39,7 @@ def _format_since(seconds: int) -> str:
 
 def format_stamp(stamp: tuple[int, int]) -> str:
     """A log timestamp as the kubelet writes it (RFC 3339, nanoseconds)."""
-    return datetime.fromtimestamp(stamp[0], tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{stamp[1]:09d}Z"
+    return f"{_format_since(stamp[0])[:-1]}.{stamp[1]:09d}Z"
 
 
 @dataclass

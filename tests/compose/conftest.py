@@ -69,6 +69,23 @@ def _reap_stale_projects() -> None:
                                capture_output=True)
 
 
+def _image_ids(docker, names: set[str]) -> dict[str, str]:
+    return {name: docker.image.inspect(name).id for name in names if docker.image.exists(name)}
+
+
+def _remove_replaced(docker, before: dict[str, str], after: dict[str, str]) -> None:
+    """Remove exactly the images this build replaced (every provider change rebuilds the Airflow image: 711 MB
+    each left dangling otherwise); one still used by a container stays, and no other image is touched."""
+    from python_on_whales.exceptions import DockerException
+
+    for name, old in before.items():
+        if after.get(name) != old:
+            try:
+                docker.image.remove(old)
+            except DockerException:
+                pass  # still in use (a container, another tag): not ours to force
+
+
 @pytest.fixture(scope="package")
 def compose_stack():
     from python_on_whales import DockerClient
@@ -80,11 +97,12 @@ def compose_stack():
     port = free_port()
     os.environ["AIRFLOW_MPI_UI_PORT"] = str(port)  # compose interpolates it into the api-server's published port
     docker = DockerClient(compose_files=[REPO / "docker-compose.yaml"], compose_project_name=PROJECT)
-    built_by_compose = [s for s in docker.compose.config().services if s != "kube"]
+    services = docker.compose.config().services
+    built_by_compose = [s for s in services if s != "kube"]
+    images = {services[s].image for s in built_by_compose}
+    before = _image_ids(docker, images)
     docker.compose.build(services=built_by_compose)
-    # Every provider change rebuilds the Airflow image and leaves the previous one dangling (711 MB each): those of
-    # this image's own label go, nothing else of the machine's images.
-    docker.image.prune(filters={"label": "org.airflow-mpi.image=airflow"})
+    _remove_replaced(docker, before, _image_ids(docker, images))
     stack = ComposeStack(docker, port)
     try:
         docker.compose.up(detach=True, wait=True)
