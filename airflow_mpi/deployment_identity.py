@@ -1,7 +1,7 @@
 """This Airflow deployment's identity on Kubernetes: the label value that makes an MPIJob *ours*.
 
 Several deployments (prod, staging, one per team) often share a cluster and a namespace, with the same DAGs and
-the same run ids. Every MPIJob carries its deployment's identity (``models/naming.py``); a deployment reattaches to,
+the same run ids. Every MPIJob carries its deployment's identity (``jobspec/naming.py``); a deployment reattaches to,
 and its orphan sweep deletes, only jobs that carry its own.
 
 Where the identity comes from, first match wins:

@@ -22,8 +22,8 @@ import json
 import sys
 from typing import Any
 
-from airflow_mpi.models import MPIJobValidationError
-from airflow_mpi.operators._redaction import redacted_yaml
+from airflow_mpi.jobspec import MPIJobValidationError
+from airflow_mpi.operators.redaction import redacted_yaml
 
 OFFLINE_RUN_ID = "offline"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import timeit
 
-from airflow_mpi.models import MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest
-from airflow_mpi.models.logs import LogCursor
+from airflow_mpi.jobspec import MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest
+from airflow_mpi.wait.logs import LogCursor
 
 MANIFEST_TARGET_MS = 2.0
 LOG_TARGET_LINES_PER_S = 200_000

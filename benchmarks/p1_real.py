@@ -14,7 +14,7 @@ one worker, mpirun starting ``sh -c 'echo start; sleep 2; echo end'``, run by MP
 
 Container end: the pod status's ``finishedAt`` has 1 s resolution (truncated), so the end is the later of it and the
 kubelet's timestamp of the container's last log line (nanoseconds; mpirun exits right after forwarding it). The
-trigger's ``not_before`` hold (Airflow 3's deferral race, models/deferral.py: 12 s after deferring) is left out:
+trigger's ``not_before`` hold (Airflow 3's deferral race, wait/deferral.py: 12 s after deferring) is left out:
 it only applies when a job ends within 12 s of deferring, and it is not the wait.
 """
 
@@ -80,7 +80,7 @@ class LauncherWatcher(load.EndWatcher):
                 seen["exit_code"] = state.terminated.exit_code
 
     def _follow_log(self, core: client.CoreV1Api, pod: str, container: str, seen: dict) -> None:
-        from airflow_mpi.models.logs import split_timestamp
+        from airflow_mpi.wait.logs import split_timestamp
 
         try:
             resp = core.read_namespaced_pod_log(pod, self.namespace, container=container, follow=True,

@@ -46,7 +46,7 @@ def provider_wait(args, name: str, collected: Counter | None):
 async def _monitored(args, name: str, collected: Counter):
     """P3: the trigger's monitor with every launcher line counted (the trigger logs them through structlog)."""
     from airflow_mpi.hooks import AsyncMPIJobHook
-    from airflow_mpi.hooks.monitor import JobMonitor
+    from airflow_mpi.wait.monitor import JobMonitor
     from airflow_mpi.version_compat import TriggerEvent
 
     def count(message: str) -> None:

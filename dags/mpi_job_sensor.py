@@ -46,8 +46,8 @@ with DAG(
         """Create the MPIJob and return at once (no waiting)."""
         from airflow_mpi import deployment_identity
         from airflow_mpi.hooks import MPIJobHook
-        from airflow_mpi.models import Defaults, MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
-        from airflow_mpi.models.naming import job_name
+        from airflow_mpi.jobspec import Defaults, MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
+        from airflow_mpi.jobspec.naming import job_name
 
         hook = MPIJobHook()
         namespace = hook.resolve_namespace(None)

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 
-from airflow_mpi.decorators._function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
 from airflow_mpi.operators.horovod import HorovodJobOperator
 
 

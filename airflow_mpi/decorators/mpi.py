@@ -12,10 +12,10 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 
-from airflow_mpi.decorators._function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
-from airflow_mpi.models.commands import Mpirun
-from airflow_mpi.models.errors import ErrorList
-from airflow_mpi.models.spec import LauncherCommand
+from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.jobspec.commands import Mpirun
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
 

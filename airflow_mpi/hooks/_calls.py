@@ -37,7 +37,7 @@ from airflow_mpi.hooks.k8s_requests import (
 )
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable, WatchExpired
-from airflow_mpi.models.logs import split_timestamp
+from airflow_mpi.wait.logs import split_timestamp
 
 CUSTOM_OBJECTS = "CustomObjectsApi"
 CORE_V1 = "CoreV1Api"

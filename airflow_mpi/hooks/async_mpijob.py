@@ -103,7 +103,7 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
         """Share one API client (aiohttp session) across the calls made inside ``async with``: the client of
-        every hook of this event loop reaching the cluster as the same user (hooks/client_pool.py)."""
+        every hook of this event loop reaching the cluster as the same user (wait/client_pool.py)."""
         if self._shared_depth == 0:
             await self._load_config()
             self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only

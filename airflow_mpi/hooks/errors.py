@@ -9,7 +9,7 @@ from __future__ import annotations
 from airflow.providers.common.compat.sdk import AirflowException
 
 # Identity keys shown when describing who owns an MPIJob (labels hold label-safe values,
-# annotations the raw ones; both use the same keys, see airflow_mpi.models.naming).
+# annotations the raw ones; both use the same keys, see airflow_mpi.jobspec.naming).
 _OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
 _PREFIX = "airflow-mpi.io/"
 

@@ -13,15 +13,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks.errors import MPIJobConflictError
-from airflow_mpi.models.naming import LABEL_PREFIX, TRY_NUMBER_LABEL, same_task
-from airflow_mpi.models.spec import API_V2BETA1
+from airflow_mpi.jobspec.naming import LABEL_PREFIX, TRY_NUMBER_LABEL, same_task
+from airflow_mpi.jobspec.spec import API_V2BETA1
 
 log = logging.getLogger(__name__)
 
 API_GROUP = "kubeflow.org"
 MPIJOB_PLURAL = "mpijobs"
 MPIJOB_KIND = "MPIJob"
-# the kinds the watch hub lists and watches per namespace (hooks/watch_hub.py, hooks/namespace_watch.py)
+# the kinds the watch hub lists and watches per namespace (wait/watch_hub.py, wait/namespace_watch.py)
 MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
 
 # Pod labels set by the operators.

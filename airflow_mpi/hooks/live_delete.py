@@ -3,7 +3,7 @@
 A kill (``on_kill`` of the operator or the trigger) or the orphan sweep deletes a job so that it
 stops holding GPUs. A job that already finished holds nothing, and a Succeeded one is the result a
 retry or a clear reattaches to instead of running the whole job again, so it is never deleted
-there: a spurious failure of a resumed try (Airflow's deferral race, see models/deferral.py) then
+there: a spurious failure of a resumed try (Airflow's deferral race, see wait/deferral.py) then
 costs nothing. "Live" is checked atomically: the DELETE carries a precondition on the
 resourceVersion that was judged, so a job that finishes in between answers 409 and is judged again.
 
@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from airflow_mpi.hooks._calls import CUSTOM_OBJECTS, Call
-from airflow_mpi.models.status import job_state
+from airflow_mpi.jobspec.status import job_state
 
 # outcomes of delete_live_mpijob
 DELETED = "deleted"  # it was live: deletion requested

@@ -42,7 +42,7 @@ from airflow_mpi.hooks.k8s_requests import (
     sort_workers,
 )
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
-from airflow_mpi.models.naming import LABEL_PREFIX
+from airflow_mpi.jobspec.naming import LABEL_PREFIX
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod

@@ -1,6 +1,6 @@
 """The orphan sweep: delete the live MPIJobs of this deployment whose task instance no longer waits for them.
 
-Which jobs are orphans is decided by ``models/orphans.py`` from the deployment label, the identity
+Which jobs are orphans is decided by ``jobspec/orphans.py`` from the deployment label, the identity
 annotations and the task instances' states; the states come from a lookup the caller provides (the
 metadata database in the API server or the scheduler). Only this deployment's jobs are listed (a label
 selector), and each deletion goes through ``delete_live_mpijob`` pinned to the uid that was judged, so a
@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_mpi.hooks.live_delete import DELETED
 from airflow_mpi.hooks.mpijob import MPIJobHook
-from airflow_mpi.models.orphans import TaskKey, deployment_selector, is_live, orphans, task_key_of
+from airflow_mpi.jobspec.orphans import TaskKey, deployment_selector, is_live, orphans, task_key_of
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_mpi.models import Horovodrun
-from airflow_mpi.models.errors import ErrorList
-from airflow_mpi.models.parameters import as_int
-from airflow_mpi.models.spec import DISCOVER_HOSTS_SCRIPT, LauncherCommand
+from airflow_mpi.jobspec import Horovodrun
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.parameters import as_int
+from airflow_mpi.jobspec.spec import DISCOVER_HOSTS_SCRIPT, LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
 HOROVOD_PARAMETERS = (

@@ -13,7 +13,7 @@ plugin) fall short:
 * invalid specs, unschedulable pods and image errors fail fast and leave nothing behind; killing
   the task (also while deferred) deletes the MPIJob, so no GPU stays held.
 
-Building the manifest is the model's (airflow_mpi.models.parameters); this class adapts Airflow's
+Building the manifest is the model's (airflow_mpi.jobspec.parameters); this class adapts Airflow's
 rendering, context and connection to it. The Kubernetes clients are imported lazily: DAG files
 import this module at parse time.
 """
@@ -27,16 +27,16 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi import deployment_identity
-from airflow_mpi.models import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
-from airflow_mpi.models.deferral import not_before_text
-from airflow_mpi.models.errors import ErrorList
-from airflow_mpi.models.parameters import mpirun_launch, resolve_parameters
-from airflow_mpi.models.progress import Timeouts
-from airflow_mpi.models.spec import LauncherCommand
-from airflow_mpi.models.status import job_state
-from airflow_mpi.operators._job_record import record_job, recorded_job
-from airflow_mpi.operators._outcome import finish
-from airflow_mpi.operators._params import (
+from airflow_mpi.jobspec import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
+from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
+from airflow_mpi.wait.progress import Timeouts
+from airflow_mpi.jobspec.spec import LauncherCommand
+from airflow_mpi.jobspec.status import job_state
+from airflow_mpi.operators.job_record import record_job, recorded_job
+from airflow_mpi.operators.outcome import finish
+from airflow_mpi.operators.task_params import (
     PARSE_TIME_STAND_INS,
     check_task_parameters,
     parse_time_values,
@@ -45,8 +45,8 @@ from airflow_mpi.operators._params import (
     task_instance_id,
     task_values,
 )
-from airflow_mpi.operators._redaction import redacted_yaml
-from airflow_mpi.operators._submission import create, deleted_by_earlier_try, reattach, try_number_of
+from airflow_mpi.operators.redaction import redacted_yaml
+from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
 from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator, conf
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class MPIJobOperator(BaseOperator):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
     :param image: image of both roles (``launcher`` / ``worker`` dicts may override per role).
-    Every MPIJob field follows one rule (airflow_mpi.models.precedence): a parameter given >
+    Every MPIJob field follows one rule (airflow_mpi.jobspec.precedence): a parameter given >
     the base manifest's value > the operator's default. ``None`` means "not given".
 
     :param command: launcher command (list, or a shell string split with shlex).
@@ -79,7 +79,7 @@ class MPIJobOperator(BaseOperator):
         "slots_per_worker", "mpi_implementation", "launcher", "worker",
     )  # fmt: skip
     template_ext: Sequence[str] = TEMPLATE_EXT
-    # The parameters that make up the MPIJob (airflow_mpi.models.parameters reads them by these names).
+    # The parameters that make up the MPIJob (airflow_mpi.jobspec.parameters reads them by these names).
     spec_parameters: Sequence[str] = (
         "image", "command", "args", "program", "mpirun_args", "workers", "slots_per_worker", "mpi_implementation",
         "api_version", "name", "namespace", "env", "env_from", "worker_resources", "gpus_per_worker",
@@ -290,7 +290,7 @@ class MPIJobOperator(BaseOperator):
         job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
         if self.deferrable and job_state(job).terminal:
-            # A trigger would fire at once, inside Airflow's deferral race (models/deferral.py): finish here.
+            # A trigger would fire at once, inside Airflow's deferral race (wait/deferral.py): finish here.
             self.log.info("MPIJob %s already finished: not deferring", name)
         elif self.deferrable:
             self._defer(context, name, namespace, submitted_at, job_try, uid)
@@ -361,13 +361,13 @@ class MPIJobOperator(BaseOperator):
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
     ) -> dict:
-        from airflow_mpi.hooks.monitor import monitor_with
+        from airflow_mpi.wait.monitor import monitor_with
 
         kwargs = self._monitor_kwargs(submitted_at, deadline)
         return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), uid=uid, **kwargs)
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
-        from airflow_mpi.hooks.monitor import monitor_with
+        from airflow_mpi.wait.monitor import monitor_with
 
         kwargs = self._monitor_kwargs(_now(), None)
         await monitor_with(self.hook, name, namespace, drain_only=True, emit=self._launcher_log(), log_state=log_state, **kwargs)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.models.orphans import TaskKey
-from airflow_mpi.operators._job_record import JOB_XCOM_KEY
+from airflow_mpi.jobspec.orphans import TaskKey
+from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from airflow_mpi.version_compat import non_scoped_session
 
 LOCATION_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")
@@ -29,7 +29,7 @@ def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
 
 def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:
     """``(task instance, job record)`` of every task instance of one DAG run (or of one task) that recorded its
-    job: ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` (``operators/_job_record.py``)."""
+    job: ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` (``operators/job_record.py``)."""
     with non_scoped_session() as session:
         try:
             from airflow.models.xcom import XComModel  # Airflow 3

@@ -10,7 +10,7 @@ What it may delete, and nothing else: a *live* MPIJob carrying *this deployment'
 Another deployment's jobs, a rendered manifest applied by hand, a finished job: never.
 
 Where it looks: the namespaces the finished task instances recorded their jobs in (the XCom of
-``operators/_job_record.py``), each only after checking that the job named there is that task
+``operators/job_record.py``), each only after checking that the job named there is that task
 instance's job of this deployment (``hooks/orphan_sweep.owns_place``): a task cannot aim the sweep.
 
 How: the hooks below run in Airflow's own threads, so they only hand ids to the background worker
@@ -29,7 +29,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_mpi.models.orphans import FINISHED_TI_STATES, TaskKey
+from airflow_mpi.jobspec.orphans import FINISHED_TI_STATES, TaskKey
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 
 log = logging.getLogger(__name__)

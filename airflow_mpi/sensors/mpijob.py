@@ -12,11 +12,11 @@ from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.models import API_V2BETA1
-from airflow_mpi.models.deferral import not_before_text
-from airflow_mpi.models.errors import MPIJobValidationError
-from airflow_mpi.models.status import KNOWN_CONDITIONS, job_state, true_condition_types
-from airflow_mpi.operators._outcome import finish
+from airflow_mpi.jobspec import API_V2BETA1
+from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.jobspec.errors import MPIJobValidationError
+from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
+from airflow_mpi.operators.outcome import finish
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowException, AirflowFailException, BaseSensorOperator, conf
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class MPIJobSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        if self.poke(context):  # never defer on a job already there: models/deferral.py
+        if self.poke(context):  # never defer on a job already there: wait/deferral.py
             return None
         from airflow_mpi.triggers import MPIJobTrigger
 
@@ -119,6 +119,6 @@ class MPIJobSensor(BaseSensorOperator):
     def _attach_logs(self, namespace: str) -> None:
         if not self.attach_logs:
             return
-        from airflow_mpi.hooks.monitor import monitor_with
+        from airflow_mpi.wait.monitor import monitor_with
 
         asyncio.run(monitor_with(self.hook, self.job_name, namespace, drain_only=True, emit=self.log.info))

@@ -4,7 +4,7 @@ It carries only plain data (the triggerer may run on another machine): the job's
 connection settings resolved on the worker, the timeouts, the log position and the deadline that
 enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
 leave it running). It emits exactly one terminal event with what ``execute_complete`` needs, never
-before ``not_before`` (the hold against Airflow's deferral race, see models/deferral.py). A failed job's
+before ``not_before`` (the hold against Airflow's deferral race, see wait/deferral.py). A failed job's
 event carries why it failed (``failure``: causes and the failed pods' last ``tail_lines`` log lines, gathered
 before the clean-up deletes the workers; bounded, as events are stored in the metadata database).
 """
@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.models.deferral import hold_seconds
-from airflow_mpi.models.failure_causes import DEFAULT_TAIL_LINES
-from airflow_mpi.models.progress import Timeouts
-from airflow_mpi.models.rank_result import hide_result_lines
+from airflow_mpi.wait.deferral import hold_seconds
+from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.wait.progress import Timeouts
+from airflow_mpi.function_task.rank_result import hide_result_lines
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 
 
@@ -106,7 +106,7 @@ class MPIJobTrigger(BaseTrigger):
         return AsyncMPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_mpi.hooks.monitor import JobMonitor
+        from airflow_mpi.wait.monitor import JobMonitor
 
         log_state, emit_marked = await self._log_position()
         result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
@@ -150,11 +150,11 @@ class MPIJobTrigger(BaseTrigger):
     async def _log_position(self) -> tuple[dict | None, Any]:
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
         back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
-        (triggers/log_readback.py)."""
+        (wait/log_readback.py)."""
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
-        from airflow_mpi.triggers.log_readback import marked_emitter, resume_state_off_loop
+        from airflow_mpi.wait.log_readback import marked_emitter, resume_state_off_loop
 
         state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning)
         return state, marked_emitter()

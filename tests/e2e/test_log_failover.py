@@ -4,7 +4,7 @@ launcher's log, a new one takes the trigger over and every launcher line is in t
 The launcher runs until the test ends it (``finish_launcher``); its lines are appended while the first triggerer
 streams, while no triggerer runs and after the second took over (some batches share one timestamp, so the
 second-precision ``sinceTime`` re-reads them). The new triggerer resumes from the positions the dead one's log
-file holds (airflow_mpi/models/log_ledger.py).
+file holds (airflow_mpi/wait/log_ledger.py).
 """
 
 from __future__ import annotations

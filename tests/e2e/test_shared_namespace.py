@@ -29,7 +29,7 @@ import yaml
 
 from airflowstack import AirflowClient, AirflowStack, Background, StackError, wait_until
 from airflowstack.job_behaviour import RUN, SUCCEED, launcher_conf
-from airflow_mpi.models.status import job_state, true_condition_types
+from airflow_mpi.jobspec.status import job_state, true_condition_types
 
 from .conftest import E2E_DAGS, NAMESPACE, REPO, mpijobs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from airflow_mpi.models.status import job_state
+from airflow_mpi.jobspec.status import job_state
 from tests.e2e.conftest import mpijobs
 
 

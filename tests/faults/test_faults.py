@@ -17,10 +17,10 @@ from urllib.parse import quote
 from kubernetes import client as k8s
 
 from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
-from airflow_mpi.models.function_call import CALL_KEY, RUNNER_KEY, call_secret_name, decode_call
-from airflow_mpi.models.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest
-from airflow_mpi.models.rank_runner import MARKER
-from airflow_mpi.operators._job_record import JOB_XCOM_KEY
+from airflow_mpi.function_task.function_call import CALL_KEY, RUNNER_KEY, call_secret_name, decode_call
+from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest
+from airflow_mpi.function_task.rank_runner import MARKER
+from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.scenario import DEFERRED, TASK_MPI, record, streamed, waiting_job
 
@@ -108,7 +108,7 @@ def _run_rank_0(tmp_path: Path, runner: str, call: str) -> list[str]:
 
 def _report(nonce: str, value: object) -> list[str]:
     """The marker lines of ``value`` under ``nonce``, as the ranks' program prints them."""
-    script = ("import json, sys; from airflow_mpi.models.rank_runner import report; "
+    script = ("import json, sys; from airflow_mpi.function_task.rank_runner import report; "
               "report(sys.argv[1], json.loads(sys.argv[2]))")
     return subprocess.run([sys.executable, "-c", script, nonce, json.dumps(value)], check=True, capture_output=True,
                           text=True).stdout.splitlines()

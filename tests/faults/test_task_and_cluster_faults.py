@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from airflowstack import wait_until
 from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
-from airflow_mpi.models.status import job_state
+from airflow_mpi.jobspec.status import job_state
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.record import jobs_of
 from tests.faults.scenario import (

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from airflow_mpi.hooks import MPIJobHook
-from airflow_mpi.models.naming import reattach_selector
+from airflow_mpi.jobspec.naming import reattach_selector
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.sensors import MPIJobSensor
 from airflow_mpi.triggers import MPIJobTrigger

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import pytest
 
-from airflow_mpi.models.rank_runner import MARKER
+from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators import HorovodJobOperator
 from localcluster.node_container import HOROVOD_IMAGE, build_mpi_images
 from tests.integration.test_operator import record  # noqa: F401

@@ -14,8 +14,8 @@ import pytest
 from airflow.sdk import DAG
 from kubernetes import client
 
-from airflow_mpi.models.naming import DEPLOYMENT_LABEL
-from airflow_mpi.models.orphans import TaskKey
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
+from airflow_mpi.jobspec.orphans import TaskKey
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.plugins.orphan_listener import sweep_places
 from tests.integration.least_privilege import (SWEEPER_ROLE, apply_role, bound_service_account_kubeconfig,

@@ -14,7 +14,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from airflow_mpi.models.rank_runner import MARKER
+from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowFailException, TaskDeferred
 from tests.integration.test_operator import ctx, record, run_trigger  # noqa: F401

@@ -1,4 +1,4 @@
-"""The watch hub (hooks/watch_hub.py) against a real API server: sharing, 410 re-list, bookmark resume,
+"""The watch hub (wait/watch_hub.py) against a real API server: sharing, 410 re-list, bookmark resume,
 and a log endpoint that answers with an error while the launcher runs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, watch
 
 from airflow_mpi.hooks import AsyncMPIJobHook, namespace_watch, watch_hub
-from airflow_mpi.hooks.monitor import JobMonitor
+from airflow_mpi.wait.monitor import JobMonitor
 from localcluster import behaviour as bh
 from tests.integration.least_privilege import (apply_role, bound_service_account_kubeconfig, role_without,
                                                use_as_kubernetes_default)
@@ -325,7 +325,7 @@ def test_a_log_endpoint_error_is_reported_once_and_never_printed_as_launcher_out
                                 submitted_at=datetime.now(timezone.utc), poll_interval=2).run()
 
     try:
-        with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.log_pump"):
+        with caplog.at_level(logging.WARNING, logger="airflow_mpi.wait.log_pump"):
             result = asyncio.run(asyncio.wait_for(body(), 120))
     finally:
         co.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", f"logs-{namespace}")

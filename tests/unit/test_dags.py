@@ -241,7 +241,7 @@ def test_sensor_dag_waits_deferrably_and_always_cleans_up(dagbag):
 
 def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagbag):
     from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
-    from airflow_mpi.models.function_call import decode_call
+    from airflow_mpi.function_task.function_call import decode_call
 
     dag = dagbag.dags["mpi_function"]
     assert dag.get_task("sum_of_squares").upstream_task_ids == {"numbers"}

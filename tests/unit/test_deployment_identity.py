@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_mpi import deployment_identity as di
-from airflow_mpi.models.naming import DEPLOYMENT_LABEL, job_name, sanitize_label_value
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, job_name, sanitize_label_value
 from airflow_mpi.version_compat import AirflowException
 
 
@@ -58,7 +58,7 @@ def test_fresh_identities_differ_and_are_label_values():
 
 
 def test_the_deployment_is_part_of_the_name_and_a_label():
-    from airflow_mpi.models.naming import TaskIdentity
+    from airflow_mpi.jobspec.naming import TaskIdentity
 
     a, b = (TaskIdentity("d", "t", "scheduled__2026-11-24", deployment=d) for d in ("aaaa", "bbbb"))
     assert a.job_name() != b.job_name()

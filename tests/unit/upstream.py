@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft4Validator, FormatChecker
 
-from airflow_mpi.models import API_V1, API_V2BETA1
+from airflow_mpi.jobspec import API_V1, API_V2BETA1
 from localcluster.build import CRDS, module_dir
 
 CRD_FILES = {API_V2BETA1: "mpijobs-v2beta1.yaml", API_V1: "mpijobs-v1.yaml"}

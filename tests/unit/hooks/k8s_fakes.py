@@ -10,7 +10,7 @@ from kubernetes.client import V1Container, V1ObjectMeta, V1Pod, V1PodList, V1Pod
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from airflow_mpi.models.naming import identity_labels
+from airflow_mpi.jobspec.naming import identity_labels
 
 NOT_FOUND_OBJECT = json.dumps(
     {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,

@@ -9,10 +9,10 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from airflow_mpi.hooks.k8s_requests import sort_newest_first, sort_workers
-from airflow_mpi.hooks.namespace_watch import _Body
-from airflow_mpi.hooks.summaries import pod_role, pod_summary, slim_mpijob, slim_pod
-from airflow_mpi.hooks.watch_hub import _meta
-from airflow_mpi.models.status import job_state, true_condition_types
+from airflow_mpi.wait.namespace_watch import _Body
+from airflow_mpi.wait.summaries import pod_role, pod_summary, slim_mpijob, slim_pod
+from airflow_mpi.wait.watch_hub import _meta
+from airflow_mpi.jobspec.status import job_state, true_condition_types
 
 
 def full_pod(name: str, *, role: str, state: dict, phase: str, restarts: int = 0, index: str = "0") -> dict:
@@ -66,7 +66,7 @@ PODS = [
 
 
 async def as_models(*objs: dict) -> list:
-    """As hooks/namespace_watch.py makes them (the asyncio client's models)."""
+    """As wait/namespace_watch.py makes them (the asyncio client's models)."""
     async with ApiClient() as api_client:
         return [api_client.deserialize(_Body(json.dumps(obj)), "V1Pod") for obj in objs]
 

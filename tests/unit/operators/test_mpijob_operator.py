@@ -5,8 +5,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from airflow_mpi.models import MPIJobValidationError
-from airflow_mpi.models.naming import (
+from airflow_mpi.jobspec import MPIJobValidationError
+from airflow_mpi.jobspec.naming import (
     DEPLOYMENT_LABEL,
     TASK_INSTANCE_ID_ANNOTATION,
     TRY_NUMBER_LABEL,
@@ -409,7 +409,7 @@ def test_deferrable_task_does_not_defer_on_a_succeeded_job(monkeypatch):
 def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch):
     from datetime import datetime, timezone
 
-    from airflow_mpi.models.deferral import RESUME_RACE_WINDOW
+    from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
     from airflow_mpi.operators import mpijob as operator_module
 
     for version, held in (("3.3.2", True), ("2.11.2", False)):

@@ -9,8 +9,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, SweepOverBudget, sweep_namespace
-from airflow_mpi.models.naming import identity_annotations, identity_labels
-from airflow_mpi.models.orphans import TaskKey
+from airflow_mpi.jobspec.naming import identity_annotations, identity_labels
+from airflow_mpi.jobspec.orphans import TaskKey
 from airflow_mpi.plugins import metadata, orphan_listener
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 from tests.unit.fakes import FakeSyncHook

@@ -20,9 +20,9 @@ import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from airflow_mpi.models import API_V1, API_V2BETA1, MPIJobValidationError
+from airflow_mpi.jobspec import API_V1, API_V2BETA1, MPIJobValidationError
 from airflow_mpi.operators import MPIJobOperator
-from airflow_mpi.operators._params import TASK_PARAMETERS
+from airflow_mpi.operators.task_params import TASK_PARAMETERS
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
 

@@ -18,8 +18,8 @@ from airflow.providers.common.compat.sdk import mask_secret, redact
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from airflow_mpi.models.redaction import MASK
-from airflow_mpi.operators._redaction import redacted_yaml
+from airflow_mpi.jobspec.redaction import MASK
+from airflow_mpi.operators.redaction import redacted_yaml
 
 GRUEN = "Grün\tgeheim-ß"
 

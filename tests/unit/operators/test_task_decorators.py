@@ -12,11 +12,11 @@ import pytest
 
 from airflow_mpi.decorators.horovod import _HorovodDecoratedOperator
 from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
-from airflow_mpi.models import MPIJobValidationError
-from airflow_mpi.models.commands import HYDRA_CONNECT_BY_IP
-from airflow_mpi.models.function_call import decode_call
-from airflow_mpi.models.rank_result import nonce_digest, parse_result
-from airflow_mpi.models.rank_runner import MARKER
+from airflow_mpi.jobspec import MPIJobValidationError
+from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
+from airflow_mpi.function_task.function_call import decode_call
+from airflow_mpi.function_task.rank_result import nonce_digest, parse_result
+from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
@@ -70,8 +70,8 @@ def result_lines(value, nonce=NONCE):
     import tempfile
     from pathlib import Path
 
-    from airflow_mpi.models.errors import ErrorList
-    from airflow_mpi.models.function_call import CALL_MOUNT, call_secret_data, pickle_arguments, rank_command
+    from airflow_mpi.jobspec.errors import ErrorList
+    from airflow_mpi.function_task.function_call import CALL_MOUNT, call_secret_data, pickle_arguments, rank_command
 
     mount = Path(tempfile.mkdtemp())
     for key, text in call_secret_data("def f(v):\n    return v\n", "f", pickle_arguments(ErrorList(), [value], {}),
@@ -263,8 +263,8 @@ async def test_trigger_keeps_result_lines_out_of_the_triggerer_log(monkeypatch):
     t = trigger(capture_result=True, result_digest=nonce_digest(NONCE))
     shown = []
     monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append)))
-    # on Airflow 3 launcher lines are logged with their position (triggers/log_readback.py): capture those too
-    import airflow_mpi.triggers.log_readback as readback
+    # on Airflow 3 launcher lines are logged with their position (wait/log_readback.py): capture those too
+    import airflow_mpi.wait.log_readback as readback
 
     monkeypatch.setattr(readback, "marked_emitter", lambda: lambda message, mark: shown.append(message))
     lines = ["2026-11-22T10:00:01Z [1,0]<stdout>:visible", *(f"2026-11-22T10:00:02Z {ln}" for ln in result_lines(42))]

@@ -12,10 +12,10 @@ import copy
 
 import pytest
 
-from airflow_mpi.models import API_V1, DEFAULT
+from airflow_mpi.jobspec import API_V1, DEFAULT
 from airflow_mpi.operators import MPIJobOperator
-from airflow_mpi.models.precedence import STARTUP_PROBE
-from airflow_mpi.operators._params import placeholder_identity
+from airflow_mpi.jobspec.precedence import STARTUP_PROBE
+from airflow_mpi.operators.task_params import placeholder_identity
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
 

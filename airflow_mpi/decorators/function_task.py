@@ -1,0 +1,199 @@
+"""What ``@task.mpi`` and ``@task.horovod`` add to their operators: a Python function as the MPI program.
+
+The function's source and its rendered arguments (upstream XComs included), with a nonce made for this
+submission, go into a Secret created right after the MPIJob, owned by it and mounted into its pods
+(function_task/function_call.py); the ranks' command only names the mounted files. The launcher's log streams as for
+any MPIJob, minus rank 0's marker lines of that nonce, which carry its return value (function_task/rank_result.py) and
+become the task's XCom. A wait resumed after a triggerer failover may have passed them: the value is then read
+back from the launcher's whole log before anything is cleaned up. Mixed in before Airflow's DecoratedOperator,
+as cncf.kubernetes' ``@task.kubernetes`` mixes it into its pod operator.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
+
+from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
+from airflow_mpi.function_task.function_call import (
+    call_secret_data,
+    call_secret_name,
+    check_function,
+    check_source,
+    mount_call_secret,
+    pickle_arguments,
+    rank_command,
+)
+from airflow_mpi.function_task.rank_result import (
+    RESULT_NONCE_ANNOTATION,
+    RankResult,
+    hide_result_lines,
+    nonce_digest,
+    parse_result,
+    result_digest_of,
+)
+from airflow_mpi.operators.task_params import is_unrendered
+from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
+
+# Parameters of the operators that the decorated function replaces.
+REPLACED = ("program", "command", "args")
+NEVER_STARTED = (
+    "Rank 0 never started the function: the ranks could not run {python!r} (an image without Python 3? "
+    "`python=` names the interpreter) or mpirun could not start them; the launcher's log above says which"
+)
+
+
+def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The operator's keyword arguments for a decorated function, checked.
+
+    The concrete operators' ``__init__`` calls this (Airflow 3 wraps only operator classes' ``__init__``);
+    attributes can be set only once BaseOperator.__init__ ran, so ``python`` travels as the placeholder program.
+    """
+    for name in REPLACED:
+        if name in kwargs:
+            raise MPIJobValidationError(name, kwargs[name], f"does not apply to {decorator}: the function is the program")
+    if kwargs.get("get_logs") is False:
+        raise MPIJobValidationError("get_logs", False, f"{decorator} reads rank 0's return value from the launcher log")
+    if not isinstance(python, str) or not python:
+        raise MPIJobValidationError("python", python, "must name the ranks' Python interpreter (e.g. python3)")
+    return {**kwargs, "program": [python]}
+
+
+class FunctionTaskMixin:
+    """The decorated function runs on every rank; rank 0's return value is the task's XCom."""
+
+    custom_operator_name: str
+    captures_result = True
+    runtime_only_fields = ("op_args", "op_kwargs")  # upstream XComs: left out of an offline rendering (render.py)
+    shallow_copy_attrs = ("python_callable",)
+
+    # ------------------------------------------------------------------ the ranks' command
+    def _validate_at_parse_time(self) -> None:
+        """The function must travel as source; literal arguments must pickle: an import error naming them."""
+        self.python: str = self.program[0]
+        self._result_lines: list[str] = []
+        self._digest: str | None = None
+        self._call_secret: tuple[str, dict[str, str]] | None = None
+        reasons = check_function(self.python_callable, self.custom_operator_name)
+        try:
+            self._source = self.get_python_source()
+        except (OSError, TypeError) as err:
+            reasons.append(f"has no source to send to the ranks ({err})")
+        else:
+            reasons += [r for r in (check_source(self._source, self.python_callable.__name__),) if r]
+        if reasons:
+            raise MPIJobValidationError("python_callable", self.python_callable.__name__, "; ".join(reasons))
+        self._arguments()
+        self.program = rank_command(python=self.python)
+        super()._validate_at_parse_time()
+
+    def _arguments(self) -> bytes:
+        """The arguments as they are now, pickled (those still unknown, at parse time, are left out)."""
+        args, kwargs = self.op_args, self.op_kwargs
+        if is_unrendered(args) or is_unrendered(kwargs):
+            args, kwargs = (), {}
+        errors = ErrorList()
+        arguments = pickle_arguments(errors, args, kwargs)
+        errors.raise_if_any()
+        return arguments
+
+    def build_manifest(self, context: Any = None) -> dict:
+        """As MPIJobOperator's, with a fresh nonce and the call's Secret (made from the arguments as they are now:
+        rendered, upstream XComs are values; offline, they are left out) mounted into the pods. The Secret itself
+        is created with the job (``_create``); one too large is refused here, before anything is created."""
+        nonce = secrets.token_urlsafe(24)
+        data = call_secret_data(self._source, self.python_callable.__name__, self._arguments(), nonce)
+        manifest = super().build_manifest(context)
+        digest = nonce_digest(nonce)
+        manifest["metadata"].setdefault("annotations", {})[RESULT_NONCE_ANNOTATION] = digest
+        secret_name = call_secret_name(manifest["metadata"]["name"], digest)
+        self._call_secret = (secret_name, data)
+        return mount_call_secret(manifest, secret_name)
+
+    def _create(self, manifest: dict) -> dict:
+        """Create the job, then its call's Secret, owned by it; without the Secret its pods would wait for ever,
+        so a refused Secret deletes the job again and fails the task, naming the cause."""
+        job = super()._create(manifest)
+        if result_digest_of(job) != result_digest_of(manifest):
+            return job  # adopted: a job of an earlier submission of this task instance, with its own Secret
+        name, data = self._call_secret
+        namespace = job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
+        try:
+            self.hook.create_owned_secret(name, namespace, data, job)
+        except Exception as err:
+            self.hook.delete_mpijob(job["metadata"]["name"], namespace, uid=job["metadata"].get("uid"))
+            raise AirflowFailException(
+                f"Could not create Secret {namespace}/{name}, which carries the function and its arguments to the "
+                f"ranks ({type(err).__name__}: {str(err)[:300]}); MPIJob {job['metadata']['name']} was deleted "
+                "again. The workers' role needs `create` on secrets (deploy/rbac.yaml)"
+            ) from err
+        return job
+
+    def _attached(self, job: dict) -> None:
+        self._digest = result_digest_of(job)
+
+    def _result_digest(self) -> str | None:
+        return self._digest
+
+    # ------------------------------------------------------------------ running
+    def execute(self, context: Any) -> Any:
+        self._result_lines = []
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> Any:
+        self._result_lines = []
+        self._digest = event.get("result_digest")
+        value = super().execute_complete(context, event, job_try_number)
+        if AIRFLOW_V_3_0_PLUS:  # as DecoratedOperator.execute does (multiple_outputs, assets)
+            return self._handle_output(return_value=value)
+        return self._handle_output(return_value=value, context=context, xcom_push=self.xcom_push)
+
+    def _launcher_log(self) -> Callable[[str], None]:
+        if not self._digest:
+            return self.log.info
+        return hide_result_lines(self.log.info, self._result_lines, self._digest)
+
+    def _result(self, payload: dict[str, Any]) -> RankResult:
+        """Rank 0's result from the lines the wait kept; when a succeeded job's wait saw no complete value (a
+        triggerer failover resumed past the marker lines), from the launcher's whole log, read once."""
+        lines = [*(payload.get("result_lines") or []), *self._result_lines]
+        result = parse_result(lines, self._digest or "")
+        if payload.get("status") == "success" and self._digest and not (result.has_value or result.error):
+            self.log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
+            try:
+                result = parse_result(self.hook.launcher_log(payload["name"], payload["namespace"]), self._digest)
+            except Exception as err:  # the cleanup below must run whatever happens here
+                return RankResult(started=result.started, error=f"its launcher log could not be read back for rank "
+                                                                f"0's return value ({type(err).__name__}: {err})")
+        return result
+
+    def _finish(self, payload: dict[str, Any]) -> Any:
+        """Clean up and raise as for any MPIJob; on success, rank 0's return value."""
+        result = self._result(payload)  # before the cleanup deletes the launcher
+        try:
+            super()._finish(payload)
+        except AirflowException as err:
+            if result.started or payload.get("status") != "failed":
+                raise
+            raise type(err)(f"{err}. {NEVER_STARTED.format(python=self.python)}") from err
+        job = f"MPIJob {payload.get('namespace')}/{payload.get('name')} succeeded, but"
+        if result.error:
+            raise AirflowFailException(f"{job} {result.error} (rank 0's log is above)")
+        if not result.has_value:
+            raise AirflowFailException(f"{job} rank 0 reported no return value (its log is above)")
+        return result.value
+
+
+def function_task_decorator(
+    operator_class: type, python_callable: Callable | None, multiple_outputs: bool | None, kwargs: dict[str, Any]
+) -> TaskDecorator:
+    """The TaskFlow decorator of a FunctionTaskMixin operator (as cncf.kubernetes' kubernetes_task)."""
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=operator_class,
+        **kwargs,
+    )

@@ -1,0 +1,173 @@
+"""A Python function as the MPI program: checks, serialisation and the ranks' command line (no I/O).
+
+The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained,
+importing what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with
+this try's nonce (function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it
+(the garbage collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither
+the function nor its arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's
+own role included) would find them. Everything that can be found out before submission is checked here, naming
+the argument and the reason; what only the ranks can tell (a missing Python, a return value that is no JSON)
+comes back in rank 0's marker lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import base64
+import builtins
+import dis
+import inspect
+import io
+import json
+import pickle
+import types
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow_mpi.function_task import rank_runner
+from airflow_mpi.jobspec.errors import ErrorList
+
+PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
+# A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving
+# room for the runner and the object's metadata.
+MAX_CALL_BYTES = 768 * 1024
+CALL_MOUNT = "/etc/airflow-mpi/call"  # where the call's Secret is mounted in the launcher and the workers
+CALL_KEY, RUNNER_KEY = "call", "runner.py"  # the Secret's keys: the encoded call, the ranks' program
+CALL_VOLUME = "airflow-mpi-call"
+# Module names that exist only where the DAG is parsed: the DAG file itself (Airflow imports it under an
+# "unusual_prefix_..." name) or a script run directly. Objects of their classes cannot be unpickled on a rank.
+DAG_LOCAL_MODULE_PREFIXES = ("unusual_prefix_", "__main__")
+
+
+def check_function(func: Callable, decorator: str) -> list[str]:
+    """Reasons ``func`` cannot run on the ranks from its source alone (empty: it can)."""
+    reasons = []
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        reasons.append("is a coroutine function: the ranks call it synchronously")
+    if getattr(func, "__name__", "<lambda>") == "<lambda>":
+        reasons.append(f"is a lambda: {decorator} needs a function defined with def")
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return [*reasons, "is not a Python function"]
+    if code.co_freevars:
+        reasons.append(
+            f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as arguments"
+        )
+    dag_globals = sorted(_global_names(code) & set(func.__globals__) - set(vars(builtins)) - {func.__name__})
+    if dag_globals:
+        reasons.append(
+            f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
+            "import or define them inside the function"
+        )
+    return reasons
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """Global names the code (and the functions it defines) reads."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def check_source(source: str, name: str) -> str | None:
+    """Why ``source`` (the function without its decorator) does not define ``name``, or None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return f"its source does not compile without its decorator: {err}"
+    if not any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
+        return f"its source does not define a function {name!r} at its top level"
+    return None
+
+
+class _ModuleRecorder(pickle.Pickler):
+    """A pickler noting the module of every class and function pickled by reference."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=PICKLE_PROTOCOL)
+        self.modules: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        owner = obj if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)) else type(obj)
+        self.modules.add(getattr(owner, "__module__", None) or "")
+        return NotImplemented  # pickle it as usual
+
+
+def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+    """``(args, kwargs)`` pickled; an argument that cannot be, or that needs the DAG file to load, is an error."""
+    named = [(f"op_args[{i}]", v) for i, v in enumerate(args)] + [(f"op_kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for field, value in named:
+        recorder = _ModuleRecorder(io.BytesIO())
+        try:
+            recorder.dump(value)
+        except Exception as err:  # noqa: BLE001 - whatever pickle raises, the argument cannot travel
+            errors.add(field, value, f"cannot be pickled to reach the ranks: {type(err).__name__}: {err}")
+            continue
+        local = sorted(m for m in recorder.modules if m.startswith(DAG_LOCAL_MODULE_PREFIXES))
+        if local:
+            errors.add(field, value, f"needs classes or functions of the DAG file ({', '.join(local)}), which the ranks "
+                       "cannot import: pass plain data (JSON-like values, or types of modules in the image)")  # fmt: skip
+    if errors:
+        return b""
+    return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
+
+
+def encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
+    """The call as one base64 text: JSON {name, source, arguments (pickle, base64), nonce}, compressed."""
+    call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
+    return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
+
+
+def runner_source() -> str:
+    """The ranks' program (function_task/rank_runner.py), as shipped in the call's Secret."""
+    return inspect.getsource(rank_runner)
+
+
+def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> dict[str, str]:
+    """The Secret's ``stringData``: the encoded call and the ranks' program.
+
+    Raises MPIJobValidationError, before anything is created, when the call is too large for a Secret.
+    """
+    call = encode_call(source, name, arguments, nonce)
+    if len(call) > MAX_CALL_BYTES:
+        errors = ErrorList()
+        errors.add("op_args/op_kwargs", f"<{len(call)} bytes>", f"the function and its arguments take {len(call)} "
+                   f"bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the call's Kubernetes Secret may hold "
+                   "(1 MiB in all): pass large data by reference (a path or URL the ranks read)")  # fmt: skip
+        errors.raise_if_any()
+    return {CALL_KEY: call, RUNNER_KEY: runner_source()}
+
+
+def rank_command(*, python: str = "python3") -> list[str]:
+    """``python <mount>/runner.py <mount>/call``: what mpirun/horovodrun starts on every rank."""
+    return [python, f"{CALL_MOUNT}/{RUNNER_KEY}", f"{CALL_MOUNT}/{CALL_KEY}"]
+
+
+def call_secret_name(job_name: str, nonce_digest: str) -> str:
+    """The Secret of one submission (a replaced job's Secret may not be collected yet: the name differs)."""
+    return f"{job_name}-call-{nonce_digest[:10]}"
+
+
+def mount_call_secret(manifest: dict, secret_name: str) -> dict:
+    """``manifest`` with the call's Secret mounted read-only into every container of both roles' pods (the ranks
+    run where mpirun reaches a worker: its sshd's container)."""
+    volume = {"name": CALL_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
+    mount = {"name": CALL_VOLUME, "mountPath": CALL_MOUNT, "readOnly": True}
+    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+        pod = replica["template"].setdefault("spec", {})
+        pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME] + [copy.deepcopy(volume)]
+        for container in pod["containers"]:
+            mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != CALL_VOLUME]
+            container["volumeMounts"] = [*mounts, dict(mount)]
+    return manifest
+
+
+def decode_call(encoded: str) -> dict[str, Any]:
+    """The call a Secret carries (``call_secret_data(...)[CALL_KEY]``): for tests and log summaries."""
+    call = json.loads(zlib.decompress(base64.b64decode(encoded)))
+    call["arguments"] = pickle.loads(base64.b64decode(call["arguments"]))
+    return call

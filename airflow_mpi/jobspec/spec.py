@@ -1,0 +1,187 @@
+"""The MPIJob parameters as plain dataclasses, and the enums both operator versions accept.
+
+A field left at ``None`` was not given: the base manifest's value is kept, else ``Defaults``
+fill it (precedence.py), else it is not written. Snake-case field names double as the paths
+used in validation errors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from airflow_mpi.jobspec.errors import ErrorList
+    from airflow_mpi.jobspec.naming import TaskIdentity
+
+API_V2BETA1 = "kubeflow.org/v2beta1"  # kubeflow/mpi-operator >= 0.4
+API_V1 = "kubeflow.org/v1"  # kubeflow/training-operator (v1.x)
+API_VERSIONS = (API_V2BETA1, API_V1)
+KIND = "MPIJob"
+
+LAUNCHER = "Launcher"
+WORKER = "Worker"
+ROLES = {LAUNCHER: "launcher", WORKER: "worker"}
+
+OPENMPI, INTEL, MPICH = "OpenMPI", "Intel", "MPICH"
+MPI_IMPLEMENTATIONS = (OPENMPI, INTEL, MPICH)
+AT_STARTUP, WAIT_FOR_WORKERS_READY = "AtStartup", "WaitForWorkersReady"
+LAUNCHER_CREATION_POLICIES = (AT_STARTUP, WAIT_FOR_WORKERS_READY)
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+# mpi-operator validation.go accepts only these two; training-operator v1 also handles
+# Always and ExitCode (ExitCode -> pod Never + retry on retryable exit codes).
+RESTART_POLICIES = {API_V2BETA1: ("Never", "OnFailure"), API_V1: ("Always", "OnFailure", "Never", "ExitCode")}
+# runPolicy.managedBy: each operator reserves its own name; Kueue's MultiKueue is the other value.
+MANAGED_BY = {
+    API_V2BETA1: ("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"),
+    API_V1: ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"),
+}
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"  # the controllers' (root runs sshd and mpirun)
+# The mpi-operator's unprivileged convention (its build/base image and examples/v2beta1/pi): user mpiuser (uid 1000)
+# runs mpirun on the launcher and its own sshd on the workers, with the job's SSH Secret at ~mpiuser/.ssh.
+MPIUSER_SSH_AUTH_MOUNT_PATH = "/home/mpiuser/.ssh"
+MPIUSER_UID = 1000
+# The cluster DNS domain the mpi-operator itself assumes (v0.8.2 adds "<job>.<ns>.svc.cluster.local" to the
+# workers' DNS search path so that MPICH's and Intel MPI's proxies find the launcher by its short host name).
+CLUSTER_DOMAIN = "cluster.local"
+MPIUSER_SSHD_COMMAND = ("/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config")
+# A worker is started once a TCP socket listens in its pod (its sshd; on whatever port the image chose: upstream's
+# images use 2222, older root images 22). Shell builtins only: any image that runs sshd for MPI has /bin/sh.
+SSHD_LISTENING_CHECK = (
+    "sh", "-c",
+    'for f in /proc/net/tcp /proc/net/tcp6; do [ -r "$f" ] || continue; '
+    'while read -r _ _ _ st _; do [ "$st" = 0A ] && exit 0; done < "$f"; done; exit 1',
+)  # fmt: skip
+CONFIG_MOUNT_PATH = "/etc/mpi"  # ConfigMap <name>-config, mounted by both operators
+HOSTFILE = CONFIG_MOUNT_PATH + "/hostfile"
+DISCOVER_HOSTS_SCRIPT = CONFIG_MOUNT_PATH + "/discover_hosts.sh"
+DEFAULT_CONTAINER_NAMES = {
+    API_V2BETA1: {LAUNCHER: "launcher", WORKER: "worker"},
+    API_V1: {LAUNCHER: "mpi", WORKER: "mpi"},
+}
+
+
+@dataclass
+class ReplicaSpec:
+    """One role (launcher or worker): its pod template and the main (first) container."""
+
+    replicas: int | None = None
+    image: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | list[dict] | None = None
+    env_from: list[dict] | None = None
+    resources: dict | None = None
+    gpus: int | None = None
+    volumes: list[dict] | None = None
+    volume_mounts: list[dict] | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict] | None = None
+    affinity: dict | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: list[str] | None = None
+    image_pull_policy: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    security_context: dict | None = None
+    pod_security_context: dict | None = None
+    restart_policy: str | None = None
+    readiness_probe: dict | None = None
+    startup_probe: dict | None = None
+    dns_searches: list[str] | None = None  # the pod's dnsConfig.searches (MPICH/Intel launchers: jobspec/precedence.py)
+    priority_class_name: str | None = None
+    container_name: str | None = None
+
+
+@dataclass
+class SchedulingPolicy:
+    """Gang scheduling (Volcano / scheduler-plugins PodGroup)."""
+
+    min_available: int | None = None
+    queue: str | None = None
+    min_resources: dict | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+@dataclass
+class RunPolicy:
+    """Lifecycle of the job; in v2beta1 all but cleanPodPolicy apply to the launcher Job."""
+
+    clean_pod_policy: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    scheduling_policy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The operator's defaults: used only where neither a parameter nor the base manifest sets the field.
+
+    ``retries`` turns on the retries mapping: unless ``backoff_limit`` is given as a parameter,
+    ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to
+    ``Never``. ``namespace`` is the connection's (the name's default is derived from the identity).
+    """
+
+    workers: int | None = 1
+    clean_pod_policy: str | None = "Running"  # the controllers' is "None": idle workers would hold their nodes
+    retries: int | None = None
+    namespace: str | None = None
+
+
+class LauncherCommand(Protocol):
+    """A launcher command line built from the resolved job (workers, slots, MPI implementation)."""
+
+    in_args: tuple[str, ...]  # implementations whose command goes into the container's args (image entrypoint kept)
+
+    def check(self, errors: ErrorList) -> None:
+        """Report its own parameters' problems (those that do not depend on the job)."""
+
+    def command(
+        self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
+    ) -> list[str]:
+        """The command; raises MPIJobValidationError naming the parameter at fault."""
+
+
+@dataclass
+class MPIJobSpec:
+    """Everything needed to build one MPIJob manifest (see build_manifest).
+
+    ``launch`` (e.g. commands.Mpirun) sets the launcher's command and, unless ``launcher.args``
+    is given, drops the base manifest's launcher args (for the implementations in its ``in_args``, the
+    command line goes into the args instead, keeping the image's entrypoint). ``identity`` adds the task instance's
+    labels and annotations and derives the default name. ``defaults`` (None: none) fill what
+    neither the parameters nor the base manifest set.
+    """
+
+    name: str | None
+    namespace: str | None = None
+    unique_name_suffix: bool = True  # a given name (or the base manifest's) is a prefix made unique per task instance
+    launcher: ReplicaSpec = field(default_factory=ReplicaSpec)
+    worker: ReplicaSpec = field(default_factory=ReplicaSpec)
+    slots_per_worker: int | None = None
+    run_launcher_as_worker: bool | None = None
+    ssh_auth_mount_path: str | None = None
+    launcher_creation_policy: str | None = None
+    mpi_implementation: str | None = None
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    labels: dict | None = None
+    annotations: dict | None = None
+    api_version: str = API_V2BETA1
+    base_manifest: dict | str | os.PathLike | None = None
+    main_container: str | None = None
+    launch: LauncherCommand | None = None
+    identity: TaskIdentity | None = None
+    defaults: Defaults | None = None
+
+    def replica(self, role: str) -> ReplicaSpec:
+        """The ReplicaSpec of "Launcher" or "Worker"."""
+        return self.launcher if role == LAUNCHER else self.worker

@@ -1,0 +1,125 @@
+"""One MPIJob per task instance: find the one an earlier try (or a restarted worker) left, or create it.
+
+A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate
+(the identity labels, this deployment's included, say whose a job is); a job an earlier try left Failed is
+replaced; a job being deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
+from airflow_mpi.jobspec.status import job_state
+from airflow_mpi.version_compat import AirflowFailException
+
+DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
+
+
+def reattach(
+    hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str, str, str | None] | None
+) -> dict | None:
+    """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
+
+    Only a job of this deployment and task instance is ever reattached to (its identity labels, the deployment
+    included): a job of another deployment, a rendered manifest applied by hand or a job of an older release
+    under this name fails the task, naming the owner; it is never adopted, deleted or waited for.
+    ``recorded``: where an earlier try of this task instance recorded its job (task state store), looked up
+    first, and only that object (its uid): an object someone made again under that name is not this task's.
+    """
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    labels = manifest["metadata"]["labels"]
+    existing = None
+    if recorded:
+        existing = hook.get_mpijob(recorded[0], recorded[1])
+        uid = existing and existing["metadata"].get("uid")
+        if existing is not None and recorded[2] and uid != recorded[2]:
+            raise AirflowFailException(
+                f"MPIJob {recorded[1]}/{recorded[0]} is not the job an earlier try of this task instance made "
+                f"(uid {uid}, recorded {recorded[2]}): someone replaced it; not reattaching to or deleting it"
+            )
+    if existing is None:
+        existing = hook.get_mpijob(name, namespace)
+    if existing is None:
+        found = hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))
+        live = [j for j in found if not job_state(j).terminal]
+        existing = live[0] if live else None
+    if existing is None:
+        return None
+    existing_labels = (existing.get("metadata") or {}).get("labels") or {}
+    existing_name, existing_ns = existing["metadata"]["name"], existing["metadata"]["namespace"]
+    if not same_task(existing_labels, labels):
+        raise AirflowFailException(
+            f"MPIJob {existing_ns}/{existing_name} already exists and is not this task instance's job in this "
+            f"deployment ({DEPLOYMENT_LABEL}={existing_labels.get(DEPLOYMENT_LABEL)!r}, this deployment's is "
+            f"{labels.get(DEPLOYMENT_LABEL)!r}; labels {existing_labels}): not reattaching to or deleting it; "
+            "choose another name"
+        )
+    state = job_state(existing)
+    if existing["metadata"].get("deletionTimestamp"):
+        log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew", existing_name)
+        hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
+        return None
+    if state.terminal and not state.succeeded:
+        log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
+        hook.delete_mpijob(existing_name, existing_ns, uid=existing["metadata"].get("uid"))
+        hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
+        return None
+    if state.succeeded:
+        log.info("MPIJob %s already Succeeded: not running it again", existing_name)
+    else:
+        log.info("Reattaching to MPIJob %s (%s) instead of creating another", existing_name, state.describe())
+    manifest["metadata"]["name"] = existing_name
+    return existing
+
+
+def deleted_by_earlier_try(hook: Any, log: logging.Logger, payload: dict, job_try: int | None, try_number: int) -> bool:
+    """True when the job this try reattached to was deleted by the cleanup of the try that made it.
+
+    Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may already
+    have found that MPIJob: the new try then submits a fresh one (waiting until the old one is gone). Any
+    other deletion (a person deleting the job of the current try) fails the task.
+    """
+    if payload.get("status") != "deleted" or job_try is None or job_try >= try_number:
+        return False
+    log.info("MPIJob %s of try %s was deleted by that try's cleanup (task cleared?): submitting a fresh one",
+             payload.get("name"), job_try)  # fmt: skip
+    hook.wait_for_deleted(payload["name"], payload["namespace"], timeout=DELETION_WAIT)
+    return True
+
+
+def create(hook: Any, manifest: dict) -> dict:
+    """Submit ``manifest``; a rejection a retry would meet again fails the task for good, naming the causes."""
+    from kubernetes.client.exceptions import ApiException
+
+    from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
+
+    try:
+        return hook.create_mpijob(manifest, manifest["metadata"]["namespace"])
+    except (MPIJobAPIUnavailable, MPIJobConflictError) as err:
+        raise AirflowFailException(str(err)) from err
+    except ApiException as err:
+        if err.status in (400, 403, 404, 422):
+            raise AirflowFailException(
+                f"The API server rejected MPIJob {manifest['metadata']['name']} "
+                f"({err.status} {err.reason}): {api_message(err)}"
+            ) from err
+        raise
+
+
+def api_message(err: Any) -> str:
+    """The causes the API server gave (field: message), else its message."""
+    try:
+        body = json.loads(err.body)
+    except (TypeError, ValueError):
+        return str(err.body or err)
+    causes = (body.get("details") or {}).get("causes") or []
+    return "; ".join(f"{c.get('field')}: {c.get('message')}" for c in causes) or body.get("message", "")
+
+
+def try_number_of(job: dict) -> int | None:
+    """The try that created ``job`` (its identity label), if it carries one."""
+    value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL)
+    return int(value) if value and value.isdigit() else None

@@ -1,0 +1,123 @@
+"""The operator's parameters as one dict of values, checked under their names, rendered or not.
+
+Non-templated parameters are validated when the DAG is parsed (so a bad value is an import error
+naming the parameter); templated ones can only be checked after rendering, so parse-time
+validation puts a neutral stand-in where a value is still a template, an XComArg or a template
+file. build_manifest checks all of them again once Airflow has rendered them.
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any
+
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.operators.outcome import ON_FINISH_ACTIONS
+
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+# How the task waits (the model covers the MPIJob's own parameters).
+TASK_PARAMETERS = (
+    "kubernetes_conn_id", "deferrable", "get_logs", "poll_interval", "startup_timeout", "schedule_timeout",
+    "on_finish_action", "worker_log_tail_lines",
+)  # fmt: skip
+# Unrendered values at parse time: a valid value where the model needs one, else "not given".
+PARSE_TIME_STAND_INS: dict[str, Any] = {
+    "image": "parse-time-image",
+    "command": ["true"],
+    "program": ["true"],
+    "mpirun_args": [],
+    "horovod_args": [],
+    "mpi_implementation": "OpenMPI",
+    "name": "parse-time-name",
+    "deferrable": False,
+    "get_logs": True,
+}
+
+
+def is_unrendered(value: Any, template_ext: tuple[str, ...] = ()) -> bool:
+    """True for Jinja text, a template file name, or a lazy value (XComArg, ...) at any depth."""
+    if isinstance(value, str):
+        return any(m in value for m in TEMPLATE_MARKERS) or (bool(template_ext) and value.endswith(template_ext))
+    if isinstance(value, dict):
+        return any(is_unrendered(k, template_ext) or is_unrendered(v, template_ext) for k, v in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return any(is_unrendered(v, template_ext) for v in value)
+    return hasattr(value, "resolve") and not isinstance(value, (int, float, bool))
+
+
+def task_values(task: Any) -> dict[str, Any]:
+    """Every parameter of the task (MPIJob and waiting ones) by name, as they are now."""
+    return {name: getattr(task, name) for name in (*task.spec_parameters, *TASK_PARAMETERS)}
+
+
+def parse_time_values(task: Any, template_fields: tuple[str, ...], template_ext: tuple[str, ...]) -> dict[str, Any]:
+    """task_values with every unrendered templated value replaced by its stand-in."""
+    values = task_values(task)
+    for name in template_fields:
+        if name in values and is_unrendered(values[name], template_ext):
+            values[name] = PARSE_TIME_STAND_INS.get(name)
+    return values
+
+
+def _seconds(errors: ErrorList, name: str, value: Any, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
+        errors.add(name, value, "must be a number of seconds > 0" + (" (or None: no limit)" if optional else ""))
+
+
+def check_task_parameters(values: dict[str, Any]) -> None:
+    """The parameters of how the task waits; raises MPIJobValidationError naming each bad one."""
+    errors = ErrorList()
+    if values["on_finish_action"] not in ON_FINISH_ACTIONS:
+        errors.add("on_finish_action", values["on_finish_action"], f"must be one of {', '.join(ON_FINISH_ACTIONS)}")
+    _seconds(errors, "poll_interval", values["poll_interval"], optional=False)
+    for name in ("startup_timeout", "schedule_timeout"):
+        _seconds(errors, name, values[name], optional=True)
+    tail = values["worker_log_tail_lines"]
+    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+        errors.add("worker_log_tail_lines", tail, "must be an integer >= 0")
+    for name in ("deferrable", "get_logs"):
+        if not isinstance(values[name], bool):
+            errors.add(name, values[name], "must be a boolean (True or False)")
+    if not isinstance(values["kubernetes_conn_id"], str) or not values["kubernetes_conn_id"]:
+        errors.add("kubernetes_conn_id", values["kubernetes_conn_id"], "must be a connection id")
+    errors.raise_if_any()
+
+
+def placeholder_identity(task: Any, run_id: str) -> TaskIdentity:
+    """The identity of a task instance that does not exist (parse time, offline rendering)."""
+    return TaskIdentity(task.dag_id, task.task_id, run_id)
+
+
+def task_instance_id(context: Any) -> str:
+    """The try's unique id in this deployment's database: Airflow 3's task instance UUID (new for each try);
+    on 2.11, which has none, the DAG run's primary key with the task, map index and try (a run deleted and made
+    again under the same run id gets a new key)."""
+    ti = context["ti"]
+    if getattr(ti, "id", None):
+        return str(ti.id)
+    dag_run = context.get("dag_run") if hasattr(context, "get") else None
+    run_key = getattr(dag_run, "id", None) or ti.run_id
+    return f"dagrun-{run_key}/{ti.task_id}/{ti.map_index}/try-{ti.try_number}"
+
+
+def settings_explained(settings: dict[str, Any], retries: int, retries_mapped: bool) -> list[str]:
+    """The task log's account of every field's value and source, and of what Airflow retries mean for this job."""
+    limit = settings["backoff_limit"].value
+    lines = ["Each field: parameter > base manifest > default: " + ", ".join(f"{k}={v}" for k, v in settings.items())]
+    if retries_mapped:
+        lines.append(
+            f"Retries: Airflow retries={retries} are mapped onto the MPIJob (runPolicy.backoffLimit={limit}, launcher "
+            f"restartPolicy={settings['launcher.restart_policy']}): up to {limit + 1} launcher attempts in one MPIJob; "
+            "a Failed MPIJob fails the task without further Airflow retries; infrastructure errors stay retryable "
+            "and reattach."
+        )
+    else:
+        lines.append(
+            f"Retries: runPolicy.backoffLimit={limit} from the {settings['backoff_limit'].source}; Airflow "
+            f"retries={retries} each start a fresh MPIJob (up to {(limit + 1) * (retries + 1)} launcher attempts in "
+            "total)."
+        )
+    return lines

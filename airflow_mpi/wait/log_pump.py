@@ -1,0 +1,276 @@
+"""The launcher's log in the task log, attempt after attempt, each line exactly once.
+
+A follow stream is open only while the launcher container runs, and only while one of the
+process's follow slots is free (``MAX_FOLLOW_STREAMS`` per event loop: hundreds of waits in one
+triggerer would otherwise hold hundreds of streams, and the kubelet runs out of watchers). Some log
+servers (kwok) keep a follow stream open after the container ended: once the pod is seen not
+running (the watch hub says so at once, no polling) the stream gets ``FOLLOW_GRACE`` to end by
+itself, then the rest is read without following; the :class:`~airflow_mpi.wait.logs.LogCursor`
+drops what the two reads share. A kubelet, the other way round, ends the stream before the pod's
+status says the container stopped: the status gets ``EOF_SETTLE`` to arrive before the container is
+followed again. An answer that is not a timestamped log line (``timestamps=true`` prefixes every
+line the container wrote) is the log server's error text: it is reported once and retried with
+backoff, never printed as launcher output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.wait.summaries import pod_summary
+from airflow_mpi.wait.attempts import LogStream, attempt_header
+from airflow_mpi.wait.log_ledger import header_mark, line_mark
+from airflow_mpi.wait.logs import LogCursor, format_stamp, split_timestamp
+
+log = logging.getLogger(__name__)
+
+MAX_FOLLOW_STREAMS = 64  # follow streams open at once per event loop (a triggerer); others read when a slot frees
+FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its container stopped
+# seconds the pod's status gets to say the container ended after the log server ended its follow stream: a kubelet
+# ends it about 1 s after the container's last output, sometimes before its status report (measured on the real node:
+# docs/benchmarks.md); a container that still runs is followed again after this
+EOF_SETTLE = 2.0
+FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
+RETRY_DELAY = 1.0  # first delay after a failed read, doubled up to MAX_RETRY_DELAY
+MAX_RETRY_DELAY = 30.0
+
+_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def follow_slots() -> asyncio.Semaphore:
+    """The follow-stream semaphore of the running event loop."""
+    loop = asyncio.get_running_loop()
+    if loop not in _SLOTS:
+        _SLOTS[loop] = asyncio.Semaphore(MAX_FOLLOW_STREAMS)
+    return _SLOTS[loop]
+
+
+class LogEndpointError(RuntimeError):
+    """The log endpoint answered with something that is not the container's log."""
+
+
+@dataclass
+class LogState:
+    """How far the task log has got: survives deferral hand-overs as plain data."""
+
+    cursor: LogCursor
+    streams: list[str]  # stream keys in attempt order (attempt number = index + 1)
+    done: set[str]
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> LogState:
+        data = data or {}
+        return cls(LogCursor.from_dict(data.get("cursor")), list(data.get("streams", [])), set(data.get("done", [])))
+
+    def to_dict(self) -> dict:
+        return {"cursor": self.cursor.to_dict(), "streams": list(self.streams), "done": sorted(self.done)}
+
+
+class PodSource(Protocol):
+    """Where the pump learns about launcher pods: the watch hub's cache, or one listing per pass (drain)."""
+
+    version: int
+
+    async def launchers(self) -> list[Any]: ...
+
+    async def wait_change(self, seen: int, timeout: float) -> int: ...
+
+
+class LogPump:
+    """Follow one MPIJob's launcher log into ``emit``/``emit_marked``; see the module docstring."""
+
+    def __init__(
+        self,
+        hook: Any,
+        namespace: str,
+        logs: LogState,
+        pods: PodSource,
+        *,
+        emit: Callable[[str], None],
+        emit_marked: Callable[[str, str], None],
+        note_streams: Callable[[list], list[LogStream]],
+        max_attempts: int | None,
+        idle_wait: float,
+        job_succeeded: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.hook = hook
+        self.namespace = namespace
+        self.logs = logs
+        self.pods = pods
+        self.emit = emit
+        self.emit_marked = emit_marked
+        self.note_streams = note_streams
+        self.max_attempts = max_attempts
+        self.idle_wait = idle_wait
+        self.job_succeeded = job_succeeded
+        self._reported: set[str] = set()
+        self._ended: set[str] = set()  # streams whose follow the log server ended (not cut by this reader)
+
+    async def run(self, finished: asyncio.Event) -> None:
+        failures = 0
+        while True:
+            seen = self.pods.version
+            try:
+                streams = self.note_streams([pod_summary(p) for p in await self.pods.launchers()])
+                pending = [s for s in streams if s.key not in self.logs.done]
+                for stream in pending:
+                    await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
+                if finished.is_set() and all(s.finished for s in pending):
+                    self._tell_unread(streams)
+                    return
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                failures += 1
+                gone = isinstance(err, PodLogUnavailable)  # the pod is gone or its container never started
+                if finished.is_set() and (gone or failures > FINAL_READ_RETRIES):
+                    self.emit(f"(could not read the rest of the launcher log: {err})")
+                    return
+                self._report(err)
+                if finished.is_set():  # the last reads: a steady pace
+                    await asyncio.sleep(RETRY_DELAY)
+                else:  # backoff, cut short when the wait ends
+                    await self._wait(asyncio.sleep(min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)), finished)
+                continue
+            if not finished.is_set():
+                await self._wait(self.pods.wait_change(seen, self.idle_wait), finished)
+
+    def _tell_unread(self, streams: list[LogStream]) -> None:
+        """Say so in the task log when launcher output can no longer be read: its pod is gone (cleanPodPolicy,
+        the launcher Job's TTL, a deletion) before this reader got to the end, so no line is silently missing."""
+        present = {s.key for s in streams}
+        for key in [k for k in self.logs.streams if k not in self.logs.done | self._ended | present]:
+            self.emit(f"(launcher log {key} could not be read to its end: its pod is gone; lines it printed "
+                      "after the last one above, if any, are not in this log)")
+            self.logs.done.add(key)
+        if not streams and not self.logs.streams and self.job_succeeded():
+            self.emit("(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
+                      "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
+
+    def _report(self, err: BaseException) -> None:
+        """Each distinct failure once as a warning (a failing endpoint is retried with backoff, not logged each time)."""
+        text = f"{type(err).__name__}: {err}"
+        if text in self._reported:
+            log.debug("launcher log read failed again: %s", text)
+            return
+        self._reported.add(text)
+        log.warning("launcher log read failed (%s): retrying with backoff", text)
+
+    async def _read_stream(self, stream: LogStream, finished: asyncio.Event, *, follow: bool) -> None:
+        if stream.key not in self.logs.streams:
+            self.logs.streams.append(stream.key)
+            number = self.logs.streams.index(stream.key) + 1
+            self.emit_marked(attempt_header(number, self.max_attempts, stream), header_mark(stream.key))
+        if not stream.retrievable:
+            self.logs.done.add(stream.key)
+            return
+        if follow:
+            await self._follow(stream, finished)
+        else:
+            await self._consume(stream, follow=False)
+            if stream.finished:
+                self.logs.done.add(stream.key)
+
+    async def _consume(self, stream: LogStream, *, follow: bool) -> None:
+        log_pass = self.logs.cursor.new_pass(stream.key)
+        gap_said = False
+        async for raw in self.hook.read_pod_log(
+            stream.pod,
+            self.namespace,
+            container=stream.container,
+            since_time=self.logs.cursor.since_time(stream.key),
+            previous=stream.previous,
+            follow=follow,
+        ):
+            if split_timestamp(raw)[0] is None:
+                raise LogEndpointError(f"the log of {stream.pod} answered {raw.strip()[:300]!r}")
+            message = log_pass.accept(raw)
+            if message is None:
+                continue
+            if log_pass.gap and not gap_said:
+                since, until = (format_stamp(stamp) for stamp in log_pass.gap)
+                gap_said = True
+                self.emit(f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
+                          f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
+                          "not following; lines printed in between, if any, are not in this log)")
+            self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
+
+    async def _running(self, stream: LogStream) -> bool:
+        for pod in (pod_summary(p) for p in await self.pods.launchers()):
+            if pod.name == stream.pod:
+                return pod.state == "running" and pod.restart_count == stream.restart
+        return False
+
+    async def _wait(self, awaitable: Awaitable, finished: asyncio.Event, *others: asyncio.Task) -> None:
+        """Until ``awaitable`` completes, ``finished`` is set or one of ``others`` is done."""
+        waiter = asyncio.ensure_future(awaitable)
+        done_waiter = asyncio.ensure_future(finished.wait())
+        try:
+            await asyncio.wait({waiter, done_waiter, *others}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiter, done_waiter):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiter
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+            raise waiter.exception()
+
+    async def _slot(self, stream: LogStream, finished: asyncio.Event) -> bool:
+        """Take a follow slot; False (no slot held) once the container stopped or the wait ended first."""
+        slots = follow_slots()
+        while True:
+            seen = self.pods.version
+            acquire = asyncio.ensure_future(slots.acquire())
+            await self._wait(self.pods.wait_change(seen, self.idle_wait), finished, acquire)
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+            if acquire.done() and not acquire.cancelled():
+                if finished.is_set() or not await self._running(stream):
+                    slots.release()
+                    return False
+                return True
+            if finished.is_set() or not await self._running(stream):
+                return False
+
+    async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
+        """Follow a running container until it stops (or the wait is over); the next pass reads the rest."""
+        if not await self._slot(stream, finished):
+            return
+        read = asyncio.create_task(self._consume(stream, follow=True))
+        try:
+            while not read.done():
+                seen = self.pods.version
+                if finished.is_set() or not await self._running(stream):
+                    await asyncio.wait({read}, timeout=FOLLOW_GRACE)
+                    break
+                await self._wait(self.pods.wait_change(seen, self.idle_wait), finished, read)
+        finally:
+            follow_slots().release()
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await read
+        if not read.cancelled() and read.exception() is not None:
+            raise read.exception()
+        if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
+            self._ended.add(stream.key)
+            await self._settle(stream, finished)
+
+    async def _settle(self, stream: LogStream, finished: asyncio.Event) -> None:
+        """After the log server ended a follow: until the pod's status says the container stopped (the next pass
+        reads the rest without following), for at most ``EOF_SETTLE``, rather than following an ended container
+        again. No line is lost if it still runs: the next follow starts from the cursor."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EOF_SETTLE
+        while not finished.is_set() and await self._running(stream) and (left := deadline - loop.time()) > 0:
+            await self._wait(self.pods.wait_change(self.pods.version, left), finished)

@@ -1,0 +1,326 @@
+"""Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the
+synchronous operator (run with ``asyncio.run``), the trigger and the sensor.
+
+Two cooperating tasks on one subscription to the watch hub (wait/watch_hub.py: one watch of the
+namespace's MPIJobs and one of their pods, shared by every wait of the event loop):
+
+* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after
+  every change of the job or its pods, and every ``poll_interval`` (timeouts advance without
+  events; this reads the hub's cache, not the API);
+* the *log pump* (wait/log_pump.py) follows the launcher's container log, attempt after attempt,
+  through a :class:`~airflow_mpi.wait.logs.LogCursor`, so no line is lost or printed twice across
+  reconnects, restarts of the reader, or a deferral hand-over.
+
+A "failed" verdict is followed by the failure's report (hooks/failure_report.py: which pods failed and why,
+the last lines of their logs), gathered on the same subscription before the mpi-operator's clean-up deletes
+the workers; it travels in the payload as plain, bounded JSON (``failure``).
+
+The monitor's position (cursor, attempt numbering) is plain data: it travels in trigger events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_mpi.wait import watch_hub
+from airflow_mpi.hooks.api_errors import through_outage
+from airflow_mpi.wait.failure_report import FailureReport
+from airflow_mpi.wait.log_pump import LogPump, LogState
+from airflow_mpi.wait.summaries import event_summary, pod_summary
+from airflow_mpi.wait.attempts import LogStream, launcher_streams
+from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
+from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
+
+log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
+UNCREATED_EVENTS_GAP = (10.0, 300.0)  # seconds between event listings of a job not yet Created: first, most
+
+__all__ = ["JobMonitor", "LogState", "monitor_with"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _HubPods:
+    """The pump's pods from the hub's cache; changes from the subscription."""
+
+    def __init__(self, sub: watch_hub.Subscription) -> None:
+        self.sub = sub
+
+    @property
+    def version(self) -> int:
+        return self.sub.version
+
+    async def launchers(self) -> list[Any]:
+        return self.sub.launcher_pods()
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        return await self.sub.wait_change(seen, timeout)
+
+
+class _ListedPods:
+    """Drain only (nothing is followed): one listing per pass, no watch."""
+
+    version = 0
+
+    def __init__(self, hook: Any, name: str, namespace: str) -> None:
+        self.hook, self.name, self.namespace = hook, name, namespace
+
+    async def launchers(self) -> list[Any]:
+        return await self.hook.launcher_pods(self.name, self.namespace)
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        await asyncio.sleep(timeout)
+        return 0
+
+
+class JobMonitor:
+    """Follow one MPIJob to a verdict; see the module docstring."""
+
+    def __init__(
+        self,
+        hook: Any,
+        name: str,
+        namespace: str,
+        *,
+        emit: Callable[[str], None],
+        submitted_at: datetime,
+        timeouts: Timeouts = Timeouts(),
+        poll_interval: float = 10.0,
+        get_logs: bool = True,
+        max_attempts: int | None = None,
+        log_state: dict | None = None,
+        deadline: datetime | None = None,
+        target_condition: str | None = None,
+        owns_job: bool = True,
+        emit_marked: Callable[[str, str], None] | None = None,
+        uid: str | None = None,
+        tail_lines: int = DEFAULT_TAIL_LINES,
+    ) -> None:
+        self.hook = hook
+        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
+        self.clean_pod_policy: str | None = None  # of the job, from the wait's first GET (its spec is not cached)
+        self.failure: dict | None = None
+        # the incarnation this task created or reattached to: another object of the same name is not its job
+        self.expected_uid = uid
+        # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger
+        # logs the mark beside the text so a successor can read its position back from the task log
+        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
+        self.owns_job = owns_job
+        self.name = name
+        self.namespace = namespace
+        self.emit = emit
+        self.submitted_at = submitted_at
+        self.timeouts = timeouts
+        self.poll_interval = poll_interval
+        self.get_logs = get_logs
+        self.max_attempts = max_attempts
+        self.logs = LogState.from_dict(log_state)
+        self.deadline = deadline
+        self.target_condition = target_condition
+        self.last_state: JobState | None = None
+        self.launcher_pod_names: list[str] = []
+        self.launcher_attempts = 0
+        self.launcher_exit_codes: list[int] = []  # of the ended launcher containers, oldest attempt first
+        self._uncreated_events: list = []
+        self._uncreated_listed: datetime | None = None
+        self._uncreated_gap = UNCREATED_EVENTS_GAP[0]
+
+    # ---------------------------------------------------------------- public
+    async def run(self) -> dict:
+        """Wait for a verdict, stream logs meanwhile; returns the result payload."""
+        async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
+            finished = asyncio.Event()
+            pump = asyncio.create_task(self._pump(_HubPods(sub)).run(finished)) if self.get_logs else None
+            try:
+                verdict = await self._watch(sub)
+                finished.set()  # the pump drains the launcher log meanwhile
+                if verdict.outcome in EXPLAINED:
+                    # a worker that failed before the launch: the job is not finished, nothing will delete workers
+                    self.failure = await self._failure_report(sub, verdict.outcome == "failed")
+            except BaseException:
+                if pump is not None:
+                    pump.cancel()
+                raise
+            finally:
+                finished.set()
+            if verdict.outcome == "timeout" and self.owns_job:
+                await self._delete_quietly()
+            if pump is not None:
+                try:
+                    await asyncio.wait_for(pump, DRAIN_TIMEOUT)
+                except asyncio.TimeoutError:
+                    self.emit("(stopped waiting for the rest of the launcher log)")
+            self._count_attempts(sub.launcher_pods())
+        return self.result(verdict)
+
+    async def drain_logs(self) -> None:
+        """Print whatever the launcher logged that was not printed yet (no following, no watch)."""
+        finished = asyncio.Event()
+        finished.set()
+        await self._pump(_ListedPods(self.hook, self.name, self.namespace)).run(finished)
+
+    def _pump(self, pods: Any) -> LogPump:
+        return LogPump(self.hook, self.namespace, self.logs, pods, emit=self.emit, emit_marked=self.emit_marked,
+                       note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval,
+                       job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
+
+    def result(self, verdict: Verdict) -> dict:
+        state = self.last_state
+        return {
+            "status": verdict.outcome,
+            "message": verdict.message,
+            "warnings": verdict.warnings,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.expected_uid,
+            "condition": state.condition if state else None,
+            "reason": state.reason if state else None,
+            "job_message": state.message if state else None,
+            "start_time": state.start_time if state else None,
+            "completion_time": state.completion_time if state else None,
+            "launcher_pods": self.launcher_pod_names,
+            "launcher_attempts": self.launcher_attempts,
+            "launcher_exit_codes": self.launcher_exit_codes,
+            "log_state": self.logs.to_dict(),
+            "failure": self.failure,
+        }
+
+    async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
+        """Why the job failed (hooks/failure_report.py); its own failure is logged, never raised. ``finished``:
+        the job failed (its ``cleanPodPolicy`` applies now), not only the wait."""
+        try:
+            policy = self.clean_pod_policy if finished else "None"
+            return await FailureReport(self.hook, self.namespace, sub, clean_pod_policy=policy,
+                                       tail_lines=self.tail_lines, now=utcnow, deadline=self.deadline).gather()
+        except Exception:
+            log.warning("could not tell why MPIJob %s/%s failed", self.namespace, self.name, exc_info=True)
+            return None
+
+    def _count_attempts(self, launchers: list) -> None:
+        """Launcher attempts = started launcher containers (new pods and in-place restarts)."""
+        pods = [pod_summary(p) for p in launchers]
+        streams = self._note_streams(pods)
+        self.launcher_attempts = max(len(streams), len(self.logs.streams))
+        ended = sorted((p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created))
+        self.launcher_exit_codes = [p.exit_code for p in ended]
+
+    def _note_streams(self, pods: list) -> list[LogStream]:
+        streams = launcher_streams(pods)
+        for stream in streams:
+            if stream.pod not in self.launcher_pod_names:
+                self.launcher_pod_names.append(stream.pod)
+        return streams
+
+    # ---------------------------------------------------------------- watcher
+    async def _watch(self, sub: watch_hub.Subscription) -> Verdict:
+        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``.
+
+        One GET first: it tells this job's incarnation (uid) apart from an earlier one of the same name
+        that the cache may still hold, and covers a job created after the hub's last event. Like the hub's
+        watches, it rides out an API server restart (one began between a create and this GET in a CI run).
+        """
+        obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
+        if obj is None:
+            return Verdict("deleted", "it does not exist (deleted by someone else?)")
+        uid = (obj.get("metadata") or {}).get("uid")
+        self.clean_pod_policy = clean_pod_policy(obj)
+        if self.expected_uid and uid != self.expected_uid:
+            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {uid}; this task's "
+                                      f"was {self.expected_uid}): not following it")
+        seen = sub.version
+        while True:
+            if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
+                return Verdict("deleted", "it was deleted while the task waited")
+            obj = sub.job(uid) or obj
+            verdict = await self._assess(obj, sub, uid)
+            if verdict.done:
+                return verdict
+            if self.deadline is not None and utcnow() >= self.deadline:
+                return Verdict("timeout", f"execution_timeout reached while waiting for MPIJob {self.name}")
+            seen = await sub.wait_change(seen, self._wait_timeout())
+
+    def _wait_timeout(self) -> float:
+        timeout = self.poll_interval
+        if self.deadline is not None:
+            timeout = min(timeout, max((self.deadline - utcnow()).total_seconds(), 0.05))
+        return timeout
+
+    async def _assess(self, obj: dict, sub: watch_hub.Subscription, uid: str | None = None) -> Verdict:
+        """Events are listed only when they can change the verdict: ValidationError before Created, the
+        messages of a stuck pod (a namespace of Pending jobs would otherwise cost 2 LISTs per job and check)."""
+        state = job_state(obj)
+        self.last_state = state
+        conditions = true_condition_types(obj)
+        pods = []
+        if not (state.terminal or (self.target_condition and self.target_condition in conditions)):
+            pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
+
+        def verdict(events: list) -> Verdict:
+            return assess(state, pods, events, now=utcnow(), submitted_at=self.submitted_at, timeouts=self.timeouts,
+                          target_condition=self.target_condition, current_conditions=conditions)
+
+        if not state.created and not state.terminal:
+            watched = sub.validation_events(uid)
+            if watched is None:  # the hub may not watch events
+                return await self._before_created(verdict, [p.name for p in pods])
+            result = verdict([event_summary(e) for e in watched])
+            # a verdict on the job's fresh events (all its warnings, for the message): one listing per job
+            return verdict(await self._events([p.name for p in pods])) if result.done else result
+        first = verdict([])
+        if first.outcome in ("failed", "unschedulable", WORKER_FAILED):  # the warnings explain it
+            return verdict(await self._events([p.name for p in pods]))
+        return first
+
+    async def _before_created(self, verdict: Callable[[list], Verdict], pod_names: list[str]) -> Verdict:
+        """Until Created, a ValidationError event is what can end the wait. The hub watches them; where it may
+        not, they are listed at once, then with a gap that doubles (UNCREATED_EVENTS_GAP), not at every check:
+        1,000 jobs submitted at once wait minutes for the mpi-operator (1-1.5 created a second), which cost a
+        LIST per job and poll. A verdict (startup timeout) is given on fresh events only."""
+        now = utcnow()
+        listed = self._uncreated_listed
+        fresh = listed is None or (now - listed).total_seconds() >= self._uncreated_gap
+        if fresh:
+            if listed is not None:
+                self._uncreated_gap = min(self._uncreated_gap * 2, UNCREATED_EVENTS_GAP[1])
+            self._uncreated_events, self._uncreated_listed = await self._events(pod_names), now
+        result = verdict(self._uncreated_events)
+        if result.done and not fresh:
+            self._uncreated_events, self._uncreated_listed = await self._events(pod_names), now
+            result = verdict(self._uncreated_events)
+        return result
+
+    async def _events(self, pod_names: list[str]) -> list:
+        raw = list(await through_outage(self.hook.job_events, self.name, self.namespace))
+        if pod_names:
+            raw += list(await through_outage(self.hook.pod_events, pod_names, self.namespace))
+        return [event_summary(e) for e in raw]
+
+    async def _delete_quietly(self) -> None:
+        try:
+            await self.hook.delete_mpijob(self.name, self.namespace)
+        except Exception:
+            log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
+
+
+async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:
+    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection.
+
+    ``drain_only``: print the launcher log not printed yet and return None; otherwise wait for a verdict.
+    """
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
+
+    kwargs.setdefault("submitted_at", utcnow())
+    async with AsyncMPIJobHook.from_sync(sync_hook) as hook:
+        monitor = JobMonitor(hook, name, namespace, **kwargs)
+        if drain_only:
+            await monitor.drain_logs()
+            return None
+        return await monitor.run()

@@ -1,0 +1,128 @@
+"""List and watch all MPIJobs, MPIJob pods or MPIJob events of a namespace: the requests behind the watch hub.
+
+MPIJobs and events come back as API dicts (as the hooks return them everywhere), MPIJobs cut to their metadata
+and status (:func:`~airflow_mpi.wait.summaries.slim_mpijob`), pods as client models (``V1Pod``, what
+:func:`airflow_mpi.wait.summaries.pod_summary` reads) of only the fields it reads
+(:func:`~airflow_mpi.wait.summaries.slim_pod`): a triggerer keeps hundreds of them. Watches
+always ask for bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from airflow_mpi.hooks import _calls as calls, client_pool
+from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines, watch_request_timeout
+from airflow_mpi.wait.summaries import slim_mpijob, slim_pod
+
+
+class _Body:
+    """What ``ApiClient.deserialize`` reads: JSON text in ``data``."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+def _request(hook: Any, api_client: Any, kind: str, namespace: str, **kwargs: Any) -> tuple[Any, dict]:
+    if kind == MPIJOBS:
+        api = async_client.CustomObjectsApi(api_client)
+        return api.list_namespaced_custom_object, hook._custom_object_args(namespace, **kwargs)
+    if kind == PODS:
+        return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
+    if kind == EVENTS:
+        return async_client.CoreV1Api(api_client).list_namespaced_event, {"namespace": namespace, **kwargs}
+    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r}, {PODS!r} or {EVENTS!r}")
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    return {key: value for key, value in (("label_selector", label_selector), ("field_selector", field_selector))
+            if value}
+
+
+def _model(api_client: Any, kind: str, obj: dict) -> Any:
+    """A pod as a slim ``V1Pod``, an MPIJob as a slim dict (metadata and status); events stay dicts."""
+    if kind == PODS:
+        return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
+    if kind == MPIJOBS:
+        return slim_mpijob(obj)
+    return obj
+
+
+async def list_objects(
+    hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+) -> tuple[list, str]:
+    """All objects of ``kind`` (matching the selectors) and the list's resourceVersion."""
+    async with hook.get_conn() as api_client:
+        method, kwargs = _request(hook, api_client, kind, namespace, **_selectors(label_selector, field_selector))
+        resp = await hook._retry(hook._open_stream, method, _preload_content=False, **kwargs)
+        try:
+            data = json.loads(await resp.read() or b"{}")
+        finally:
+            resp.release()
+        items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
+        return items, (data.get("metadata") or {}).get("resourceVersion")
+
+
+async def watch_objects(
+    hook: Any,
+    kind: str,
+    namespace: str,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    resource_version: str | None = None,
+    timeout_seconds: int = 290,
+) -> AsyncIterator[tuple[str, Any, str | None]]:
+    """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
+    the first item, ``OPEN``: the API server accepted the watch.
+
+    :raises WatchExpired: 410 Gone (list again).
+    """
+    extra: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
+                             "_request_timeout": watch_request_timeout(timeout_seconds), "_preload_content": False,
+                             **_selectors(label_selector, field_selector)}
+    if resource_version:
+        extra["resource_version"] = resource_version
+    decoder = calls.WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
+    async with hook.get_conn() as api_client:
+        method, kwargs = _request(hook, api_client, kind, namespace, **extra)
+        try:
+            resp = await hook._retry(hook._open_stream, method, **kwargs)
+        except ApiException as e:
+            decoder.raise_open_error(e)
+        try:
+            yield "OPEN", None, resource_version
+            async for line in aiter_lines(resp.content.iter_any()):
+                if (event := decoder.decode(line)) is None:
+                    continue
+                event_type, obj = event
+                if event_type == "BOOKMARK":
+                    yield event_type, None, decoder.last_rv
+                else:
+                    yield event_type, _model(api_client, kind, obj), decoder.last_rv
+        finally:
+            resp.close()
+
+
+class NamespaceRequests:
+    """The watch hub's requests on an :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def watch_identity(self) -> tuple:
+        """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
+        return client_pool.identity(self.hook)
+
+    async def list_objects(
+        self, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+    ) -> tuple[list, str]:
+        return await list_objects(self.hook, kind, namespace, label_selector, field_selector)
+
+    def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
+        return watch_objects(self.hook, kind, namespace, **kwargs)

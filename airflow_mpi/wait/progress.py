@@ -1,0 +1,167 @@
+"""Deciding, from what the cluster reports, whether a wait is over and why.
+
+Pure functions over plain summaries of the MPIJob, its pods and its events, shared by the
+synchronous operator and the trigger so both fail fast for the same reasons:
+
+* the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError``
+  Warning event and never a ``Created`` condition;
+* pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding
+  the other pods' GPUs, unless somebody gives up on them;
+* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up,
+  the image has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2
+  (only an eviction is): with ``WaitForWorkersReady`` the launcher then never comes and the other
+  workers hold their GPUs forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from airflow_mpi.jobspec.status import JobState
+
+IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
+VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
+EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
+WORKER_FAILED = "worker_failed"  # the outcome of a worker that failed before the launcher started
+# Outcomes whose pods are examined for the failure's report (wait/failure_causes.py) and named in the error.
+EXPLAINED = ("failed", WORKER_FAILED)
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    """What the waiter needs to know about one pod (built by the hooks from API objects)."""
+
+    name: str
+    role: str  # "launcher" | "worker"
+    created: datetime | None
+    phase: str | None
+    scheduled: bool
+    container: str | None = None
+    restart_count: int = 0
+    state: str | None = None  # "waiting" | "running" | "terminated" | None (not started)
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    exit_code: int | None = None
+    # why the pod or its main container ended (wait/failure_causes.py names a failed try's cause from these)
+    terminated_reason: str | None = None  # "OOMKilled", "Error", "Completed", ...
+    signal: int | None = None  # the terminated state's signal, when the runtime reports one
+    termination_message: str | None = None  # the container's termination message (bounded by the hooks)
+    last_terminated_reason: str | None = None  # of the previous container of a restarted one
+    last_exit_code: int | None = None
+    pod_reason: str | None = None  # status.reason / status.message: "Evicted" and the kubelet's why
+    pod_message: str | None = None
+    memory_limit: str | None = None  # the main container's resources.limits.memory
+    deleting: bool = False  # metadata.deletionTimestamp is set: the pod is being deleted
+    deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: the end of its grace period
+    grace_period: float | None = None  # spec.terminationGracePeriodSeconds
+
+
+@dataclass(frozen=True)
+class EventSummary:
+    type: str
+    reason: str
+    message: str
+    object_name: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``outcome`` is None while the wait goes on."""
+
+    # None | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout" | "worker_failed" | "target"
+    outcome: str | None
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    startup_timeout: float | None = 120.0  # seconds until the job must be Created
+    schedule_timeout: float | None = 300.0  # seconds a pod may stay unscheduled / not started
+
+
+def warning_lines(events: list[EventSummary]) -> list[str]:
+    """Warning events verbatim, one line each, as users know them from ``kubectl describe``."""
+    return [f"{e.object_name}: {e.reason}: {e.message}" for e in events if e.type == "Warning"]
+
+
+def _age(created: datetime | None, now: datetime) -> float:
+    return (now - created).total_seconds() if created else 0.0
+
+
+def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None:
+    """Why ``pod`` counts as unable to start, or None."""
+    if pod.waiting_reason in FATAL_WAITING:
+        return f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
+    if timeouts.schedule_timeout is None or pod.phase != "Pending":
+        return None
+    if _age(pod.created, now) < timeouts.schedule_timeout:
+        return None
+    if not pod.scheduled:
+        return f"pod {pod.name} was not scheduled within {timeouts.schedule_timeout:g}s"
+    if pod.waiting_reason in IMAGE_ERRORS:
+        return f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
+    return None
+
+
+def _failed_before_launch(pods: list[PodSummary]) -> str | None:
+    """Why a worker failed while there is no launcher yet (see the module docstring), or None."""
+    if any(p.role == "launcher" for p in pods):
+        return None
+    for pod in pods:
+        if pod.role == "worker" and pod.phase == "Failed" and pod.pod_reason != EVICTED:
+            how = ", ".join(str(part) for part in (pod.terminated_reason or pod.pod_reason,
+                                                   f"exit code {pod.exit_code}" if pod.exit_code is not None else None,
+                                                   pod.termination_message or pod.pod_message) if part)
+            return (f"worker pod {pod.name} failed before the launcher started ({how or 'no detail'}); the "
+                    "mpi-operator does not replace it, so the launcher would never start: does its container run "
+                    "sshd, listening on the SSH port?")
+    return None
+
+
+def assess(
+    state: JobState,
+    pods: list[PodSummary],
+    events: list[EventSummary],
+    *,
+    now: datetime,
+    submitted_at: datetime,
+    timeouts: Timeouts,
+    target_condition: str | None = None,
+    current_conditions: set[str] | None = None,
+) -> Verdict:
+    """Decide whether waiting on this MPIJob is over (and how it ended)."""
+    warnings = warning_lines(events)
+    if state.terminal:
+        if state.succeeded:
+            return Verdict("success", state.describe(), warnings)
+        return Verdict("failed", state.describe(), warnings)
+    if target_condition and target_condition in (current_conditions or set()):
+        return Verdict("target", state.describe(), warnings)
+    if not state.created:
+        invalid = [e for e in events if e.reason == VALIDATION_ERROR]
+        if invalid:
+            return Verdict("invalid", "; ".join(e.message for e in invalid), warnings)
+        if timeouts.startup_timeout is not None and (now - submitted_at).total_seconds() >= timeouts.startup_timeout:
+            return Verdict(
+                "startup_timeout",
+                f"MPIJob {state.name} got no Created condition within {timeouts.startup_timeout:g}s: "
+                "is the mpi-operator running and watching this namespace?",
+                warnings,
+            )
+        return Verdict(None, state.describe(), warnings)
+    failed_worker = _failed_before_launch(pods)
+    if failed_worker:
+        return Verdict(WORKER_FAILED, failed_worker, warnings)
+    stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]
+    if stuck:
+        scheduling = [w for w in warnings if "FailedScheduling" in w or "Failed" in w or "BackOff" in w]
+        return Verdict("unschedulable", "; ".join(stuck + scheduling), warnings)
+    return Verdict(None, state.describe(), warnings)

@@ -1,0 +1,164 @@
+"""Turn Kubernetes API objects (sync or asyncio client models) into the model's plain summaries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
+from airflow_mpi.wait.progress import EventSummary, PodSummary
+
+ROLE_LABELS = ("training.kubeflow.org/job-role", "training.kubeflow.org/replica-type")
+
+
+def _role(labels: dict[str, str]) -> str:
+    for key in ROLE_LABELS:
+        value = (labels.get(key) or "").lower()
+        if value in ("launcher", "master"):
+            return "launcher"
+        if value == "worker":
+            return "worker"
+    return "worker"
+
+
+def pod_role(pod: Any) -> str:
+    """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
+    return _role(pod.metadata.labels or {})
+
+
+def _main_status(pod: Any, container: str | None) -> Any:
+    statuses = list(getattr(pod.status, "container_statuses", None) or [])
+    if container:
+        statuses = [s for s in statuses if s.name == container] or statuses
+    return statuses[0] if statuses else None
+
+
+def _memory_limit(spec: Any, name: str | None) -> str | None:
+    for container in getattr(spec, "containers", None) or []:
+        if container.name == name:
+            limits = getattr(getattr(container, "resources", None), "limits", None) or {}
+            return str(limits["memory"]) if limits.get("memory") is not None else None
+    return None
+
+
+def _ended(main: Any) -> dict[str, Any]:
+    """The fields of how the main container ended: its current state's and its previous instance's."""
+    fields: dict[str, Any] = {}
+    terminated = getattr(getattr(main, "state", None), "terminated", None)
+    if terminated is not None:
+        fields.update(terminated_reason=getattr(terminated, "reason", None), signal=getattr(terminated, "signal", None),
+                      termination_message=clip(getattr(terminated, "message", None)))
+    last = getattr(getattr(main, "last_state", None), "terminated", None)
+    if last is not None:
+        fields.update(last_terminated_reason=getattr(last, "reason", None), last_exit_code=getattr(last, "exit_code", None))
+    return fields
+
+
+def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
+    """Summarise a V1Pod; ``container`` names the MPI container (default: the first one)."""
+    metadata, status, spec = pod.metadata, pod.status, pod.spec
+    containers = list(getattr(spec, "containers", None) or [])
+    name = container or (containers[0].name if containers else None)
+    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in (getattr(status, "conditions", None) or []))
+    main = _main_status(pod, name)
+    state = waiting_reason = waiting_message = None
+    exit_code = None
+    if main is not None and main.state is not None:
+        if main.state.running is not None:
+            state = "running"
+        elif main.state.terminated is not None:
+            state, exit_code = "terminated", main.state.terminated.exit_code
+        elif main.state.waiting is not None:
+            state = "waiting"
+            waiting_reason, waiting_message = main.state.waiting.reason, main.state.waiting.message
+    deletion = getattr(metadata, "deletion_timestamp", None)
+    grace = getattr(spec, "termination_grace_period_seconds", None)
+    return PodSummary(
+        name=metadata.name,
+        role=_role(metadata.labels or {}),
+        created=metadata.creation_timestamp,
+        phase=getattr(status, "phase", None),
+        scheduled=scheduled,
+        container=name,
+        restart_count=int(getattr(main, "restart_count", 0) or 0) if main is not None else 0,
+        state=state,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        exit_code=exit_code,
+        pod_reason=getattr(status, "reason", None),
+        pod_message=clip(getattr(status, "message", None)),
+        memory_limit=_memory_limit(spec, name),
+        deleting=deletion is not None,
+        deletion_deadline=deletion,
+        grace_period=float(grace) if grace is not None else None,
+        **_ended(main),
+    )
+
+
+#: the metadata the hub's readers use, of pods and MPIJobs alike (what the hub files and matches them by, orderings)
+_META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+_CONTAINER_STATUS = ("name", "image", "imageID", "ready", "restartCount", "started")
+
+
+def _clipped_state(state: dict | None) -> dict | None:
+    """A container state with its message (a termination message may be 4 KiB) cut as pod_summary cuts it."""
+    if not state:
+        return state
+    return {kind: ({**detail, "message": clip(detail["message"], MAX_TEXT)}
+                   if isinstance(detail, dict) and detail.get("message") else detail)
+            for kind, detail in state.items()}
+
+
+def _slim_container_status(status: dict) -> dict:
+    slim = {key: status[key] for key in _CONTAINER_STATUS if key in status}
+    for key in ("state", "lastState"):
+        if key in status:
+            slim[key] = _clipped_state(status[key])
+    return slim
+
+
+def _slim_container(container: dict) -> dict:
+    """Its name, and its memory limit (an OOMKilled cause names it)."""
+    memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    return {"name": container.get("name"), **({"resources": {"limits": {"memory": memory}}} if memory else {})}
+
+
+def slim_pod(pod: dict) -> dict:
+    """A pod (API dict) cut to what :func:`pod_summary`, :func:`pod_role` and the hooks' orderings read, keeping
+    the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of their size (volumes, env,
+    probes, managedFields and annotations go). What a failure's cause needs stays, bounded: how containers ended
+    (termination messages cut), the pod's reason and message (an eviction), memory limits, the grace period."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    slim_spec: dict[str, Any] = {"containers": [_slim_container(c) for c in spec.get("containers") or []]}
+    for key in ("nodeName", "terminationGracePeriodSeconds"):
+        if spec.get(key) is not None:
+            slim_spec[key] = spec[key]
+    slim_status: dict[str, Any] = {
+        "phase": status.get("phase"),
+        "conditions": [{"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or []],
+        "containerStatuses": [_slim_container_status(s) for s in status.get("containerStatuses") or []],
+    }
+    for key in ("reason", "message"):
+        if status.get(key):
+            slim_status[key] = clip(status[key], MAX_TEXT)
+    return {"metadata": {key: meta[key] for key in _META if key in meta}, "spec": slim_spec, "status": slim_status}
+
+
+def slim_mpijob(job: dict) -> dict:
+    """An MPIJob (API dict) cut to what a wait reads of it (:func:`~airflow_mpi.jobspec.status.job_state`: metadata
+    and status): its spec (pod templates with their commands, env and volumes) and annotations (kubectl's
+    last-applied copy of the whole manifest) go, a large part of each of the thousand jobs a triggerer may keep."""
+    meta = job.get("metadata") or {}
+    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
+            "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}
+
+
+def event_summary(event: dict) -> EventSummary:
+    """Summarise an event as the hooks return it (an API dict)."""
+    involved = event.get("involvedObject") or {}
+    return EventSummary(
+        type=event.get("type") or "",
+        reason=event.get("reason") or "",
+        message=event.get("message") or "",
+        object_name=involved.get("name") or "",
+        count=int(event.get("count") or 1),
+    )

@@ -1,0 +1,410 @@
+"""One shared watch of MPIJobs and one of their pods per (connection, namespace) and event loop.
+
+A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost
+connections and API requests in proportion (issue 11). The hub is an informer: it lists each kind
+once, then watches from the list's resourceVersion with bookmarks (so a renewal resumes where the
+last one ended, without a re-list), re-lists once for everybody after 410 Gone, and resumes after a
+dropped connection. Every wait subscribes to its own job name and awaits changes of that job or of
+its pods; nobody polls. The hub closes its watches when the last subscriber leaves. The synchronous
+operator and sensor run the same monitor in ``asyncio.run``: a hub of one.
+
+MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create; the kind
+is the filter), pods by the existence of the operators' job-name label: the pods of any MPIJob (v2beta1
+and v1 from training-operator 1.5), not every pod of the namespace. Events only by field selector:
+the ValidationError events of MPIJobs, the one event that ends a wait before the job is Created
+(1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity may
+not watch events (RBAC of an older release), that watch stops and the waits list events themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_mpi.hooks import api_errors
+from airflow_mpi.hooks.api_errors import describe_error, is_transient, unsynced_after_outage
+from airflow_mpi.hooks.errors import WatchExpired
+from airflow_mpi.hooks.k8s_requests import (
+    EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS, sort_newest_first, sort_workers,
+)
+from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
+from airflow_mpi.wait.summaries import pod_role
+from airflow_mpi.wait.progress import VALIDATION_ERROR
+
+log = logging.getLogger(__name__)
+
+KINDS = (MPIJOBS, PODS, EVENTS)
+POD_SELECTOR = JOB_NAME_LABEL  # label exists
+EVENT_SELECTOR = f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"
+SELECTORS: dict[str, dict[str, str]] = {
+    PODS: {"label_selector": POD_SELECTOR},
+    EVENTS: {"field_selector": EVENT_SELECTOR},
+}
+WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
+
+
+def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
+    """name, uid, labels of a dict (MPIJob) or a client model (pod)."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") or {}
+        return meta.get("name"), meta.get("uid"), meta.get("labels") or {}
+    meta = obj.metadata
+    return meta.name, getattr(meta, "uid", None), meta.labels or {}
+
+
+def _involved(event: dict) -> dict:
+    return event.get("involvedObject") or {}
+
+
+def _slim(obj: Any) -> Any:
+    """The object without its managedFields: nothing here reads them, and they are a large part of every pod
+    and MPIJob the hub keeps (one of each per wait, hundreds per triggerer)."""
+    if isinstance(obj, dict):
+        (obj.get("metadata") or {}).pop("managedFields", None)
+    elif getattr(obj, "metadata", None) is not None:
+        obj.metadata.managed_fields = None
+    return obj
+
+
+class Subscription:
+    """One wait's view of the hub: its job, its pods, and a change counter to await."""
+
+    def __init__(self, hub: WatchHub, name: str) -> None:
+        self.hub = hub
+        self.name = name
+        self.version = 0
+        self.deleted_uids: set[str] = set()
+        # pods of the job deleted while subscribed, as last seen: a failed try's cause may show only in a worker's
+        # last status before the mpi-operator's clean-up removed it (wait/failure_causes.py)
+        self.gone_pods: dict[str, Any] = {}
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self.version += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        """Return the change counter once it differs from ``seen`` (or after ``timeout`` seconds).
+
+        :raises: the hub's error once it gave up watching (not transient, or an outage too long).
+        """
+        if self.hub.error is not None:
+            raise self.hub.error
+        if self.version == seen:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+        if self.hub.error is not None:
+            raise self.hub.error
+        return self.version
+
+    def job(self, uid: str | None = None) -> dict | None:
+        """The cached MPIJob (only the incarnation ``uid`` when given)."""
+        obj = self.hub.jobs.get(self.name)
+        if obj is not None and uid and _meta(obj)[1] != uid:
+            return None
+        return obj
+
+    def pods(self) -> list[Any]:
+        return [self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods]
+
+    def launcher_pods(self) -> list[Any]:
+        """Launcher pods, newest first (as the hooks return them)."""
+        return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
+
+    def worker_pods(self, *, with_gone: bool = False) -> list[Any]:
+        """Worker pods by index; ``with_gone``: also the ones deleted while subscribed (their last state)."""
+        live = self.pods()
+        names = {p.metadata.name for p in live}
+        gone = [p for name, p in self.gone_pods.items() if name not in names] if with_gone else []
+        return sort_workers(p for p in live + gone if pod_role(p) == "worker")
+
+    def validation_events(self, uid: str | None = None) -> list[dict] | None:
+        """The job's ValidationError events (of the incarnation ``uid`` when given), oldest first; None when the
+        hub does not watch events (the caller lists them)."""
+        if not self.hub.watches_events:
+            return None
+        events = self.hub.invalid_events.get(self.name, {}).values()
+        return sorted((e for e in events if not uid or _involved(e).get("uid") in (None, uid)),
+                      key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+class WatchHub:
+    """The informer of one (connection, namespace): caches, the two watch loops, the subscribers."""
+
+    def __init__(self, hook: Any, namespace: str) -> None:
+        self.hook = hook
+        self.requests = requests_of(hook)
+        self.namespace = namespace
+        self.jobs: dict[str, dict] = {}
+        self.pods: dict[str, Any] = {}
+        self.pods_by_job: dict[str, set[str]] = {}
+        self.invalid_events: dict[str, dict[str, dict]] = {}  # job name -> event name -> ValidationError event
+        self.watches_events = True  # False once the identity was refused a watch of events
+        self.subscribers: dict[str, set[Subscription]] = {}
+        self.error: BaseException | None = None
+        self.stats: Counter = Counter()  # lists, watches, relists (410), bookmarks, events per kind
+        self.synced = {kind: asyncio.Event() for kind in KINDS}
+        self.resource_versions: dict[str, str | None] = dict.fromkeys(KINDS)
+        self._ready = asyncio.Event()
+        self._tick = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._entered = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if hasattr(self.hook, "__aenter__"):  # keep the hook's API client (one session) while the hub lives
+            await self.hook.__aenter__()
+            self._entered = True
+        self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in KINDS]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._entered:
+            await self.hook.__aexit__(None, None, None)
+
+    async def ready(self) -> None:
+        """Every kind listed once (or the hub failed: raised)."""
+        await self._ready.wait()
+        if self.error is not None:
+            raise self.error
+
+    def _check_ready(self) -> None:
+        if self.error is not None or all(e.is_set() for e in self.synced.values()):
+            self._ready.set()
+
+    def _bump(self, key: str) -> None:
+        self.stats[key] += 1
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    async def until(self, predicate: Callable[[WatchHub], bool]) -> None:
+        """Until ``predicate(hub)`` holds: checked again after every list, watch, event and bookmark (tests,
+        benchmarks)."""
+        while not predicate(self):
+            if self.error is not None:
+                raise self.error
+            await self._tick.wait()
+
+    def subscribe(self, name: str) -> Subscription:
+        sub = Subscription(self, name)
+        self.subscribers.setdefault(name, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> int:
+        """Remove ``sub``; returns how many subscribers are left."""
+        subs = self.subscribers.get(sub.name, set())
+        subs.discard(sub)
+        if not subs:
+            self.subscribers.pop(sub.name, None)
+        return sum(len(s) for s in self.subscribers.values())
+
+    # ------------------------------------------------------------------ cache
+    def _notify(self, job_name: str | None) -> None:
+        for sub in list(self.subscribers.get(job_name or "", ())):
+            sub.notify()
+
+    def _job_of_pod(self, pod: Any) -> str | None:
+        return _meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
+
+    def _apply(self, kind: str, event_type: str, obj: Any) -> None:
+        obj = _slim(obj)
+        name, uid, _ = _meta(obj)
+        if kind == EVENTS:
+            job = _involved(obj).get("name") or ""
+            if event_type == "DELETED":
+                self.invalid_events.get(job, {}).pop(name, None)
+            else:
+                self.invalid_events.setdefault(job, {})[name] = obj
+            self._notify(job)
+            return
+        if kind == MPIJOBS:
+            if event_type == "DELETED":
+                if self.jobs.get(name) is not None and _meta(self.jobs[name])[1] == uid:
+                    self.jobs.pop(name, None)
+                for sub in self.subscribers.get(name or "", ()):
+                    sub.deleted_uids.add(uid or "")
+            else:
+                self.jobs[name] = obj
+            self._notify(name)
+            return
+        job = self._job_of_pod(obj) or self._job_of_pod(self.pods.get(name))
+        if event_type == "DELETED":
+            self._gone(job, name, obj)
+            self.pods.pop(name, None)
+            self.pods_by_job.get(job or "", set()).discard(name)
+        else:
+            self.pods[name] = obj
+            if job:
+                self.pods_by_job.setdefault(job, set()).add(name)
+        self._notify(job)
+
+    def _replace(self, kind: str, items: list) -> None:
+        """A (re-)list: the new cache; the waits whose objects changed or vanished are told."""
+        items = [_slim(o) for o in items]
+        if kind == MPIJOBS:
+            old = self.jobs
+            self.jobs = {_meta(o)[0]: o for o in items}
+            for name, obj in old.items():
+                if name not in self.jobs:
+                    for sub in self.subscribers.get(name, ()):
+                        sub.deleted_uids.add(_meta(obj)[1] or "")
+            touched = set(old) | set(self.jobs)
+        elif kind == EVENTS:
+            touched = set(self.invalid_events)
+            self.invalid_events = {}
+            for event in items:
+                self.invalid_events.setdefault(_involved(event).get("name") or "", {})[_meta(event)[0]] = event
+            touched |= set(self.invalid_events)
+        else:
+            touched = set(self.pods_by_job)
+            fresh = {_meta(p)[0] for p in items}
+            for name, pod in self.pods.items():
+                if name not in fresh:
+                    self._gone(self._job_of_pod(pod), name, pod)
+            self.pods = {_meta(p)[0]: p for p in items}
+            self.pods_by_job = {}
+            for name, pod in self.pods.items():
+                if job := self._job_of_pod(pod):
+                    self.pods_by_job.setdefault(job, set()).add(name)
+            touched |= set(self.pods_by_job)
+        for name in touched & set(self.subscribers):
+            self._notify(name)
+
+    def _gone(self, job: str | None, name: str | None, pod: Any) -> None:
+        """Keep a deleted pod's last state for the waits on its job (dropped with their subscriptions)."""
+        if pod is None or not name:
+            return
+        for sub in self.subscribers.get(job or "", ()):
+            sub.gone_pods[name] = pod
+
+    def _stop_watching_events(self, err: BaseException) -> None:
+        """The identity may list but not watch events (a role from before the hub watched them): the waits list
+        their jobs' events themselves, as before."""
+        log.warning("may not watch events in %s (%s): each wait lists its job's events instead; grant `watch` on "
+                    "events (deploy/rbac.yaml) to spare the API server", self.namespace, describe_error(err))
+        self.watches_events = False
+        self.invalid_events = {}
+        self._bump("events_refused")
+        self.synced[EVENTS].set()
+        self._check_ready()
+        for name in list(self.subscribers):
+            self._notify(name)
+
+    def _fail(self, err: BaseException) -> None:
+        self.error = err
+        self._ready.set()
+        self._tick.set()
+        for subs in list(self.subscribers.values()):
+            for sub in list(subs):
+                sub.notify()
+
+    # ------------------------------------------------------------------ list + watch
+    async def _run(self, kind: str) -> None:
+        selector = SELECTORS.get(kind, {})
+        outage_started: datetime | None = None
+        delay = api_errors.OUTAGE_RETRY_DELAY
+        while True:
+            try:
+                if self.resource_versions[kind] is None:
+                    items, rv = await self.requests.list_objects(kind, self.namespace, **selector)
+                    self._bump(f"{kind}_lists")
+                    self._replace(kind, items)
+                    self.resource_versions[kind] = rv
+                    self.synced[kind].set()
+                    self._check_ready()
+                self._bump(f"{kind}_watches")
+                async for event_type, obj, rv in self.requests.watch_objects(
+                    kind, self.namespace, **selector,
+                    resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
+                ):
+                    self.resource_versions[kind] = rv or self.resource_versions[kind]
+                    outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
+                    if event_type in ("OPEN", "BOOKMARK"):  # the watch is open; a bookmark: the version to resume from
+                        self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
+                        continue
+                    self._bump(f"{kind}_events")
+                    self._apply(kind, event_type, obj)
+                outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
+            except WatchExpired:
+                log.info("watch of %s in %s expired (410 Gone): listing again", kind, self.namespace)
+                self._bump(f"{kind}_relists")
+                self.resource_versions[kind] = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # API unreachable, restarting, 5xx: resume from the last version
+                if kind == EVENTS and outage_started is None and getattr(err, "status", None) == 403:
+                    self._stop_watching_events(err)
+                    return
+                if not (is_transient(err) or unsynced_after_outage(err, in_outage=outage_started is not None)):
+                    self._fail(err)
+                    return
+                now = datetime.now(timezone.utc)
+                if outage_started is None:
+                    outage_started = now
+                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, describe_error(err))
+                elif (now - outage_started).total_seconds() > api_errors.API_OUTAGE_LIMIT:
+                    self._fail(err)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, api_errors.MAX_OUTAGE_RETRY_DELAY)
+
+
+# ---------------------------------------------------------------------- the hubs of this process
+_HUBS: dict[tuple, WatchHub] = {}
+
+
+def requests_of(hook: Any) -> Any:
+    """The hub's list/watch requests: a hook's own (``list_objects``/``watch_objects``, the test doubles), else
+    wait/namespace_watch.py on the async hook."""
+    if hasattr(hook, "list_objects"):
+        return hook
+    from airflow_mpi.wait.namespace_watch import NamespaceRequests
+
+    return NamespaceRequests(hook)
+
+
+def hub_key(hook: Any) -> Any:
+    """Hooks reaching the same cluster as the same identity share a hub (``watch_identity``)."""
+    identity: Callable[[], Any] | None = getattr(requests_of(hook), "watch_identity", None)
+    return identity() if identity is not None else id(hook)
+
+
+def hubs() -> list[WatchHub]:
+    """The hubs of the running event loop (benchmarks, tests)."""
+    return of_running_loop(_HUBS)
+
+
+@contextlib.asynccontextmanager
+async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
+    """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed;
+    the hub stops once its last subscriber left."""
+    key = live_key(_HUBS, hub_key(hook), namespace)  # a hub serves the waits of one event loop only
+    hub = _HUBS.get(key)
+    if hub is None or hub.error is not None:
+        hub = _HUBS[key] = WatchHub(hook, namespace)
+        try:
+            await hub.start()
+        except BaseException as err:  # e.g. no client configuration: every waiter of this hub gets the error
+            hub._fail(err)
+            if _HUBS.get(key) is hub:
+                del _HUBS[key]
+            raise
+    sub = hub.subscribe(name)
+    try:
+        await hub.ready()
+        yield sub
+    finally:
+        if hub.unsubscribe(sub) == 0:
+            if _HUBS.get(key) is hub:
+                del _HUBS[key]
+            await hub.close()

@@ -1,0 +1,203 @@
+"""Defaults that make a first run work with an image of the mpi-operator's conventions, and names that never collide.
+
+What a parameters-only job gets (the mpiuser convention of upstream's build/base image and v2beta1 pi examples),
+what a base manifest keeps (its silence means the controller's own root convention), and that every default yields
+to a parameter or to the base manifest.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from airflow_mpi.jobspec import (
+    API_V1,
+    DEFAULT,
+    PARAMETER,
+    Defaults,
+    MPIJobSpec,
+    MPIJobValidationError,
+    Mpirun,
+    ReplicaSpec,
+    TaskIdentity,
+    resolve,
+)
+from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
+from airflow_mpi.jobspec.precedence import STARTUP_PROBE
+from airflow_mpi.jobspec.spec import MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK
+
+IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
+
+
+def resolved(base_manifest=None, **kwargs):
+    kwargs.setdefault("name", None)
+    kwargs.setdefault("identity", IDENTITY)
+    if base_manifest is None:
+        kwargs.setdefault("launcher", ReplicaSpec(image="img"))
+        kwargs.setdefault("worker", ReplicaSpec(image="img", replicas=2))
+    return resolve(MPIJobSpec(base_manifest=base_manifest, defaults=Defaults(retries=0), launch=Mpirun(["/pi"]),
+                              **kwargs))
+
+
+def main(result, role: str) -> dict:
+    return result.manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+
+
+def root_base() -> dict:
+    """A base manifest written for the controller's defaults (root sshd, /root/.ssh), as upstream's Horovod ones."""
+    container = {"name": "mpi", "image": "horovod:1"}
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "tf"},
+        "spec": {"mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [dict(container)]}}},
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": [dict(container)]}}},
+        }},
+    }
+
+
+def test_a_parameters_only_job_follows_the_mpiuser_convention_and_waits_for_its_workers_sshd():
+    result = resolved()
+    spec = result.manifest["spec"]
+    assert spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    worker, launcher = main(result, "Worker"), main(result, "Launcher")
+    assert worker["command"] == list(MPIUSER_SSHD_COMMAND)
+    assert worker["startupProbe"] == STARTUP_PROBE and "readinessProbe" not in worker
+    assert worker["securityContext"] == {"runAsUser": 1000} == launcher["securityContext"]
+    defaulted = {k for k, s in result.settings.items() if s.source == DEFAULT}
+    assert {"ssh_auth_mount_path", "launcher_creation_policy", "worker.startup_probe", "worker.command",
+            "launcher.run_as_user", "worker.run_as_user"} <= defaulted
+
+
+def test_each_default_yields_to_the_parameter_that_sets_it():
+    root = resolved(ssh_auth_mount_path="/root/.ssh")
+    assert "command" not in main(root, "Worker") and "securityContext" not in main(root, "Worker")
+    assert "securityContext" not in main(root, "Launcher")  # root convention: the controller's sshd -De
+    assert main(root, "Worker")["startupProbe"] == STARTUP_PROBE  # still waits for sshd, on any port
+    at_startup = resolved(launcher_creation_policy="AtStartup")
+    assert at_startup.manifest["spec"]["launcherCreationPolicy"] == "AtStartup"
+    assert "startupProbe" not in main(at_startup, "Worker")
+    assert at_startup.settings["launcher_creation_policy"].source == PARAMETER
+    probe = {"tcpSocket": {"port": 2222}}
+    probed = resolved(worker=ReplicaSpec(image="img", replicas=2, readiness_probe=probe,
+                                         security_context={"runAsUser": 0, "privileged": False}))
+    assert main(probed, "Worker")["readinessProbe"] == probe and "startupProbe" not in main(probed, "Worker")
+    assert main(probed, "Worker")["securityContext"] == {"runAsUser": 0, "privileged": False}
+    assert main(probed, "Launcher")["securityContext"] == {"runAsUser": 1000}
+    pod_uid = resolved(launcher=ReplicaSpec(image="img", pod_security_context={"runAsUser": 2000}))
+    assert "securityContext" not in main(pod_uid, "Launcher")
+    own = resolved(worker=ReplicaSpec(image="img", replicas=2, args=["/usr/sbin/sshd", "-D"]))
+    assert "command" not in main(own, "Worker") and main(own, "Worker")["args"] == ["/usr/sbin/sshd", "-D"]
+
+
+def test_a_base_manifests_silence_keeps_the_controllers_root_convention():
+    result = resolved(root_base())
+    spec = result.manifest["spec"]
+    assert "sshAuthMountPath" not in spec  # the controller's /root/.ssh
+    worker, launcher = main(result, "Worker"), main(result, "Launcher")
+    assert "command" not in worker  # the controller's /usr/sbin/sshd -De
+    assert "securityContext" not in worker and "securityContext" not in launcher
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady" and worker["startupProbe"] == STARTUP_PROBE
+    mpiuser = resolved(root_base(), ssh_auth_mount_path="/home/mpiuser/.ssh")  # the convention asked for
+    assert main(mpiuser, "Worker")["command"] == list(MPIUSER_SSHD_COMMAND)
+    assert main(mpiuser, "Launcher")["securityContext"] == {"runAsUser": 1000}
+
+
+def test_a_base_manifest_that_sets_a_field_keeps_it():
+    base = root_base()
+    base["spec"]["launcherCreationPolicy"] = "AtStartup"
+    base["spec"]["sshAuthMountPath"] = "/home/mpiuser/.ssh"
+    pod = base["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod["securityContext"] = {"runAsUser": 1001}
+    pod["containers"][0]["command"] = ["/usr/local/bin/start-sshd"]
+    result = resolved(base)
+    worker = main(result, "Worker")
+    assert result.manifest["spec"]["launcherCreationPolicy"] == "AtStartup" and "startupProbe" not in worker
+    assert worker["command"] == ["/usr/local/bin/start-sshd"] and "securityContext" not in worker
+    assert main(result, "Launcher")["securityContext"] == {"runAsUser": 1000}  # the base is silent there
+
+
+def test_v1_gets_none_of_the_v2beta1_defaults():
+    v1 = {"apiVersion": API_V1, "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2}}}}
+    result = resolved(v1, api_version=API_V1, launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(image="i"))
+    assert {"sshAuthMountPath", "launcherCreationPolicy"}.isdisjoint(result.manifest["spec"])
+    assert {"command", "startupProbe", "securityContext"}.isdisjoint(main(result, "Worker"))
+
+
+def test_a_given_name_is_a_prefix_unique_per_task_instance_of_each_deployment():
+    first = resolved(name="pi").manifest["metadata"]["name"]
+    assert first.startswith("pi-") and first == resolved(name="pi").manifest["metadata"]["name"]  # a retry's
+    other_run = TaskIdentity("dag", "task", "manual__2", -1, 1, deployment="dep-a")
+    other_deployment = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-b")
+    names = {first, *(resolved(name="pi", identity=i).manifest["metadata"]["name"]
+                      for i in (other_run, other_deployment))}
+    assert len(names) == 3
+    assert resolved(name="pi", unique_name_suffix=False).manifest["metadata"]["name"] == "pi"
+
+
+def test_a_long_prefix_is_cut_so_every_pod_name_fits():
+    prefix = "a" + "b" * 60
+    name = resolved(name=prefix, worker=ReplicaSpec(image="i", replicas=1000)).manifest["metadata"]["name"]
+    assert len(f"{name}-worker-999") <= MAX_NAME_LENGTH and name.startswith("abbb")
+
+
+@pytest.mark.parametrize(("params", "field", "value"), [
+    ({"name": "My_Job"}, "name", "My_Job"),
+    ({"name": "pi", "unique_name_suffix": "yes"}, "unique_name_suffix", "yes"),
+    ({"launcher": ReplicaSpec(image=" mpi:1")}, "launcher.image", " mpi:1"),
+    ({"worker": ReplicaSpec(image="mpi :1", replicas=1)}, "worker.image", "mpi :1"),
+    ({"worker": ReplicaSpec(image="mpi:1\n", replicas=1)}, "worker.image", "mpi:1\n"),
+])
+def test_bad_names_and_images_are_refused_naming_the_field(params, field, value):
+    with pytest.raises(MPIJobValidationError) as info:
+        resolved(**params)
+    assert (field, value) in {(e.field, e.value) for e in info.value.errors}
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+@pytest.mark.parametrize("family", ["", "AF_INET", "AF_INET6"])
+def test_the_startup_check_passes_once_a_tcp_socket_listens_in_the_pod(family):
+    """The probe's shell runs in an empty network namespace (as a pod's before sshd starts), then beside a listener."""
+    listen = (f"import socket, subprocess, sys; s = socket.socket(socket.{family}); s.bind(('', 2222)); s.listen(); "
+              "sys.exit(subprocess.call(sys.argv[1:]))") if family else "import subprocess, sys; " \
+        "sys.exit(subprocess.call(sys.argv[1:]))"
+    probe = subprocess.run(["unshare", "-rn", sys.executable, "-c", listen, *SSHD_LISTENING_CHECK], timeout=30)
+    if probe.returncode not in (0, 1):
+        pytest.fail(f"probe exited {probe.returncode}")
+    assert probe.returncode == (0 if family else 1)
+
+
+def launcher_pod(result) -> dict:
+    return result.manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("implementation", ["MPICH", "Intel"])
+def test_an_mpich_or_intel_launcher_finds_its_own_short_name_as_the_workers_do(implementation):
+    """Upstream's MPICH/Intel entrypoint waits for `nslookup $HOSTNAME`: without the job's search domain (which the
+    mpi-operator gives the workers only) it gave up after about 100 s in every job."""
+    result = resolved(mpi_implementation=implementation, namespace="team-a")
+    name = result.manifest["metadata"]["name"]
+    assert launcher_pod(result)["dnsConfig"] == {"searches": [f"{name}.team-a.svc.cluster.local"]}
+    assert result.settings["launcher.dns_searches"].source == DEFAULT
+    assert "dnsConfig" not in result.manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mpi_implementation": "OpenMPI", "namespace": "team-a"},  # Open MPI's daemons never call the launcher by name
+    {"mpi_implementation": "MPICH"},  # no namespace known (offline rendering): no guess
+])
+def test_no_launcher_search_domain_where_it_is_not_needed_or_not_known(kwargs):
+    assert "dnsConfig" not in launcher_pod(resolved(**kwargs))
+
+
+def test_a_dns_config_of_the_base_manifest_is_kept_as_it_is():
+    base = root_base()
+    dns = {"options": [{"name": "ndots", "value": "2"}]}
+    base["spec"]["mpiImplementation"] = "MPICH"
+    base["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["dnsConfig"] = dns
+    assert launcher_pod(resolved(base, namespace="team-a"))["dnsConfig"] == dns

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from airflow_mpi.jobspec.naming import (
+    TRY_NUMBER_LABEL,
+    identity_annotations,
+    identity_labels,
+    job_name,
+    reattach_selector,
+    same_task,
+    sanitize_label_value,
+)
+from airflow_mpi.jobspec.status import job_state
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+@pytest.mark.parametrize("workers", [1, 10, 1000, 100000])
+def test_job_name_is_dns1035_and_leaves_room_for_worker_pods(workers):
+    name = job_name("A_very.Long/DAG id" * 5, "9task", "manual__2026-11-22T10:00:00+00:00", 3, max_workers=workers)
+    assert DNS1035.match(name), name
+    assert len(f"{name}-worker-{workers - 1}") <= 63
+    assert len(f"{name}-launcher") <= 63
+
+
+def test_job_name_is_deterministic_and_unique_per_task_instance():
+    a = job_name("dag", "task", "run1", -1)
+    assert a == job_name("dag", "task", "run1", -1)
+    assert len({a, job_name("dag", "task", "run2", -1), job_name("dag", "task", "run1", 0)}) == 3
+
+
+def test_job_name_starting_with_digit_gets_a_letter():
+    assert DNS1035.match(job_name("123", "456", "r"))
+
+
+@pytest.mark.parametrize("value", ["manual__2026-11-22T10:00:00+00:00", "x" * 80, "-lead", "ok.value_1", "::"])
+def test_label_values_are_safe_and_distinct(value):
+    safe = sanitize_label_value(value)
+    assert LABEL_VALUE.match(safe) and len(safe) <= 63
+    if LABEL_VALUE.match(value) and len(value) <= 63:
+        assert safe == value
+    else:
+        assert safe != value
+
+
+def test_sanitised_values_keep_distinct_inputs_distinct():
+    assert sanitize_label_value("run:1") != sanitize_label_value("run+1")
+
+
+def test_identity_labels_and_same_task_ignore_try_number():
+    first = identity_labels("d", "t", "manual__2026-11-22T10:00:00+00:00", -1, 1)
+    second = identity_labels("d", "t", "manual__2026-11-22T10:00:00+00:00", -1, 2)
+    assert first[TRY_NUMBER_LABEL] == "1" and second[TRY_NUMBER_LABEL] == "2"
+    assert same_task(first, second)
+    assert not same_task(first, identity_labels("d", "t", "other", -1, 1))
+    assert not same_task({}, {})
+    assert "try-number" not in reattach_selector(first)
+    assert reattach_selector(first) == reattach_selector(second)
+    assert identity_annotations("d", "t", "r:1", 2, 1)["airflow-mpi.io/run-id"] == "r:1"
+
+
+def _cond(t, status="True", reason=None, ts="2026-11-22T10:00:00Z"):
+    return {"type": t, "status": status, "reason": reason, "lastTransitionTime": ts}
+
+
+def test_job_state_picks_terminal_condition():
+    obj = {
+        "metadata": {"name": "j", "namespace": "ns", "resourceVersion": "7"},
+        "status": {
+            "conditions": [
+                _cond("Created", reason="MPIJobCreated"),
+                _cond("Running", status="False", ts="2026-11-22T10:00:05Z"),
+                _cond("Failed", reason="BackoffLimitExceeded", ts="2026-11-22T10:00:06Z"),
+            ],
+            "startTime": "2026-11-22T10:00:00Z",
+        },
+    }
+    state = job_state(obj)
+    assert (state.condition, state.reason, state.terminal, state.succeeded, state.created) == (
+        "Failed", "BackoffLimitExceeded", True, False, True)
+    assert state.resource_version == "7" and state.start_time == "2026-11-22T10:00:00Z"
+
+
+def test_job_state_without_conditions_is_pending():
+    state = job_state({"metadata": {"name": "j"}})
+    assert state.condition is None and not state.created and not state.terminal
+    assert state.describe() == "Pending"
+
+
+def test_job_state_newest_true_condition_wins():
+    obj = {"status": {"conditions": [_cond("Created"), _cond("Running", ts="2026-11-22T10:01:00Z")]}}
+    assert job_state(obj).condition == "Running"
+
+
+def test_unmapped_map_index_is_a_valid_label_value():
+    labels = identity_labels("d", "t", "r", -1, 1)
+    assert labels["airflow-mpi.io/map-index"] == "none"
+    assert all(LABEL_VALUE.match(v) for v in labels.values())

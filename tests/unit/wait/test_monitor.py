@@ -1,0 +1,555 @@
+from __future__ import annotations
+
+import contextlib
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_mpi.hooks import api_errors
+from airflow_mpi.wait import watch_hub
+from airflow_mpi.hooks.errors import WatchExpired
+from airflow_mpi.wait.monitor import JobMonitor
+from airflow_mpi.wait.summaries import pod_summary as summary
+from airflow_mpi.wait.progress import Timeouts, assess
+from airflow_mpi.jobspec.status import job_state
+from tests.unit.fakes import FakeAsyncHook, job, pod
+
+NOW = datetime.now(timezone.utc)
+FAILED_WORKER = pod("job-worker-1", role="worker", phase="Failed", state="terminated", exit_code=1, reason="Error",
+                    container="worker")
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    """The monitor's clock stays at NOW: verdicts that depend on elapsed time (a pod Pending past its schedule
+    timeout) must not change with how long the suite ran before this module (a full CI run took minutes)."""
+    from airflow_mpi.wait import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: NOW)
+
+
+def monitor(hook, lines, **kw):
+    kw.setdefault("submitted_at", NOW)
+    kw.setdefault("poll_interval", 0.01)
+    return JobMonitor(hook, "job", "ns", emit=lines.append, **kw)
+
+
+async def test_success_streams_each_line_once_across_a_cut_stream():
+    running = job("job", "ns", ("Created", "MPIJobCreated"), ("Running", "MPIJobRunning"), rv="2")
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"), rv="3")
+    hook = FakeAsyncHook(
+        job_obj=running,
+        watch_script=[[("MODIFIED", done)]],
+        launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
+        logs={("job-launcher-a", False): [
+            "2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two", "2026-11-22T10:00:02Z three"]},
+        log_failures={"job-launcher-a": 2},
+    )
+    lines: list[str] = []
+    result = await monitor(hook, lines).run()
+    assert result["status"] == "success"
+    assert lines[0] == "========== launcher attempt 1, pod job-launcher-a =========="
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three"]
+    assert result["launcher_pods"] == ["job-launcher-a"] and result["launcher_attempts"] == 1
+    assert hook.deleted == []
+
+
+class RotatingKubelet(FakeAsyncHook):
+    """A kubelet serves only the current log file: after the first read was cut, it rotated the file away."""
+
+    async def read_pod_log(self, pod, namespace, **kwargs):
+        if self.log_requests:  # a resumed read: "two" and "three" went with the rotated file
+            self.logs[(pod, False)] = self.logs[(pod, False)][3:]
+        async for line in super().read_pod_log(pod, namespace, **kwargs):
+            yield line
+
+
+async def test_lines_the_kubelet_rotated_away_before_a_resumed_read_are_said_missing_never_silently():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"), rv="3")
+    hook = RotatingKubelet(
+        job_obj=done,
+        launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
+        logs={("job-launcher-a", False): ["2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two",
+                                          "2026-11-22T10:00:02Z three", "2026-11-22T10:00:09Z four",
+                                          "2026-11-22T10:00:10Z five"]},
+        log_failures={"job-launcher-a": 2},
+    )
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    shown = [ln for ln in lines if not ln.startswith("=")]
+    assert shown[:2] == ["one", "two"] and shown[3:] == ["four", "five"]
+    assert shown[2] == (
+        "(launcher log job-launcher-a/launcher/0: the log server no longer serves the lines after "
+        "2026-11-22T10:00:01.200000000Z up to 2026-11-22T10:00:09.000000000Z, e.g. the kubelet rotated them away "
+        "(containerLogMaxSize) while this reader was not following; lines printed in between, if any, are not in "
+        "this log)")
+
+
+async def test_every_attempt_gets_a_header_in_order():
+    failed = job("job", "ns", ("Created", "x"), ("Failed", "BackoffLimitExceeded"))
+    hook = FakeAsyncHook(
+        job_obj=failed,
+        launchers=[
+            pod("job-launcher-2", created="2026-11-22T10:00:10", state="terminated", exit_code=3, phase="Failed"),
+            pod("job-launcher-1", created="2026-11-22T10:00:00", state="terminated", exit_code=1, phase="Failed"),
+        ],
+        logs={("job-launcher-1", False): ["2026-11-22T10:00:01Z first"],
+              ("job-launcher-2", False): ["2026-11-22T10:00:11Z second"]},
+    )
+    lines: list[str] = []
+    result = await monitor(hook, lines, max_attempts=2).run()
+    assert result["status"] == "failed" and result["reason"] == "BackoffLimitExceeded"
+    assert lines == [
+        "========== launcher attempt 1 of 2, pod job-launcher-1 ==========", "first",
+        "========== launcher attempt 2 of 2, pod job-launcher-2 ==========", "second",
+    ]
+    assert result["launcher_attempts"] == 2
+    assert result["launcher_exit_codes"] == [1, 3]  # oldest attempt first
+
+
+async def test_restarted_container_log_is_read_with_previous():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(
+        job_obj=done,
+        launchers=[pod("job-launcher-a", state="terminated", restart_count=1, phase="Succeeded")],
+        logs={("job-launcher-a", True): ["2026-11-22T10:00:01Z before restart"],
+              ("job-launcher-a", False): ["2026-11-22T10:00:05Z after restart"]},
+    )
+    lines: list[str] = []
+    await monitor(hook, lines).run()
+    assert [ln for ln in lines if not ln.startswith("=")] == ["before restart", "after restart"]
+    assert "container restart 1" in lines[2]
+
+
+async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    created = job("job", "ns", ("Created", "x"), rv="5")
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
+    hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
+                                                        [("MODIFIED", done)]])
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "success" and hook.watch_script == []
+    # after the 410 the hub lists again (the version may be compacted); after a cut it resumes without a list
+    assert hook.lists.count("mpijobs") == 2
+    assert hook.watch_versions[:3] == ["5", "5", "5"]
+
+
+@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+async def test_validation_error_event_fails_fast(events_watch_forbidden):
+    hook = FakeAsyncHook(job_obj=job("job", "ns"), events_watch_forbidden=events_watch_forbidden, events=[
+        {"type": "Warning", "reason": "ValidationError", "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
+         "involvedObject": {"name": "job"}}])
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "invalid" and "replicas: bad" in result["message"]
+
+
+async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
+    created = job("job", "ns", ("Created", "x"))
+    hook = FakeAsyncHook(
+        job_obj=created,
+        workers=[pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False,
+                     created="2020-01-01T00:00:00")],
+        events=[{"type": "Warning", "reason": "FailedScheduling", "message": "0/4 nodes are available: Insufficient nvidia.com/gpu",
+                 "involvedObject": {"name": "job-worker-0"}}],
+    )
+    result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 5)).run()
+    assert result["status"] == "unschedulable"
+    assert "Insufficient nvidia.com/gpu" in result["message"]
+
+
+async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its_log():
+    """WaitForWorkersReady: mpi-operator v0.8.2 neither replaces a failed worker nor fails the job; the launcher
+    would never come, the other workers would hold their GPUs forever."""
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x")),
+        workers=[pod("job-worker-0", role="worker", container="worker"), FAILED_WORKER],
+        logs={("job-worker-1", False): ["sshd: no hostkeys available -- exiting."]},
+    )
+    result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "worker_failed"
+    assert result["message"].startswith("worker pod job-worker-1 failed before the launcher started (Error, exit code 1)")
+    assert result["failure"]["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
+    assert result["failure"]["tails"][0]["lines"] == ["sshd: no hostkeys available -- exiting."]
+
+
+@pytest.mark.parametrize("pods", [
+    [FAILED_WORKER, pod("job-launcher-a")],  # the launcher runs: its mpirun fails, and the job with it
+    [pod("job-worker-1", role="worker", phase="Failed", pod_reason="Evicted")],  # the mpi-operator fails the job
+], ids=["launcher-started", "evicted"])
+def test_a_failed_worker_is_left_to_the_mpi_operator_once_it_acts_on_it(pods):
+    state = job_state(job("job", "ns", ("Created", "x")))
+    verdict = assess(state, [summary(p) for p in pods], [], now=NOW, submitted_at=NOW, timeouts=Timeouts())
+    assert verdict.outcome is None
+
+
+async def test_startup_timeout_without_created():
+    hook = FakeAsyncHook(job_obj=job("job", "ns"))
+    result = await monitor(hook, [], get_logs=False, submitted_at=NOW - timedelta(seconds=10),
+                           timeouts=Timeouts(5, 300)).run()
+    assert result["status"] == "startup_timeout"
+
+
+async def test_deadline_deletes_the_job_when_owned_only():
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"))
+    owned = FakeAsyncHook(job_obj=running)
+    result = await monitor(owned, [], get_logs=False, deadline=NOW - timedelta(seconds=1)).run()
+    assert result["status"] == "timeout" and owned.deleted == [("job", "ns")]
+    watched = FakeAsyncHook(job_obj=running)
+    await monitor(watched, [], get_logs=False, deadline=NOW - timedelta(seconds=1), owns_job=False).run()
+    assert watched.deleted == []
+
+
+async def test_deleted_job_ends_the_wait():
+    hook = FakeAsyncHook(job_obj=None)
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "deleted"
+
+
+async def test_a_job_replaced_under_its_name_is_not_followed_nor_deleted():
+    """Someone deleted the task's job and made another under the same name: not this task's job."""
+    other = job("job", "ns", ("Created", "x"), ("Running", "x"))
+    other["metadata"]["uid"] = "someone-elses"
+    hook = FakeAsyncHook(job_obj=other)
+    result = await monitor(hook, [], get_logs=False, uid="ours").run()
+    assert result["status"] == "deleted" and "replaced by another MPIJob" in result["message"]
+    assert result["uid"] == "ours" and hook.deleted == []
+
+
+async def test_target_condition_reached():
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")))
+    result = await monitor(hook, [], get_logs=False, target_condition="Running").run()
+    assert result["status"] == "target"
+
+
+async def test_drain_resumes_from_state_without_duplicates():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a", "2026-11-22T10:00:01Z b", "2026-11-22T10:00:02Z c"]}
+    hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    first: list[str] = []
+    m = monitor(hook, first)
+    # the trigger printed the first two lines, then handed over
+    log_pass = m.logs.cursor.new_pass("job-launcher-a/launcher/0")
+    for raw in logs[("job-launcher-a", False)][:2]:
+        log_pass.accept(raw)
+    m.logs.streams.append("job-launcher-a/launcher/0")
+    state = m.logs.to_dict()
+    hook.launchers = [pod("job-launcher-a", state="terminated")]
+    resumed: list[str] = []
+    await monitor(hook, resumed, log_state=state).drain_logs()
+    assert resumed == ["c"]
+
+
+@pytest.mark.parametrize("status", [403, 401, 400])
+async def test_client_errors_are_not_retried(status):
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    err = ApiException(status=status, reason="no")
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")), watch_script=[err])
+    with pytest.raises(ApiException):
+        await monitor(hook, [], get_logs=False).run()
+
+
+async def test_server_errors_are_retried():
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
+                         watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]])
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+
+
+@pytest.mark.parametrize("status", [403, 401])
+async def test_authorization_errors_while_an_api_server_comes_back_are_retried(monkeypatch, status):
+    """A restarted API server refuses non-admin identities until its RBAC/auth caches synced (least privilege)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
+                         watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
+                                       [("MODIFIED", done)]])
+    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+
+
+async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stopped():
+    """Some log servers keep a follow stream open after the container exited."""
+    import asyncio
+
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="3")
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+
+    class EndlessFollow(FakeAsyncHook):
+        async def read_pod_log(self, pod_name, namespace, *, follow=False, **kw):
+            async for line in super().read_pod_log(pod_name, namespace, follow=follow, **kw):
+                yield line
+            if follow:
+                self.launchers = [pod("job-launcher-a", state="terminated")]
+                self.job_obj = done
+                await asyncio.Event().wait()  # hangs like a stream that is never closed
+
+    hook = EndlessFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    lines: list[str] = []
+    result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
+    assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
+
+
+class KubeletFollow(FakeAsyncHook):
+    """A kubelet's follow stream: it ends by itself once the container exited (``exits``: whether it did), before
+    the pod's status says so (the status follows ``status_after`` seconds later)."""
+
+    exits: bool = True
+    status_after: float = 0.2
+
+    async def read_pod_log(self, pod_name, namespace, *, follow=False, **kw):
+        import asyncio
+
+        async for line in super().read_pod_log(pod_name, namespace, follow=follow, **kw):
+            yield line
+        if follow and self.exits and self.launchers[0].status.container_statuses[0].state.running:
+            done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="3")
+            asyncio.get_running_loop().call_later(self.status_after, self._report_exit, done)
+
+    def _report_exit(self, done):
+        self.launchers = [pod("job-launcher-a", state="terminated")]
+        self.job_obj = done
+
+
+async def test_a_kubelet_ending_the_follow_before_the_status_says_so_is_not_followed_again():
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    lines: list[str] = []
+    result = await monitor(hook, lines).run()
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
+    assert [r[3] for r in hook.log_requests] == [True, False]  # followed once, then read the rest
+
+
+async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_losing_lines(monkeypatch):
+    import asyncio
+
+    from airflow_mpi.wait import log_pump
+
+    monkeypatch.setattr(log_pump, "EOF_SETTLE", 0.05)
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    log = ["2026-11-22T10:00:01Z one"]
+    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                         logs={("job-launcher-a", False): log})
+    hook.exits = False
+
+    async def more_output_then_exit():
+        while len(hook.log_requests) < 2:  # the first follow ended (a proxy dropped it), the container runs on
+            await asyncio.sleep(0.01)
+        log.append("2026-11-22T10:00:03Z two")
+        hook.exits = True
+
+    writer = asyncio.create_task(more_output_then_exit())
+    lines: list[str] = []
+    result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
+    await writer
+    assert result["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two"]
+    follows = [r[3] for r in hook.log_requests]
+    assert follows[:2] == [True, True] and follows[-1] is False
+
+
+async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch):
+    """Events can only explain a stuck pod (or a ValidationError before Created): a queue of Pending jobs lists none."""
+    import asyncio
+
+    from airflow_mpi.wait import monitor as monitor_module
+
+    calls: list[str] = []
+    twenty_checks = asyncio.Event()
+    checks: list[int] = []
+
+    def counting_assess(*args, **kwargs):
+        checks.append(1)
+        if len(checks) == 20:
+            twenty_checks.set()
+        return assess(*args, **kwargs)
+
+    assess = monitor_module.assess
+    monkeypatch.setattr(monitor_module, "assess", counting_assess)
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            calls.append(name)
+            return await super().job_events(name, namespace)
+
+    pending = pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False, created=NOW.isoformat())
+    hook = Counting(job_obj=job("job", "ns", ("Created", "x")), workers=[pending])
+    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 300)).run())
+    await asyncio.wait_for(twenty_checks.wait(), 30)
+    assert calls == [] and not task.done()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task  # the wait leaves its hub
+
+
+async def test_a_succeeded_job_whose_launcher_pod_is_gone_says_its_log_could_not_be_read():
+    """cleanPodPolicy All / the launcher Job's TTL removed the pod before this try read anything."""
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"))
+    lines: list[str] = []
+    result = await monitor(FakeAsyncHook(job_obj=done, launchers=[]), lines).run()
+    assert result["status"] == "success"
+    assert len(lines) == 1 and "launcher's log could not be read: its pod is gone" in lines[0], lines
+
+
+async def test_a_launcher_pod_gone_mid_read_is_told_once_and_nothing_else_is_claimed():
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a", "2026-11-22T10:00:02Z b"]}
+    hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    m = monitor(hook, [])
+    log_pass = m.logs.cursor.new_pass("job-launcher-a/launcher/0")
+    log_pass.accept(logs[("job-launcher-a", False)][0])  # "a" was read, then the trigger handed over
+    m.logs.streams.append("job-launcher-a/launcher/0")
+    hook.launchers = []  # the pod is gone before the rest was read
+    resumed: list[str] = []
+    await monitor(hook, resumed, log_state=m.logs.to_dict()).drain_logs()
+    assert resumed == ["(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
+                       "lines it printed after the last one above, if any, are not in this log)"]
+
+
+class Restarting(FakeAsyncHook):
+    """An API server that refuses ``failures`` reads (each error in turn) before it answers again."""
+
+    def __init__(self, *args, failures: list[BaseException], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.__dict__["failures"] = list(failures)
+
+    async def get_mpijob(self, name, namespace):
+        if self.failures:
+            raise self.failures.pop(0)
+        return await super().get_mpijob(name, namespace)
+
+
+def _api_error(status: int):
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    return ApiException(status=status, reason="x")
+
+
+async def test_the_first_read_rides_out_an_api_server_restart(monkeypatch, caplog):
+    """A restart between the create and the wait's first GET (a CI run): longer than one call's own retries, and
+    an API server that is back but has not synced its RBAC caches yet (403), still a success."""
+    import logging
+
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    outage = [ConnectionRefusedError(111, "Connect call failed")] * 8 + [_api_error(503), _api_error(403)]
+    done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
+    hook = Restarting(job_obj=done, failures=outage)
+    with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.api_errors"):
+        result = await monitor(hook, [], get_logs=False).run()
+    assert result["status"] == "success" and hook.failures == []
+    assert len([r for r in caplog.records if "Kubernetes API unavailable" in r.getMessage()]) == len(outage)
+
+
+@pytest.mark.parametrize("status", [403, 401, 400])
+async def test_a_refusal_on_the_first_read_fails_at_once(monkeypatch, status):
+    """Outside an outage a 401/403 is the answer (a service account without rights), not a blip to wait out."""
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[_api_error(status), _api_error(503)])
+    with pytest.raises(Exception) as err:
+        await monitor(hook, [], get_logs=False).run()
+    assert getattr(err.value, "status", None) == status and len(hook.failures) == 1
+
+
+async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
+    from airflow_mpi.hooks import api_errors
+
+    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(api_errors, "API_OUTAGE_LIMIT", 0)
+    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[ConnectionRefusedError(111, "down")] * 3)
+    with pytest.raises(ConnectionRefusedError):
+        await monitor(hook, [], get_logs=False).run()
+    assert len(hook.failures) == 2
+
+
+async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(monkeypatch):
+    """Where the hub may not watch events: 1,000 jobs submitted at once wait minutes for the mpi-operator, their
+    checks must not each cost a LIST. A ValidationError that comes late is still seen, within the gap (5 min)."""
+    from airflow_mpi.wait import monitor as monitor_module
+
+    clock = [NOW]
+    checks: list[datetime] = []
+    real_assess = monitor_module.assess
+
+    def assess_every_5s(*args, **kwargs):  # each check: 5 s later
+        clock[0] += timedelta(seconds=5)
+        checks.append(clock[0])
+        if len(checks) == 180:  # 15 min: the operator finally rejects the spec
+            hook.events.append({"type": "Warning", "reason": "ValidationError", "message": "late: bad spec",
+                                "involvedObject": {"name": "job"}})
+        return real_assess(*args, **kwargs)
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            listed.append(clock[0])
+            return await super().job_events(name, namespace)
+
+    listed: list[datetime] = []
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
+    monkeypatch.setattr(monitor_module, "assess", assess_every_5s)
+    hook = Counting(job_obj=job("job", "ns"), events_watch_forbidden=True)
+    result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0).run()
+    gaps = [(b - a).total_seconds() for a, b in zip(listed, listed[1:])]
+    assert result["status"] == "invalid" and "late: bad spec" in result["message"]
+    assert gaps[:5] == [10, 20, 40, 80, 160] and max(gaps) <= 300, gaps
+    assert len(listed) < 12 and len(checks) > 180  # instead of one LIST per check
+    assert (listed[-1] - checks[179]).total_seconds() <= 300
+
+
+@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch, events_watch_forbidden):
+    """The verdict quotes the events of the moment it is given, not those of the last listing (nor only the
+    ValidationErrors the hub watches)."""
+    from airflow_mpi.wait import monitor as monitor_module
+
+    clock = [NOW]
+    monkeypatch.setattr(monitor_module, "utcnow", lambda: clock[0])
+    hook = FakeAsyncHook(job_obj=job("job", "ns"), events_watch_forbidden=events_watch_forbidden)
+    m = monitor(hook, [], get_logs=False, timeouts=Timeouts(60, None), submitted_at=NOW)
+    async with watch_hub.subscription(hook, "ns", "job") as sub:
+        assert not (await m._assess(hook.job_obj, sub)).done  # listed at NOW: nothing
+        hook.events.append({"type": "Warning", "reason": "FailedCreate", "message": "quota exceeded",
+                            "involvedObject": {"name": "job"}})
+        clock[0] = NOW + timedelta(seconds=61)  # past the startup timeout, before the next listing is due (gap)
+        m._uncreated_gap = 600
+        verdict = await m._assess(hook.job_obj, sub)
+    assert verdict.outcome == "startup_timeout" and any("quota exceeded" in w for w in verdict.warnings), verdict
+
+
+async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs_watch_sees_its_validation_error():
+    """The hub watches the ValidationError events of the namespace's MPIJobs: a wait for a job not yet Created
+    lists nothing while it waits (1,000 queued jobs made 1,675 event LISTs a minute), wakes when the event comes,
+    and lists its job's events once, for the verdict's message. An earlier incarnation's event does not count."""
+    import asyncio
+
+    listed: list[str] = []
+
+    class Counting(FakeAsyncHook):
+        async def job_events(self, name, namespace):
+            listed.append(name)
+            return await super().job_events(name, namespace)
+
+    current = job("job", "ns")
+    current["metadata"]["uid"] = "uid-2"
+    hook = Counting(job_obj=current, events=[{"type": "Warning", "reason": "ValidationError", "message": "old run",
+                                              "involvedObject": {"name": "job", "uid": "uid-1"}}])
+    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0.001).run())
+    for _ in range(200):  # 200 checks of the job, at least: nothing listed, not over
+        await asyncio.sleep(0.001)
+    assert listed == [] and not task.done()
+    hook.add_event({"type": "Warning", "reason": "ValidationError", "message": "spec.slotsPerWorker: bad",
+                    "involvedObject": {"name": "job", "uid": "uid-2"}})
+    result = await asyncio.wait_for(task, 30)
+    assert result["status"] == "invalid" and "slotsPerWorker: bad" in result["message"]
+    assert listed == ["job"]
