@@ -17,8 +17,8 @@ from airflow_mpi.jobspec.spec import (
     DEFAULT_CONTAINER_NAMES,
     GPU_RESOURCE,
     KIND,
-    LAUNCHER,
-    WORKER,
+    LAUNCHER_REPLICA,
+    WORKER_REPLICA,
     MPIJobSpec,
     ReplicaSpec,
     RunPolicy,
@@ -37,13 +37,13 @@ def assemble(spec: MPIJobSpec, base: dict | None = None) -> dict:
     """
     if base is None:
         base = load_base_manifest(spec.base_manifest) if spec.base_manifest is not None else {}
-    names = {role: main_container_name(spec, role, base) for role in (LAUNCHER, WORKER)}
+    names = {role: main_container_name(spec, role, base) for role in (LAUNCHER_REPLICA, WORKER_REPLICA)}
     override = _parameters(spec, base, names)
     merged = deep_merge(_without_replaced(base, override), override)
     replicas = merged["spec"]["mpiReplicaSpecs"]
-    launcher = replicas.get(LAUNCHER)
+    launcher = replicas.get(LAUNCHER_REPLICA)
     if isinstance(launcher, dict) and "replicas" not in launcher:
-        replicas[LAUNCHER] = {"replicas": 1, **launcher}  # the only valid count; first, as written by hand
+        replicas[LAUNCHER_REPLICA] = {"replicas": 1, **launcher}  # the only valid count; first, as written by hand
     for role, name in names.items():
         containers = pod_spec(merged, role).get("containers")
         if isinstance(containers, list):
@@ -106,7 +106,7 @@ def _parameters(spec: MPIJobSpec, base: dict, names: dict[str, str]) -> dict:
         }
     job_spec |= {
         "runPolicy": run_policy,
-        "mpiReplicaSpecs": {role: _replica(spec.replica(role), names[role]) for role in (LAUNCHER, WORKER)},
+        "mpiReplicaSpecs": {role: _replica(spec.replica(role), names[role]) for role in (LAUNCHER_REPLICA, WORKER_REPLICA)},
     }
     metadata = {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels, "annotations": spec.annotations}
     return {"apiVersion": spec.api_version, "kind": KIND, "metadata": _compact(metadata), "spec": _compact(job_spec)}
@@ -201,7 +201,7 @@ def _without_replaced(base: dict, override: dict) -> dict:
     earlier ones with $(NAME).
     """
     base = deepcopy(base)
-    for role in (LAUNCHER, WORKER):
+    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         new_pod, old_pod = pod_spec(override, role), pod_spec(base, role)
         _replace_named(old_pod, new_pod, _REPLACED_POD_LISTS)
         new_main = new_pod["containers"][0]

@@ -15,7 +15,7 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.layout import assemble, pod_spec
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.precedence import CONTROLLER_DEFAULTS, Setting, apply_defaults
-from airflow_mpi.jobspec.spec import API_V2BETA1, LAUNCHER, WORKER, MPIJobSpec
+from airflow_mpi.jobspec.spec import API_V2BETA1, LAUNCHER_REPLICA, WORKER_REPLICA, MPIJobSpec
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 
 __all__ = ["Resolved", "build_manifest", "deep_merge", "load_base_manifest", "resolve", "validate"]
@@ -65,12 +65,12 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     # v1 has no mpiImplementation field: there the parameter only picks the command's flags
     implementation = job.get("mpiImplementation") or spec.mpi_implementation
     command = spec.launch.command(
-        workers=job["mpiReplicaSpecs"][WORKER]["replicas"],
+        workers=job["mpiReplicaSpecs"][WORKER_REPLICA]["replicas"],
         slots_per_worker=job.get("slotsPerWorker", CONTROLLER_DEFAULTS["slots_per_worker"]),
         implementation=implementation or CONTROLLER_DEFAULTS["mpi_implementation"],
         run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
     )
-    container = pod_spec(manifest, LAUNCHER)["containers"][0]
+    container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
     if manifest["apiVersion"] == API_V2BETA1 and implementation in spec.launch.in_args:
         container.pop("command", None)  # the image's entrypoint runs it (the base manifest's command was its own)
         container["args"] = [*command, *(spec.launcher.args or [])]

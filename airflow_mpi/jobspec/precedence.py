@@ -23,7 +23,7 @@ from airflow_mpi.jobspec.spec import (
     API_V2BETA1,
     CLUSTER_DOMAIN,
     INTEL,
-    LAUNCHER,
+    LAUNCHER_REPLICA,
     MPICH,
     MPIUSER_SSH_AUTH_MOUNT_PATH,
     MPIUSER_SSHD_COMMAND,
@@ -32,7 +32,7 @@ from airflow_mpi.jobspec.spec import (
     ROLES,
     SSHD_LISTENING_CHECK,
     WAIT_FOR_WORKERS_READY,
-    WORKER,
+    WORKER_REPLICA,
     Defaults,
     MPIJobSpec,
     ReplicaSpec,
@@ -101,7 +101,7 @@ def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
 
 _REPLICAS, _RUN_POLICY = ("spec", "mpiReplicaSpecs"), ("spec", "runPolicy")
 _FIELDS = (
-    _Field("workers", ("worker", "replicas"), ((*_REPLICAS, WORKER, "replicas"),), lambda s, d: d.workers),
+    _Field("workers", ("worker", "replicas"), ((*_REPLICAS, WORKER_REPLICA, "replicas"),), lambda s, d: d.workers),
     _Field("slots_per_worker", ("slots_per_worker",), (("spec", "slotsPerWorker"),)),
     _Field("mpi_implementation", ("mpi_implementation",), (("spec", "mpiImplementation"),)),
     _Field(
@@ -115,7 +115,7 @@ _FIELDS = (
     _Field(
         "launcher.restart_policy",
         ("launcher", "restart_policy"),
-        ((*_REPLICAS, LAUNCHER, "restartPolicy"),),
+        ((*_REPLICAS, LAUNCHER_REPLICA, "restartPolicy"),),
         lambda s, d: "Never" if _retries_mapping(s, d) else None,
     ),
     _Field("namespace", ("namespace",), (("metadata", "namespace"),), lambda s, d: d.namespace),
@@ -206,7 +206,7 @@ def _container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Sett
     """What upstream's examples spell out in the containers, where neither a parameter nor the base manifest does:
     the workers' startup probe behind WaitForWorkersReady, and in the mpiuser convention the workers' sshd
     command and the uid both roles run as."""
-    worker, worker_main = filled.worker, _main(filled, base, WORKER)
+    worker, worker_main = filled.worker, _main(filled, base, WORKER_REPLICA)
     policy = settings.get("launcher_creation_policy")
     probed = worker.readiness_probe or worker.startup_probe or worker_main.get("readinessProbe") or worker_main.get(
         "startupProbe")
@@ -220,7 +220,7 @@ def _container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Sett
             "args"):
         worker.command = list(MPIUSER_SSHD_COMMAND)
         settings["worker.command"] = Setting(" ".join(MPIUSER_SSHD_COMMAND), DEFAULT)
-    for role in (LAUNCHER, WORKER):
+    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         replica = filled.replica(role)
         if not _sets_uid(replica, _main(filled, base, role), pod_spec(base, role)):
             replica.security_context = {**(replica.security_context or {}), "runAsUser": MPIUSER_UID}
@@ -237,7 +237,7 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
     launcher = filled.launcher
     if (implementation is None or implementation.value not in (MPICH, INTEL) or namespace is None
             or not isinstance(filled.name, str) or launcher.dns_searches is not None
-            or pod_spec(base, LAUNCHER).get("dnsConfig") is not None):
+            or pod_spec(base, LAUNCHER_REPLICA).get("dnsConfig") is not None):
         return
     launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
     settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)

@@ -20,9 +20,9 @@ API_V1 = "kubeflow.org/v1"  # kubeflow/training-operator (v1.x)
 API_VERSIONS = (API_V2BETA1, API_V1)
 KIND = "MPIJob"
 
-LAUNCHER = "Launcher"
-WORKER = "Worker"
-ROLES = {LAUNCHER: "launcher", WORKER: "worker"}
+LAUNCHER_REPLICA = "Launcher"
+WORKER_REPLICA = "Worker"
+ROLES = {LAUNCHER_REPLICA: "launcher", WORKER_REPLICA: "worker"}
 
 OPENMPI, INTEL, MPICH = "OpenMPI", "Intel", "MPICH"
 MPI_IMPLEMENTATIONS = (OPENMPI, INTEL, MPICH)
@@ -61,8 +61,8 @@ CONFIG_MOUNT_PATH = "/etc/mpi"  # ConfigMap <name>-config, mounted by both opera
 HOSTFILE = CONFIG_MOUNT_PATH + "/hostfile"
 DISCOVER_HOSTS_SCRIPT = CONFIG_MOUNT_PATH + "/discover_hosts.sh"
 DEFAULT_CONTAINER_NAMES = {
-    API_V2BETA1: {LAUNCHER: "launcher", WORKER: "worker"},
-    API_V1: {LAUNCHER: "mpi", WORKER: "mpi"},
+    API_V2BETA1: {LAUNCHER_REPLICA: "launcher", WORKER_REPLICA: "worker"},
+    API_V1: {LAUNCHER_REPLICA: "mpi", WORKER_REPLICA: "mpi"},
 }
 
 
@@ -184,4 +184,4 @@ class MPIJobSpec:
 
     def replica(self, role: str) -> ReplicaSpec:
         """The ReplicaSpec of "Launcher" or "Worker"."""
-        return self.launcher if role == LAUNCHER else self.worker
+        return self.launcher if role == LAUNCHER_REPLICA else self.worker

@@ -30,14 +30,14 @@ from airflow_mpi.jobspec.spec import (
     DEFAULT_SSH_AUTH_MOUNT_PATH,
     GPU_RESOURCE,
     KIND,
-    LAUNCHER,
+    LAUNCHER_REPLICA,
     LAUNCHER_CREATION_POLICIES,
     MANAGED_BY,
     MPI_IMPLEMENTATIONS,
     RESTART_POLICIES,
     ROLES,
     WAIT_FOR_WORKERS_READY,
-    WORKER,
+    WORKER_REPLICA,
     Defaults,
     MPIJobSpec,
     ReplicaSpec,
@@ -143,7 +143,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
             spec.main_container,
             f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one",
         )
-    for role in (LAUNCHER, WORKER):
+    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
 
 
@@ -233,7 +233,7 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
 
 def _worker_count(replica_specs: Any) -> int:
     """Worker replicas as the operator counts them for pod names (1 when unset or invalid)."""
-    worker = replica_specs.get(WORKER) if isinstance(replica_specs, dict) else None
+    worker = replica_specs.get(WORKER_REPLICA) if isinstance(replica_specs, dict) else None
     replicas = worker.get("replicas") if isinstance(worker, dict) else None
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else 1
 
@@ -278,7 +278,7 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
         _one_of(errors, "mpi_implementation", job["mpiImplementation"], MPI_IMPLEMENTATIONS)
     policy = job.get("launcherCreationPolicy")
     if policy is not None and _one_of(errors, "launcher_creation_policy", policy, LAUNCHER_CREATION_POLICIES):
-        containers = pod_spec(manifest, WORKER).get("containers")
+        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
         main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
         if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
             errors.add(
@@ -303,7 +303,7 @@ def _check_v1_fields(errors: ErrorList, manifest: dict) -> None:
             )
     main = job.get("mainContainer")
     if main is not None:
-        containers = pod_spec(manifest, WORKER).get("containers")
+        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
         names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
         if not isinstance(main, str) or main not in names:
             errors.add(
@@ -370,11 +370,11 @@ def _injected(api: str, role: str, ssh_path: str) -> Injected:
     """Volumes the operator adds to the role's pods (name -> mount path in the first container)."""
     if api == API_V2BETA1:
         volumes = {"ssh-auth": ssh_path}
-        if role == LAUNCHER:
+        if role == LAUNCHER_REPLICA:
             volumes["mpi-job-config"] = CONFIG_MOUNT_PATH
     else:
         volumes = {"mpi-job-config": CONFIG_MOUNT_PATH}
-        if role == LAUNCHER:
+        if role == LAUNCHER_REPLICA:
             volumes["mpi-job-kubectl"] = "/opt/kube"
     return Injected(volumes)
 
@@ -399,7 +399,7 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
             if key not in _REPLICA_FIELDS:
                 errors.add(f"mpi_replica_specs.{role}.{key}", replica[key], "is not a replica spec field")
         replicas = replica.get("replicas")
-        if role == LAUNCHER:
+        if role == LAUNCHER_REPLICA:
             if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas != 1):
                 errors.add("launcher.replicas", replicas, "must be 1")
         elif replicas is None:
@@ -408,7 +408,7 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
             _int(errors, "worker.replicas", replicas, minimum=1)
         restart = replica.get("restartPolicy")
         valid = restart is None or _one_of(errors, f"{name}.restart_policy", restart, RESTART_POLICIES[api])
-        if valid and role == LAUNCHER and restart == "Always":  # only v1 accepts Always at all
+        if valid and role == LAUNCHER_REPLICA and restart == "Always":  # only v1 accepts Always at all
             errors.add(
                 "launcher.restart_policy", restart, "restarts the launcher even after success: the job never completes"
             )

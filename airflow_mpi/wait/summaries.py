@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_mpi.hooks.k8s_requests import JOB_ROLE_LABEL, LAUNCHER, REPLICA_TYPE_LABEL, WORKER
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
-ROLE_LABELS = ("training.kubeflow.org/job-role", "training.kubeflow.org/replica-type")
+ROLE_LABELS = (JOB_ROLE_LABEL, REPLICA_TYPE_LABEL)
 
 
 def _role(labels: dict[str, str]) -> str:
     for key in ROLE_LABELS:
         value = (labels.get(key) or "").lower()
-        if value in ("launcher", "master"):
-            return "launcher"
-        if value == "worker":
-            return "worker"
-    return "worker"
+        if value in (LAUNCHER, "master"):
+            return LAUNCHER
+        if value == WORKER:
+            return WORKER
+    return WORKER
 
 
 def pod_role(pod: Any) -> str:
