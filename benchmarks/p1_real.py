@@ -80,7 +80,7 @@ class LauncherWatcher(load.EndWatcher):
                 seen["exit_code"] = state.terminated.exit_code
 
     def _follow_log(self, core: client.CoreV1Api, pod: str, container: str, seen: dict) -> None:
-        from airflow_mpi.wait.logs import split_timestamp
+        from airflow_mpi.hooks.answers import split_timestamp
 
         try:
             resp = core.read_namespaced_pod_log(pod, self.namespace, container=container, follow=True,

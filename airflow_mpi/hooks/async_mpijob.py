@@ -1,4 +1,5 @@
-"""Asynchronous hook for triggers: the :class:`~airflow_mpi.hooks.mpijob.MPIJobHook` API on kubernetes_asyncio.
+"""Asynchronous hook for the waits (triggers, and the sync operator's and sensor's ``asyncio.run``): the
+:class:`~airflow_mpi.hooks.mpijob.MPIJobHook` requests a wait sends, on kubernetes_asyncio.
 
 Subclasses the cncf.kubernetes ``AsyncKubernetesHook`` for the connection (lookup from the
 triggerer, ``connection_extras`` shipped by the task, legacy ``extra__kubernetes__`` keys) and the
@@ -11,17 +12,15 @@ of the connection, so a trigger would reach a different cluster than the task:
 * no explicit config: in-cluster first, then the default kubeconfig (the sync hook's order).
 
 Inside ``async with hook:`` all calls share one API client (aiohttp session), closed on exit;
-outside, each call opens its own and closes it. Watches and log reads hold their response open
-while they are iterated (stop early with ``aclose()`` / ``contextlib.aclosing``).
+outside, each call opens its own and closes it. Streams (log reads, the watch hub's watches) hold their
+response open while they are iterated (stop early with ``aclose()`` / ``contextlib.aclosing``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
-from datetime import datetime
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,22 +35,21 @@ try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
-from airflow_mpi.hooks import _calls as calls, client_pool, live_delete
+from airflow_mpi.hooks import client_pool
+from airflow_mpi.hooks.answers import aiter_lines, merge_pod_events, sort_events
 from airflow_mpi.hooks.async_client_config import load_client_config
-from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
-from airflow_mpi.hooks.k8s_requests import (
-    LAUNCHER,
-    WORKER,
-    aiter_lines,
-    job_event_selector,
-    log_query_params,
-    pod_event_selector,
-    pod_selectors,
-    sort_events,
-    sort_newest_first,
-    sort_workers,
-)
+from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
+from airflow_mpi.hooks.requests import (
+    LAUNCHER,
+    Call,
+    LogRequest,
+    Plan,
+    Steps,
+    items_of,
+    job_event_selector,
+    pod_event_selector,
+)
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod
@@ -71,7 +69,7 @@ async def _raise_for_status(resp: Any) -> None:
     raise ApiException(http_resp=RESTResponse(resp, data))
 
 
-class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
+class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     """Async counterpart of :class:`~airflow_mpi.hooks.mpijob.MPIJobHook` (same connection, same requests).
 
     :param conn_id: Kubernetes connection id.
@@ -163,9 +161,10 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
         """``explicit`` > connection namespace > in-cluster namespace file > ``default``."""
         return explicit or await self.get_namespace()
 
+    # ------------------------------------------------------------------------------- requests
     async def _retry(self, fn, *args, **kwargs):
         """Await ``fn`` retrying transient failures (idempotent requests only)."""
-        return await tenacity.AsyncRetrying(**self._retry_policy())(fn, *args, **kwargs)
+        return await tenacity.AsyncRetrying(**self._retrying())(fn, *args, **kwargs)
 
     async def _call(self, api_cls, method: str, **kwargs):
         """One request on a fresh session (retried as a whole on transient failures by the callers)."""
@@ -181,154 +180,60 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
             finally:
                 resp.release()
 
-    async def _send(self, call: calls.Call) -> Any:
+    async def _send(self, call: Call) -> Any:
         """Send an idempotent request (retried on transient failures) and read its answer."""
         try:
-            result = await self._retry(self._call, getattr(async_client, call.api), call.method, **call.kwargs)
+            return call.on_result(await self._retry(self._call, getattr(async_client, call.api), call.method,
+                                                    **call.kwargs))
         except ApiException as e:
             return call.on_error(e)
-        return call.on_result(result)
 
-    # ------------------------------------------------------------------------------- MPIJobs
-    async def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict:
-        """Create the MPIJob, or adopt the existing one of the same task instance (see the sync hook)."""
-        ns = await self.resolve_namespace(namespace or (manifest.get("metadata") or {}).get("namespace"))
-        create = calls.CreateCall(self, manifest, ns, self.log)
-        for attempt in create.attempts:
-            try:
-                return create.created(
-                    await self._call(async_client.CustomObjectsApi, "create_namespaced_custom_object", **create.kwargs)
-                )
-            except (ApiException, *CONNECTION_ERRORS) as e:
-                failure = create.failed(e)
-            if (adopted := create.after_lookup(await self._send(create.lookup()), attempt, failure)) is not None:
-                return adopted
-            await asyncio.sleep(self._backoff(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any:
+        """Send the requests of ``plan`` in the resolved namespace, each answer to the next."""
+        steps = Plan(plan(await self.resolve_namespace(namespace)))
+        while not steps.done:
+            steps.answer(await self._send(steps.request))
+        return steps.result
 
-    async def get_mpijob(self, name: str, namespace: str | None = None) -> dict | None:
-        """The MPIJob, or None when it does not exist."""
-        ns = await self.resolve_namespace(namespace)
-        return await self._send(calls.get_call(name, ns, self.group, self.version))
+    async def open_stream(self, request: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """The response of a streaming request (``_preload_content=False``), sent again on transient failures; an
+        error status raises ApiException. The caller reads and closes it."""
 
-    async def delete_mpijob(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation_policy: str | None = "Foreground",
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-    ) -> bool:
-        """Delete the MPIJob; False when it was already gone."""
-        ns = await self.resolve_namespace(namespace)
-        return await self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log, uid))
+        async def opened() -> Any:
+            resp = await request(*args, **kwargs)
+            await _raise_for_status(resp)
+            return resp
 
-    async def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
-        """MPIJobs of the namespace (optionally filtered by a label selector)."""
-        return await self._send(calls.list_call(self, await self.resolve_namespace(namespace), label_selector))
-
-    async def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> str:
-        """Delete the MPIJob only while it is live (see the sync hook); returns the outcome."""
-        ns = await self.resolve_namespace(namespace)
-        outcome = live_delete.CHANGED
-        for _ in range(live_delete.ROUNDS):
-            obj = await self.get_mpijob(name, ns)
-            if (outcome := live_delete.keep_reason(obj, uid)) is None:
-                outcome = await self._send(live_delete.live_delete_call(self, obj, self.log))
-            if outcome != live_delete.CHANGED:
-                break
-        return outcome
-
-    @staticmethod
-    async def _open_stream(call, *args, **kwargs):
-        """Send a streaming request; error statuses raise ApiException (retried when transient)."""
-        resp = await call(*args, **kwargs)
-        await _raise_for_status(resp)
-        return resp
-
-    async def watch_mpijob(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        timeout_seconds: int = 60,
-        allow_bookmarks: bool = False,
-    ) -> AsyncIterator[tuple[str, dict]]:
-        """Async iterator of ``(event_type, object)`` for one MPIJob (see the sync hook).
-
-        :raises WatchExpired: resourceVersion too old (410 Gone): get the job and watch from its version.
-        """
-        ns = await self.resolve_namespace(namespace)
-        kwargs = calls.watch_kwargs(self, name, ns, resource_version, timeout_seconds, allow_bookmarks)
-        watch = calls.WatchDecoder(name, ns, resource_version, allow_bookmarks, ApiException, self.api_version)
-        async with self.get_conn() as api_client:
-            api = async_client.CustomObjectsApi(api_client)
-            try:
-                resp = await self._retry(self._open_stream, api.list_namespaced_custom_object, **kwargs)
-            except ApiException as e:
-                watch.raise_open_error(e)
-            try:
-                async for line in aiter_lines(resp.content.iter_any()):
-                    if (event := watch.decode(line)) is not None:
-                        yield event
-            finally:
-                resp.close()
-
-    async def wait_for_deleted(
-        self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0
-    ) -> bool:
-        """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
-        ns = await self.resolve_namespace(namespace)
-        deadline = calls.Deadline(timeout, asyncio.get_running_loop().time)
-        while await self.get_mpijob(name, ns) is not None:
-            if (wait := deadline.next_wait(poll_interval)) is None:
-                return False
-            await asyncio.sleep(wait)
-        return True
+        return await self._retry(opened)
 
     # ------------------------------------------------------------------------------- pods
-    async def _role_pods(self, name: str, namespace: str | None, role: str) -> list[V1Pod]:
-        ns = await self.resolve_namespace(namespace)
-        for selector in pod_selectors(self.api_version, name, role):
-            if pods := (await self._send(calls.pod_list_call(ns, selector))).items:
-                return list(pods)
-        return []
-
     async def launcher_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
-        """Launcher pods of the MPIJob, newest first."""
-        return sort_newest_first(await self._role_pods(name, namespace, LAUNCHER))
+        """Launcher pods of the MPIJob, newest first (one per launcher attempt with restartPolicy Never)."""
+        return await self._role_pods(name, namespace, LAUNCHER)
 
-    async def worker_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
-        """Worker pods of the MPIJob, by replica index."""
-        return sort_workers(await self._role_pods(name, namespace, WORKER))
-
-    # ------------------------------------------------------------------------------- logs
     async def read_pod_log(
         self,
-        pod: str | V1Pod,
+        pod: str,
         namespace: str | None = None,
         *,
-        container: str | None = None,
-        since_time: datetime | str | None = None,
-        previous: bool = False,
-        follow: bool = False,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
         request_timeout: float | tuple[float, float] | None = None,
+        **query: Any,
     ) -> AsyncIterator[str]:
-        """Async iterator of timestamped log lines (see the sync hook for the line contract).
+        """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: container, since_time,
+        previous, follow, tail_lines, limit_bytes (hooks/requests.py ``LogRequest``).
+
+        Lines are decoded (invalid UTF-8 replaced) without their newline; a last line without a
+        newline is yielded when the stream ends cleanly. A broken stream raises instead, and its
+        unfinished line is dropped: reconnect with ``since_time`` to read it again.
+        The request is sent on the first ``__anext__()``.
 
         :raises PodLogUnavailable: 404 (pod gone) or 400 (container not started / no previous container).
         """
-        pod_name, ns = calls.pod_ref(pod, namespace)
-        ns = await self.resolve_namespace(ns)
-        query = log_query_params(container, since_time, previous, follow, tail_lines, limit_bytes)
-        req = calls.LogRequest.of(self, pod_name, ns, container, query, request_timeout)
+        timeout = self.log_request_timeout if request_timeout is None else request_timeout
+        req = LogRequest(pod, await self.resolve_namespace(namespace), timeout, **query)
         async with self.get_conn() as api_client:
             try:
-                resp = await self._retry(self._open_stream, api_client.call_api, *req.args, **req.kwargs)
+                resp = await self.open_stream(api_client.call_api, *req.args, **req.kwargs)
             except ApiException as e:
                 req.raise_error(e)
             try:
@@ -337,34 +242,20 @@ class AsyncMPIJobHook(calls.MPIJobHookBase, AsyncKubernetesHook):
             finally:
                 resp.close()
 
-    async def worker_log_tails(
-        self, name: str, namespace: str | None = None, tail_lines: int = 50
-    ) -> dict[str, list[str]]:
-        """The last ``tail_lines`` log lines (timestamps stripped) of each worker's main container."""
-        ns = await self.resolve_namespace(namespace)
-        tails: dict[str, list[str]] = {}
-        for pod in await self.worker_pods(name, ns):
-            try:
-                lines = self.read_pod_log(pod, ns, container=calls.main_container(pod), tail_lines=tail_lines)
-                tails[pod.metadata.name] = calls.log_messages([line async for line in lines])
-            except Exception as err:  # diagnostics only: never mask the failure being reported
-                tails[pod.metadata.name] = calls.log_unavailable(pod, err, self.log)
-        return tails
-
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:
+        """Events read as raw JSON: the generated models reject some events' fields."""
         kwargs = {"namespace": namespace, "field_selector": field_selector}
-        result = await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event", **kwargs)
-        return calls.items_of(result)
+        return items_of(await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event", **kwargs))
 
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
         """Events of the MPIJob, oldest first, as API dicts."""
         return sort_events(await self._events(await self.resolve_namespace(namespace), job_event_selector(name)))
 
-    async def pod_events(self, pod_names: str | Iterable[str | V1Pod], namespace: str | None = None) -> list[dict]:
-        """Events of the given pods, merged, oldest first, as API dicts."""
+    async def pod_events(self, pod_names: Iterable[str], namespace: str | None = None) -> list[dict]:
+        """Events of the given pods, merged (each once), oldest first, as API dicts."""
         ns = await self.resolve_namespace(namespace)
-        return calls.merge_pod_events([(p, await self._events(ns, pod_event_selector(p))) for p in calls.pod_names_of(pod_names)])
+        return merge_pod_events([(pod, await self._events(ns, pod_event_selector(pod))) for pod in pod_names])
 
 
 __all__ = ["AsyncMPIJobHook"]

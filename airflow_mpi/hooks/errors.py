@@ -1,4 +1,4 @@
-"""Errors raised by the MPIJob hooks.
+"""The request layer's errors: those the hooks raise, and what an error of the Kubernetes API says.
 
 Import-light on purpose: no Kubernetes client imports, so operators and triggers can catch these
 without pulling in the clients (``from airflow_mpi.hooks.errors import ...``).
@@ -6,12 +6,18 @@ without pulling in the clients (``from airflow_mpi.hooks.errors import ...``).
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
+
 from airflow.providers.common.compat.sdk import AirflowException
 
 # Identity keys shown when describing who owns an MPIJob (labels hold label-safe values,
 # annotations the raw ones; both use the same keys, see airflow_mpi.jobspec.naming).
 _OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
 _PREFIX = "airflow-mpi.io/"
+
+TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def describe_owner(labels: dict | None, annotations: dict | None = None) -> str:
@@ -132,11 +138,88 @@ class PodLogUnavailable(MPIJobHookError):
         return (type(self), (self.pod, self.namespace, self.container, self.status, self.message))
 
 
-__all__ = [
-    "MPIJobAPIUnavailable",
-    "MPIJobConflictError",
-    "MPIJobHookError",
-    "PodLogUnavailable",
-    "WatchExpired",
-    "describe_owner",
-]
+# --------------------------------------------------------------------------------------- what an API error says
+def _error_body(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body).decode("utf-8", errors="replace")
+    return body or ""
+
+
+def _status_of(body: str) -> dict | None:
+    """The API server's Status object in an error body, if it is one."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def error_message(exc: BaseException, *, causes: bool = False) -> str:
+    """The ``message`` of the API server's Status in an ApiException, or its reason.
+
+    ``causes``: the fields it names as the causes (``field: message``, a rejected spec), when it names any.
+    """
+    body = _error_body(exc)
+    status = _status_of(body) or {}
+    named = (status.get("details") or {}).get("causes") or [] if causes else []
+    if named:
+        return "; ".join(f"{c.get('field')}: {c.get('message')}" for c in named)
+    if status.get("message"):
+        return str(status["message"])
+    return body.strip() or str(getattr(exc, "reason", "") or exc)
+
+
+def is_missing_resource_type(exc: BaseException) -> bool:
+    """A 404 whose body is not a Status object: the URL itself is unknown (CRD/version not served)."""
+    if getattr(exc, "status", None) != 404:
+        return False
+    status = _status_of(_error_body(exc)) or {}
+    return not (status.get("kind") == "Status" and status.get("details"))
+
+
+@functools.cache
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """Failures of the connection itself (urllib3, aiohttp), loaded on first use to keep this module light."""
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError, asyncio.TimeoutError]
+    try:
+        from urllib3.exceptions import HTTPError
+
+        types.append(HTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from aiohttp import ClientConnectionError, ClientPayloadError
+
+        types.extend([ClientConnectionError, ClientPayloadError])
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+def is_api_exception(exc: BaseException) -> bool:
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+    return isinstance(exc, (ApiException, AsyncApiException))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying an idempotent request: 429, 5xx gateway/server errors, connection-level failures.
+
+    409 is never transient here (unlike the stock hook): a conflict on create is a decision, not a blip.
+    """
+    if is_api_exception(exc):
+        return getattr(exc, "status", None) in TRANSIENT_HTTP_STATUSES
+    return isinstance(exc, connection_errors())
+
+
+def describe_error(exc: BaseException | None) -> str:
+    """Short text of an API or connection error for log lines."""
+    if exc is None:
+        return "no error"
+    status = getattr(exc, "status", None)
+    if status is not None and is_api_exception(exc):
+        return f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
+

@@ -6,8 +6,6 @@ retry or a clear reattaches to instead of running the whole job again, so it is 
 there: a spurious failure of a resumed try (Airflow's deferral race, see wait/deferral.py) then
 costs nothing. "Live" is checked atomically: the DELETE carries a precondition on the
 resourceVersion that was judged, so a job that finishes in between answers 409 and is judged again.
-
-Both hooks run the same loop (``delete_live_mpijob``) over the request built here.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_mpi.hooks._calls import CUSTOM_OBJECTS, Call
+from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call
 from airflow_mpi.jobspec.status import job_state
 
 # outcomes of delete_live_mpijob
@@ -42,10 +40,10 @@ def keep_reason(obj: dict | None, uid: str | None = None) -> str | None:
     return None
 
 
-def live_delete_call(hook: Any, obj: dict, log: logging.Logger) -> Call:
+def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger) -> Call:
     """DELETE ``obj`` only if it is still the version that was judged live (uid + resourceVersion)."""
     metadata = obj["metadata"]
-    name, namespace = metadata["name"], metadata["namespace"]
+    name = metadata["name"]
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "DeleteOptions",
@@ -62,8 +60,20 @@ def live_delete_call(hook: Any, obj: dict, log: logging.Logger) -> Call:
         raise exc
 
     def deleted(_: Any) -> str:
-        log.info("Deleted live MPIJob %s/%s", namespace, name)
+        hook_log.info("Deleted live MPIJob %s/%s", metadata["namespace"], name)
         return DELETED
 
-    kwargs = hook._custom_object_args(namespace, name=name, body=body)
+    kwargs = {**where, "name": name, "body": body}
     return Call(CUSTOM_OBJECTS, "delete_namespaced_custom_object", kwargs, on_error, deleted)
+
+
+def live_delete(where: dict[str, Any], name: str, uid: str | None, hook_log: logging.Logger) -> Steps:
+    """Read, judge, delete if live; again while the job changed in between. Returns the outcome."""
+    outcome = CHANGED
+    for _ in range(ROUNDS):
+        obj = yield get_call(where, name)
+        if (outcome := keep_reason(obj, uid)) is None:
+            outcome = yield live_delete_call(where, obj, hook_log)
+        if outcome != CHANGED:
+            break
+    return outcome

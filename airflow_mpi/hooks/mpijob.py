@@ -1,4 +1,4 @@
-"""Synchronous hook: every Kubernetes API call the MPIJob operator and sensor make.
+"""Synchronous hook: the Kubernetes API calls of the MPIJob operator, sensor, decorators and orphan sweep.
 
 ``MPIJobHook`` subclasses the cncf.kubernetes ``KubernetesHook``, so it reads the same connection
 (``kubernetes_default`` and its extras: in_cluster, kube_config_path, kube_config, namespace,
@@ -8,7 +8,7 @@ cluster_context, disable_verify_ssl, disable_tcp_keepalive) and uses its clients
 What it does differently from the stock hook:
 
 * idempotent reads, lists and deletes are retried on transient errors only (429, 5xx,
-  connection failures) -- never on 409;
+  connection failures) -- never on 409 (hooks/retries.py);
 * create is never replayed blindly: after a failure that may have reached the API server the hook
   looks the job up first and adopts it when it belongs to the same task instance;
 * 409 on create adopts the existing MPIJob of the same task instance (identity labels, try number
@@ -17,9 +17,9 @@ What it does differently from the stock hook:
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Iterator
-from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -27,29 +27,33 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
-from airflow_mpi.hooks import _calls as calls, live_delete
-from airflow_mpi.hooks.api_errors import CONNECTION_ERRORS
-from airflow_mpi.hooks.k8s_requests import (
+from airflow_mpi.hooks.answers import iter_lines, log_messages
+from airflow_mpi.hooks.base import MPIJobHookBase
+from airflow_mpi.hooks.errors import connection_errors
+from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
+from airflow_mpi.hooks.requests import (
+    CORE_V1,
     LAUNCHER,
     WORKER,
-    iter_lines,
-    job_event_selector,
-    log_query_params,
-    pod_event_selector,
-    pod_selectors,
-    sort_events,
-    sort_newest_first,
-    sort_workers,
+    Call,
+    Create,
+    LogRequest,
+    Plan,
+    Steps,
+    adopt_or_raise,
+    get_call,
+    list_call,
+    prepare_body,
 )
-from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
+from airflow_mpi.hooks.retries import backoff
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod
 
 
-class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
-    """Create, find, watch and delete Kubeflow MPIJobs and read their pods' logs and events.
+class MPIJobHook(MPIJobHookBase, KubernetesHook):
+    """Create, find and delete Kubeflow MPIJobs, read their pods' logs, and create the Secrets they own.
 
     :param conn_id: Kubernetes connection id (same connection as cncf.kubernetes).
     :param api_version: ``kubeflow.org/v2beta1`` (mpi-operator) or ``kubeflow.org/v1`` (training-operator).
@@ -100,22 +104,29 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
         }
         return {k: v for k, v in settings.items() if v is not None}
 
+    # ------------------------------------------------------------------------------- requests
     def _retry(self, fn, *args, **kwargs):
         """Call ``fn`` retrying transient failures (idempotent requests only)."""
-        return tenacity.Retrying(**self._retry_policy())(fn, *args, **kwargs)
+        return tenacity.Retrying(**self._retrying())(fn, *args, **kwargs)
 
-    def _send(self, call: calls.Call) -> Any:
+    def _send(self, call: Call) -> Any:
         """Send an idempotent request (retried on transient failures) and read its answer."""
-        client = self.core_v1_client if call.api == calls.CORE_V1 else self.custom_object_client
+        client = self.core_v1_client if call.api == CORE_V1 else self.custom_object_client
         try:
-            result = self._retry(getattr(client, call.method), **call.kwargs)
+            return call.on_result(self._retry(getattr(client, call.method), **call.kwargs))
         except ApiException as e:
             return call.on_error(e)
-        return call.on_result(result)
+
+    def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any:
+        """Send the requests of ``plan`` in the resolved namespace, each answer to the next."""
+        steps = Plan(plan(self.resolve_namespace(namespace)))
+        while not steps.done:
+            steps.answer(self._send(steps.request))
+        return steps.result
 
     # ------------------------------------------------------------------------------- MPIJobs
     def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict:
-        """Create the MPIJob, or adopt the existing one of the same task instance.
+        """Create the MPIJob, or adopt the existing one of the same task instance (hooks/requests.py ``Create``).
 
         :param manifest: the MPIJob (``metadata.name`` required; apiVersion/kind default to the hook's).
         :param namespace: target namespace (default: manifest namespace, then :meth:`resolve_namespace`).
@@ -124,148 +135,49 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
         :raises MPIJobAPIUnavailable: the API server does not serve this MPIJob version.
         """
         ns = self.resolve_namespace(namespace or (manifest.get("metadata") or {}).get("namespace"))
-        create = calls.CreateCall(self, manifest, ns, self.log)
-        for attempt in create.attempts:
+        create = Create(prepare_body(manifest, ns, self.api_version), self.log)
+        for attempt in itertools.count(1):
             try:
-                return create.created(self.custom_object_client.create_namespaced_custom_object(**create.kwargs))
-            except (ApiException, *CONNECTION_ERRORS) as e:
-                failure = create.failed(e)
-            if (adopted := create.after_lookup(self._send(create.lookup()), attempt, failure)) is not None:
-                return adopted
-            time.sleep(self._backoff(attempt))
+                obj = self.custom_object_client.create_namespaced_custom_object(**create.where, body=create.body)
+                return create.created(obj)
+            except (ApiException, *connection_errors()) as e:
+                create.failed(e)
+                failure = e
+            if (existing := self._send(get_call(create.where, create.name))) is not None:
+                return adopt_or_raise(existing, create.body)
+            if attempt >= self.api_retries:
+                raise failure
+            time.sleep(backoff(attempt, self.api_retry_wait, self.api_retry_wait_max))
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def get_mpijob(self, name: str, namespace: str | None = None) -> dict | None:
-        """The MPIJob, or None when it does not exist."""
-        return self._send(calls.get_call(name, self.resolve_namespace(namespace), self.group, self.version))
-
-    def delete_mpijob(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation_policy: str | None = "Foreground",
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-    ) -> bool:
-        """Delete the MPIJob; False when it was already gone.
-
-        ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone.
-        """
-        ns = self.resolve_namespace(namespace)
-        return self._send(calls.delete_call(self, name, ns, propagation_policy, grace_period_seconds, self.log, uid))
 
     def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         """MPIJobs of the namespace (optionally filtered by a label selector)."""
-        return self._send(calls.list_call(self, self.resolve_namespace(namespace), label_selector))
-
-    def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> str:
-        """Delete the MPIJob only while it is live (see hooks/live_delete.py); returns the outcome."""
-        ns = self.resolve_namespace(namespace)
-        outcome = live_delete.CHANGED
-        for _ in range(live_delete.ROUNDS):
-            obj = self.get_mpijob(name, ns)
-            if (outcome := live_delete.keep_reason(obj, uid)) is None:
-                outcome = self._send(live_delete.live_delete_call(self, obj, self.log))
-            if outcome != live_delete.CHANGED:
-                break
-        return outcome
-
-    def watch_mpijob(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        timeout_seconds: int = 60,
-        allow_bookmarks: bool = False,
-    ) -> Iterator[tuple[str, dict]]:
-        """Yield ``(event_type, object)`` for one MPIJob until the server ends the watch.
-
-        Without ``resource_version`` the first event is a synthetic ADDED with the current state.
-        Resume by passing the ``metadata.resourceVersion`` of the last object seen.
-        With ``allow_bookmarks`` the server may send ``("BOOKMARK", {metadata: {resourceVersion}})``.
-
-        :raises WatchExpired: the resourceVersion is too old (410 Gone): get the job and watch from its version.
-        """
-        ns = self.resolve_namespace(namespace)
-        kwargs = calls.watch_kwargs(self, name, ns, resource_version, timeout_seconds, allow_bookmarks)
-        watch = calls.WatchDecoder(name, ns, resource_version, allow_bookmarks, ApiException, self.api_version)
-        try:
-            resp = self._retry(self.custom_object_client.list_namespaced_custom_object, **kwargs)
-        except ApiException as e:
-            watch.raise_open_error(e)
-        try:
-            for line in iter_lines(resp.stream(amt=None, decode_content=True)):
-                if (event := watch.decode(line)) is not None:
-                    yield event
-        finally:
-            resp.close()
-            resp.release_conn()
+        return self._run(namespace, lambda ns: list_call(self.custom_object_args(ns), label_selector, self.api_version))
 
     def wait_for_deleted(
         self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0
     ) -> bool:
         """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
         ns = self.resolve_namespace(namespace)
-        deadline = calls.Deadline(timeout, time.monotonic)
+        end = time.monotonic() + timeout
         while self.get_mpijob(name, ns) is not None:
-            if (wait := deadline.next_wait(poll_interval)) is None:
+            if (remaining := end - time.monotonic()) <= 0:
                 return False
-            time.sleep(wait)
+            time.sleep(min(poll_interval, remaining))
         return True
 
-    # ------------------------------------------------------------------------------- pods
-    def _role_pods(self, name: str, namespace: str | None, role: str) -> list[V1Pod]:
-        ns = self.resolve_namespace(namespace)
-        for selector in pod_selectors(self.api_version, name, role):
-            if pods := self._send(calls.pod_list_call(ns, selector)).items:
-                return list(pods)
-        return []
-
-    def launcher_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
-        """Launcher pods of the MPIJob, newest first (one per launcher attempt with restartPolicy Never)."""
-        return sort_newest_first(self._role_pods(name, namespace, LAUNCHER))
-
-    def worker_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
-        """Worker pods of the MPIJob, by replica index."""
-        return sort_workers(self._role_pods(name, namespace, WORKER))
-
     # ------------------------------------------------------------------------------- logs
-    def read_pod_log(
-        self,
-        pod: str | V1Pod,
-        namespace: str | None = None,
-        *,
-        container: str | None = None,
-        since_time: datetime | str | None = None,
-        previous: bool = False,
-        follow: bool = False,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
-        request_timeout: float | tuple[float, float] | None = None,
-    ) -> Iterator[str]:
-        """Yield the container's log lines, each prefixed with its RFC 3339 timestamp (``timestamps=true``).
-
-        Lines are decoded (invalid UTF-8 replaced) without their newline; a last line without a
-        newline is yielded when the stream ends cleanly. A broken stream raises instead, and its
-        unfinished line is dropped: reconnect with ``since_time`` to read it again.
-        The request is sent on the first ``next()``.
-
-        :param since_time: datetime or RFC 3339 string; sent with second precision (floored).
-        :param previous: the previous (restarted) container instance.
-        :raises PodLogUnavailable: 404 (pod gone) or 400 (container not started / no previous container).
-        """
-        pod_name, ns = calls.pod_ref(pod, namespace)
-        ns = self.resolve_namespace(ns)
-        query = log_query_params(container, since_time, previous, follow, tail_lines, limit_bytes)
-        req = calls.LogRequest.of(self, pod_name, ns, container, query, request_timeout)
+    def _log_messages(self, pod: V1Pod, namespace: str, tail_lines: int | None = None) -> list[str]:
+        """The log of the pod's main (first) container, timestamps stripped."""
+        containers = (pod.spec.containers if pod.spec is not None else None) or []
+        container = containers[0].name if containers else None
+        req = LogRequest(pod.metadata.name, namespace, self.log_request_timeout, container, tail_lines=tail_lines)
         try:
             resp = self._retry(self.api_client.call_api, *req.args, **req.kwargs)
         except ApiException as e:
             req.raise_error(e)
         try:
-            yield from iter_lines(resp.stream(amt=None, decode_content=True))
+            return log_messages(iter_lines(resp.stream(amt=None, decode_content=True)))
         finally:
             resp.close()
             resp.release_conn()
@@ -277,23 +189,20 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
         """
         ns = self.resolve_namespace(namespace)
         tails: dict[str, list[str]] = {}
-        for pod in self.worker_pods(name, ns):
+        for pod in self._role_pods(name, ns, WORKER):
             try:
-                tails[pod.metadata.name] = calls.log_messages(
-                    self.read_pod_log(pod, ns, container=calls.main_container(pod), tail_lines=tail_lines)
-                )
+                tails[pod.metadata.name] = self._log_messages(pod, ns, tail_lines)
             except Exception as err:  # diagnostics only: never mask the failure being reported
-                tails[pod.metadata.name] = calls.log_unavailable(pod, err, self.log)
+                self.log.warning("Could not read the log of worker %s: %s", pod.metadata.name, err)
+                tails[pod.metadata.name] = [f"(log unavailable: {err})"]
         return tails
 
     def launcher_log(self, name: str, namespace: str | None = None) -> list[str]:
         """The newest launcher pod's log (its current container, timestamps stripped): what a result read after
         the fact needs (``@task.mpi``: rank 0's marker lines a resumed wait did not see). Empty without a pod."""
-        launchers = self.launcher_pods(name, namespace)
-        if not launchers:
-            return []
-        pod = launchers[0]
-        return calls.log_messages(self.read_pod_log(pod, namespace, container=calls.main_container(pod)))
+        ns = self.resolve_namespace(namespace)
+        launchers = self._role_pods(name, ns, LAUNCHER)
+        return self._log_messages(launchers[0], ns) if launchers else []
 
     # ------------------------------------------------------------------------------- secrets
     def create_owned_secret(self, name: str, namespace: str, string_data: dict[str, str], owner: dict) -> dict:
@@ -316,20 +225,6 @@ class MPIJobHook(calls.MPIJobHookBase, KubernetesHook):
             "stringData": string_data,
         }
         return self.core_v1_client.create_namespaced_secret(namespace, body).to_dict()
-
-    # ------------------------------------------------------------------------------- events
-    def _events(self, namespace: str, field_selector: str) -> list[dict]:
-        kwargs = {"namespace": namespace, "field_selector": field_selector, "_preload_content": False}
-        return calls.events_of(self._retry(self.core_v1_client.list_namespaced_event, **kwargs).data)
-
-    def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
-        """Events of the MPIJob (involvedObject kind MPIJob), oldest first, as API dicts."""
-        return sort_events(self._events(self.resolve_namespace(namespace), job_event_selector(name)))
-
-    def pod_events(self, pod_names: str | Iterable[str | V1Pod], namespace: str | None = None) -> list[dict]:
-        """Events of the given pods, merged, oldest first, as API dicts."""
-        ns = self.resolve_namespace(namespace)
-        return calls.merge_pod_events([(p, self._events(ns, pod_event_selector(p))) for p in calls.pod_names_of(pod_names)])
 
 
 __all__ = ["MPIJobHook"]

@@ -7,7 +7,6 @@ replaced; a job being deleted (a killed earlier try) is waited out. Rejections a
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -94,7 +93,7 @@ def create(hook: Any, manifest: dict) -> dict:
     """Submit ``manifest``; a rejection a retry would meet again fails the task for good, naming the causes."""
     from kubernetes.client.exceptions import ApiException
 
-    from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
+    from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError, error_message
 
     try:
         return hook.create_mpijob(manifest, manifest["metadata"]["namespace"])
@@ -104,19 +103,9 @@ def create(hook: Any, manifest: dict) -> dict:
         if err.status in (400, 403, 404, 422):
             raise AirflowFailException(
                 f"The API server rejected MPIJob {manifest['metadata']['name']} "
-                f"({err.status} {err.reason}): {api_message(err)}"
+                f"({err.status} {err.reason}): {error_message(err, causes=True)}"
             ) from err
         raise
-
-
-def api_message(err: Any) -> str:
-    """The causes the API server gave (field: message), else its message."""
-    try:
-        body = json.loads(err.body)
-    except (TypeError, ValueError):
-        return str(err.body or err)
-    causes = (body.get("details") or {}).get("causes") or []
-    return "; ".join(f"{c.get('field')}: {c.get('message')}" for c in causes) or body.get("message", "")
 
 
 def try_number_of(job: dict) -> int | None:

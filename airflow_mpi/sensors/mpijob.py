@@ -92,7 +92,7 @@ class MPIJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Any) -> bool:
-        from airflow_mpi.hooks.api_errors import through_outage_sync
+        from airflow_mpi.hooks.retries import through_outage_sync
 
         namespace = self._namespace()
         obj = through_outage_sync(self.hook.get_mpijob, self.job_name, namespace)  # a restart is no failure

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_mpi.wait import watch_hub
-from airflow_mpi.hooks._calls import log_messages
+from airflow_mpi.hooks.answers import log_messages
 from airflow_mpi.wait.summaries import pod_summary
 from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.wait.progress import PodSummary

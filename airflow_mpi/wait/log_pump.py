@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.wait.summaries import pod_summary
 from airflow_mpi.wait.attempts import LogStream, attempt_header
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
-from airflow_mpi.wait.logs import LogCursor, format_stamp, split_timestamp
+from airflow_mpi.wait.logs import LogCursor, format_stamp
 
 log = logging.getLogger(__name__)
 

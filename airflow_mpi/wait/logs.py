@@ -10,27 +10,15 @@ The cursor is plain data so it can travel in a trigger event.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S)
+from airflow_mpi.hooks.answers import split_timestamp
 
 
 def stream_key(pod: str, container: str, restart_count: int = 0) -> str:
     """One container incarnation: a new pod per attempt, or a restart of the same container."""
     return f"{pod}/{container}/{restart_count}"
-
-
-def split_timestamp(raw_line: str) -> tuple[tuple[int, int] | None, str]:
-    """``(epoch seconds, nanoseconds)`` and the message of a ``timestamps=True`` log line."""
-    match = _TS_RE.match(raw_line)
-    if not match:
-        return None, raw_line
-    base, fraction, zone, message = match.groups()
-    stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
-    nanos = int((fraction or "0").ljust(9, "0"))
-    return (int(stamp.timestamp()), nanos), message
 
 
 def _format_since(seconds: int) -> str:

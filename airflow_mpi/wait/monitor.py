@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.wait import watch_hub
-from airflow_mpi.hooks.api_errors import through_outage
+from airflow_mpi.hooks.retries import through_outage
 from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_pump import LogPump, LogState
 from airflow_mpi.wait.summaries import event_summary, pod_summary

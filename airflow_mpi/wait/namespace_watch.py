@@ -16,8 +16,9 @@ from typing import Any
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_mpi.hooks import _calls as calls, client_pool
-from airflow_mpi.hooks.k8s_requests import EVENTS, MPIJOBS, PODS, aiter_lines, watch_request_timeout
+from airflow_mpi.hooks import client_pool
+from airflow_mpi.hooks.answers import WatchDecoder, aiter_lines
+from airflow_mpi.hooks.requests import EVENTS, MPIJOBS, PODS, watch_request_timeout
 from airflow_mpi.wait.summaries import slim_mpijob, slim_pod
 
 
@@ -31,7 +32,7 @@ class _Body:
 def _request(hook: Any, api_client: Any, kind: str, namespace: str, **kwargs: Any) -> tuple[Any, dict]:
     if kind == MPIJOBS:
         api = async_client.CustomObjectsApi(api_client)
-        return api.list_namespaced_custom_object, hook._custom_object_args(namespace, **kwargs)
+        return api.list_namespaced_custom_object, hook.custom_object_args(namespace, **kwargs)
     if kind == PODS:
         return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
     if kind == EVENTS:
@@ -59,7 +60,7 @@ async def list_objects(
     """All objects of ``kind`` (matching the selectors) and the list's resourceVersion."""
     async with hook.get_conn() as api_client:
         method, kwargs = _request(hook, api_client, kind, namespace, **_selectors(label_selector, field_selector))
-        resp = await hook._retry(hook._open_stream, method, _preload_content=False, **kwargs)
+        resp = await hook.open_stream(method, _preload_content=False, **kwargs)
         try:
             data = json.loads(await resp.read() or b"{}")
         finally:
@@ -88,11 +89,11 @@ async def watch_objects(
                              **_selectors(label_selector, field_selector)}
     if resource_version:
         extra["resource_version"] = resource_version
-    decoder = calls.WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
+    decoder = WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
     async with hook.get_conn() as api_client:
         method, kwargs = _request(hook, api_client, kind, namespace, **extra)
         try:
-            resp = await hook._retry(hook._open_stream, method, **kwargs)
+            resp = await hook.open_stream(method, **kwargs)
         except ApiException as e:
             decoder.raise_open_error(e)
         try:

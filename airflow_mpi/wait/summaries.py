@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.hooks.k8s_requests import JOB_ROLE_LABEL, LAUNCHER, REPLICA_TYPE_LABEL, WORKER
+from airflow_mpi.hooks.requests import JOB_ROLE_LABEL, LAUNCHER, REPLICA_TYPE_LABEL, WORKER
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 

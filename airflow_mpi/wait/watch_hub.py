@@ -23,15 +23,12 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.hooks import api_errors
-from airflow_mpi.hooks.api_errors import describe_error, is_transient, unsynced_after_outage
-from airflow_mpi.hooks.errors import WatchExpired
-from airflow_mpi.hooks.k8s_requests import (
-    EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS, sort_newest_first, sort_workers,
-)
+from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
+from airflow_mpi.hooks.errors import WatchExpired, describe_error
+from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS
+from airflow_mpi.hooks.retries import Outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.wait.summaries import pod_role
 from airflow_mpi.wait.progress import VALIDATION_ERROR
@@ -311,8 +308,7 @@ class WatchHub:
     # ------------------------------------------------------------------ list + watch
     async def _run(self, kind: str) -> None:
         selector = SELECTORS.get(kind, {})
-        outage_started: datetime | None = None
-        delay = api_errors.OUTAGE_RETRY_DELAY
+        outage: Outage | None = None  # failures in a row since the last event (hooks/retries.py)
         while True:
             try:
                 if self.resource_versions[kind] is None:
@@ -328,13 +324,13 @@ class WatchHub:
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
-                    outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
+                    outage = None
                     if event_type in ("OPEN", "BOOKMARK"):  # the watch is open; a bookmark: the version to resume from
                         self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
                         continue
                     self._bump(f"{kind}_events")
                     self._apply(kind, event_type, obj)
-                outage_started, delay = None, api_errors.OUTAGE_RETRY_DELAY
+                outage = None
             except WatchExpired:
                 log.info("watch of %s in %s expired (410 Gone): listing again", kind, self.namespace)
                 self._bump(f"{kind}_relists")
@@ -342,21 +338,16 @@ class WatchHub:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from the last version
-                if kind == EVENTS and outage_started is None and getattr(err, "status", None) == 403:
+                if kind == EVENTS and outage is None and getattr(err, "status", None) == 403:
                     self._stop_watching_events(err)
                     return
-                if not (is_transient(err) or unsynced_after_outage(err, in_outage=outage_started is not None)):
+                outage = outage or Outage()
+                if (delay := outage.next_delay(err)) is None:
                     self._fail(err)
                     return
-                now = datetime.now(timezone.utc)
-                if outage_started is None:
-                    outage_started = now
+                if outage.failures == 1:
                     log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, describe_error(err))
-                elif (now - outage_started).total_seconds() > api_errors.API_OUTAGE_LIMIT:
-                    self._fail(err)
-                    return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, api_errors.MAX_OUTAGE_RETRY_DELAY)
 
 
 # ---------------------------------------------------------------------- the hubs of this process

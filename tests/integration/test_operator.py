@@ -366,13 +366,13 @@ def test_wait_survives_an_api_server_down_at_its_first_read(cluster, namespace, 
 
     monkeypatch.setattr(AsyncMPIJobHook, "get_mpijob", get_mpijob)
     handler = Seen()
-    logging.getLogger("airflow_mpi.hooks.api_errors").addHandler(handler)
+    logging.getLogger("airflow_mpi.hooks.retries").addHandler(handler)
     try:
         op = operator("first-read", namespace, run_duration="2s")
         worker.append(Background(op.execute, ctx("first-read")))
         outcome = worker[0].result(300)
     finally:
-        logging.getLogger("airflow_mpi.hooks.api_errors").removeHandler(handler)
+        logging.getLogger("airflow_mpi.hooks.retries").removeHandler(handler)
         restarted.wait(120)
     assert outage_ridden.is_set() and not first[0]
     assert isinstance(outcome, dict) and outcome["condition"] == "Succeeded", outcome

@@ -12,24 +12,20 @@ import pytest
 import yaml
 from k8s_fakes import (
     NOT_FOUND_OBJECT,
-    NOT_FOUND_URL,
     FakeAioResponse,
     async_api_error,
     event,
-    labels_of,
-    manifest,
-    mpijob,
     pod,
     pod_list,
     split_bytes,
-    watch_lines,
 )
 from kubernetes_asyncio import client as async_client, config as async_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow.providers.common.compat.sdk import AirflowException
-from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobConflictError, MPIJobHook, WatchExpired
-from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable
+from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
+from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.hooks.requests import WORKER
 
 pytestmark = pytest.mark.asyncio
 
@@ -283,50 +279,6 @@ def hook(boundary):
     return make_hook(boundary)
 
 
-async def test_create_sends_group_version_plural_namespace_and_body(hook, boundary):
-    boundary.custom.create_namespaced_custom_object.return_value = {"created": True}
-    assert await hook.create_mpijob(manifest(), "team-a") == {"created": True}
-    kwargs = boundary.custom.create_namespaced_custom_object.await_args.kwargs
-    assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace")} == {**GVP, "namespace": "team-a"}
-    assert kwargs["body"]["metadata"]["namespace"] == "team-a"
-
-
-async def test_create_409_adopts_the_same_task(hook, boundary):
-    existing = mpijob(labels=labels_of(try_number=1))
-    boundary.custom.create_namespaced_custom_object.side_effect = async_api_error(409)
-    boundary.custom.get_namespaced_custom_object.return_value = existing
-    assert await hook.create_mpijob(manifest(labels=labels_of(try_number=3)), "ns") is existing
-    boundary.custom.get_namespaced_custom_object.assert_awaited_once_with(**GVP, namespace="ns", name="job")
-
-
-async def test_create_409_of_another_task_raises_conflict(hook, boundary):
-    boundary.custom.create_namespaced_custom_object.side_effect = async_api_error(409)
-    boundary.custom.get_namespaced_custom_object.return_value = mpijob(labels=labels_of(run="other-run"))
-    with pytest.raises(MPIJobConflictError, match="ns/job"):
-        await hook.create_mpijob(manifest(), "ns")
-
-
-async def test_create_connection_error_looks_up_and_adopts(hook, boundary):
-    existing = mpijob(labels=labels_of(try_number=2))
-    boundary.custom.create_namespaced_custom_object.side_effect = aiohttp.ServerDisconnectedError()
-    boundary.custom.get_namespaced_custom_object.return_value = existing
-    assert await hook.create_mpijob(manifest(), "ns") is existing
-    boundary.custom.create_namespaced_custom_object.assert_awaited_once()
-
-
-async def test_create_connection_error_with_nothing_created_creates_again(hook, boundary):
-    boundary.custom.create_namespaced_custom_object.side_effect = [aiohttp.ClientConnectionError(), {"ok": 1}]
-    boundary.custom.get_namespaced_custom_object.side_effect = async_api_error(404, NOT_FOUND_OBJECT)
-    assert await hook.create_mpijob(manifest(), "ns") == {"ok": 1}
-    assert boundary.custom.create_namespaced_custom_object.await_count == 2
-
-
-async def test_create_when_the_crd_is_not_served(hook, boundary):
-    boundary.custom.create_namespaced_custom_object.side_effect = async_api_error(404, NOT_FOUND_URL)
-    with pytest.raises(MPIJobAPIUnavailable):
-        await hook.create_mpijob(manifest(), "ns")
-
-
 async def test_get_missing_is_none_and_transient_errors_are_retried(hook, boundary):
     boundary.custom.get_namespaced_custom_object.side_effect = [
         async_api_error(503), aiohttp.ClientConnectionError(), async_api_error(404, NOT_FOUND_OBJECT)]
@@ -351,52 +303,6 @@ async def test_delete_propagation_policy_and_missing(hook, boundary):
     assert await hook.delete_mpijob("job", "ns") is False
 
 
-async def test_list(hook, boundary):
-    boundary.custom.list_namespaced_custom_object.return_value = {"items": [mpijob("a")]}
-    assert [j["metadata"]["name"] for j in await hook.list_mpijobs("ns", "k=v")] == ["a"]
-    boundary.custom.list_namespaced_custom_object.assert_awaited_once_with(**GVP, namespace="ns", label_selector="k=v")
-
-
-async def test_watch_request_and_events_split_across_chunks(hook, boundary):
-    data = watch_lines(("MODIFIED", mpijob(rv="8")), ("DELETED", mpijob(rv="9")))
-    resp = FakeAioResponse(split_bytes(data, 3, 50, 2))
-    boundary.custom.list_namespaced_custom_object.return_value = resp
-
-    events = [(t, o["metadata"]["resourceVersion"]) async for t, o in hook.watch_mpijob("job", "ns", resource_version="7")]
-
-    assert events == [("MODIFIED", "8"), ("DELETED", "9")]
-    boundary.custom.list_namespaced_custom_object.assert_awaited_once_with(
-        **GVP, namespace="ns", field_selector="metadata.name=job", watch=True, timeout_seconds=60,
-        _request_timeout=(30.0, 75.0), resource_version="7", _preload_content=False,
-    )
-    assert resp.closed
-
-
-async def test_watch_410_error_event_raises_watch_expired(hook, boundary):
-    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
-    boundary.custom.list_namespaced_custom_object.return_value = FakeAioResponse([watch_lines(("ERROR", gone))])
-    with pytest.raises(WatchExpired) as info:
-        async for _ in hook.watch_mpijob("job", "ns", resource_version="7"):
-            pass
-    assert info.value.resource_version == "7"
-
-
-async def test_watch_410_status_raises_watch_expired(hook, boundary):
-    boundary.custom.list_namespaced_custom_object.return_value = FakeAioResponse(
-        status=410, reason="Gone", body=b'{"kind":"Status","code":410,"message":"too old"}')
-    with pytest.raises(WatchExpired, match="too old"):
-        async for _ in hook.watch_mpijob("job", "ns", resource_version="7"):
-            pass
-
-
-async def test_watch_error_status_is_raised_and_retried_when_transient(hook, boundary):
-    ok = FakeAioResponse([watch_lines(("ADDED", mpijob()))])
-    failing = FakeAioResponse(status=503, body=b"unavailable")
-    boundary.custom.list_namespaced_custom_object.side_effect = [failing, ok]
-    assert [t async for t, _ in hook.watch_mpijob("job", "ns")] == ["ADDED"]
-    assert failing.released
-
-
 async def test_launcher_pods_selectors_and_order(boundary):
     hook = make_hook(boundary)
     boundary.core.list_namespaced_pod.return_value = pod_list(
@@ -408,7 +314,7 @@ async def test_launcher_pods_selectors_and_order(boundary):
     v1 = make_hook(boundary, "kubeflow.org/v1")
     boundary.core.list_namespaced_pod.reset_mock()
     boundary.core.list_namespaced_pod.return_value = pod_list()
-    assert await v1.worker_pods("job", "ns") == []
+    assert await v1._role_pods("job", "ns", WORKER) == []
     assert [c.kwargs["label_selector"] for c in boundary.core.list_namespaced_pod.await_args_list] == [
         "training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=worker",
         "mpi-job-name=job,mpi-job-role=worker",
@@ -433,6 +339,45 @@ async def test_read_pod_log_request_and_lines(hook, boundary):
     assert kwargs["_preload_content"] is False
     assert kwargs["_request_timeout"] == hook.log_request_timeout
     assert resp.closed
+
+
+async def test_read_pod_log_broken_stream_raises_and_drops_the_unfinished_line(hook, boundary):
+    resp = FakeAioResponse([b"2026-11-22T10:00:00Z complete\n2026-11-22T10:00:01Z unfin"])
+
+    async def broken():
+        for chunk in resp._chunks:
+            yield chunk
+        raise aiohttp.ClientPayloadError("Response payload is not completed")
+
+    resp.content.iter_any = broken
+    boundary.api_client.call_api.return_value = resp
+    seen = []
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async for line in hook.read_pod_log("p", "ns", follow=True):
+            seen.append(line)
+    assert seen == ["2026-11-22T10:00:00Z complete"]
+    assert resp.closed
+
+
+async def test_read_pod_log_closes_the_response_when_abandoned(hook, boundary):
+    resp = FakeAioResponse([b"2026-11-22T10:00:00Z one\n2026-11-22T10:00:01Z two\n"])
+    boundary.api_client.call_api.return_value = resp
+    lines = hook.read_pod_log("p", "ns")
+    assert await anext(lines) == "2026-11-22T10:00:00Z one"
+    await lines.aclose()
+    assert resp.closed
+
+
+async def test_a_stream_error_status_is_raised_and_retried_when_transient(hook):
+    ok = FakeAioResponse([b"x"])
+    failing = FakeAioResponse(status=503, body=b"unavailable")
+    request = mock.AsyncMock(side_effect=[failing, ok])
+    assert await hook.open_stream(request, "/path", _preload_content=False) is ok
+    assert failing.released and request.await_count == 2
+    request = mock.AsyncMock(return_value=FakeAioResponse(status=403, body=b"forbidden"))
+    with pytest.raises(ApiException) as info:
+        await hook.open_stream(request)
+    assert info.value.status == 403 and request.await_count == 1
 
 
 @pytest.mark.parametrize("status", [400, 404])
@@ -460,6 +405,12 @@ async def test_events_as_dicts_oldest_first(hook, boundary):
         "involvedObject.kind=Pod,involvedObject.name=p1", "involvedObject.kind=Pod,involvedObject.name=p2"]
 
 
-async def test_wait_for_deleted(hook, boundary):
-    boundary.custom.get_namespaced_custom_object.side_effect = [mpijob(), async_api_error(404, NOT_FOUND_OBJECT)]
-    assert await hook.wait_for_deleted("job", "ns", timeout=5, poll_interval=0) is True
+async def test_pod_events_per_pod_merged_and_sorted(hook, boundary):
+    pages = {
+        "involvedObject.kind=Pod,involvedObject.name=p1": [event("a", last="2026-11-22T10:00:03Z", obj="p1")],
+        "involvedObject.kind=Pod,involvedObject.name=p2": [event("b", first="2026-11-22T10:00:01Z", obj="p2"),
+                                                           event("a", last="2026-11-22T10:00:03Z", obj="p1")],
+    }
+    boundary.core.list_namespaced_event.side_effect = lambda **kw: FakeAioResponse(
+        body=json.dumps({"items": pages[kw["field_selector"]]}).encode())
+    assert [e["metadata"]["name"] for e in await hook.pod_events(["p1", "p2"], "ns")] == ["b", "a"]

@@ -16,9 +16,12 @@ import yaml
 from aiohttp import web
 from k8s_fakes import labels_of, manifest, mpijob
 from kubernetes import client as k8s
+from kubernetes.client import V1ObjectMeta, V1Pod
 
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook, WatchExpired
 from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.hooks.requests import MPIJOBS
+from airflow_mpi.wait.namespace_watch import watch_objects
 
 LOG_CHUNKS = [b"2026-11-22T10:00:00.1Z one\n2026-11-22T10:00:01.2Z tw", b"o \xe2\x82", b"\xac\n2026-11-22T10:00:02Z last"]
 GONE = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (9)"}
@@ -150,71 +153,58 @@ EXPECTED_LINES = ["2026-11-22T10:00:00.1Z one", "2026-11-22T10:00:01.2Z two €"
 
 
 def test_sync_log_stream_over_the_wire(wire_connection):
-    hook = MPIJobHook()
-    lines = list(hook.read_pod_log("job-launcher-a", container="launcher", since_time="2026-11-22T10:00:00Z",
-                                   follow=True, previous=False, tail_lines=3))
-    assert lines == EXPECTED_LINES
-    method, path, query, _ = wire_connection.requests[-1]
-    assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods/job-launcher-a/log")
-    assert query == {"container": ["launcher"], "timestamps": ["true"], "follow": ["true"],
-                     "sinceTime": ["2026-11-22T10:00:00Z"], "tailLines": ["3"]}
+    assert MPIJobHook().launcher_log("job") == ["one", "two €", "last"]
+    (_, _, pods_query, _), (method, path, query, _) = wire_connection.requests[-2:]
+    assert pods_query["labelSelector"] == ["training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"]
+    assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods/job-launcher-b/log")  # the newest launcher's
+    assert query == {"timestamps": ["true"]}
 
 
 def test_sync_log_of_a_missing_pod(wire_connection):
     with pytest.raises(PodLogUnavailable) as info:
-        list(MPIJobHook().read_pod_log("missing"))
+        MPIJobHook()._log_messages(V1Pod(metadata=V1ObjectMeta(name="missing")), "ns")
     assert info.value.status == 404 and "not found" in info.value.message
 
 
-def test_sync_watch_create_adopt_delete_pods_events_over_the_wire(wire_connection):
+def test_sync_create_adopt_list_delete_over_the_wire(wire_connection):
     hook = MPIJobHook()
-    assert [o["metadata"]["resourceVersion"] for _, o in hook.watch_mpijob("job", resource_version="7")] == ["8", "9"]
-    _, path, query, _ = wire_connection.requests[-1]
-    assert path == "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs"
-    assert query["fieldSelector"] == ["metadata.name=job"] and query["resourceVersion"] == ["7"]
-    with pytest.raises(WatchExpired):
-        list(hook.watch_mpijob("job", resource_version="1"))
-
     adopted = hook.create_mpijob(manifest(labels=labels_of(try_number=2)))
     assert adopted["metadata"]["labels"] == labels_of(try_number=1)
     assert [r[0] for r in wire_connection.requests[-2:]] == ["POST", "GET"]
     assert wire_connection.requests[-2][3]["metadata"]["namespace"] == "ns"
 
+    assert [j["metadata"]["name"] for j in hook.list_mpijobs()] == ["job"]
     assert hook.delete_mpijob("job") is True
     method, path, _, body = wire_connection.requests[-1]
     assert (method, path, body["propagationPolicy"]) == (
         "DELETE", "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job", "Foreground")
 
-    assert [p.metadata.name for p in hook.launcher_pods("job")] == ["job-launcher-b", "job-launcher-a"]
-    assert wire_connection.requests[-1][2]["labelSelector"] == [
-        "training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"]
-    assert [e["reason"] for e in hook.job_events("job")] == ["Created"]
-    assert wire_connection.requests[-1][2]["fieldSelector"] == ["involvedObject.kind=MPIJob,involvedObject.name=job"]
-
 
 @pytest.mark.asyncio
 async def test_async_hook_over_the_wire(wire_connection):
     async with AsyncMPIJobHook() as hook:
-        lines = [line async for line in hook.read_pod_log("job-launcher-a", container="launcher", follow=True)]
+        lines = [line async for line in hook.read_pod_log("job-launcher-a", container="launcher", follow=True,
+                                                          since_time="2026-11-22T10:00:00Z", tail_lines=3)]
         assert lines == EXPECTED_LINES
         _, path, query, _ = wire_connection.requests[-1]
         assert path == "/api/v1/namespaces/ns/pods/job-launcher-a/log"
-        assert query == {"container": ["launcher"], "timestamps": ["true"], "follow": ["true"]}
+        assert query == {"container": ["launcher"], "timestamps": ["true"], "follow": ["true"],
+                         "sinceTime": ["2026-11-22T10:00:00Z"], "tailLines": ["3"]}
 
         with pytest.raises(PodLogUnavailable):
             async for _ in hook.read_pod_log("missing"):
                 pass
 
-        events = [o["metadata"]["resourceVersion"] async for _, o in hook.watch_mpijob("job", resource_version="7")]
+        events = [rv async for kind, _, rv in watch_objects(hook, MPIJOBS, "ns", resource_version="7") if kind != "OPEN"]
         assert events == ["8", "9"]
+        _, path, query, _ = wire_connection.requests[-1]
+        assert path == "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs" and query["resourceVersion"] == ["7"]
         with pytest.raises(WatchExpired):
-            async for _ in hook.watch_mpijob("job", resource_version="1"):
+            async for _ in watch_objects(hook, MPIJOBS, "ns", resource_version="1"):
                 pass
 
-        adopted = await hook.create_mpijob(manifest(labels=labels_of(try_number=2)))
-        assert adopted["metadata"]["name"] == "job"
         assert await hook.delete_mpijob("job", propagation_policy="Background") is True
         assert wire_connection.requests[-1][3]["propagationPolicy"] == "Background"
         assert [p.metadata.name for p in await hook.launcher_pods("job")] == ["job-launcher-b", "job-launcher-a"]
         assert [e["reason"] for e in await hook.job_events("job")] == ["Created"]
-        assert [j["metadata"]["name"] for j in await hook.list_mpijobs()] == ["job"]
+        assert wire_connection.requests[-1][2]["fieldSelector"] == ["involvedObject.kind=MPIJob,involvedObject.name=job"]

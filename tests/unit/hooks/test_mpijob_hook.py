@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-from datetime import datetime, timedelta, timezone
 from unittest import mock
 
 import pytest
@@ -13,14 +12,12 @@ from k8s_fakes import (
     NOT_FOUND_URL,
     FakeResponse,
     api_error,
-    event,
     labels_of,
     manifest,
     mpijob,
     pod,
     pod_list,
     split_bytes,
-    watch_lines,
 )
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +25,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from airflow_mpi.hooks import MPIJobConflictError, MPIJobHook, WatchExpired
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable
+from airflow_mpi.hooks.requests import LAUNCHER, WORKER
 
 GVP = {"group": "kubeflow.org", "version": "v2beta1", "plural": "mpijobs"}
 
@@ -36,8 +34,6 @@ class _CoreV1Used:
     """The CoreV1Api methods the hook calls (autospeccing all of CoreV1Api is slow); real signatures."""
 
     list_namespaced_pod = k8s.CoreV1Api.list_namespaced_pod
-    list_namespaced_event = k8s.CoreV1Api.list_namespaced_event
-    read_namespaced_pod_log = k8s.CoreV1Api.read_namespaced_pod_log
 
 
 def make_hook(api_version="kubeflow.org/v2beta1", **kwargs) -> MPIJobHook:
@@ -368,80 +364,6 @@ def test_wait_for_deleted(hook):
     assert hook.wait_for_deleted("job", "ns", timeout=0, poll_interval=0) is False
 
 
-# --------------------------------------------------------------------------- watch
-def test_watch_selects_the_job_resumes_and_splits_events_across_chunks(hook):
-    stream = watch_lines(("MODIFIED", mpijob(rv="43")), ("MODIFIED", mpijob(rv="44")))
-    resp = FakeResponse(split_bytes(stream, 10, 70, 1))
-    hook.custom_object_client.list_namespaced_custom_object.return_value = resp
-
-    events = list(hook.watch_mpijob("job", "ns", resource_version="42", timeout_seconds=30))
-
-    assert [(t, o["metadata"]["resourceVersion"]) for t, o in events] == [("MODIFIED", "43"), ("MODIFIED", "44")]
-    hook.custom_object_client.list_namespaced_custom_object.assert_called_once_with(
-        **GVP,
-        namespace="ns",
-        field_selector="metadata.name=job",
-        watch=True,
-        timeout_seconds=30,
-        _request_timeout=(30.0, 45.0),  # idle limit past the server's 30 s, not the client's 60 s in all
-        resource_version="42",
-        _preload_content=False,
-    )
-    assert resp.closed and resp.released
-
-
-def test_watch_without_resource_version_starts_from_current_state(hook):
-    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
-        [watch_lines(("ADDED", mpijob()))])
-    assert [t for t, _ in hook.watch_mpijob("job", "ns")] == ["ADDED"]
-    assert "resource_version" not in hook.custom_object_client.list_namespaced_custom_object.call_args.kwargs
-
-
-def test_watch_410_error_event_raises_watch_expired_with_last_version(hook):
-    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 42 (50)"}
-    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
-        [watch_lines(("MODIFIED", mpijob(rv="43")), ("ERROR", gone))])
-    seen = []
-    with pytest.raises(WatchExpired) as info:
-        for item in hook.watch_mpijob("job", "ns", resource_version="42"):
-            seen.append(item)
-    assert len(seen) == 1
-    assert info.value.resource_version == "43"
-    assert "too old" in str(info.value)
-
-
-def test_watch_410_response_raises_watch_expired(hook):
-    hook.custom_object_client.list_namespaced_custom_object.side_effect = api_error(410, {"message": "Gone"})
-    with pytest.raises(WatchExpired):
-        list(hook.watch_mpijob("job", "ns", resource_version="1"))
-
-
-def test_watch_other_error_event_raises_api_exception(hook):
-    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse(
-        [watch_lines(("ERROR", {"code": 500, "reason": "InternalError", "message": "boom"}))])
-    with pytest.raises(ApiException) as info:
-        list(hook.watch_mpijob("job", "ns"))
-    assert info.value.status == 500
-
-
-def test_watch_bookmarks_only_when_asked(hook):
-    lines = watch_lines(("BOOKMARK", {"metadata": {"resourceVersion": "99"}}), ("MODIFIED", mpijob()))
-    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse([lines])
-    assert [t for t, _ in hook.watch_mpijob("job", "ns")] == ["MODIFIED"]
-    hook.custom_object_client.list_namespaced_custom_object.return_value = FakeResponse([lines])
-    assert [t for t, _ in hook.watch_mpijob("job", "ns", allow_bookmarks=True)] == ["BOOKMARK", "MODIFIED"]
-    assert hook.custom_object_client.list_namespaced_custom_object.call_args.kwargs["allow_watch_bookmarks"] is True
-
-
-def test_watch_closes_the_response_when_abandoned(hook):
-    resp = FakeResponse([watch_lines(("MODIFIED", mpijob()), ("MODIFIED", mpijob()))])
-    hook.custom_object_client.list_namespaced_custom_object.return_value = resp
-    gen = hook.watch_mpijob("job", "ns")
-    next(gen)
-    gen.close()
-    assert resp.closed
-
-
 # --------------------------------------------------------------------------- pods
 V2_LAUNCHER = "training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"
 
@@ -452,7 +374,7 @@ def test_launcher_pods_v2beta1_selector_and_newest_first(hook):
         pod("job-launcher-ccccc", "2026-11-22T10:05:00"),
         pod("job-launcher-bbbbb", "2026-11-22T10:02:00", phase="Failed"),
     )
-    pods = hook.launcher_pods("job", "ns")
+    pods = hook._role_pods("job", "ns", LAUNCHER)
     assert [p.metadata.name for p in pods] == ["job-launcher-ccccc", "job-launcher-bbbbb", "job-launcher-aaaaa"]
     hook.core_v1_client.list_namespaced_pod.assert_called_once_with(namespace="ns", label_selector=V2_LAUNCHER)
 
@@ -462,13 +384,13 @@ def test_launcher_pods_same_second_prefers_the_live_one(hook):
         pod("job-launcher-zzzzz", "2026-11-22T10:00:00", phase="Failed"),
         pod("job-launcher-aaaaa", "2026-11-22T10:00:00", phase="Running"),
     )
-    assert hook.launcher_pods("job", "ns")[0].metadata.name == "job-launcher-aaaaa"
+    assert hook._role_pods("job", "ns", LAUNCHER)[0].metadata.name == "job-launcher-aaaaa"
 
 
 def test_launcher_pods_v1_uses_training_operator_labels():
     hook = make_hook("kubeflow.org/v1")
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher", "2026-11-22T10:00:00"))
-    assert [p.metadata.name for p in hook.launcher_pods("job", "ns")] == ["job-launcher"]
+    assert [p.metadata.name for p in hook._role_pods("job", "ns", LAUNCHER)] == ["job-launcher"]
     hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
         namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher"
     )
@@ -478,7 +400,7 @@ def test_launcher_pods_v1_falls_back_to_legacy_labels():
     hook = make_hook("kubeflow.org/v1")
     hook.core_v1_client.list_namespaced_pod.side_effect = [
         pod_list(), pod_list(pod("job-launcher", "2026-11-22T10:00:00"))]
-    assert [p.metadata.name for p in hook.launcher_pods("job", "ns")] == ["job-launcher"]
+    assert [p.metadata.name for p in hook._role_pods("job", "ns", LAUNCHER)] == ["job-launcher"]
     assert [c.kwargs["label_selector"] for c in hook.core_v1_client.list_namespaced_pod.call_args_list] == [
         "training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher",
         "mpi-job-name=job,mpi-job-role=launcher",
@@ -487,7 +409,7 @@ def test_launcher_pods_v1_falls_back_to_legacy_labels():
 
 def test_launcher_pods_none_yet(hook):
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list()
-    assert hook.launcher_pods("job", "ns") == []
+    assert hook._role_pods("job", "ns", LAUNCHER) == []
     hook.core_v1_client.list_namespaced_pod.assert_called_once()
 
 
@@ -498,7 +420,7 @@ def test_worker_pods_selector_and_index_order(hook):
         pod("job-worker-2", "2026-11-22T10:00:00", labels={idx: "2"}),
         pod("job-worker-0", "2026-11-22T10:00:00", labels={idx: "0"}),
     )
-    assert [p.metadata.name for p in hook.worker_pods("job", "ns")] == ["job-worker-0", "job-worker-2", "job-worker-10"]
+    assert [p.metadata.name for p in hook._role_pods("job", "ns", WORKER)] == ["job-worker-0", "job-worker-2", "job-worker-10"]
     hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
         namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=worker"
     )
@@ -506,110 +428,76 @@ def test_worker_pods_selector_and_index_order(hook):
 
 def test_pod_listing_retries_transient_errors(hook):
     hook.core_v1_client.list_namespaced_pod.side_effect = [api_error(500), pod_list()]
-    assert hook.worker_pods("job", "ns") == []
+    assert hook._role_pods("job", "ns", WORKER) == []
     assert hook.core_v1_client.list_namespaced_pod.call_count == 2
 
 
 # --------------------------------------------------------------------------- logs
-def _log_call(hook):
-    args, kwargs = hook.api_client.call_api.call_args
-    return args, kwargs
+def _launcher_log(hook, *responses):
+    """``launcher_log`` of one launcher pod whose log requests answer ``responses``."""
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher-a", "2026-11-22T10:00:00"))
+    hook.api_client.call_api.side_effect = list(responses)
+    return hook.launcher_log("job", "ns")
 
 
-def test_read_pod_log_request(hook):
+def test_launcher_log_of_the_newest_launcher_main_container(hook):
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher-old", "2026-11-22T10:00:00", phase="Failed"),
+        pod("job-launcher-new", "2026-11-22T10:05:00", containers=("launcher", "sidecar")),
+    )
     hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z hi\n"])
-    since = datetime(2026, 11, 22, 11, 0, 5, 900000, tzinfo=timezone(timedelta(hours=1)))
-
-    lines = list(hook.read_pod_log("job-launcher-x", "ns", container="launcher", since_time=since,
-                                   previous=True, follow=True, tail_lines=10))
-
-    assert lines == ["2026-11-22T10:00:00Z hi"]
-    args, kwargs = _log_call(hook)
+    assert hook.launcher_log("job", "ns") == ["hi"]
+    args, kwargs = hook.api_client.call_api.call_args
     assert args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
-    assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-x"}
-    assert dict(kwargs["query_params"]) == {
-        "container": "launcher",
-        "timestamps": "true",
-        "follow": "true",
-        "previous": "true",
-        "sinceTime": "2026-11-22T10:00:05Z",  # UTC, second precision, floored
-        "tailLines": "10",
-    }
-    assert kwargs["_preload_content"] is False
-    assert kwargs["auth_settings"] == ["BearerToken"]
+    assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-new"}
+    assert kwargs["query_params"] == [("container", "launcher"), ("timestamps", "true")]
+    assert kwargs["_request_timeout"] == hook.log_request_timeout
 
 
-def test_read_pod_log_always_sends_timestamps_and_nothing_unasked(hook):
-    hook.api_client.call_api.return_value = FakeResponse([])
-    assert list(hook.read_pod_log("p", "ns")) == []
-    assert _log_call(hook)[1]["query_params"] == [("timestamps", "true")]
+def test_launcher_log_without_a_launcher_is_empty(hook):
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list()
+    assert hook.launcher_log("job", "ns") == []
+    hook.api_client.call_api.assert_not_called()
 
 
-def test_read_pod_log_since_time_string_and_naive_datetime(hook):
-    hook.api_client.call_api.return_value = FakeResponse([])
-    list(hook.read_pod_log("p", "ns", since_time="2026-11-22T10:00:00Z"))
-    assert dict(_log_call(hook)[1]["query_params"])["sinceTime"] == "2026-11-22T10:00:00Z"
-    hook.api_client.call_api.return_value = FakeResponse([])
-    list(hook.read_pod_log("p", "ns", since_time=datetime(2026, 11, 22, 10, 0, 1, 999999)))
-    assert dict(_log_call(hook)[1]["query_params"])["sinceTime"] == "2026-11-22T10:00:01Z"
-
-
-def test_read_pod_log_joins_lines_split_across_chunks_and_keeps_the_partial_last_line(hook):
+def test_log_lines_joined_across_chunks_with_the_partial_last_line(hook):
     text = "2026-11-22T10:00:00Z first\r\n2026-11-22T10:00:01Z zweite Zeile: äöü €\n\n2026-11-22T10:00:02Z no newline"
     data = text.encode()
     euro = data.index("€".encode())
     resp = FakeResponse(split_bytes(data, 5, 20, euro + 1 - 25, 1, 1))  # cuts inside the 3-byte €
-    hook.api_client.call_api.return_value = resp
-
-    assert list(hook.read_pod_log("p", "ns")) == [
-        "2026-11-22T10:00:00Z first",
-        "2026-11-22T10:00:01Z zweite Zeile: äöü €",
-        "",
-        "2026-11-22T10:00:02Z no newline",
-    ]
+    assert _launcher_log(hook, resp) == ["first", "zweite Zeile: äöü €", "", "no newline"]
     assert resp.closed and resp.released
     assert resp.stream_args == (None, True)
 
 
-def test_read_pod_log_invalid_utf8_is_replaced(hook):
-    hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z bad \xff byte\n"])
-    assert list(hook.read_pod_log("p", "ns")) == ["2026-11-22T10:00:00Z bad \ufffd byte"]
+def test_log_invalid_utf8_is_replaced(hook):
+    assert _launcher_log(hook, FakeResponse([b"2026-11-22T10:00:00Z bad \xff byte\n"])) == ["bad \ufffd byte"]
 
 
-def test_read_pod_log_broken_stream_raises_and_drops_the_unfinished_line(hook):
+def test_log_broken_stream_raises_and_releases_the_connection(hook):
     class Broken(FakeResponse):
         def stream(self, amt=None, decode_content=None):
             yield b"2026-11-22T10:00:00Z complete\n2026-11-22T10:00:01Z unfin"
             raise ProtocolError("Connection broken: IncompleteRead")
 
-    hook.api_client.call_api.return_value = Broken()
-    seen = []
+    resp = Broken()
     with pytest.raises(ProtocolError):
-        for line in hook.read_pod_log("p", "ns", follow=True):
-            seen.append(line)
-    assert seen == ["2026-11-22T10:00:00Z complete"]
-
-
-def test_read_pod_log_accepts_a_pod_object(hook):
-    hook.api_client.call_api.return_value = FakeResponse([])
-    list(hook.read_pod_log(pod("p1", "2026-11-22T10:00:00", namespace="pod-ns")))
-    assert _log_call(hook)[1]["path_params"] == {"namespace": "pod-ns", "name": "p1"}
+        _launcher_log(hook, resp)
+    assert resp.closed and resp.released
 
 
 @pytest.mark.parametrize("status", [400, 404])
-def test_read_pod_log_unavailable(hook, status):
+def test_log_unavailable(hook, status):
     message = 'container "launcher" in pod "p" is waiting to start: ContainerCreating'
-    hook.api_client.call_api.side_effect = api_error(status, {"kind": "Status", "message": message})
     with pytest.raises(PodLogUnavailable) as info:
-        list(hook.read_pod_log("p", "ns", container="launcher"))
+        _launcher_log(hook, api_error(status, {"kind": "Status", "message": message}))
     assert info.value.status == status
     assert info.value.message == message
     hook.api_client.call_api.assert_called_once()
 
 
-def test_read_pod_log_request_retries_transient_errors(hook):
-    hook.api_client.call_api.side_effect = [api_error(503), FakeResponse([b"2026-11-22T10:00:00Z x\n"])]
-    assert list(hook.read_pod_log("p", "ns")) == ["2026-11-22T10:00:00Z x"]
+def test_log_request_retries_transient_errors(hook):
+    assert _launcher_log(hook, api_error(503), FakeResponse([b"2026-11-22T10:00:00Z x\n"])) == ["x"]
 
 
 def test_worker_log_tails_strip_timestamps_and_survive_errors(hook):
@@ -628,42 +516,6 @@ def test_worker_log_tails_strip_timestamps_and_survive_errors(hook):
     first_query = dict(hook.api_client.call_api.call_args_list[0].kwargs["query_params"])
     assert first_query["tailLines"] == "5"
     assert first_query["container"] == "worker"
-
-
-# --------------------------------------------------------------------------- events
-def _events_response(*events):
-    return FakeResponse(data=json.dumps({"items": list(events)}).encode())
-
-
-def test_job_events_selector_and_oldest_first(hook):
-    hook.core_v1_client.list_namespaced_event.return_value = _events_response(
-        event("e2", last="2026-11-22T10:00:05Z", kind="MPIJob", obj="job"),
-        event("e1", event_time="2026-11-22T10:00:01.000001Z", kind="MPIJob", obj="job"),
-    )
-    assert [e["metadata"]["name"] for e in hook.job_events("job", "ns")] == ["e1", "e2"]
-    hook.core_v1_client.list_namespaced_event.assert_called_once_with(
-        namespace="ns", field_selector="involvedObject.kind=MPIJob,involvedObject.name=job", _preload_content=False
-    )
-
-
-def test_pod_events_per_pod_merged_and_sorted(hook):
-    hook.core_v1_client.list_namespaced_event.side_effect = [
-        _events_response(event("a", last="2026-11-22T10:00:03Z", obj="p1")),
-        _events_response(event("b", first="2026-11-22T10:00:01Z", obj="p2"),
-                         event("a", last="2026-11-22T10:00:03Z", obj="p1")),
-    ]
-    events = hook.pod_events(["p1", pod("p2", "2026-11-22T10:00:00")], "ns")
-    assert [e["metadata"]["name"] for e in events] == ["b", "a"]
-    assert [c.kwargs["field_selector"] for c in hook.core_v1_client.list_namespaced_event.call_args_list] == [
-        "involvedObject.kind=Pod,involvedObject.name=p1",
-        "involvedObject.kind=Pod,involvedObject.name=p2",
-    ]
-
-
-def test_pod_events_of_a_single_name(hook):
-    hook.core_v1_client.list_namespaced_event.return_value = _events_response()
-    assert hook.pod_events("p1", "ns") == []
-    hook.core_v1_client.list_namespaced_event.assert_called_once()
 
 
 # --------------------------------------------------------------------------- errors

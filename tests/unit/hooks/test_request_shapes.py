@@ -1,4 +1,4 @@
-"""The pure pieces both hooks share: line splitting, error classification, selectors, time formats."""
+"""The pure pieces both hooks share: line splitting, error classification, selectors, time formats, requests."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import pytest
-from k8s_fakes import NOT_FOUND_OBJECT, NOT_FOUND_URL, api_error, async_api_error
+from k8s_fakes import NOT_FOUND_OBJECT, NOT_FOUND_URL, api_error, async_api_error, mpijob, split_bytes, watch_lines
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from airflow_mpi.hooks.api_errors import is_missing_resource_type, is_transient
-from airflow_mpi.hooks.k8s_requests import (
-    LineSplitter,
-    aiter_lines,
+from airflow_mpi.hooks.answers import LineSplitter, WatchDecoder, aiter_lines, iter_lines
+from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, WatchExpired, is_missing_resource_type, is_transient
+from airflow_mpi.hooks.kubeconfig import kubeconfig_uses_dynamic_auth
+from airflow_mpi.hooks.requests import (
+    LogRequest,
     format_since_time,
-    iter_lines,
-    log_query_params,
     pod_selectors,
     split_api_version,
+    watch_request_timeout,
 )
-from airflow_mpi.hooks.kubeconfig import kubeconfig_uses_dynamic_auth
 
 
 def test_line_splitter_joins_across_chunks_and_flushes_the_rest():
@@ -97,9 +97,86 @@ def test_format_since_time():
 
 
 def test_log_query_params_order_and_omissions():
-    assert log_query_params() == [("timestamps", "true")]
-    assert log_query_params(container="c", tail_lines=0, limit_bytes=10) == [
+    assert LogRequest("p", "ns", 1).query == [("timestamps", "true")]
+    assert LogRequest("p", "ns", 1, container="c", tail_lines=0, limit_bytes=10).query == [
         ("container", "c"), ("timestamps", "true"), ("tailLines", "0"), ("limitBytes", "10")]
+
+
+def test_log_request_path_query_and_transport():
+    since = datetime(2026, 11, 22, 11, 0, 5, 900000, tzinfo=timezone(timedelta(hours=1)))
+    req = LogRequest("job-launcher-x", "ns", (30.0, 300.0), container="launcher", since_time=since, previous=True,
+                     follow=True, tail_lines=10)
+    assert req.args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
+    kwargs = req.kwargs
+    assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-x"}
+    assert dict(kwargs["query_params"]) == {
+        "container": "launcher",
+        "timestamps": "true",
+        "follow": "true",
+        "previous": "true",
+        "sinceTime": "2026-11-22T10:00:05Z",  # UTC, second precision, floored
+        "tailLines": "10",
+    }
+    assert kwargs["_preload_content"] is False
+    assert kwargs["auth_settings"] == ["BearerToken"]
+    assert kwargs["_request_timeout"] == (30.0, 300.0)
+
+
+def test_log_request_since_time_string_and_naive_datetime():
+    assert dict(LogRequest("p", "ns", 1, since_time="2026-11-22T10:00:00Z").query)["sinceTime"] == "2026-11-22T10:00:00Z"
+    naive = datetime(2026, 11, 22, 10, 0, 1, 999999)
+    assert dict(LogRequest("p", "ns", 1, since_time=naive).query)["sinceTime"] == "2026-11-22T10:00:01Z"
+
+
+# --------------------------------------------------------------------------- watches (answers.WatchDecoder)
+def decode(decoder: WatchDecoder, *chunks: bytes) -> list[tuple[str, dict]]:
+    return [event for line in iter_lines(chunks) if (event := decoder.decode(line)) is not None]
+
+
+def test_watch_events_split_across_chunks_and_the_version_they_leave():
+    stream = watch_lines(("MODIFIED", mpijob(rv="43")), ("MODIFIED", mpijob(rv="44")))
+    decoder = WatchDecoder("job", "ns", "42", False, ApiException)
+    events = decode(decoder, *split_bytes(stream, 10, 70, 1))
+    assert [(t, o["metadata"]["resourceVersion"]) for t, o in events] == [("MODIFIED", "43"), ("MODIFIED", "44")]
+    assert decoder.last_rv == "44"
+    assert watch_request_timeout(30) == (30.0, 45.0)  # idle limit past the server's 30 s, not the client's 60 s
+
+
+def test_watch_410_error_event_raises_watch_expired_with_last_version():
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 42 (50)"}
+    decoder = WatchDecoder("job", "ns", "42", False, ApiException)
+    seen = []
+    with pytest.raises(WatchExpired) as info:
+        for line in iter_lines([watch_lines(("MODIFIED", mpijob(rv="43")), ("ERROR", gone))]):
+            seen.append(decoder.decode(line))
+    assert len(seen) == 1
+    assert info.value.resource_version == "43"
+    assert "too old" in str(info.value)
+
+
+def test_watch_request_errors():
+    decoder = WatchDecoder("job", "ns", "7", False, ApiException)
+    with pytest.raises(WatchExpired, match="too old") as info:
+        decoder.raise_open_error(async_api_error(410, b'{"kind":"Status","code":410,"message":"too old"}'))
+    assert info.value.resource_version == "7"
+    with pytest.raises(MPIJobAPIUnavailable):
+        decoder.raise_open_error(api_error(404, NOT_FOUND_URL))
+    with pytest.raises(ApiException):
+        decoder.raise_open_error(api_error(503))
+
+
+def test_watch_other_error_event_raises_api_exception():
+    with pytest.raises(ApiException) as info:
+        decode(WatchDecoder("job", "ns", None, False, ApiException),
+               watch_lines(("ERROR", {"code": 500, "reason": "InternalError", "message": "boom"})))
+    assert info.value.status == 500
+
+
+def test_watch_bookmarks_only_when_asked():
+    lines = watch_lines(("BOOKMARK", {"metadata": {"resourceVersion": "99"}}), ("MODIFIED", mpijob()))
+    assert [t for t, _ in decode(WatchDecoder("job", "ns", None, False, ApiException), lines)] == ["MODIFIED"]
+    bookmarked = WatchDecoder("job", "ns", None, True, ApiException)
+    assert [t for t, _ in decode(bookmarked, lines)] == ["BOOKMARK", "MODIFIED"]
 
 
 def test_pod_selectors_per_api_version():

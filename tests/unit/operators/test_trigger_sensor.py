@@ -168,9 +168,9 @@ def test_a_poke_rides_out_an_api_server_restart_but_not_a_refusal(monkeypatch):
     """A poke that meets the API server restarting waits it out (like the operator's wait); a 403 is an answer."""
     from kubernetes.client.exceptions import ApiException
 
-    from airflow_mpi.hooks import api_errors
+    from airflow_mpi.hooks import retries
 
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
 
     class Restarting(FakeSyncHook):
         def __init__(self, failures, **kw):

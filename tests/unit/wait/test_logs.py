@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_mpi.wait.logs import LogCursor, split_timestamp, stream_key
+from airflow_mpi.hooks.answers import split_timestamp
+from airflow_mpi.wait.logs import LogCursor, stream_key
 
 KEY = stream_key("job-launcher-abc", "launcher", 0)
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_mpi.hooks import api_errors
+from airflow_mpi.hooks import retries
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.errors import WatchExpired
 from airflow_mpi.wait.monitor import JobMonitor
@@ -123,7 +123,7 @@ async def test_restarted_container_log_is_read_with_previous():
 
 
 async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     created = job("job", "ns", ("Created", "x"), rv="5")
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
     hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
@@ -263,7 +263,7 @@ async def test_authorization_errors_while_an_api_server_comes_back_are_retried(m
     """A restarted API server refuses non-admin identities until its RBAC/auth caches synced (least privilege)."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
@@ -438,13 +438,13 @@ async def test_the_first_read_rides_out_an_api_server_restart(monkeypatch, caplo
     an API server that is back but has not synced its RBAC caches yet (403), still a success."""
     import logging
 
-    from airflow_mpi.hooks import api_errors
+    from airflow_mpi.hooks import retries
 
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     outage = [ConnectionRefusedError(111, "Connect call failed")] * 8 + [_api_error(503), _api_error(403)]
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = Restarting(job_obj=done, failures=outage)
-    with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.api_errors"):
+    with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.retries"):
         result = await monitor(hook, [], get_logs=False).run()
     assert result["status"] == "success" and hook.failures == []
     assert len([r for r in caplog.records if "Kubernetes API unavailable" in r.getMessage()]) == len(outage)
@@ -453,9 +453,9 @@ async def test_the_first_read_rides_out_an_api_server_restart(monkeypatch, caplo
 @pytest.mark.parametrize("status", [403, 401, 400])
 async def test_a_refusal_on_the_first_read_fails_at_once(monkeypatch, status):
     """Outside an outage a 401/403 is the answer (a service account without rights), not a blip to wait out."""
-    from airflow_mpi.hooks import api_errors
+    from airflow_mpi.hooks import retries
 
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[_api_error(status), _api_error(503)])
     with pytest.raises(Exception) as err:
         await monitor(hook, [], get_logs=False).run()
@@ -463,10 +463,10 @@ async def test_a_refusal_on_the_first_read_fails_at_once(monkeypatch, status):
 
 
 async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
-    from airflow_mpi.hooks import api_errors
+    from airflow_mpi.hooks import retries
 
-    monkeypatch.setattr(api_errors, "OUTAGE_RETRY_DELAY", 0)
-    monkeypatch.setattr(api_errors, "API_OUTAGE_LIMIT", 0)
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
+    monkeypatch.setattr(retries, "API_OUTAGE_LIMIT", 0)
     hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[ConnectionRefusedError(111, "down")] * 3)
     with pytest.raises(ConnectionRefusedError):
         await monitor(hook, [], get_logs=False).run()

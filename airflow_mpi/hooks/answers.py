@@ -1,0 +1,202 @@
+"""How the hooks' answers are read: streamed bytes as lines, a watch's lines as events, the timestamp of a log
+line, listed pods and events in order. Free of I/O, like hooks/requests.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, WatchExpired, error_message, is_missing_resource_type
+from airflow_mpi.hooks.requests import REPLICA_INDEX_LABEL
+from airflow_mpi.jobspec.spec import API_V2BETA1
+
+# the kubelet's RFC 3339 timestamp (nanoseconds, offset) in front of a ``timestamps=true`` log line
+_TIMESTAMP_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S)
+
+
+# --------------------------------------------------------------------------------------- lines
+class LineSplitter:
+    """Bytes chunks in, complete decoded lines out; a line split across chunks is joined first.
+
+    Decoding happens per complete line (a newline byte never occurs inside a UTF-8 multi-byte
+    sequence), invalid UTF-8 becomes U+FFFD. ``flush()`` returns the unterminated last line.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes | str) -> list[str]:
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8")
+        self._buffer.extend(chunk)
+        lines = []
+        start = 0
+        while (end := self._buffer.find(b"\n", start)) != -1:
+            lines.append(_decode(self._buffer[start:end]))
+            start = end + 1
+        if start:
+            del self._buffer[:start]
+        return lines
+
+    def flush(self) -> list[str]:
+        if not self._buffer:
+            return []
+        rest = _decode(self._buffer)
+        self._buffer.clear()
+        return [rest]
+
+
+def _decode(raw: bytes | bytearray) -> str:
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    return bytes(raw).decode("utf-8", errors="replace")
+
+
+def iter_lines(chunks: Iterable[bytes | str]) -> Iterator[str]:
+    """Lines of a byte stream; the last line is yielded even without a trailing newline (clean EOF only)."""
+    splitter = LineSplitter()
+    for chunk in chunks:
+        yield from splitter.feed(chunk)
+    yield from splitter.flush()
+
+
+async def aiter_lines(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[str]:
+    """Async :func:`iter_lines`."""
+    splitter = LineSplitter()
+    async for chunk in chunks:
+        for line in splitter.feed(chunk):
+            yield line
+    for line in splitter.flush():
+        yield line
+
+
+def split_timestamp(raw_line: str) -> tuple[tuple[int, int] | None, str]:
+    """``(epoch seconds, nanoseconds)`` and the message of a ``timestamps=true`` log line."""
+    match = _TIMESTAMP_RE.match(raw_line)
+    if not match:
+        return None, raw_line
+    base, fraction, zone, message = match.groups()
+    stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+    nanos = int((fraction or "0").ljust(9, "0"))
+    return (int(stamp.timestamp()), nanos), message
+
+
+def log_messages(lines: Iterable[str]) -> list[str]:
+    """Log lines without their timestamps."""
+    return [split_timestamp(line)[1] for line in lines]
+
+
+# --------------------------------------------------------------------------------------- watch
+@dataclass
+class WatchDecoder:
+    """Reads the lines of a watch; remembers the last resourceVersion seen."""
+
+    name: str
+    namespace: str
+    last_rv: str | None
+    allow_bookmarks: bool
+    api_exception: type[Exception]  # the client library's ApiException (sync or async)
+    api_version: str = API_V2BETA1
+
+    def raise_open_error(self, exc: BaseException) -> Any:
+        """The watch request failed: 410 Gone -> WatchExpired, CRD not served -> MPIJobAPIUnavailable."""
+        status = getattr(exc, "status", None)
+        if status == 410:
+            raise WatchExpired(self.name, self.namespace, self.last_rv, error_message(exc)) from exc
+        if status == 404 and is_missing_resource_type(exc):
+            raise MPIJobAPIUnavailable(self.api_version, self.namespace, error_message(exc)) from exc
+        raise exc
+
+    def decode(self, line: str) -> tuple[str, dict] | None:
+        """``(event_type, object)`` to yield, or None (blank line, unrequested bookmark)."""
+        if not line.strip():
+            return None
+        event = json.loads(line)
+        event_type = event.get("type")
+        obj = event.get("object") or {}
+        if event_type == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpired(self.name, self.namespace, self.last_rv, obj.get("message", ""))
+            raise self.api_exception(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
+        self.last_rv = (obj.get("metadata") or {}).get("resourceVersion") or self.last_rv
+        if event_type == "BOOKMARK" and not self.allow_bookmarks:
+            return None
+        return event_type, obj
+
+
+# --------------------------------------------------------------------------------------- order
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _as_utc(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, str) and value:
+        try:
+            return _as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return _EPOCH
+    return _EPOCH
+
+
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def sort_newest_first(pods: Iterable[Any]) -> list[Any]:
+    """Pods by creationTimestamp, newest first; ties (second precision): active before finished, then name desc."""
+
+    def key(pod):
+        meta = pod.metadata
+        phase = getattr(pod.status, "phase", None) if pod.status is not None else None
+        return (_as_utc(meta.creation_timestamp), phase not in _TERMINAL_PHASES, meta.name or "")
+
+    return sorted(pods, key=key, reverse=True)
+
+
+def sort_workers(pods: Iterable[Any]) -> list[Any]:
+    """Worker pods by replica index (then name)."""
+
+    def key(pod):
+        labels = pod.metadata.labels or {}
+        try:
+            index = int(labels.get(REPLICA_INDEX_LABEL, ""))
+        except ValueError:
+            index = 1 << 30
+        return (index, pod.metadata.name or "")
+
+    return sorted(pods, key=key)
+
+
+def event_time(event: dict) -> datetime:
+    meta = event.get("metadata") or {}
+    series = event.get("series") or {}
+    for value in (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        meta.get("creationTimestamp"),
+    ):
+        if value:
+            return _as_utc(value)
+    return _EPOCH
+
+
+def sort_events(events: Iterable[dict]) -> list[dict]:
+    """Events oldest first."""
+    return sorted(events, key=lambda e: (event_time(e), (e.get("metadata") or {}).get("name", "")))
+
+
+def merge_pod_events(events_by_pod: Iterable[tuple[str, list[dict]]]) -> list[dict]:
+    """Events of several pods, each once (by uid), oldest first."""
+    events: dict[str, dict] = {}
+    for pod_name, pod_events in events_by_pod:
+        for event in pod_events:
+            meta = event.get("metadata") or {}
+            events[meta.get("uid") or f"{pod_name}/{meta.get('name')}"] = event
+    return sort_events(events.values())

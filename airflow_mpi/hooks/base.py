@@ -1,0 +1,100 @@
+"""What the sync and the async MPIJob hook share, written once: their connection settings, their retry budget, and
+the requests both send (mixed in before the cncf.kubernetes hook class)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
+from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
+from airflow_mpi.hooks.live_delete import live_delete
+from airflow_mpi.hooks.requests import (
+    CORE_V1,
+    LAUNCHER,
+    MPIJOB_PLURAL,
+    Call,
+    Steps,
+    delete_call,
+    get_call,
+    pod_selectors,
+    split_api_version,
+)
+from airflow_mpi.hooks.retries import request_retrying
+from airflow_mpi.jobspec.spec import API_V2BETA1
+
+
+class MPIJobHookBase:
+    """The settings of both hooks, and the requests both send.
+
+    A request both send is a plan of :class:`~airflow_mpi.hooks.requests.Call` that each hook's ``_run`` sends in
+    the namespace it resolves: the methods here return their answer on the sync hook, an awaitable of it on the
+    async hook.
+    """
+
+    conn_name_attr = "kubernetes_conn_id"
+    default_conn_name = "kubernetes_default"
+    conn_type = "kubernetes_mpijob"
+
+    IN_CLUSTER_NAMESPACE_FILE = IN_CLUSTER_NAMESPACE_FILE
+
+    #: sends of an idempotent request at most, and its backoff (hooks/retries.py)
+    api_retries: int = 5
+    api_retry_wait: float = 1.0
+    api_retry_wait_max: float = 15.0
+    #: default ``(connect, read-idle)`` timeout of log reads; a followed log quiet for longer raises
+    #: (urllib3 ReadTimeoutError / aiohttp timeout) and the caller reconnects with ``since_time``.
+    log_request_timeout: tuple[float, float] = (30.0, 300.0)
+
+    def __init__(self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)  # type: ignore[call-arg]
+        self.group, self.version = split_api_version(api_version)
+        self.api_version = api_version
+
+    def custom_object_args(self, namespace: str, **extra: Any) -> dict[str, Any]:
+        """The CustomObjectsApi arguments naming this hook's MPIJobs in ``namespace``, and ``extra``."""
+        return {"group": self.group, "version": self.version, "namespace": namespace, "plural": MPIJOB_PLURAL, **extra}
+
+    def _retrying(self) -> dict[str, Any]:
+        """tenacity arguments of an idempotent request (hooks/retries.py)."""
+        return request_retrying(self.api_retries, self.api_retry_wait, self.api_retry_wait_max)
+
+    def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any:
+        raise NotImplementedError  # each hook sends the plan its way
+
+    def get_mpijob(self, name: str, namespace: str | None = None) -> Any:
+        """The MPIJob, or None when it does not exist."""
+        return self._run(namespace, lambda ns: get_call(self.custom_object_args(ns), name))
+
+    def delete_mpijob(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str | None = "Foreground",
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> Any:
+        """Delete the MPIJob; False when it was already gone (given ``uid``: or is another object of that name now).
+
+        ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone.
+        """
+        return self._run(namespace, lambda ns: delete_call(
+            self.custom_object_args(ns), name, propagation_policy, grace_period_seconds, uid, self.log))
+
+    def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> Any:
+        """Delete the MPIJob only while it is live (hooks/live_delete.py); returns the outcome."""
+        return self._run(namespace, lambda ns: live_delete(self.custom_object_args(ns), name, uid, self.log))
+
+    def _role_pods(self, name: str, namespace: str | None, role: str) -> Any:
+        """The ``role`` pods of the MPIJob: launchers newest first (one per attempt), workers by replica index."""
+        return self._run(namespace, lambda ns: _role_pods(self.api_version, name, ns, role))
+
+
+def _role_pods(api_version: str, name: str, namespace: str, role: str) -> Steps:
+    """Listed by the first of the role's :func:`~airflow_mpi.hooks.requests.pod_selectors` that finds any."""
+    for selector in pod_selectors(api_version, name, role):
+        pods = yield Call(CORE_V1, "list_namespaced_pod", {"namespace": namespace, "label_selector": selector})
+        if pods.items:
+            return (sort_newest_first if role == LAUNCHER else sort_workers)(list(pods.items))
+    return []

@@ -1,0 +1,352 @@
+"""What each request of the hooks sends, and what its answer means: free of I/O.
+
+The two hooks differ only in how they do I/O (kubernetes vs kubernetes_asyncio, blocking vs awaited). A request's
+arguments, the meaning of its errors and response, and the requests that follow one another (a :class:`Plan`) live
+here, so both hooks send the same requests and behave the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_mpi.hooks.errors import (
+    MPIJobAPIUnavailable,
+    MPIJobConflictError,
+    PodLogUnavailable,
+    describe_error,
+    error_message,
+    is_api_exception,
+    is_missing_resource_type,
+    is_transient,
+)
+from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
+from airflow_mpi.jobspec.spec import API_V2BETA1
+
+log = logging.getLogger(__name__)
+
+API_GROUP = "kubeflow.org"
+MPIJOB_PLURAL = "mpijobs"
+MPIJOB_KIND = "MPIJob"
+# the kinds the watch hub lists and watches per namespace (wait/watch_hub.py, wait/namespace_watch.py)
+MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
+CUSTOM_OBJECTS, CORE_V1 = "CustomObjectsApi", "CoreV1Api"  # the client API classes a request goes to
+
+# Pod labels set by the operators.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # v2beta1: launcher|worker; v1: "master" on the launcher
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # v1 (training-operator >= 1.5): launcher|worker
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # training-operator <= 1.4 (kubeflow.org/v1)
+LEGACY_ROLE_LABEL = "mpi-job-role"
+
+LAUNCHER = "launcher"
+WORKER = "worker"
+
+#: how long a watch may stay silent beyond the server's own end of it (``timeout_seconds``) before the client gives up
+WATCH_CLIENT_GRACE = 15.0
+WATCH_CONNECT_TIMEOUT = 30.0
+
+
+# --------------------------------------------------------------------------------------- shapes
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """``"kubeflow.org/v2beta1"`` -> ``("kubeflow.org", "v2beta1")``; only the kubeflow.org group serves MPIJobs."""
+    group, sep, version = (api_version or "").partition("/")
+    if not sep or not version or group != API_GROUP:
+        raise ValueError(f"api_version={api_version!r}: expected '{API_GROUP}/<version>' (e.g. {API_V2BETA1!r})")
+    return group, version
+
+
+def prepare_body(manifest: dict, namespace: str, api_version: str) -> dict:
+    """A copy of ``manifest`` ready to POST: apiVersion/kind filled in, metadata.namespace = namespace."""
+    if not isinstance(manifest, dict):
+        raise TypeError(f"manifest must be a dict, got {type(manifest).__name__}")
+    body = copy.deepcopy(manifest)
+    body.setdefault("apiVersion", api_version)
+    body.setdefault("kind", MPIJOB_KIND)
+    split_api_version(body["apiVersion"])
+    metadata = body.setdefault("metadata", {})
+    if not metadata.get("name"):
+        raise ValueError("manifest metadata.name is required (generateName is not supported: jobs must be re-findable)")
+    metadata["namespace"] = namespace
+    return body
+
+
+def adopt_or_raise(existing: dict, desired: dict) -> dict:
+    """Return ``existing`` when it belongs to the same task instance as ``desired``, else raise."""
+    meta = existing.get("metadata") or {}
+    desired_meta = desired.get("metadata") or {}
+    name = desired_meta.get("name") or meta.get("name")
+    namespace = desired_meta.get("namespace") or meta.get("namespace")
+    if same_task(meta.get("labels"), desired_meta.get("labels")):
+        log.info(
+            "MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it",
+            namespace,
+            name,
+            (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"),
+        )
+        if meta.get("deletionTimestamp"):
+            log.warning("The adopted MPIJob %s/%s is being deleted (deletionTimestamp set)", namespace, name)
+        return existing
+    raise MPIJobConflictError(
+        name=name,
+        namespace=namespace,
+        existing_labels=meta.get("labels"),
+        desired_labels=desired_meta.get("labels"),
+        existing_annotations=meta.get("annotations"),
+    )
+
+
+def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
+    """Label selectors of the ``role`` pods of an MPIJob, in the order to try them.
+
+    v2beta1 (mpi-operator): ``training.kubeflow.org/job-name`` + ``training.kubeflow.org/job-role``.
+    v1 (training-operator >= 1.5, incl. 1.8): ``training.kubeflow.org/job-name`` +
+    ``training.kubeflow.org/replica-type`` (lowercase ``launcher``/``worker``); older v1 operators
+    (<= 1.4) used ``mpi-job-name`` + ``mpi-job-role``, tried only when the first finds nothing.
+    """
+    if split_api_version(api_version)[1] == "v1":
+        return [
+            f"{JOB_NAME_LABEL}={name},{REPLICA_TYPE_LABEL}={role}",
+            f"{LEGACY_JOB_NAME_LABEL}={name},{LEGACY_ROLE_LABEL}={role}",
+        ]
+    return [f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}"]
+
+
+def job_event_selector(name: str) -> str:
+    return f"involvedObject.kind={MPIJOB_KIND},involvedObject.name={name}"
+
+
+def pod_event_selector(pod: str) -> str:
+    return f"involvedObject.kind=Pod,involvedObject.name={pod}"
+
+
+def watch_request_timeout(timeout_seconds: int) -> tuple[float, float]:
+    """``_request_timeout`` of a watch: ``(connect, read-idle)``, the idle limit past the server's timeout.
+
+    cncf.kubernetes' API clients default every request to 60 s in all unless the call passes ``timeout_seconds``
+    as an argument of ``call_api``; the generated list methods pass it as a query parameter instead, so without
+    this each longer watch was cut at 60 s by a client TimeoutError (a warning and a resumption every minute).
+    """
+    return (WATCH_CONNECT_TIMEOUT, timeout_seconds + WATCH_CLIENT_GRACE)
+
+
+# --------------------------------------------------------------------------------------- requests and plans
+def _passthrough(value: Any) -> Any:
+    return value
+
+
+def _reraise(exc: BaseException) -> Any:
+    raise exc
+
+
+@dataclass(frozen=True)
+class Call:
+    """An idempotent request: ``<api>.<method>(**kwargs)``, retried on transient failures.
+
+    ``on_error`` turns an ApiException into the call's answer (or raises), ``on_result`` the response.
+    """
+
+    api: str  # CUSTOM_OBJECTS | CORE_V1
+    method: str
+    kwargs: dict[str, Any]
+    on_error: Callable[[BaseException], Any] = _reraise
+    on_result: Callable[[Any], Any] = _passthrough
+
+
+Steps = Generator[Call, Any, Any]
+
+
+class Plan:
+    """Requests sent one after the other, each answer choosing the next (a generator of :class:`Call`, or one):
+    written once here, sent by either hook's ``_run``, blocking or awaited."""
+
+    def __init__(self, steps: Steps | Call) -> None:
+        self._steps = steps if isinstance(steps, Generator) else _single(steps)
+        self.done, self.result = False, None
+        self.request: Call = next(self._steps)
+
+    def answer(self, value: Any) -> None:
+        """The answer to :attr:`request`: the next request, or the plan's result."""
+        try:
+            self.request = self._steps.send(value)
+        except StopIteration as end:
+            self.done, self.result = True, end.value
+
+
+def _single(call: Call) -> Steps:
+    return (yield call)
+
+
+def _absent(value: Any) -> Callable[[BaseException], Any]:
+    """Error reader: ``value`` for a 404 (the object does not exist), else raise."""
+
+    def on_error(exc: BaseException) -> Any:
+        if getattr(exc, "status", None) == 404:
+            return value
+        raise exc
+
+    return on_error
+
+
+def get_call(where: dict[str, Any], name: str) -> Call:
+    """GET one MPIJob (``where``: group, version, namespace, plural); None when it does not exist."""
+    return Call(CUSTOM_OBJECTS, "get_namespaced_custom_object", {**where, "name": name}, on_error=_absent(None))
+
+
+def delete_call(
+    where: dict[str, Any],
+    name: str,
+    propagation_policy: str | None,
+    grace_period_seconds: int | None,
+    uid: str | None,
+    hook_log: logging.Logger,
+) -> Call:
+    """DELETE one MPIJob; True when deleted, False when it was already gone (or, given ``uid``, is another object
+    of the same name now: the API server checks the precondition and answers 409)."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if propagation_policy:
+        body["propagationPolicy"] = propagation_policy
+    if grace_period_seconds is not None:
+        body["gracePeriodSeconds"] = grace_period_seconds
+    if uid is not None:
+        body["preconditions"] = {"uid": uid}
+    namespace = where["namespace"]
+
+    def on_error(exc: BaseException) -> Any:
+        if uid is not None and getattr(exc, "status", None) == 409:
+            hook_log.warning("Not deleting MPIJob %s/%s: it is another object now (not uid %s)", namespace, name, uid)
+            return False
+        return _absent(False)(exc)
+
+    def deleted(_: Any) -> bool:
+        hook_log.info("Deleted MPIJob %s/%s (propagationPolicy=%s)", namespace, name, propagation_policy)
+        return True
+
+    kwargs = {**where, "name": name, "body": body}
+    return Call(CUSTOM_OBJECTS, "delete_namespaced_custom_object", kwargs, on_error, deleted)
+
+
+def list_call(where: dict[str, Any], label_selector: str | None, api_version: str) -> Call:
+    """LIST the MPIJobs of a namespace; a 404 means the API server does not serve MPIJobs."""
+    kwargs = {**where, **({"label_selector": label_selector} if label_selector else {})}
+
+    def on_error(exc: BaseException) -> Any:
+        if getattr(exc, "status", None) == 404:
+            raise MPIJobAPIUnavailable(api_version, where["namespace"], error_message(exc)) from exc
+        raise exc
+
+    return Call(CUSTOM_OBJECTS, "list_namespaced_custom_object", kwargs, on_error, items_of)
+
+
+def items_of(result: Any) -> list:
+    return list((result or {}).get("items") or [])
+
+
+# --------------------------------------------------------------------------------------- create
+class Create:
+    """The POST of an MPIJob, never replayed blindly: after a failure that may have reached the API server (409, a
+    transient error, a broken connection) the job is looked up and adopted when it belongs to the same task
+    instance; otherwise it is sent again, within the hook's retry budget."""
+
+    def __init__(self, body: dict, hook_log: logging.Logger) -> None:
+        self.body, self.log = body, hook_log
+        self.name, self.namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+        group, version = split_api_version(body["apiVersion"])
+        self.where = {"group": group, "version": version, "namespace": self.namespace, "plural": MPIJOB_PLURAL}
+
+    def created(self, obj: dict) -> dict:
+        self.log.info("Created MPIJob %s/%s (%s)", self.namespace, self.name, self.body["apiVersion"])
+        return obj
+
+    def failed(self, exc: BaseException) -> None:
+        """Raises what no lookup can mend; otherwise the job may or may not exist (409: it does): look first."""
+        if is_api_exception(exc):
+            if is_missing_resource_type(exc):
+                raise MPIJobAPIUnavailable(self.body["apiVersion"], self.namespace, error_message(exc)) from exc
+            if exc.status != 409 and not is_transient(exc):  # type: ignore[attr-defined]
+                raise exc
+        self.log.warning("Create of MPIJob %s/%s failed (%s); looking it up", self.namespace, self.name,
+                         describe_error(exc))
+
+
+# --------------------------------------------------------------------------------------- logs
+def format_since_time(value: datetime | str) -> str:
+    """RFC 3339 UTC with second precision (what ``sinceTime`` carries on the wire); floors sub-seconds.
+
+    Naive datetimes are taken as UTC; strings are passed through unchanged.
+    """
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise TypeError(f"since_time must be a datetime or an RFC 3339 string, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """``GET /api/v1/namespaces/{ns}/pods/{name}/log`` through ``ApiClient.call_api``, always ``timestamps=true``
+    (built by hand: the generated clients have no ``sinceTime`` parameter).
+
+    ``since_time``: a datetime or an RFC 3339 string, sent with second precision (floored); ``previous``: the
+    previous (restarted) container instance; ``request_timeout``: ``(connect, read-idle)``, a followed log quiet
+    for longer raises and the caller reconnects with ``since_time``.
+    """
+
+    pod: str
+    namespace: str
+    request_timeout: float | tuple[float, float]
+    container: str | None = None
+    since_time: datetime | str | None = None
+    previous: bool = False
+    follow: bool = False
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
+
+    @property
+    def query(self) -> list[tuple[str, str]]:
+        query: list[tuple[str, str]] = []
+        if self.container:
+            query.append(("container", self.container))
+        query.append(("timestamps", "true"))
+        if self.follow:
+            query.append(("follow", "true"))
+        if self.previous:
+            query.append(("previous", "true"))
+        if self.since_time is not None:
+            query.append(("sinceTime", format_since_time(self.since_time)))
+        if self.tail_lines is not None:
+            query.append(("tailLines", str(int(self.tail_lines))))
+        if self.limit_bytes is not None:
+            query.append(("limitBytes", str(int(self.limit_bytes))))
+        return query
+
+    @property
+    def args(self) -> tuple[str, str]:
+        return ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "path_params": {"namespace": self.namespace, "name": self.pod},
+            "query_params": self.query,
+            "header_params": {"Accept": "*/*"},
+            "response_types_map": {200: "str"},
+            "auth_settings": ["BearerToken"],
+            "_return_http_data_only": True,
+            "_preload_content": False,
+            "_request_timeout": self.request_timeout,
+        }
+
+    def raise_error(self, exc: BaseException) -> Any:
+        """400 (container not started / no previous container), 404 (pod gone) -> PodLogUnavailable."""
+        status = getattr(exc, "status", None)
+        if status in (400, 404):
+            raise PodLogUnavailable(self.pod, self.namespace, self.container, status, error_message(exc)) from exc
+        raise exc
