@@ -1,7 +1,9 @@
-"""Hooks: all Kubernetes API I/O of the provider.
+"""The Kubernetes request layer: all cluster I/O of the provider.
 
-The hook classes import the Kubernetes clients, so they are loaded lazily: importing
-``airflow_mpi.hooks.errors`` (or this package) does not import ``kubernetes``.
+What a request sends and what its answer means is free of I/O (requests.py, answers.py, live_delete.py), the errors
+are errors.py, when a request is sent again retries.py; the two hooks only do the I/O, blocking or awaited. The hook
+classes import the Kubernetes clients, so they are loaded lazily: importing ``airflow_mpi.hooks.errors`` (or this
+package) does not import ``kubernetes``.
 """
 
 from __future__ import annotations
@@ -10,31 +12,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.errors import (
-    MPIJobAPIUnavailable,
-    MPIJobConflictError,
-    MPIJobHookError,
-    PodLogUnavailable,
-    WatchExpired,
+    MPIJobAPIUnavailable, MPIJobConflictError, MPIJobHookError, PodLogUnavailable, WatchExpired,
 )
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
     from airflow_mpi.hooks.mpijob import MPIJobHook
 
-_LAZY = {
-    "MPIJobHook": "airflow_mpi.hooks.mpijob",
-    "AsyncMPIJobHook": "airflow_mpi.hooks.async_mpijob",
-}
+_LAZY = {"MPIJobHook": "airflow_mpi.hooks.mpijob", "AsyncMPIJobHook": "airflow_mpi.hooks.async_mpijob"}
 
-__all__ = [
-    "AsyncMPIJobHook",
-    "MPIJobAPIUnavailable",
-    "MPIJobConflictError",
-    "MPIJobHook",
-    "MPIJobHookError",
-    "PodLogUnavailable",
-    "WatchExpired",
-]
+__all__ = ["AsyncMPIJobHook", "MPIJobAPIUnavailable", "MPIJobConflictError", "MPIJobHook", "MPIJobHookError",
+           "PodLogUnavailable", "WatchExpired"]
 
 
 def __getattr__(name: str) -> Any:

@@ -44,11 +44,8 @@ class LineSplitter:
         return lines
 
     def flush(self) -> list[str]:
-        if not self._buffer:
-            return []
-        rest = _decode(self._buffer)
-        self._buffer.clear()
-        return [rest]
+        rest, self._buffer = self._buffer, bytearray()
+        return [_decode(rest)] if rest else []
 
 
 def _decode(raw: bytes | bytearray) -> str:
@@ -151,9 +148,8 @@ def sort_newest_first(pods: Iterable[Any]) -> list[Any]:
     """Pods by creationTimestamp, newest first; ties (second precision): active before finished, then name desc."""
 
     def key(pod):
-        meta = pod.metadata
         phase = getattr(pod.status, "phase", None) if pod.status is not None else None
-        return (_as_utc(meta.creation_timestamp), phase not in _TERMINAL_PHASES, meta.name or "")
+        return _as_utc(pod.metadata.creation_timestamp), phase not in _TERMINAL_PHASES, pod.metadata.name or ""
 
     return sorted(pods, key=key, reverse=True)
 
@@ -162,29 +158,21 @@ def sort_workers(pods: Iterable[Any]) -> list[Any]:
     """Worker pods by replica index (then name)."""
 
     def key(pod):
-        labels = pod.metadata.labels or {}
         try:
-            index = int(labels.get(REPLICA_INDEX_LABEL, ""))
+            index = int((pod.metadata.labels or {}).get(REPLICA_INDEX_LABEL, ""))
         except ValueError:
             index = 1 << 30
-        return (index, pod.metadata.name or "")
+        return index, pod.metadata.name or ""
 
     return sorted(pods, key=key)
 
 
 def event_time(event: dict) -> datetime:
-    meta = event.get("metadata") or {}
-    series = event.get("series") or {}
-    for value in (
-        series.get("lastObservedTime"),
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        event.get("firstTimestamp"),
-        meta.get("creationTimestamp"),
-    ):
-        if value:
-            return _as_utc(value)
-    return _EPOCH
+    """When an event last happened: the first of its times that is set (series, last, event, first, created)."""
+    series, meta = event.get("series") or {}, event.get("metadata") or {}
+    times = (series.get("lastObservedTime"), event.get("lastTimestamp"), event.get("eventTime"),
+             event.get("firstTimestamp"), meta.get("creationTimestamp"))
+    return _as_utc(next((value for value in times if value), None))
 
 
 def sort_events(events: Iterable[dict]) -> list[dict]:

@@ -1,19 +1,12 @@
-"""Asynchronous hook for the waits (triggers, and the sync operator's and sensor's ``asyncio.run``): the
-:class:`~airflow_mpi.hooks.mpijob.MPIJobHook` requests a wait sends, on kubernetes_asyncio.
+"""Asynchronous hook of the waits (triggers; the sync operator and sensor in ``asyncio.run``), on kubernetes_asyncio.
 
-Subclasses the cncf.kubernetes ``AsyncKubernetesHook`` for the connection (lookup from the
-triggerer, ``connection_extras`` shipped by the task, legacy ``extra__kubernetes__`` keys) and the
-request timeouts, but loads the client configuration itself, because the stock hook ignores part
-of the connection, so a trigger would reach a different cluster than the task:
-
-* the ``config_file`` argument (the stock hook only reads the ``kube_config_path`` extra);
-* ``disable_verify_ssl`` (param or extra);
-* extras stored as empty strings by the UI (``"kube_config_path": ""`` is "unset", not a path);
-* no explicit config: in-cluster first, then the default kubeconfig (the sync hook's order).
-
-Inside ``async with hook:`` all calls share one API client (aiohttp session), closed on exit;
-outside, each call opens its own and closes it. Streams (log reads, the watch hub's watches) hold their
-response open while they are iterated (stop early with ``aclose()`` / ``contextlib.aclosing``).
+It subclasses the cncf.kubernetes ``AsyncKubernetesHook`` for the connection (lookup from the triggerer,
+``connection_extras`` shipped by the task, legacy ``extra__kubernetes__`` keys) and the request timeouts, but loads
+the client configuration itself (hooks/kubeconfig.py): the stock hook ignores the ``config_file`` argument,
+``disable_verify_ssl`` and extras the UI stores as empty strings, and does not try in-cluster first, so a trigger
+would reach another cluster than the task. Inside ``async with hook:`` all calls share one API client (aiohttp
+session, hooks/client_pool.py), outside each call opens its own; a stream holds its response while it is iterated
+(stop early with ``aclose()``).
 """
 
 from __future__ import annotations
@@ -37,18 +30,10 @@ except ImportError:  # pragma: no cover - older cncf.kubernetes: no default requ
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
 from airflow_mpi.hooks import client_pool
 from airflow_mpi.hooks.answers import aiter_lines, merge_pod_events, sort_events
-from airflow_mpi.hooks.async_client_config import load_client_config
 from airflow_mpi.hooks.base import MPIJobHookBase
-from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
+from airflow_mpi.hooks.kubeconfig import in_cluster_namespace, load_client_config
 from airflow_mpi.hooks.requests import (
-    LAUNCHER,
-    Call,
-    LogRequest,
-    Plan,
-    Steps,
-    items_of,
-    job_event_selector,
-    pod_event_selector,
+    LAUNCHER, Call, LogRequest, Plan, Steps, items_of, job_event_selector, pod_event_selector,
 )
 
 if TYPE_CHECKING:
@@ -91,17 +76,13 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         """An async hook reaching the cluster exactly as the sync ``hook`` does (its connection extras included,
         so no second connection lookup happens from the event loop)."""
         extras = dict(hook.conn_extras) if hook.conn_id else {}
-        return cls(
-            conn_id=hook.conn_id,
-            api_version=hook.api_version,
-            connection_extras=extras,
-            **hook.connection_settings(),
-        )
+        return cls(conn_id=hook.conn_id, api_version=hook.api_version, connection_extras=extras,
+                   **hook.connection_settings())
 
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
         """Share one API client (aiohttp session) across the calls made inside ``async with``: the client of
-        every hook of this event loop reaching the cluster as the same user (wait/client_pool.py)."""
+        every hook of this event loop reaching the cluster as the same user (hooks/client_pool.py)."""
         if self._shared_depth == 0:
             await self._load_config()
             self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
@@ -113,16 +94,8 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     async def __aexit__(self, *exc_info: Any) -> None:
         self._shared_depth -= 1
         if self._shared_depth == 0:
-            await self.close()
-
-    async def close(self) -> None:
-        """Close the shared API client, if any."""
-        shared, self._shared_client = self._shared_client, None
-        self._shared_depth = 0
-        if shared is not None and self._pool_key is not None:
-            await client_pool.release(self._pool_key, shared)
-        elif shared is not None:
-            await shared.close()
+            shared, self._shared_client = self._shared_client, None
+            await (client_pool.release(self._pool_key, shared) if self._pool_key else shared.close())
 
     @contextlib.asynccontextmanager
     async def get_conn(self) -> AsyncIterator[async_client.ApiClient]:
@@ -144,18 +117,12 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
             return _get_bool(value)
         return None if value == "" else value
 
-    async def _load_config(self) -> None:
-        """The client configuration, from the sync hook's sources in its order (hooks/async_client_config.py);
-        loaded once, except for exec/auth-provider credentials (short-lived tokens): reloaded on every call."""
-        await load_client_config(self)
+    _load_config = load_client_config  # the sync hook's sources in its order; cached but for short-lived tokens
 
     async def get_namespace(self) -> str:  # type: ignore[override]
         """Namespace of the connection, else of the pod this runs in, else ``default``."""
-        return (
-            await self._get_field("namespace")
-            or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE)
-            or self.DEFAULT_NAMESPACE
-        )
+        namespace = await self._get_field("namespace")
+        return namespace or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
 
     async def resolve_namespace(self, explicit: str | None = None) -> str:
         """``explicit`` > connection namespace > in-cluster namespace file > ``default``."""
@@ -211,14 +178,9 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         """Launcher pods of the MPIJob, newest first (one per launcher attempt with restartPolicy Never)."""
         return await self._role_pods(name, namespace, LAUNCHER)
 
-    async def read_pod_log(
-        self,
-        pod: str,
-        namespace: str | None = None,
-        *,
-        request_timeout: float | tuple[float, float] | None = None,
-        **query: Any,
-    ) -> AsyncIterator[str]:
+    async def read_pod_log(self, pod: str, namespace: str | None = None, *,
+                           request_timeout: float | tuple[float, float] | None = None,
+                           **query: Any) -> AsyncIterator[str]:
         """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: container, since_time,
         previous, follow, tail_lines, limit_bytes (hooks/requests.py ``LogRequest``).
 
@@ -245,8 +207,9 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:
         """Events read as raw JSON: the generated models reject some events' fields."""
-        kwargs = {"namespace": namespace, "field_selector": field_selector}
-        return items_of(await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event", **kwargs))
+        result = await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event",
+                                   namespace=namespace, field_selector=field_selector)
+        return items_of(result)
 
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
         """Events of the MPIJob, oldest first, as API dicts."""
@@ -257,5 +220,3 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         ns = await self.resolve_namespace(namespace)
         return merge_pod_events([(pod, await self._events(ns, pod_event_selector(pod))) for pod in pod_names])
 
-
-__all__ = ["AsyncMPIJobHook"]

@@ -10,27 +10,16 @@ from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.live_delete import live_delete
 from airflow_mpi.hooks.requests import (
-    CORE_V1,
-    LAUNCHER,
-    MPIJOB_PLURAL,
-    Call,
-    Steps,
-    delete_call,
-    get_call,
-    pod_selectors,
-    split_api_version,
+    CORE_V1, LAUNCHER, MPIJOB_PLURAL, Call, Steps, delete_call, get_call, pod_selectors, split_api_version,
 )
 from airflow_mpi.hooks.retries import request_retrying
 from airflow_mpi.jobspec.spec import API_V2BETA1
 
 
 class MPIJobHookBase:
-    """The settings of both hooks, and the requests both send.
-
-    A request both send is a plan of :class:`~airflow_mpi.hooks.requests.Call` that each hook's ``_run`` sends in
-    the namespace it resolves: the methods here return their answer on the sync hook, an awaitable of it on the
-    async hook.
-    """
+    """The settings of both hooks, and the requests both send: plans of :class:`~airflow_mpi.hooks.requests.Call`
+    that each hook's ``_run`` sends in the namespace it resolves, so the methods here return their answer on the sync
+    hook and an awaitable of it on the async hook."""
 
     conn_name_attr = "kubernetes_conn_id"
     default_conn_name = "kubernetes_default"
@@ -46,7 +35,7 @@ class MPIJobHookBase:
     #: (urllib3 ReadTimeoutError / aiohttp timeout) and the caller reconnects with ``since_time``.
     log_request_timeout: tuple[float, float] = (30.0, 300.0)
 
-    def __init__(self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any) -> None:
+    def __init__(self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any):
         super().__init__(conn_id=conn_id, **kwargs)  # type: ignore[call-arg]
         self.group, self.version = split_api_version(api_version)
         self.api_version = api_version
@@ -66,15 +55,8 @@ class MPIJobHookBase:
         """The MPIJob, or None when it does not exist."""
         return self._run(namespace, lambda ns: get_call(self.custom_object_args(ns), name))
 
-    def delete_mpijob(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation_policy: str | None = "Foreground",
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-    ) -> Any:
+    def delete_mpijob(self, name: str, namespace: str | None = None, *, propagation_policy: str | None = "Foreground",
+                      grace_period_seconds: int | None = None, uid: str | None = None) -> Any:
         """Delete the MPIJob; False when it was already gone (given ``uid``: or is another object of that name now).
 
         ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone.

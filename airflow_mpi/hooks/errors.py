@@ -11,23 +11,21 @@ import functools
 import json
 
 from airflow.providers.common.compat.sdk import AirflowException
+from airflow_mpi.jobspec.naming import LABEL_PREFIX, TRY_NUMBER_LABEL
 
 # Identity keys shown when describing who owns an MPIJob (labels hold label-safe values,
 # annotations the raw ones; both use the same keys, see airflow_mpi.jobspec.naming).
 _OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
-_PREFIX = "airflow-mpi.io/"
 
 TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def describe_owner(labels: dict | None, annotations: dict | None = None) -> str:
     """``dag_id=..., task_id=..., run_id=..., map_index=..., try_number=...`` of an object, raw values preferred."""
-    labels = labels or {}
-    annotations = annotations or {}
+    labels, annotations = labels or {}, annotations or {}
     parts = []
     for key in _OWNER_KEYS:
-        full = _PREFIX + key
-        value = annotations.get(full, labels.get(full))
+        value = annotations.get(LABEL_PREFIX + key, labels.get(LABEL_PREFIX + key))
         if value is not None:
             parts.append(f"{key.replace('-', '_')}={value}")
     return ", ".join(parts) if parts else "no airflow-mpi.io identity labels"
@@ -40,24 +38,15 @@ class MPIJobHookError(AirflowException):
 class MPIJobConflictError(MPIJobHookError):
     """An MPIJob of the same name exists and does not belong to the task instance creating it."""
 
-    def __init__(
-        self,
-        name: str,
-        namespace: str,
-        existing_labels: dict | None = None,
-        desired_labels: dict | None = None,
-        existing_annotations: dict | None = None,
-    ) -> None:
+    def __init__(self, name: str, namespace: str, existing_labels: dict | None = None,
+                 desired_labels: dict | None = None, existing_annotations: dict | None = None) -> None:
         self.name = name
         self.namespace = namespace
         self.existing_labels = dict(existing_labels or {})
         self.desired_labels = dict(desired_labels or {})
         self.existing_annotations = dict(existing_annotations or {})
-        keys = sorted(
-            k
-            for k in set(self.existing_labels) | set(self.desired_labels)
-            if k.startswith(_PREFIX) and k != _PREFIX + "try-number"
-        )
+        keys = sorted(k for k in set(self.existing_labels) | set(self.desired_labels)
+                      if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL)
         #: identity label -> (value on the existing object, value this task would set)
         self.differences: dict[str, tuple[str | None, str | None]] = {
             k: (self.existing_labels.get(k), self.desired_labels.get(k))
@@ -65,12 +54,10 @@ class MPIJobConflictError(MPIJobHookError):
             if self.existing_labels.get(k) != self.desired_labels.get(k)
         }
         self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
-        if not any(k.startswith(_PREFIX) for k in self.desired_labels):
+        if not any(k.startswith(LABEL_PREFIX) for k in self.desired_labels):
             why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
         else:
-            why = "; ".join(
-                f"{k}: existing {old!r} != this task {new!r}" for k, (old, new) in self.differences.items()
-            )
+            why = "; ".join(f"{k}: existing {old!r} != this task {new!r}" for k, (old, new) in self.differences.items())
         super().__init__(
             f"MPIJob {namespace}/{name} already exists and belongs to a different owner "
             f"({self.existing_owner}); refusing to adopt it: {why}. "
@@ -78,20 +65,15 @@ class MPIJobConflictError(MPIJobHookError):
         )
 
     def __reduce__(self):
-        return (
-            type(self),
-            (self.name, self.namespace, self.existing_labels, self.desired_labels, self.existing_annotations),
-        )
+        return type(self), (self.name, self.namespace, self.existing_labels, self.desired_labels,
+                            self.existing_annotations)
 
 
 class WatchExpired(MPIJobHookError):
     """The watch's resourceVersion is too old (HTTP 410 Gone): re-list (get) and watch again from there."""
 
     def __init__(self, name: str, namespace: str, resource_version: str | None = None, message: str = "") -> None:
-        self.name = name
-        self.namespace = namespace
-        self.resource_version = resource_version
-        self.message = message
+        self.name, self.namespace, self.resource_version, self.message = name, namespace, resource_version, message
         super().__init__(
             f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
             + (f": {message}" if message else "")
@@ -105,9 +87,7 @@ class MPIJobAPIUnavailable(MPIJobHookError):
     """The API server does not serve MPIJobs of this API version (CRD / mpi-operator missing)."""
 
     def __init__(self, api_version: str, namespace: str | None = None, detail: str = "") -> None:
-        self.api_version = api_version
-        self.namespace = namespace
-        self.detail = detail
+        self.api_version, self.namespace, self.detail = api_version, namespace, detail
         super().__init__(
             f"The Kubernetes API does not serve mpijobs.{api_version.split('/')[0]} version {api_version!r}: "
             "is the MPI operator (v2beta1: kubeflow/mpi-operator, v1: kubeflow/training-operator) installed, "
@@ -126,11 +106,7 @@ class PodLogUnavailable(MPIJobHookError):
     """
 
     def __init__(self, pod: str, namespace: str, container: str | None, status: int | None, message: str = "") -> None:
-        self.pod = pod
-        self.namespace = namespace
-        self.container = container
-        self.status = status
-        self.message = message
+        self.pod, self.namespace, self.container, self.status, self.message = pod, namespace, container, status, message
         where = f"{namespace}/{pod}" + (f" container {container}" if container else "")
         super().__init__(f"Cannot read the log of {where} (HTTP {status}): {message}")
 
@@ -180,21 +156,12 @@ def is_missing_resource_type(exc: BaseException) -> bool:
 
 @functools.cache
 def connection_errors() -> tuple[type[BaseException], ...]:
-    """Failures of the connection itself (urllib3, aiohttp), loaded on first use to keep this module light."""
-    types: list[type[BaseException]] = [ConnectionError, TimeoutError, asyncio.TimeoutError]
-    try:
-        from urllib3.exceptions import HTTPError
+    """Failures of the connection itself (urllib3 for kubernetes, aiohttp for kubernetes_asyncio), imported on
+    first use to keep this module light."""
+    from aiohttp import ClientConnectionError, ClientPayloadError
+    from urllib3.exceptions import HTTPError
 
-        types.append(HTTPError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from aiohttp import ClientConnectionError, ClientPayloadError
-
-        types.extend([ClientConnectionError, ClientPayloadError])
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(types)
+    return ConnectionError, TimeoutError, asyncio.TimeoutError, HTTPError, ClientConnectionError, ClientPayloadError
 
 
 def is_api_exception(exc: BaseException) -> bool:

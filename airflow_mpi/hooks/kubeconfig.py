@@ -1,8 +1,15 @@
-"""Where the client configuration comes from: kubeconfig text or file, and the in-cluster namespace."""
+"""Where a hook's client configuration comes from: kubeconfig text or file, the in-cluster namespace, and the async
+hook's loading of it (the stock async hook ignores part of the connection: hooks/async_mpijob.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
+
+import yaml
+
+from airflow.providers.common.compat.sdk import AirflowException
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -20,8 +27,6 @@ def in_cluster_namespace(path: str = IN_CLUSTER_NAMESPACE_FILE) -> str | None:
 # --------------------------------------------------------------------------------------- kubeconfig
 def parse_kubeconfig(text: str) -> dict:
     """A kubeconfig given inline (YAML or JSON text) as a dict; the text is never echoed (credentials)."""
-    import yaml
-
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -33,8 +38,6 @@ def parse_kubeconfig(text: str) -> dict:
 
 def read_kubeconfig(path: str) -> dict | None:
     """The kubeconfig at ``path`` (None when it is a list of paths, missing or unreadable)."""
-    import yaml
-
     if not path or os.pathsep in path:
         return None
     try:
@@ -60,3 +63,59 @@ def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) 
             spec = user.get("user") or {}
             return "exec" in spec or "auth-provider" in spec
     return True
+
+
+# --------------------------------------------------------------------------------------- async client
+async def load_client_config(hook: Any) -> None:
+    """Load the client configuration from the same sources, in the same order, as the sync hook.
+
+    in_cluster | config_file argument or kube_config_path extra | kube_config extra (YAML/JSON
+    text or dict) | config_dict argument -- mutually exclusive; none: in-cluster when running in
+    a pod, else the default kubeconfig. cluster_context selects the context, disable_verify_ssl
+    turns certificate checks off. Loaded once, except for exec/auth-provider credentials
+    (short-lived tokens), which are reloaded on every call.
+    """
+    from kubernetes_asyncio import client as async_client, config as async_config
+
+    if hook.client_configuration is None:
+        hook.client_configuration = async_client.Configuration()
+    if hook._config_loaded:
+        return
+    cfg = hook.client_configuration
+    in_cluster = hook._coalesce_param(hook.in_cluster, await hook._get_field("in_cluster"))
+    cluster_context = hook._coalesce_param(hook.cluster_context, await hook._get_field("cluster_context"))
+    kubeconfig_path = hook._coalesce_param(hook.config_file or None, await hook._get_field("kube_config_path"))
+    kubeconfig = await hook._get_field("kube_config")
+    if sum(1 for o in (in_cluster, kubeconfig, kubeconfig_path, hook.config_dict) if o) > 1:
+        raise AirflowException("Invalid connection configuration. Options kube_config_path (or config_file), "
+                               "kube_config, in_cluster and config_dict are mutually exclusive. You can only use one "
+                               "option at a time.")
+    dynamic, hook._is_in_cluster = False, False
+    if in_cluster:
+        hook.log.debug("loading kube_config from: in_cluster configuration")
+        async_config.load_incluster_config(client_configuration=cfg)
+        hook._is_in_cluster = True
+    elif kubeconfig_path:
+        hook.log.debug("loading kube_config from: %s", kubeconfig_path)
+        await async_config.load_kube_config(config_file=kubeconfig_path, context=cluster_context,
+                                            client_configuration=cfg)
+        data = await asyncio.to_thread(read_kubeconfig, kubeconfig_path)
+        dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
+    elif kubeconfig or hook.config_dict:
+        hook.log.debug("loading kube_config from: %s", "connection kube_config" if kubeconfig else "config dictionary")
+        data = kubeconfig or hook.config_dict
+        data = data if isinstance(data, dict) else parse_kubeconfig(data)
+        await async_config.load_kube_config_from_dict(data, context=cluster_context, client_configuration=cfg)
+        dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
+    else:
+        try:
+            async_config.load_incluster_config(client_configuration=cfg)
+            hook._is_in_cluster = True
+        except async_config.ConfigException:
+            hook.log.debug("loading kube_config from: default file")
+            await async_config.load_kube_config(context=cluster_context, client_configuration=cfg)
+            data = await asyncio.to_thread(read_kubeconfig, async_config.KUBE_CONFIG_DEFAULT_LOCATION)
+            dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
+    if hook._coalesce_param(hook.disable_verify_ssl, await hook._get_field("disable_verify_ssl")):
+        cfg.verify_ssl = False
+    hook._config_loaded = not dynamic

@@ -44,20 +44,13 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
     """DELETE ``obj`` only if it is still the version that was judged live (uid + resourceVersion)."""
     metadata = obj["metadata"]
     name = metadata["name"]
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "DeleteOptions",
-        "propagationPolicy": "Foreground",
-        "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
-    }
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground",
+            "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")}}
 
     def on_error(exc: BaseException) -> str:
-        status = getattr(exc, "status", None)
-        if status == 404:
-            return GONE
-        if status == 409:
-            return CHANGED
-        raise exc
+        if (outcome := {404: GONE, 409: CHANGED}.get(getattr(exc, "status", None))) is None:
+            raise exc
+        return outcome
 
     def deleted(_: Any) -> str:
         hook_log.info("Deleted live MPIJob %s/%s", metadata["namespace"], name)
@@ -69,11 +62,9 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
 
 def live_delete(where: dict[str, Any], name: str, uid: str | None, hook_log: logging.Logger) -> Steps:
     """Read, judge, delete if live; again while the job changed in between. Returns the outcome."""
-    outcome = CHANGED
     for _ in range(ROUNDS):
         obj = yield get_call(where, name)
-        if (outcome := keep_reason(obj, uid)) is None:
-            outcome = yield live_delete_call(where, obj, hook_log)
+        outcome = keep_reason(obj, uid) or (yield live_delete_call(where, obj, hook_log))
         if outcome != CHANGED:
-            break
-    return outcome
+            return outcome
+    return CHANGED

@@ -2,17 +2,10 @@
 
 ``MPIJobHook`` subclasses the cncf.kubernetes ``KubernetesHook``, so it reads the same connection
 (``kubernetes_default`` and its extras: in_cluster, kube_config_path, kube_config, namespace,
-cluster_context, disable_verify_ssl, disable_tcp_keepalive) and uses its clients
-(``api_client``, ``core_v1_client``, ``custom_object_client``).
-
-What it does differently from the stock hook:
-
-* idempotent reads, lists and deletes are retried on transient errors only (429, 5xx,
-  connection failures) -- never on 409 (hooks/retries.py);
-* create is never replayed blindly: after a failure that may have reached the API server the hook
-  looks the job up first and adopts it when it belongs to the same task instance;
-* 409 on create adopts the existing MPIJob of the same task instance (identity labels, try number
-  ignored) and otherwise raises :class:`~airflow_mpi.hooks.errors.MPIJobConflictError`.
+cluster_context, disable_verify_ssl, disable_tcp_keepalive) and uses its clients. Unlike the stock hook, it
+retries idempotent requests on transient errors only, never on 409 (hooks/retries.py), and never sends a
+create again blindly: it looks the job up first and adopts it when it belongs to the same task instance
+(hooks/requests.py ``Create``), else raises :class:`~airflow_mpi.hooks.errors.MPIJobConflictError`.
 """
 
 from __future__ import annotations
@@ -32,18 +25,7 @@ from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.errors import connection_errors
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 from airflow_mpi.hooks.requests import (
-    CORE_V1,
-    LAUNCHER,
-    WORKER,
-    Call,
-    Create,
-    LogRequest,
-    Plan,
-    Steps,
-    adopt_or_raise,
-    get_call,
-    list_call,
-    prepare_body,
+    CORE_V1, LAUNCHER, WORKER, Call, Create, LogRequest, Plan, Steps, adopt_or_raise, get_call, list_call, prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
@@ -71,11 +53,7 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
 
     def get_namespace(self) -> str:
         """Namespace of the connection, else of the pod this runs in, else ``default``."""
-        return (
-            super().get_namespace()
-            or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE)
-            or self.DEFAULT_NAMESPACE
-        )
+        return super().get_namespace() or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
 
     def configured_namespace(self) -> str | None:
         """The connection's namespace; None when it sets none or the connection does not exist (offline use)."""
@@ -94,15 +72,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         A trigger passes them to :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook` so it
         reaches the cluster exactly as the task did.
         """
-        settings = {
-            "config_file": self.config_file,
-            "cluster_context": self.cluster_context,
-            "in_cluster": self.in_cluster,
-            "disable_verify_ssl": self.disable_verify_ssl,
-            "disable_tcp_keepalive": self.disable_tcp_keepalive,
-            "config_dict": self.config_dict,
-        }
-        return {k: v for k, v in settings.items() if v is not None}
+        names = ("config_file", "cluster_context", "in_cluster", "disable_verify_ssl", "disable_tcp_keepalive",
+                 "config_dict")
+        return {name: value for name in names if (value := getattr(self, name)) is not None}
 
     # ------------------------------------------------------------------------------- requests
     def _retry(self, fn, *args, **kwargs):
@@ -126,11 +98,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
 
     # ------------------------------------------------------------------------------- MPIJobs
     def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict:
-        """Create the MPIJob, or adopt the existing one of the same task instance (hooks/requests.py ``Create``).
+        """Create the MPIJob (``metadata.name`` required; apiVersion/kind default to the hook's), or adopt the
+        existing one of the same task instance; in ``namespace``, else the manifest's, else :meth:`resolve_namespace`.
 
-        :param manifest: the MPIJob (``metadata.name`` required; apiVersion/kind default to the hook's).
-        :param namespace: target namespace (default: manifest namespace, then :meth:`resolve_namespace`).
-        :return: the created (or adopted) object.
         :raises MPIJobConflictError: an MPIJob of that name exists and belongs to another owner.
         :raises MPIJobAPIUnavailable: the API server does not serve this MPIJob version.
         """
@@ -211,20 +181,11 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         Not retried (a create is not idempotent); the caller decides what a failure means.
         """
         metadata = owner["metadata"]
-        body = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)},
-                "ownerReferences": [{"apiVersion": owner.get("apiVersion") or self.api_version, "kind": "MPIJob",
-                                     "name": metadata["name"], "uid": metadata["uid"]}],
-            },
-            "stringData": string_data,
-        }
+        labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)}
+        owner_ref = {"apiVersion": owner.get("apiVersion") or self.api_version, "kind": "MPIJob",
+                     "name": metadata["name"], "uid": metadata["uid"]}
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref]},
+                "stringData": string_data}
         return self.core_v1_client.create_namespaced_secret(namespace, body).to_dict()
 
-
-__all__ = ["MPIJobHook"]

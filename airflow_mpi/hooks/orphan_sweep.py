@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_mpi.hooks.live_delete import DELETED
 from airflow_mpi.hooks.mpijob import MPIJobHook
+from airflow_mpi.hooks.requests import Call
 from airflow_mpi.jobspec.orphans import TaskKey, deployment_selector, is_live, orphans, task_key_of
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,11 @@ class BudgetedMPIJobHook(MPIJobHook):
         super().__init__(*args, **kwargs)
         self.deadline = deadline
 
-    def _send(self, call: Any) -> Any:
+    def _send(self, call: Call) -> Any:
         if time.monotonic() >= self.deadline:
             raise SweepOverBudget(f"the sweep's time budget is spent before {call.method}")
-        return super()._send(dataclasses.replace(call, kwargs={**call.kwargs, "_request_timeout": self.request_timeout}))
+        timed = dataclasses.replace(call, kwargs={**call.kwargs, "_request_timeout": self.request_timeout})
+        return super()._send(timed)
 
 
 def owns_place(hook: Any, deployment: str, key: TaskKey, name: str, namespace: str) -> bool:

@@ -78,27 +78,17 @@ def prepare_body(manifest: dict, namespace: str, api_version: str) -> dict:
 
 def adopt_or_raise(existing: dict, desired: dict) -> dict:
     """Return ``existing`` when it belongs to the same task instance as ``desired``, else raise."""
-    meta = existing.get("metadata") or {}
-    desired_meta = desired.get("metadata") or {}
+    meta, desired_meta = existing.get("metadata") or {}, desired.get("metadata") or {}
     name = desired_meta.get("name") or meta.get("name")
     namespace = desired_meta.get("namespace") or meta.get("namespace")
-    if same_task(meta.get("labels"), desired_meta.get("labels")):
-        log.info(
-            "MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it",
-            namespace,
-            name,
-            (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"),
-        )
-        if meta.get("deletionTimestamp"):
-            log.warning("The adopted MPIJob %s/%s is being deleted (deletionTimestamp set)", namespace, name)
-        return existing
-    raise MPIJobConflictError(
-        name=name,
-        namespace=namespace,
-        existing_labels=meta.get("labels"),
-        desired_labels=desired_meta.get("labels"),
-        existing_annotations=meta.get("annotations"),
-    )
+    if not same_task(meta.get("labels"), desired_meta.get("labels")):
+        raise MPIJobConflictError(name, namespace, meta.get("labels"), desired_meta.get("labels"),
+                                  meta.get("annotations"))
+    log.info("MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it", namespace, name,
+             (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"))
+    if meta.get("deletionTimestamp"):
+        log.warning("The adopted MPIJob %s/%s is being deleted (deletionTimestamp set)", namespace, name)
+    return existing
 
 
 def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
@@ -198,23 +188,13 @@ def get_call(where: dict[str, Any], name: str) -> Call:
     return Call(CUSTOM_OBJECTS, "get_namespaced_custom_object", {**where, "name": name}, on_error=_absent(None))
 
 
-def delete_call(
-    where: dict[str, Any],
-    name: str,
-    propagation_policy: str | None,
-    grace_period_seconds: int | None,
-    uid: str | None,
-    hook_log: logging.Logger,
-) -> Call:
+def delete_call(where: dict[str, Any], name: str, propagation_policy: str | None, grace_period_seconds: int | None,
+                uid: str | None, hook_log: logging.Logger) -> Call:
     """DELETE one MPIJob; True when deleted, False when it was already gone (or, given ``uid``, is another object
     of the same name now: the API server checks the precondition and answers 409)."""
-    body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-    if propagation_policy:
-        body["propagationPolicy"] = propagation_policy
-    if grace_period_seconds is not None:
-        body["gracePeriodSeconds"] = grace_period_seconds
-    if uid is not None:
-        body["preconditions"] = {"uid": uid}
+    options = {"propagationPolicy": propagation_policy or None, "gracePeriodSeconds": grace_period_seconds,
+               "preconditions": None if uid is None else {"uid": uid}}
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", **{k: v for k, v in options.items() if v is not None}}
     namespace = where["namespace"]
 
     def on_error(exc: BaseException) -> Any:
@@ -311,21 +291,13 @@ class LogRequest:
 
     @property
     def query(self) -> list[tuple[str, str]]:
-        query: list[tuple[str, str]] = []
-        if self.container:
-            query.append(("container", self.container))
+        query = [("container", self.container)] if self.container else []
         query.append(("timestamps", "true"))
-        if self.follow:
-            query.append(("follow", "true"))
-        if self.previous:
-            query.append(("previous", "true"))
+        query += [(key, "true") for key, on in (("follow", self.follow), ("previous", self.previous)) if on]
         if self.since_time is not None:
             query.append(("sinceTime", format_since_time(self.since_time)))
-        if self.tail_lines is not None:
-            query.append(("tailLines", str(int(self.tail_lines))))
-        if self.limit_bytes is not None:
-            query.append(("limitBytes", str(int(self.limit_bytes))))
-        return query
+        numbers = (("tailLines", self.tail_lines), ("limitBytes", self.limit_bytes))
+        return query + [(key, str(int(number))) for key, number in numbers if number is not None]
 
     @property
     def args(self) -> tuple[str, str]:

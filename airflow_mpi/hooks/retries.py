@@ -1,14 +1,14 @@
 """The request layer's one retry policy: what is tried again, after how long, for how long, and what is logged.
 
-Only a failure that says nothing about the request is tried again (:func:`~airflow_mpi.hooks.errors.is_transient`:
-429, 5xx, a broken connection; never 409: a conflict on create is a decision, not a blip), after a delay that
-doubles from a first one up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
+Only a failure that says nothing about the request is tried again (errors.is_transient: 429, 5xx, a broken
+connection; never 409: a conflict on create is a decision, not a blip), after a delay that doubles from a first one
+up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
 
-* a request: every idempotent call of a hook is sent ``api_retries`` times at most (5, 1 s doubling to 15 s:
-  about 15 s), enough for a blip; a create is looked up before it is sent again (hooks/mpijob.py);
-* an outage: the reads of a wait (:func:`through_outage`) and the watch hub's watches (:class:`Outage`) go on
-  through ``API_OUTAGE_LIMIT`` seconds of failures (1 s doubling to 30 s), an API server restart or a control-plane
-  upgrade: a task waiting on a training run of hours must not fail because one read met the API server restarting.
+* a request: an idempotent call of a hook is sent ``api_retries`` times at most (5, 1 s doubling to 15 s), enough
+  for a blip; a create is looked up before it is sent again (hooks/mpijob.py);
+* an outage: a wait's reads (:func:`through_outage`) and the watch hub's watches (:class:`Outage`) go on through
+  ``API_OUTAGE_LIMIT`` seconds of failures (1 s doubling to 30 s): a task waiting on a training run of hours must not
+  fail because one read met an API server restart or a control-plane upgrade.
 """
 
 from __future__ import annotations
@@ -78,21 +78,15 @@ def _log_request_retry(state: tenacity.RetryCallState) -> None:
 
 def _log_outage(state: tenacity.RetryCallState) -> None:
     exc, delay = _failure(state)
-    log.warning(
-        "Kubernetes API unavailable for %.0fs (%s): the wait goes on, next try in %.0fs (gives up after %.0fs)",
-        state.seconds_since_start or 0.0, describe_error(exc), delay, API_OUTAGE_LIMIT,
-    )
+    log.warning("Kubernetes API unavailable for %.0fs (%s): the wait goes on, next try in %.0fs (gives up after %.0fs)",
+                state.seconds_since_start or 0.0, describe_error(exc), delay, API_OUTAGE_LIMIT)
 
 
 def request_retrying(attempts: int, first: float, most: float) -> dict[str, Any]:
     """tenacity arguments of an idempotent request: ``attempts`` sends at most, ``first`` doubling to ``most``."""
-    return {
-        "stop": tenacity.stop_after_attempt(max(1, attempts)),
-        "wait": lambda state: backoff(state.attempt_number, first, most),
-        "retry": tenacity.retry_if_exception(is_transient),
-        "reraise": True,
-        "before_sleep": _log_request_retry,
-    }
+    return {"stop": tenacity.stop_after_attempt(max(1, attempts)), "retry": tenacity.retry_if_exception(is_transient),
+            "wait": lambda state: backoff(state.attempt_number, first, most), "reraise": True,
+            "before_sleep": _log_request_retry}
 
 
 def _outage_retrying() -> dict[str, Any]:
@@ -102,7 +96,7 @@ def _outage_retrying() -> dict[str, Any]:
         exc = state.outcome.exception() if state.outcome else None
         return None if exc is None else outage_delay(exc, state.attempt_number, state.seconds_since_start or 0.0)
 
-    # no retry: tenacity raises the failure itself
+    # a failure not retried is raised as it is (tenacity returns the outcome's result)
     return {"retry": lambda state: delay(state) is not None, "wait": delay, "before_sleep": _log_outage}
 
 
