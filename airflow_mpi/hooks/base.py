@@ -70,10 +70,10 @@ class MPIJobHookBase:
 
     def _role_pods(self, name: str, namespace: str | None, role: str) -> Any:
         """The ``role`` pods of the MPIJob: launchers newest first (one per attempt), workers by replica index."""
-        return self._run(namespace, lambda ns: _role_pods(self.api_version, name, ns, role))
+        return self._run(namespace, lambda ns: _pods_of_role(self.api_version, name, ns, role))
 
 
-def _role_pods(api_version: str, name: str, namespace: str, role: str) -> Steps:
+def _pods_of_role(api_version: str, name: str, namespace: str, role: str) -> Steps:
     """Listed by the first of the role's :func:`~airflow_mpi.hooks.requests.pod_selectors` that finds any."""
     for selector in pod_selectors(api_version, name, role):
         pods = yield Call(CORE_V1, "list_namespaced_pod", {"namespace": namespace, "label_selector": selector})

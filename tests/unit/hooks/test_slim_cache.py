@@ -1,4 +1,4 @@
-"""The hub keeps pods and MPIJobs cut to what their readers need (hooks/summaries.py ``slim_pod``,
+"""The hub keeps pods and MPIJobs cut to what their readers need (wait/summaries.py ``slim_pod``,
 ``slim_mpijob``): the readers must see the same object, and the cut must be worth it."""
 
 from __future__ import annotations
