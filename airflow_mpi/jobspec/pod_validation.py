@@ -16,15 +16,18 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import MAIN, POD, REPLICA, Field, rows
 from airflow_mpi.jobspec.quantity import parse_quantity, quantity_problem
-from airflow_mpi.jobspec.spec import IMAGE_PULL_POLICIES
 
 _STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _VALUE_FROM_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef", "fileKeyRef")
 _ENV_FROM_SOURCES = ("configMapRef", "secretRef")
-_PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 _TOLERATION_OPERATORS = ("Equal", "Exists")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Container and pod keys -> the rows whose rule their values must pass (the other keys are checked below)
+_CONTAINER_ROWS, _POD_ROWS = (
+    {f.path[-1]: f for f in rows(REPLICA) if f.check and f.path[:-1] == parent} for parent in (MAIN, POD)
+)
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,6 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
     elif image != image.strip() or any(c.isspace() for c in image):
         # the API server accepts it; the kubelet then fails the pull (InvalidImageName) after scheduling
         errors.add(f"{prefix}.image", image, "must not contain whitespace (an image reference has none)")
-    for key in ("command", "args"):
-        value = container.get(key)
-        if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-            errors.add(f"{prefix}.{key}", value, "must be a list of strings")
     if "env" in container:
         _check_env(errors, prefix, container["env"])
     if "envFrom" in container:
@@ -140,23 +139,14 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
     if "resources" in container:
         check_resources(errors, f"{prefix}.resources", container["resources"])
     _check_mounts(errors, prefix, container.get("volumeMounts"), volumes, injected)
-    policy = container.get("imagePullPolicy")
-    if policy is not None and policy not in IMAGE_PULL_POLICIES:
-        errors.add(f"{prefix}.image_pull_policy", policy, f"must be one of {', '.join(IMAGE_PULL_POLICIES)}")
-    if container.get("securityContext") is not None and not isinstance(container["securityContext"], dict):
-        errors.add(f"{prefix}.security_context", container["securityContext"], "must be a mapping (a SecurityContext)")
-    for key, field in (("readinessProbe", "readiness_probe"), ("startupProbe", "startup_probe")):
-        if container.get(key) is not None:
-            check_probe(errors, f"{prefix}.{field}", container[key])
+    _check_rows(errors, prefix, container, _CONTAINER_ROWS)
 
 
-def check_probe(errors: ErrorList, path: str, probe: Any) -> None:
-    if not isinstance(probe, dict):
-        errors.add(path, probe, "must be a mapping (a Probe)")
-        return
-    handlers = [h for h in _PROBE_HANDLERS if h in probe]
-    if len(handlers) != 1:
-        errors.add(path, probe, f"must specify exactly one handler of {', '.join(_PROBE_HANDLERS)}")
+def _check_rows(errors: ErrorList, prefix: str, node: dict, checked: dict[str, Field]) -> None:
+    """The rules of the rows (fields.py) whose values ``node`` (a container or a pod spec) holds."""
+    for key, row in checked.items():
+        if node.get(key) is not None and (problem := row.check(node[key])):
+            errors.add(f"{prefix}.{row.name}", node[key], problem)
 
 
 def _check_env(errors: ErrorList, prefix: str, env: Any) -> None:
@@ -236,11 +226,6 @@ def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
         check_labels(errors, f"{role}.node_selector", selector)
     if pod.get("tolerations") is not None:
         _check_tolerations(errors, role, pod["tolerations"])
-    if pod.get("affinity") is not None and not isinstance(pod["affinity"], dict):
-        errors.add(f"{role}.affinity", pod["affinity"], "must be a mapping (an Affinity)")
-    for key, field in (("serviceAccountName", "service_account_name"), ("priorityClassName", "priority_class_name")):
-        if pod.get(key) is not None and (problem := rules.dns1123_subdomain(pod[key])):
-            errors.add(f"{role}.{field}", pod[key], problem)
     secrets = pod.get("imagePullSecrets")
     if secrets is not None:
         if not isinstance(secrets, list):
@@ -250,8 +235,7 @@ def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
                 name = secret.get("name") if isinstance(secret, dict) else secret
                 if problem := rules.dns1123_subdomain(name):
                     errors.add(f"{role}.image_pull_secrets[{i}]", name, f"must name a Secret: {problem}")
-    if pod.get("securityContext") is not None and not isinstance(pod["securityContext"], dict):
-        errors.add(f"{role}.pod_security_context", pod["securityContext"], "must be a mapping (a PodSecurityContext)")
+    _check_rows(errors, role, pod, _POD_ROWS)
 
 
 def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:

@@ -1,4 +1,4 @@
-"""Kubernetes syntax rules (k8s.io/apimachinery/pkg/util/validation) as small predicates.
+"""Kubernetes syntax rules (k8s.io/apimachinery/pkg/util/validation) and the CRDs' value rules as small predicates.
 
 Each returns the reason a value is invalid, or None. They are re-implemented (not imported)
 because the model must stay free of client libraries.
@@ -7,6 +7,9 @@ because the model must stay free of client libraries.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+Rule = Callable[[object], "str | None"]
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -20,6 +23,46 @@ _ALNUM_ENDS = "must consist of alphanumeric characters, '-', '_' or '.', startin
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 ANNOTATIONS_TOTAL_MAX = 256 * 1024
+INT32_MAX = 2**31 - 1  # the CRDs' integers
+INT64_MAX = 2**63 - 1
+
+
+def string(value: object) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def boolean(value: object) -> str | None:
+    return None if isinstance(value, bool) else "must be a boolean"
+
+
+def non_empty(value: object) -> str | None:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
+
+
+def strings(value: object) -> str | None:
+    ok = isinstance(value, list) and all(isinstance(a, str) for a in value)
+    return None if ok else "must be a list of strings"
+
+
+def integer(minimum: int = 0, maximum: int = INT32_MAX) -> Rule:
+    """An integer within [minimum, maximum] (int32 by default, as in the CRDs)."""
+
+    def problem(value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if value < minimum:
+            return f"must be >= {minimum}"
+        return f"must be <= {maximum}" if value > maximum else None
+
+    return problem
+
+
+def one_of(allowed: tuple[str, ...]) -> Rule:
+    return lambda value: None if isinstance(value, str) and value in allowed else f"must be one of {', '.join(allowed)}"
+
+
+def mapping(what: str) -> Rule:
+    return lambda value: None if isinstance(value, dict) else f"must be a mapping ({what})"
 
 
 def dns1123_label(value: object) -> str | None:
@@ -119,4 +162,15 @@ def config_map_key(value: object) -> str | None:
         return f"must be 1-{SUBDOMAIN_MAX} characters of letters, digits, '-', '_' or '.'"
     if value in (".", "..") or value.startswith(".."):
         return "must not be '.' or '..' or start with '..'"
+    return None
+
+
+PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
+def probe(value: object) -> str | None:
+    if not isinstance(value, dict):
+        return "must be a mapping (a Probe)"
+    if len([h for h in PROBE_HANDLERS if h in value]) != 1:
+        return f"must specify exactly one handler of {', '.join(PROBE_HANDLERS)}"
     return None

@@ -17,6 +17,19 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import (
+    FIELDS,
+    JOB,
+    RUN_POLICY,
+    SCHEDULING,
+    Field,
+    MPIJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    manifest_path,
+    rows,
+)
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import Injected, check_annotations, check_labels, check_pod_template
@@ -25,13 +38,11 @@ from airflow_mpi.jobspec.spec import (
     API_V1,
     API_V2BETA1,
     API_VERSIONS,
-    CLEAN_POD_POLICIES,
     CONFIG_MOUNT_PATH,
     DEFAULT_SSH_AUTH_MOUNT_PATH,
     GPU_RESOURCE,
     KIND,
     LAUNCHER_REPLICA,
-    LAUNCHER_CREATION_POLICIES,
     MANAGED_BY,
     MPI_IMPLEMENTATIONS,
     RESTART_POLICIES,
@@ -39,61 +50,43 @@ from airflow_mpi.jobspec.spec import (
     WAIT_FOR_WORKERS_READY,
     WORKER_REPLICA,
     Defaults,
-    MPIJobSpec,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
 )
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-
-# spec fields of each version -> parameter name used in error paths
-_SPEC_FIELDS = {"slotsPerWorker": "slots_per_worker", "runPolicy": "run_policy", "mpiReplicaSpecs": "mpi_replica_specs"}
-_V2_ONLY = {
-    "runLauncherAsWorker": "run_launcher_as_worker",
-    "sshAuthMountPath": "ssh_auth_mount_path",
-    "launcherCreationPolicy": "launcher_creation_policy",
-    "mpiImplementation": "mpi_implementation",
-}
-_V1_ONLY = {"cleanPodPolicy": "spec.cleanPodPolicy", "mainContainer": "main_container"}
-_RUN_POLICY_FIELDS = {
-    "cleanPodPolicy": "clean_pod_policy",
-    "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
-    "activeDeadlineSeconds": "active_deadline_seconds",
-    "backoffLimit": "backoff_limit",
-    "schedulingPolicy": "scheduling_policy",
-    "suspend": "suspend",
-    "managedBy": "managed_by",
-}
-_SCHEDULING_FIELDS = {
-    "minAvailable": "min_available",
-    "queue": "queue",
-    "minResources": "min_resources",
-    "priorityClass": "priority_class",
-    "scheduleTimeoutSeconds": "schedule_timeout_seconds",
+_PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
+# The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)
+_SPEC, _RUN_POLICY, _SCHEDULING = (
+    {f.path[-1]: f for f in FIELDS if f.path[:-1] == parent} for parent in (("spec",), ("spec", "runPolicy"),
+                                                                            ("spec", "runPolicy", "schedulingPolicy"))
+)  # fmt: skip
+# spec keys -> (the name errors use, the one API version that has it)
+_SPEC_KEYS = {
+    "runPolicy": ("run_policy", None),
+    "mpiReplicaSpecs": ("mpi_replica_specs", None),
+    **{key: (f.name, f.api) for key, f in _SPEC.items()},
+    **{f.v1_path[1]: (f"spec.{f.v1_path[1]}", API_V1) for f in FIELDS if len(f.v1_path) == 2},
 }
 _REPLICA_FIELDS = ("replicas", "restartPolicy", "template")
 
 
-def _int(errors: ErrorList, field: str, value: Any, *, minimum: int = 0, maximum: int = INT32_MAX) -> bool:
+def _name(row: Field) -> str:
+    """The name errors use for ``row``'s value in a manifest."""
+    return _PREFIXES[row.owner] + row.name
+
+
+def _int(errors: ErrorList, field: str, value: Any, *, minimum: int = 0, maximum: int = rules.INT32_MAX) -> bool:
     """Integer within [minimum, maximum] (int32 by default, as in the CRD); False if not."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.add(field, value, "must be an integer")
-    elif value < minimum:
-        errors.add(field, value, f"must be >= {minimum}")
-    elif value > maximum:
-        errors.add(field, value, f"must be <= {maximum}")
-    else:
-        return True
-    return False
+    problem = rules.integer(minimum, maximum)(value)
+    if problem:
+        errors.add(field, value, problem)
+    return not problem
 
 
-def _one_of(errors: ErrorList, field: str, value: Any, allowed: tuple[str, ...]) -> bool:
-    if value in allowed and isinstance(value, str):
-        return True
-    errors.add(field, value, f"must be one of {', '.join(allowed)}")
-    return False
+def _passes(errors: ErrorList, row: Field, value: Any, rule: rules.Rule | None = None) -> bool:
+    """``value`` passes ``rule`` (by default its row's); a problem is reported under the row's name."""
+    problem = (rule or row.check)(value)
+    if problem:
+        errors.add(_name(row), value, problem)
+    return not problem
 
 
 # ---------------------------------------------------------------- parameters (before merging)
@@ -129,20 +122,17 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         spec.launch.check(errors)
         if spec.launcher.command is not None:
             errors.add("command", spec.launcher.command, "cannot be combined with program (which builds the command)")
-    if spec.api_version == API_V1:
-        for attr in _V2_ONLY.values():
-            value = getattr(spec, attr)
-            if attr == "mpi_implementation" and value is not None and spec.launch is not None:
-                _one_of(errors, attr, value, MPI_IMPLEMENTATIONS)  # not written: it picks the launch flags
-            elif value is not None:
-                hint = " without program (with program it picks mpirun's flags)" if attr == "mpi_implementation" else ""
-                errors.add(attr, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
-    elif spec.main_container is not None:
-        errors.add(
-            "main_container",
-            spec.main_container,
-            f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one",
-        )
+    for row in rows(JOB):
+        value = getattr(spec, row.name) if row.api not in (None, spec.api_version) else None
+        if value is None:
+            continue
+        if row.api == API_V1:
+            errors.add(row.name, value, f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one")
+        elif row.name == "mpi_implementation" and spec.launch is not None:
+            _passes(errors, row, value)  # not written: it picks the launch flags
+        else:
+            hint = " without program (with program it picks mpirun's flags)" if row.name == "mpi_implementation" else ""
+            errors.add(row.name, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
 
@@ -209,7 +199,8 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
 def check_manifest(errors: ErrorList, manifest: dict) -> None:
     """Operator and Kubernetes rules on a complete (merged) MPIJob manifest."""
     api = manifest.get("apiVersion")
-    if not _one_of(errors, "api_version", api, API_VERSIONS):
+    if problem := rules.one_of(API_VERSIONS)(api):
+        errors.add("api_version", api, problem)
         return
     metadata = manifest.get("metadata")
     if not isinstance(metadata, dict):
@@ -222,13 +213,17 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     workers = _worker_count(job.get("mpiReplicaSpecs"))
     _check_name(errors, metadata.get("name"), workers)
     namespace = metadata.get("namespace")
-    if namespace is not None and (problem := rules.dns1123_label(namespace)):
-        errors.add("namespace", namespace, problem)
+    if namespace is not None:
+        _passes(errors, _row("namespace"), namespace)
     check_labels(errors, "labels", metadata.get("labels"))
     check_annotations(errors, "annotations", metadata.get("annotations"))
     _check_spec_fields(errors, manifest, api)
     _check_run_policy(errors, job, api, workers)
     _check_replica_specs(errors, job, api)
+
+
+def _row(name: str) -> Field:
+    return next(f for f in FIELDS if f.name == name)
 
 
 def _worker_count(replica_specs: Any) -> int:
@@ -257,42 +252,33 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
 
 def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
     job = manifest["spec"]
-    own, other, other_api = (_V2_ONLY, _V1_ONLY, API_V1) if api == API_V2BETA1 else (_V1_ONLY, _V2_ONLY, API_V2BETA1)
     for key, value in job.items():
-        if key in other:
-            errors.add(other[key], value, f"is not supported by {api}: spec.{key} exists only in {other_api}")
-        elif key not in own and key not in _SPEC_FIELDS:
+        name, only = _SPEC_KEYS.get(key, (None, None))
+        if name is None:
             errors.add(f"spec.{key}", value, f"is not a field of {api} MPIJob")
-    if "slotsPerWorker" in job:
-        _int(errors, "slots_per_worker", job["slotsPerWorker"], minimum=1)
+        elif only not in (None, api):
+            errors.add(name, value, f"is not supported by {api}: spec.{key} exists only in {only}")
+        elif key in _SPEC and _SPEC[key].check is not None:
+            _passes(errors, _SPEC[key], value)
     if api == API_V1:
         _check_v1_fields(errors, manifest)
         return
-    if "runLauncherAsWorker" in job and not isinstance(job["runLauncherAsWorker"], bool):
-        errors.add("run_launcher_as_worker", job["runLauncherAsWorker"], "must be a boolean")
-    if "sshAuthMountPath" in job:
-        path = job["sshAuthMountPath"]
-        if not isinstance(path, str) or not path.startswith("/"):
-            errors.add("ssh_auth_mount_path", path, "must be an absolute path (the operator mounts the SSH keys there)")
-    if "mpiImplementation" in job:
-        _one_of(errors, "mpi_implementation", job["mpiImplementation"], MPI_IMPLEMENTATIONS)
     policy = job.get("launcherCreationPolicy")
-    if policy is not None and _one_of(errors, "launcher_creation_policy", policy, LAUNCHER_CREATION_POLICIES):
-        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-        main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
-        if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
-            errors.add(
-                "launcher_creation_policy",
-                policy,
-                "requires a worker readiness or startup probe: without one a worker counts as Ready as soon as it "
-                "starts, before sshd accepts connections",
-            )
+    containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
+    main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
+    if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
+        errors.add(
+            "launcher_creation_policy",
+            policy,
+            "requires a worker readiness or startup probe: without one a worker counts as Ready as soon as it "
+            "starts, before sshd accepts connections",
+        )
 
 
 def _check_v1_fields(errors: ErrorList, manifest: dict) -> None:
     job = manifest["spec"]
     clean = job.get("cleanPodPolicy")
-    if clean is not None and _one_of(errors, "run_policy.clean_pod_policy", clean, CLEAN_POD_POLICIES):
+    if clean is not None and _passes(errors, _RUN_POLICY["cleanPodPolicy"], clean):
         run_policy = job.get("runPolicy")
         other = run_policy.get("cleanPodPolicy") if isinstance(run_policy, dict) else None
         if other is not None and other != clean:
@@ -319,51 +305,41 @@ def _check_run_policy(errors: ErrorList, job: dict, api: str, workers: int) -> N
         errors.add("run_policy", policy, "must be a mapping")
         return
     for key, value in policy.items():
-        field = f"run_policy.{_RUN_POLICY_FIELDS.get(key, key)}"
+        row = _RUN_POLICY.get(key)
         if value is None:
             continue
-        if key not in _RUN_POLICY_FIELDS:
+        if row is None:
             errors.add(f"spec.runPolicy.{key}", value, f"is not a runPolicy field of {api}")
-        elif key == "cleanPodPolicy":
-            if api == API_V2BETA1 or "cleanPodPolicy" not in job:  # v1 top-level conflicts: _check_v1_fields
-                _one_of(errors, field, value, CLEAN_POD_POLICIES)
-        elif key == "activeDeadlineSeconds":
-            _int(errors, field, value, maximum=INT64_MAX)
-        elif key in ("ttlSecondsAfterFinished", "backoffLimit"):
-            _int(errors, field, value)
-        elif key == "suspend" and not isinstance(value, bool):
-            errors.add(field, value, "must be a boolean")
+        elif key == "cleanPodPolicy" and api == API_V1 and "cleanPodPolicy" in job:
+            continue  # the top-level copy's conflicts: _check_v1_fields
         elif key == "managedBy":
-            _one_of(errors, field, value, MANAGED_BY[api])
+            _passes(errors, row, value, rules.one_of(MANAGED_BY[api]))
         elif key == "schedulingPolicy":
             _check_scheduling(errors, value, workers)
+        elif row.check is not None:
+            _passes(errors, row, value)
 
 
 def _check_scheduling(errors: ErrorList, policy: Any, workers: int) -> None:
-    prefix = "run_policy.scheduling_policy"
     if not isinstance(policy, dict):
-        errors.add(prefix, policy, "must be a mapping")
+        errors.add("run_policy.scheduling_policy", policy, "must be a mapping")
         return
     for key, value in policy.items():
-        field = f"{prefix}.{_SCHEDULING_FIELDS.get(key, key)}"
+        row = _SCHEDULING.get(key)
         if value is None:
             continue
-        if key not in _SCHEDULING_FIELDS:
+        if row is None:
             errors.add(f"spec.runPolicy.schedulingPolicy.{key}", value, "is not a schedulingPolicy field")
         elif key == "minAvailable":
             # The gang is the launcher + the workers: a larger minimum can never be scheduled.
-            _int(errors, field, value, minimum=1, maximum=workers + 1)
-        elif key == "scheduleTimeoutSeconds":
-            _int(errors, field, value)
-        elif key == "queue" and not (isinstance(value, str) and value):
-            errors.add(field, value, "must be a non-empty string")
-        elif key == "priorityClass" and (problem := rules.dns1123_subdomain(value)):
-            errors.add(field, value, problem)
+            _passes(errors, row, value, rules.integer(1, workers + 1))
         elif key == "minResources":
             reason = "must be a mapping of resource names to quantities"
             errors.check_entries(
-                field, value, reason, rules.qualified_name, quantity_problem, key_what="invalid resource name"
+                _name(row), value, reason, rules.qualified_name, quantity_problem, key_what="invalid resource name"
             )
+        elif row.check is not None:
+            _passes(errors, row, value)
 
 
 def _injected(api: str, role: str, ssh_path: str) -> Injected:
@@ -407,7 +383,10 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
         else:
             _int(errors, "worker.replicas", replicas, minimum=1)
         restart = replica.get("restartPolicy")
-        valid = restart is None or _one_of(errors, f"{name}.restart_policy", restart, RESTART_POLICIES[api])
+        problem = None if restart is None else rules.one_of(RESTART_POLICIES[api])(restart)
+        if problem:
+            errors.add(f"{name}.restart_policy", restart, problem)
+        valid = not problem
         if valid and role == LAUNCHER_REPLICA and restart == "Always":  # only v1 accepts Always at all
             errors.add(
                 "launcher.restart_policy", restart, "restarts the launcher even after success: the job never completes"
