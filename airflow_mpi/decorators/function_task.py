@@ -54,7 +54,8 @@ def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) ->
     """
     for name in REPLACED:
         if name in kwargs:
-            raise MPIJobValidationError(name, kwargs[name], f"does not apply to {decorator}: the function is the program")
+            reason = f"does not apply to {decorator}: the function is the program"
+            raise MPIJobValidationError(name, kwargs[name], reason)
     if kwargs.get("get_logs") is False:
         raise MPIJobValidationError("get_logs", False, f"{decorator} reads rank 0's return value from the launcher log")
     if not isinstance(python, str) or not python:

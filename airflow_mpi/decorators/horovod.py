@@ -27,6 +27,8 @@ class _HorovodDecoratedOperator(FunctionTaskMixin, DecoratedOperator, HorovodJob
         super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
 
 
-def horovod_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+def horovod_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Run the decorated function with horovodrun on every rank (kwargs: HorovodJobOperator's parameters)."""
     return function_task_decorator(_HorovodDecoratedOperator, python_callable, multiple_outputs, kwargs)

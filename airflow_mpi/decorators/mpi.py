@@ -21,7 +21,9 @@ from airflow_mpi.operators.mpijob import MPIJobOperator
 
 class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator):
     custom_operator_name = "@task.mpi"
-    template_fields: Sequence[str] = ("op_args", "op_kwargs", *(f for f in MPIJobOperator.template_fields if f != "program"))
+    template_fields: Sequence[str] = (
+        "op_args", "op_kwargs", *(f for f in MPIJobOperator.template_fields if f != "program"),
+    )  # fmt: skip
     template_fields_renderers = {**MPIJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
 
     def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
@@ -31,6 +33,8 @@ class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator
         return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
 
 
-def mpi_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+def mpi_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Run the decorated function on every rank of an MPIJob (kwargs: MPIJobOperator's parameters)."""
     return function_task_decorator(_MPIDecoratedOperator, python_callable, multiple_outputs, kwargs)

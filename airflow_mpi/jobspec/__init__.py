@@ -13,27 +13,8 @@ from airflow_mpi.jobspec.precedence import BASE_MANIFEST, DEFAULT, PARAMETER, Se
 from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, Defaults
 
 __all__ = [
-    "API_V1",
-    "API_V2BETA1",
-    "BASE_MANIFEST",
-    "DEFAULT",
-    "PARAMETER",
-    "Defaults",
-    "Horovodrun",
-    "MPIJobSpec",
-    "MPIJobValidationError",
-    "Mpirun",
-    "ReplicaSpec",
-    "Resolved",
-    "RunPolicy",
-    "SchedulingPolicy",
-    "Setting",
-    "TaskIdentity",
-    "build_manifest",
-    "deep_merge",
-    "horovodrun_command",
-    "load_base_manifest",
-    "mpirun_command",
-    "resolve",
-    "validate",
-]
+    "API_V1", "API_V2BETA1", "BASE_MANIFEST", "DEFAULT", "PARAMETER", "Defaults", "Horovodrun", "MPIJobSpec",
+    "MPIJobValidationError", "Mpirun", "ReplicaSpec", "Resolved", "RunPolicy", "SchedulingPolicy", "Setting",
+    "TaskIdentity", "build_manifest", "deep_merge", "horovodrun_command", "load_base_manifest", "mpirun_command",
+    "resolve", "validate",
+]  # fmt: skip

@@ -9,9 +9,9 @@ ranks), and the flags below only add what those variables do not cover.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
@@ -42,7 +42,6 @@ HYDRA_CONNECT_BY_IP = ("sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"')
 TAG_OUTPUT_FLAGS = {OPENMPI: ("--tag-output",), INTEL: ("-prepend-rank",), MPICH: ("-prepend-rank",)}
 
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
-HOROVOD_OPTIONS = ("min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface")
 
 
 def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
@@ -227,21 +226,15 @@ class Mpirun(_LauncherCommand):
 
 @dataclass(frozen=True)
 class Horovodrun(_LauncherCommand):
-    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job)."""
+    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job); ``options`` are
+    horovodrun_command's (min_np, max_np, log_level, ...)."""
 
     program: str | Sequence[str]
-    min_np: int | None = None
-    max_np: int | None = None
-    discovery_script: str = DISCOVER_HOSTS_SCRIPT
-    log_level: str | None = None
-    verbose: bool = False
-    elastic_timeout: int | None = None
-    network_interface: str | None = None
     horovod_args: str | Sequence[str] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
     extra_name: ClassVar[str] = "horovod_args"
 
     def _build(
         self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
     ) -> list[str]:
-        options = {f: getattr(self, f) for f in HOROVOD_OPTIONS}  # horovodrun counts no launcher slots
-        return horovodrun_command(program, **job, **options, extra_args=extra)
+        return horovodrun_command(program, **job, **self.options, extra_args=extra)  # it counts no launcher slots

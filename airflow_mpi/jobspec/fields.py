@@ -215,6 +215,10 @@ def rows(owner: str) -> tuple[Field, ...]:
     return tuple(f for f in FIELDS if f.owner == owner)
 
 
+def field_of(name: str, owner: str = JOB) -> Field:
+    return next(f for f in FIELDS if (f.name, f.owner) == (name, owner))
+
+
 def parameters(fields: tuple[Field, ...]) -> dict[str, Field]:
     """The parameters the rows declare, by name, with the row each sets (a REPLICA row may have one per role)."""
     named: dict[str, Field] = {}
@@ -269,7 +273,7 @@ def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
 
 _CLASSES: dict[str, type] = {}
 SchedulingPolicy = _spec_class(SCHEDULING, "Gang scheduling (Volcano / scheduler-plugins PodGroup).")
-RunPolicy = _spec_class(RUN_POLICY, "Lifecycle of the job; in v2beta1 all but cleanPodPolicy apply to the launcher Job.")
+RunPolicy = _spec_class(RUN_POLICY, "The job's lifecycle; in v2beta1 all but cleanPodPolicy apply to the launcher Job.")
 ReplicaSpec = _spec_class(REPLICA, "One role (launcher or worker): its pod template and the main (first) container.")
 MPIJobSpec = _spec_class(
     JOB,

@@ -139,7 +139,8 @@ def spec_from_parameters(
                 continue
             params[row.name] = given[param]
             if isinstance(row.param, dict) and isinstance(overrides, dict) and overrides.get(row.name) is not None:
-                errors.add(f"{role}.{row.name}", overrides[row.name], f"is also given as the {param} parameter: give one")
+                reason = f"is also given as the {param} parameter: give one"
+                errors.add(f"{role}.{row.name}", overrides[row.name], reason)
         roles[role] = _role(errors, role, overrides, params)
     run_policy = RunPolicy(
         **{row.name: given.get(row.name) for row in rows(RUN_POLICY) if not row.nested},

@@ -11,7 +11,6 @@ container other than the main (first) one is ``worker.containers[sidecar].image`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_mpi.jobspec import rules
@@ -30,15 +29,9 @@ _CONTAINER_ROWS, _POD_ROWS = (
 )
 
 
-@dataclass(frozen=True)
-class Injected:
-    """Volumes (name -> mount path in the main container) an operator adds to a role's pods."""
-
-    volumes: dict[str, str]
-
-
-def check_pod_template(errors: ErrorList, role: str, template: Any, injected: Injected) -> None:
-    """Pod template metadata and spec of one role (``role`` is "launcher" or "worker")."""
+def check_pod_template(errors: ErrorList, role: str, template: Any, injected: dict[str, str]) -> None:
+    """Pod template metadata and spec of one role (``role`` is "launcher" or "worker"); ``injected``: the volumes
+    the operator adds to its pods (name -> mount path in the main container)."""
     if not isinstance(template, dict):
         errors.add(f"{role}.template", template, "must be a mapping with metadata and spec")
         return
@@ -58,15 +51,8 @@ def check_pod_template(errors: ErrorList, role: str, template: Any, injected: In
 
 
 def check_labels(errors: ErrorList, path: str, labels: Any) -> None:
-    errors.check_entries(
-        path,
-        labels,
-        "must be a mapping of label keys to values",
-        rules.qualified_name,
-        rules.label_value,
-        key_what="invalid label key",
-        value_what="invalid label value",
-    )
+    errors.check_entries(path, labels, "must be a mapping of label keys to values", rules.qualified_name,
+                         rules.label_value, key_what="invalid label key", value_what="invalid label value")
 
 
 def _annotation_value_problem(value: Any) -> str | None:
@@ -84,15 +70,15 @@ def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
             errors.add(path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes")
 
 
-def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: Injected) -> set[str]:
+def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: dict[str, str]) -> set[str]:
     """Checks pod volumes; returns the names a mount may refer to (incl. injected ones)."""
-    names = set(injected.volumes)
+    names = set(injected)
     item_reason = "must be a mapping with a name and one volume source"
     for path, volume in errors.mappings(f"{role}.volumes", volumes, "must be a list of volumes", item_reason):
         name = volume.get("name")
         if problem := rules.dns1123_label(name):
             errors.add(f"{path}.name", name, problem)
-        elif name in injected.volumes:
+        elif name in injected:
             errors.add(f"{path}.name", name, "is reserved: the operator adds a volume of this name to the pod")
         elif name in names:
             errors.add(f"{path}.name", name, "is a duplicate volume name")
@@ -104,7 +90,7 @@ def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: Injecte
     return names
 
 
-def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: Injected) -> None:
+def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: dict) -> None:
     if not isinstance(containers, list) or not containers:
         errors.add(f"{role}.containers", containers, "must define at least one container")
         return
@@ -122,10 +108,10 @@ def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: se
             errors.add(f"{prefix}.container_name", name, "is a duplicate container name")
         else:
             seen.add(name)
-        _check_container(errors, prefix, container, volumes, injected if main else Injected({}))
+        _check_container(errors, prefix, container, volumes, injected if main else {})
 
 
-def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: Injected) -> None:
+def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: dict) -> None:
     image = container.get("image")
     if not isinstance(image, str) or not image.strip():
         errors.add(f"{prefix}.image", image, "is required (a non-empty image reference)")
@@ -203,8 +189,8 @@ def _check_env_from(errors: ErrorList, prefix: str, env_from: Any) -> None:
             errors.add(f"{path}.prefix", item["prefix"], "must be a string")
 
 
-def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: Injected) -> None:
-    paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.volumes.items()}
+def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: dict) -> None:
+    paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.items()}
     reason, item_reason = "must be a list of VolumeMount mappings", "must be a mapping with name and mountPath"
     for path, mount in errors.mappings(f"{prefix}.volume_mounts", mounts, reason, item_reason):
         name, mount_path = mount.get("name"), mount.get("mountPath")
@@ -272,10 +258,8 @@ def resource_name_problem(name: Any) -> str | None:
             return None
         if name.startswith("hugepages-") and quantity_problem(name[len("hugepages-") :]) is None:
             return None
-        return (
-            "is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> "
-            "or a domain-prefixed extended resource such as nvidia.com/gpu"
-        )
+        return ("is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> or a "
+                "domain-prefixed extended resource such as nvidia.com/gpu")
     if problem := rules.qualified_name(name):
         return problem
     if "kubernetes.io/" not in name and (name.startswith("requests.") or rules.qualified_name("requests." + name)):
@@ -316,18 +300,12 @@ def check_resources(errors: ErrorList, path: str, resources: Any) -> None:
         no_overcommit = _extended(name) or name.startswith("hugepages-")
         if name not in parsed["limits"]:
             if no_overcommit and name not in given_limits:
-                errors.add(
-                    f"{path}.limits.{name}",
-                    None,
-                    "must be set (equal to the request): this resource cannot be overcommitted",
-                )
+                reason = "must be set (equal to the request): this resource cannot be overcommitted"
+                errors.add(f"{path}.limits.{name}", None, reason)
             continue
         limit, raw_limit = parsed["limits"][name]
         if no_overcommit and request != limit:
-            errors.add(
-                f"{path}.requests.{name}",
-                raw,
-                f"must equal the limit {raw_limit!r}: this resource cannot be overcommitted",
-            )
+            reason = f"must equal the limit {raw_limit!r}: this resource cannot be overcommitted"
+            errors.add(f"{path}.requests.{name}", raw, reason)
         elif request > limit:
             errors.add(f"{path}.requests.{name}", raw, f"must be less than or equal to the limit {raw_limit!r}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import FIELDS, JOB, REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, holder
+from airflow_mpi.jobspec.fields import REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder
 from airflow_mpi.jobspec.fields import manifest_path
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge
@@ -74,11 +74,6 @@ class Resolved:
     settings: dict[str, Setting]
 
 
-def _retries_mapping(spec: MPIJobSpec, defaults: Defaults) -> bool:
-    """The retries mapping applies unless ``backoff_limit`` is given as a parameter."""
-    return defaults.retries is not None and spec.run_policy.backoff_limit is None
-
-
 def _mpiuser_convention(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     """A job described by parameters only follows the mpi-operator's unprivileged convention; a base manifest's
     silence keeps the controller's root one (upstream's Horovod examples run root images on its defaults)."""
@@ -91,27 +86,19 @@ def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
 
 
-def _namespace(spec: MPIJobSpec, defaults: Defaults) -> str | None:
-    return defaults.namespace() if callable(defaults.namespace) else defaults.namespace
-
-
-def _row(name: str, owner: str) -> Field:
-    return next(f for f in FIELDS if (f.name, f.owner) == (name, owner))
-
-
-_Default = Callable[[MPIJobSpec, Defaults], Any]
-# The defaultable fields: (setting name, field, role, default); in this order in the task log.
-_DEFAULTS: tuple[tuple[str, Field, str | None, _Default | None], ...] = (
-    ("workers", _row("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
-    ("slots_per_worker", _row("slots_per_worker", JOB), None, None),
-    ("mpi_implementation", _row("mpi_implementation", JOB), None, None),
-    ("clean_pod_policy", _row("clean_pod_policy", RUN_POLICY), None, lambda s, d: d.clean_pod_policy),
-    ("backoff_limit", _row("backoff_limit", RUN_POLICY), None, lambda s, d: d.retries),
-    ("launcher.restart_policy", _row("restart_policy", REPLICA), LAUNCHER_REPLICA,
-     lambda s, d: "Never" if _retries_mapping(s, d) else None),
-    ("namespace", _row("namespace", JOB), None, _namespace),
-    ("ssh_auth_mount_path", _row("ssh_auth_mount_path", JOB), None, _mpiuser_convention),
-    ("launcher_creation_policy", _row("launcher_creation_policy", JOB), None, _wait_for_workers),
+# The defaultable fields: (setting name, field, role, default); in this order in the task log. The retries mapping
+# applies unless ``backoff_limit`` is given as a parameter.
+_DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], Any] | None], ...] = (
+    ("workers", field_of("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
+    ("slots_per_worker", field_of("slots_per_worker"), None, None),
+    ("mpi_implementation", field_of("mpi_implementation"), None, None),
+    ("clean_pod_policy", field_of("clean_pod_policy", RUN_POLICY), None, lambda s, d: d.clean_pod_policy),
+    ("backoff_limit", field_of("backoff_limit", RUN_POLICY), None, lambda s, d: d.retries),
+    ("launcher.restart_policy", field_of("restart_policy", REPLICA), LAUNCHER_REPLICA,
+     lambda s, d: "Never" if d.retries is not None and s.run_policy.backoff_limit is None else None),
+    ("namespace", field_of("namespace"), None, lambda s, d: d.namespace() if callable(d.namespace) else d.namespace),
+    ("ssh_auth_mount_path", field_of("ssh_auth_mount_path"), None, _mpiuser_convention),
+    ("launcher_creation_policy", field_of("launcher_creation_policy"), None, _wait_for_workers),
 )  # fmt: skip
 
 
@@ -209,8 +196,8 @@ def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
     """The base manifest's main container of ``role`` ({} if none)."""
     name = spec.replica(role).container_name
     containers = pod_spec(base, role).get("containers")
-    found = [c for c in containers if isinstance(c, dict) and c.get("name") == name] if isinstance(containers, list) else []
-    return found[0] if found else {}
+    containers = containers if isinstance(containers, list) else []
+    return next((c for c in containers if isinstance(c, dict) and c.get("name") == name), {})
 
 
 def _sets_uid(replica: ReplicaSpec, main: dict, pod: dict) -> bool:

@@ -15,6 +15,7 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _CONFIG_MAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
@@ -65,43 +66,35 @@ def mapping(what: str) -> Rule:
     return lambda value: None if isinstance(value, dict) else f"must be a mapping ({what})"
 
 
-def dns1123_label(value: object) -> str | None:
-    """Pod hostnames, container/volume names, namespaces."""
-    if not isinstance(value, str):
-        return "must be a string"
-    if len(value) > LABEL_MAX:
-        return f"must be no more than {LABEL_MAX} characters"
-    if not _DNS1123_LABEL.match(value):
-        return "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"
-    return None
+def _matching(pattern: re.Pattern, maximum: int, reason: str) -> Rule:
+    def problem(value: object) -> str | None:
+        if not isinstance(value, str):
+            return "must be a string"
+        if len(value) > maximum:
+            return f"must be no more than {maximum} characters"
+        return None if pattern.match(value) else reason
+
+    return problem
 
 
-def dns1123_subdomain(value: object) -> str | None:
-    """Object names such as service accounts, secrets and priority classes."""
-    if not isinstance(value, str):
-        return "must be a string"
-    if len(value) > SUBDOMAIN_MAX:
-        return f"must be no more than {SUBDOMAIN_MAX} characters"
-    if not _DNS1123_SUBDOMAIN.match(value):
-        return (
-            "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit"
-        )
-    return None
-
-
-def dns1035_label(value: object) -> str | None:
-    """Service names (the MPIJob name in v2beta1): like DNS-1123 labels but starting with a letter."""
-    if not isinstance(value, str):
-        return "must be a string"
-    if len(value) > LABEL_MAX:
-        return f"must be no more than {LABEL_MAX} characters"
-    if not _DNS1035_LABEL.match(value):
-        return (
-            "must be a DNS-1035 label: lowercase letters, digits and '-', "
-            "starting with a letter and ending with a letter or digit"
-        )
-    return None
+# Pod hostnames, container/volume names, namespaces.
+dns1123_label = _matching(
+    _DNS1123_LABEL, LABEL_MAX,
+    "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+)  # fmt: skip
+# Object names such as service accounts, secrets and priority classes.
+dns1123_subdomain = _matching(
+    _DNS1123_SUBDOMAIN, SUBDOMAIN_MAX,
+    "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+)  # fmt: skip
+# Service names (the MPIJob name in v2beta1): like DNS-1123 labels but starting with a letter.
+dns1035_label = _matching(
+    _DNS1035_LABEL, LABEL_MAX,
+    "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or "
+    "digit",
+)  # fmt: skip
+# Label (and nodeSelector) values: empty, or up to 63 of [-_.A-Za-z0-9] with alphanumeric ends.
+label_value = _matching(_LABEL_VALUE, LABEL_MAX, f"must be empty or {_ALNUM_ENDS}")
 
 
 def qualified_name(value: object) -> str | None:
@@ -122,17 +115,6 @@ def qualified_name(value: object) -> str | None:
         return f"name part must be no more than {LABEL_MAX} characters"
     if not _QUALIFIED_NAME.match(name):
         return f"name part {_ALNUM_ENDS}"
-    return None
-
-
-def label_value(value: object) -> str | None:
-    """Label (and nodeSelector) values: empty, or up to 63 of [-_.A-Za-z0-9] with alphanumeric ends."""
-    if not isinstance(value, str):
-        return "must be a string"
-    if len(value) > LABEL_MAX:
-        return f"must be no more than {LABEL_MAX} characters"
-    if value and not _QUALIFIED_NAME.match(value):
-        return f"must be empty or {_ALNUM_ENDS}"
     return None
 
 

@@ -27,12 +27,12 @@ from airflow_mpi.jobspec.fields import (
     ReplicaSpec,
     RunPolicy,
     SchedulingPolicy,
-    manifest_path,
+    field_of,
     rows,
 )
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.pod_validation import Injected, check_annotations, check_labels, check_pod_template
+from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.jobspec.spec import (
     API_V1,
@@ -44,7 +44,6 @@ from airflow_mpi.jobspec.spec import (
     KIND,
     LAUNCHER_REPLICA,
     MANAGED_BY,
-    MPI_IMPLEMENTATIONS,
     RESTART_POLICIES,
     ROLES,
     WAIT_FOR_WORKERS_READY,
@@ -55,9 +54,10 @@ from airflow_mpi.jobspec.spec import (
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
 # The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)
 _SPEC, _RUN_POLICY, _SCHEDULING = (
-    {f.path[-1]: f for f in FIELDS if f.path[:-1] == parent} for parent in (("spec",), ("spec", "runPolicy"),
-                                                                            ("spec", "runPolicy", "schedulingPolicy"))
-)  # fmt: skip
+    {f.path[-1]: f for f in FIELDS if f.path[:-1] == parent}
+    for parent in (("spec",), ("spec", "runPolicy"), ("spec", "runPolicy", "schedulingPolicy"))
+)
+_CLEAN_POD_POLICY = field_of("clean_pod_policy", RUN_POLICY)
 # spec keys -> (the name errors use, the one API version that has it)
 _SPEC_KEYS = {
     "runPolicy": ("run_policy", None),
@@ -68,25 +68,17 @@ _SPEC_KEYS = {
 _REPLICA_FIELDS = ("replicas", "restartPolicy", "template")
 
 
-def _name(row: Field) -> str:
-    """The name errors use for ``row``'s value in a manifest."""
-    return _PREFIXES[row.owner] + row.name
-
-
-def _int(errors: ErrorList, field: str, value: Any, *, minimum: int = 0, maximum: int = rules.INT32_MAX) -> bool:
-    """Integer within [minimum, maximum] (int32 by default, as in the CRD); False if not."""
-    problem = rules.integer(minimum, maximum)(value)
+def _check(errors: ErrorList, field: str, value: Any, rule: rules.Rule) -> bool:
+    """``value`` passes ``rule``; a problem is reported under ``field``."""
+    problem = rule(value)
     if problem:
         errors.add(field, value, problem)
     return not problem
 
 
 def _passes(errors: ErrorList, row: Field, value: Any, rule: rules.Rule | None = None) -> bool:
-    """``value`` passes ``rule`` (by default its row's); a problem is reported under the row's name."""
-    problem = (rule or row.check)(value)
-    if problem:
-        errors.add(_name(row), value, problem)
-    return not problem
+    """``value`` passes ``rule`` (by default its row's), reported under the row's name."""
+    return _check(errors, _PREFIXES[row.owner] + row.name, value, rule or row.check)
 
 
 # ---------------------------------------------------------------- parameters (before merging)
@@ -97,19 +89,17 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
     if not isinstance(spec, MPIJobSpec):
         errors.add("spec", spec, "must be an MPIJobSpec")
         return
-    if spec.api_version not in API_VERSIONS:
-        errors.add("api_version", spec.api_version, f"must be one of {', '.join(API_VERSIONS)}")
-    if spec.name is not None and not isinstance(spec.name, str):
-        errors.add("name", spec.name, "must be a string")
-    if spec.unique_name_suffix is not None and not isinstance(spec.unique_name_suffix, bool):
-        errors.add("unique_name_suffix", spec.unique_name_suffix, "must be a boolean")
+    _check(errors, "api_version", spec.api_version, rules.one_of(API_VERSIONS))
+    if spec.name is not None:
+        _check(errors, "name", spec.name, rules.string)
+    if spec.unique_name_suffix is not None:
+        _check(errors, "unique_name_suffix", spec.unique_name_suffix, rules.boolean)
     for attr, cls in (("launcher", ReplicaSpec), ("worker", ReplicaSpec), ("run_policy", RunPolicy)):
         if not isinstance(getattr(spec, attr), cls):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__}")
-    if isinstance(spec.run_policy, RunPolicy) and not isinstance(
-        spec.run_policy.scheduling_policy, SchedulingPolicy | None
-    ):
-        errors.add("run_policy.scheduling_policy", spec.run_policy.scheduling_policy, "must be a SchedulingPolicy")
+    policy = getattr(spec.run_policy, "scheduling_policy", None)
+    if not isinstance(policy, SchedulingPolicy | None):
+        errors.add("run_policy.scheduling_policy", policy, "must be a SchedulingPolicy")
     for attr, cls in (("identity", TaskIdentity), ("defaults", Defaults)):
         if not isinstance(getattr(spec, attr), cls | None):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__} (or None)")
@@ -146,12 +136,10 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
                 errors.add(f"{role}.env.{name}", value, "must be a string (or a number)")
     elif rs.env is not None and not isinstance(rs.env, list):
         errors.add(f"{role}.env", rs.env, "must be a dict of names to values or a list of EnvVar mappings")
-    limits = None
-    if isinstance(rs.resources, dict):
-        limits = rs.resources.get("limits")
-    elif rs.resources is not None:
+    limits = rs.resources.get("limits") if isinstance(rs.resources, dict) else None
+    if rs.resources is not None and not isinstance(rs.resources, dict):
         errors.add(f"{role}.resources", rs.resources, "must be a mapping with requests and/or limits")
-    if rs.gpus is not None and _int(errors, f"{role}.gpus", rs.gpus):
+    if rs.gpus is not None and _check(errors, f"{role}.gpus", rs.gpus, rules.integer()):
         if limits is not None and not isinstance(limits, dict):
             errors.add(f"{role}.resources.limits", limits, "must be a mapping of resource names to quantities")
         elif limits and GPU_RESOURCE in limits:
@@ -160,16 +148,13 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
             except QuantityError:
                 same = False
             if not same:
-                errors.add(
-                    f"{role}.gpus",
-                    rs.gpus,
-                    f"conflicts with resources.limits[{GPU_RESOURCE!r}]={limits[GPU_RESOURCE]!r}",
-                )
+                reason = f"conflicts with resources.limits[{GPU_RESOURCE!r}]={limits[GPU_RESOURCE]!r}"
+                errors.add(f"{role}.gpus", rs.gpus, reason)
     pull = rs.image_pull_secrets
     if pull is not None and (not isinstance(pull, list) or not all(isinstance(n, str) and n for n in pull)):
         errors.add(f"{role}.image_pull_secrets", pull, "must be a list of Secret names")
-    if rs.container_name is not None and not isinstance(rs.container_name, str):
-        errors.add(f"{role}.container_name", rs.container_name, "must be a string")
+    if rs.container_name is not None:
+        _check(errors, f"{role}.container_name", rs.container_name, rules.string)
 
 
 def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None:
@@ -185,12 +170,8 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
             continue
         names = [c.get("name") for c in containers if isinstance(c, dict)]
         if wanted not in names:
-            errors.add(
-                f"{name}.container_name",
-                wanted,
-                f"names no {name} container of the base manifest (containers: {names}); "
-                "leave it unset to use the first one",
-            )
+            reason = f"names no {name} container of the base manifest (containers: {names}); leave it unset to use the "
+            errors.add(f"{name}.container_name", wanted, reason + "first one")
 
 
 # ---------------------------------------------------------------- the merged manifest
@@ -199,8 +180,7 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
 def check_manifest(errors: ErrorList, manifest: dict) -> None:
     """Operator and Kubernetes rules on a complete (merged) MPIJob manifest."""
     api = manifest.get("apiVersion")
-    if problem := rules.one_of(API_VERSIONS)(api):
-        errors.add("api_version", api, problem)
+    if not _check(errors, "api_version", api, rules.one_of(API_VERSIONS)):
         return
     metadata = manifest.get("metadata")
     if not isinstance(metadata, dict):
@@ -212,18 +192,50 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         return
     workers = _worker_count(job.get("mpiReplicaSpecs"))
     _check_name(errors, metadata.get("name"), workers)
-    namespace = metadata.get("namespace")
-    if namespace is not None:
-        _passes(errors, _row("namespace"), namespace)
+    if metadata.get("namespace") is not None:
+        _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
     check_annotations(errors, "annotations", metadata.get("annotations"))
     _check_spec_fields(errors, manifest, api)
-    _check_run_policy(errors, job, api, workers)
+    policy = job.get("runPolicy")
+    if _is_mapping(errors, "run_policy", policy):
+        top_level = api == API_V1 and "cleanPodPolicy" in job  # its conflicts: _check_spec_fields
+        _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
+            "managedBy": rules.one_of(MANAGED_BY[api]),
+            "cleanPodPolicy": (lambda value: None) if top_level else _CLEAN_POD_POLICY.check,
+        })  # fmt: skip
+        scheduling = policy.get("schedulingPolicy")
+        if _is_mapping(errors, "run_policy.scheduling_policy", scheduling):
+            # The gang is the launcher + the workers: a larger minimum can never be scheduled.
+            _check_keys(errors, scheduling, _SCHEDULING, "spec.runPolicy.schedulingPolicy",
+                        "is not a schedulingPolicy field", {"minAvailable": rules.integer(1, workers + 1)})
     _check_replica_specs(errors, job, api)
 
 
-def _row(name: str) -> Field:
-    return next(f for f in FIELDS if f.name == name)
+def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
+    """An optional mapping: True when it is one."""
+    if value is not None and not isinstance(value, dict):
+        errors.add(field, value, "must be a mapping")
+    return isinstance(value, dict)
+
+
+def _check_keys(
+    errors: ErrorList, node: dict, known: dict[str, Field], path: str, unknown: str, special: dict[str, rules.Rule]
+) -> None:
+    """Every key of ``node`` (at ``path``) known, every value passing its row's rule (or the ``special`` one: what
+    depends on the API version or the rest of the job)."""
+    for key, value in node.items():
+        row = known.get(key)
+        if value is None:
+            continue
+        if row is None:
+            errors.add(f"{path}.{key}", value, unknown)
+        elif row.nested is None and (rule := special.get(key, row.check)) is not None:
+            _passes(errors, row, value, rule)
+        elif key == "minResources":
+            reason = "must be a mapping of resource names to quantities"
+            errors.check_entries(_PREFIXES[row.owner] + row.name, value, reason, rules.qualified_name, quantity_problem,
+                                 key_what="invalid resource name")
 
 
 def _worker_count(replica_specs: Any) -> int:
@@ -245,9 +257,8 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
     # this also covers the launcher.
     host = f"{name}-worker-{workers - 1}"
     if len(host) > rules.LABEL_MAX:
-        errors.add(
-            "name", name, f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
-        )
+        reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
+        errors.add("name", name, reason)
 
 
 def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
@@ -260,101 +271,30 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
             errors.add(name, value, f"is not supported by {api}: spec.{key} exists only in {only}")
         elif key in _SPEC and _SPEC[key].check is not None:
             _passes(errors, _SPEC[key], value)
-    if api == API_V1:
-        _check_v1_fields(errors, manifest)
-        return
-    policy = job.get("launcherCreationPolicy")
     containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-    main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
-    if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
-        errors.add(
-            "launcher_creation_policy",
-            policy,
-            "requires a worker readiness or startup probe: without one a worker counts as Ready as soon as it "
-            "starts, before sshd accepts connections",
-        )
-
-
-def _check_v1_fields(errors: ErrorList, manifest: dict) -> None:
-    job = manifest["spec"]
-    clean = job.get("cleanPodPolicy")
-    if clean is not None and _passes(errors, _RUN_POLICY["cleanPodPolicy"], clean):
-        run_policy = job.get("runPolicy")
-        other = run_policy.get("cleanPodPolicy") if isinstance(run_policy, dict) else None
+    worker = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
+    names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+    policy, clean, main = job.get("launcherCreationPolicy"), job.get("cleanPodPolicy"), job.get("mainContainer")
+    if api == API_V2BETA1 and policy == WAIT_FOR_WORKERS_READY and not (
+        worker.get("readinessProbe") or worker.get("startupProbe")
+    ):
+        errors.add("launcher_creation_policy", policy, "requires a worker readiness or startup probe: without one a "
+                   "worker counts as Ready as soon as it starts, before sshd accepts connections")
+    if api == API_V1 and clean is not None and _passes(errors, _CLEAN_POD_POLICY, clean):
+        other = job["runPolicy"].get("cleanPodPolicy") if isinstance(job.get("runPolicy"), dict) else None
         if other is not None and other != clean:
-            errors.add(
-                "run_policy.clean_pod_policy",
-                clean,
-                f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} (the training-operator lets runPolicy win)",
-            )
-    main = job.get("mainContainer")
-    if main is not None:
-        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-        names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
-        if not isinstance(main, str) or main not in names:
-            errors.add(
-                "main_container", main, f"must name a worker container (kubexec.sh runs there); containers: {names}"
-            )
+            errors.add("run_policy.clean_pod_policy", clean, f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} "
+                       "(the training-operator lets runPolicy win)")
+    if api == API_V1 and main is not None and (not isinstance(main, str) or main not in names):
+        errors.add("main_container", main, f"must name a worker container (kubexec.sh runs there); containers: {names}")
 
 
-def _check_run_policy(errors: ErrorList, job: dict, api: str, workers: int) -> None:
-    policy = job.get("runPolicy")
-    if policy is None:
-        return
-    if not isinstance(policy, dict):
-        errors.add("run_policy", policy, "must be a mapping")
-        return
-    for key, value in policy.items():
-        row = _RUN_POLICY.get(key)
-        if value is None:
-            continue
-        if row is None:
-            errors.add(f"spec.runPolicy.{key}", value, f"is not a runPolicy field of {api}")
-        elif key == "cleanPodPolicy" and api == API_V1 and "cleanPodPolicy" in job:
-            continue  # the top-level copy's conflicts: _check_v1_fields
-        elif key == "managedBy":
-            _passes(errors, row, value, rules.one_of(MANAGED_BY[api]))
-        elif key == "schedulingPolicy":
-            _check_scheduling(errors, value, workers)
-        elif row.check is not None:
-            _passes(errors, row, value)
-
-
-def _check_scheduling(errors: ErrorList, policy: Any, workers: int) -> None:
-    if not isinstance(policy, dict):
-        errors.add("run_policy.scheduling_policy", policy, "must be a mapping")
-        return
-    for key, value in policy.items():
-        row = _SCHEDULING.get(key)
-        if value is None:
-            continue
-        if row is None:
-            errors.add(f"spec.runPolicy.schedulingPolicy.{key}", value, "is not a schedulingPolicy field")
-        elif key == "minAvailable":
-            # The gang is the launcher + the workers: a larger minimum can never be scheduled.
-            _passes(errors, row, value, rules.integer(1, workers + 1))
-        elif key == "minResources":
-            reason = "must be a mapping of resource names to quantities"
-            errors.check_entries(
-                _name(row), value, reason, rules.qualified_name, quantity_problem, key_what="invalid resource name"
-            )
-        elif row.check is not None:
-            _passes(errors, row, value)
-
-
-def _injected(api: str, role: str, ssh_path: str) -> Injected:
+def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
     """Volumes the operator adds to the role's pods (name -> mount path in the first container)."""
+    launcher = role == LAUNCHER_REPLICA
     if api == API_V2BETA1:
-        volumes = {"ssh-auth": ssh_path}
-        if role == LAUNCHER_REPLICA:
-            volumes["mpi-job-config"] = CONFIG_MOUNT_PATH
-    else:
-        volumes = {"mpi-job-config": CONFIG_MOUNT_PATH}
-        if role == LAUNCHER_REPLICA:
-            volumes["mpi-job-kubectl"] = "/opt/kube"
-    return Injected(volumes)
-
-
+        return {"ssh-auth": ssh_path, **({"mpi-job-config": CONFIG_MOUNT_PATH} if launcher else {})}
+    return {"mpi-job-config": CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
 def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
     specs = job.get("mpiReplicaSpecs")
     if not isinstance(specs, dict):
@@ -363,9 +303,7 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
     for key in specs:
         if key not in ROLES:
             errors.add(f"mpi_replica_specs.{key}", specs[key], "unknown replica type (expected Launcher, Worker)")
-    ssh_path = (
-        job.get("sshAuthMountPath") if isinstance(job.get("sshAuthMountPath"), str) else DEFAULT_SSH_AUTH_MOUNT_PATH
-    )
+    ssh_path = job["sshAuthMountPath"] if isinstance(job.get("sshAuthMountPath"), str) else DEFAULT_SSH_AUTH_MOUNT_PATH
     for role, name in ROLES.items():
         replica = specs.get(role)
         if not isinstance(replica, dict):
@@ -381,14 +319,11 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
         elif replicas is None:
             errors.add("worker.replicas", None, "is required (the number of worker pods, >= 1)")
         else:
-            _int(errors, "worker.replicas", replicas, minimum=1)
+            _check(errors, "worker.replicas", replicas, rules.integer(1))
         restart = replica.get("restartPolicy")
-        problem = None if restart is None else rules.one_of(RESTART_POLICIES[api])(restart)
-        if problem:
-            errors.add(f"{name}.restart_policy", restart, problem)
-        valid = not problem
+        restarts = rules.one_of(RESTART_POLICIES[api])
+        valid = restart is None or _check(errors, f"{name}.restart_policy", restart, restarts)
         if valid and role == LAUNCHER_REPLICA and restart == "Always":  # only v1 accepts Always at all
-            errors.add(
-                "launcher.restart_policy", restart, "restarts the launcher even after success: the job never completes"
-            )
+            reason = "restarts the launcher even after success: the job never completes"
+            errors.add("launcher.restart_policy", restart, reason)
         check_pod_template(errors, name, replica.get("template"), _injected(api, role, ssh_path))

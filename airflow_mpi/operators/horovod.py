@@ -41,4 +41,5 @@ class HorovodJobOperator(MPIJobOperator):
     __init__.__signature__ = init_signature({"program": PARAMETERS["program"], **_HOROVOD}, required=("program",))
 
     def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
-        return Horovodrun(values["program"], **{name: values.get(name) for name in _HOROVOD})
+        options = {name: values.get(name) for name in _HOROVOD if name != "horovod_args"}
+        return Horovodrun(values["program"], values.get("horovod_args"), options)

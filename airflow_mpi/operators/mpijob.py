@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi import deployment_identity
-from airflow_mpi.jobspec import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
+from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import NEW, PARAMETERS, Field
 from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
@@ -84,13 +84,13 @@ class MPIJobOperator(BaseOperator):
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
     template_fields: Sequence[str] = template_fields_of(_PARAMETERS)
     template_ext: Sequence[str] = TEMPLATE_EXT
-    template_fields_renderers = {name: row.templated for name, row in _PARAMETERS.items() if row.templated in ("json", "yaml")}
+    template_fields_renderers = {n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")}
     ui_color = "#c7e2f7"
     # The decorators' ranks report rank 0's return value in marker lines: kept out of the log (also by the trigger).
     captures_result: bool = False
 
     def __init__(self, **kwargs: Any) -> None:
-        given = {name: kwargs.pop(name, None if row.default is NEW else row.default) for name, row in _PARAMETERS.items()}
+        given = {name: kwargs.pop(name, None if f.default is NEW else f.default) for name, f in _PARAMETERS.items()}
         super().__init__(**kwargs)
         for name, value in given.items():
             setattr(self, name, value)
@@ -207,7 +207,8 @@ class MPIJobOperator(BaseOperator):
         return self._finish(event)
 
     def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
-        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made it."""
+        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made
+        it."""
         if getattr(self, "_resubmitted", False) or not deleted_by_earlier_try(
             self.hook, self.log, payload, job_try, context["ti"].try_number
         ):
@@ -244,30 +245,25 @@ class MPIJobOperator(BaseOperator):
     def _create(self, manifest: dict) -> dict:
         return create(self.hook, manifest)
 
-    def _monitor_kwargs(self, submitted_at: datetime, deadline: datetime | None) -> dict[str, Any]:
-        return {
-            "submitted_at": submitted_at,
-            "timeouts": Timeouts(self.startup_timeout, self.schedule_timeout),
-            "poll_interval": self.poll_interval,
-            "get_logs": self.get_logs,
-            "max_attempts": self.effective_backoff_limit() + 1,
-            "deadline": deadline,
-            "tail_lines": self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
-        }
-
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
     ) -> dict:
-        from airflow_mpi.wait.monitor import monitor_with
-
-        kwargs = self._monitor_kwargs(submitted_at, deadline)
-        return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), uid=uid, **kwargs)
+        return await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
+        await self._monitor(name, namespace, _now(), None, drain_only=True, log_state=log_state)
+
+    async def _monitor(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None,
+                       **kwargs: Any) -> dict:
         from airflow_mpi.wait.monitor import monitor_with
 
-        kwargs = self._monitor_kwargs(_now(), None)
-        await monitor_with(self.hook, name, namespace, drain_only=True, emit=self._launcher_log(), log_state=log_state, **kwargs)
+        return await monitor_with(
+            self.hook, name, namespace, emit=self._launcher_log(), submitted_at=submitted_at,
+            timeouts=Timeouts(self.startup_timeout, self.schedule_timeout), poll_interval=self.poll_interval,
+            get_logs=self.get_logs, max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
+            tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
+            **kwargs,
+        )  # fmt: skip
 
     def _launcher_log(self) -> Callable[[str], None]:
         """Where the launcher's log lines go (the decorators keep rank 0's result lines apart)."""
@@ -284,40 +280,23 @@ class MPIJobOperator(BaseOperator):
         deferred_at = _now()
         deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
         trigger = MPIJobTrigger(
-            name=name,
-            namespace=namespace,
-            api_version=self.api_version,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            connection=self.hook.connection_settings(),
-            submitted_at=submitted_at.isoformat(),
-            poll_interval=self.poll_interval,
-            startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout,
-            get_logs=self.get_logs,
-            max_attempts=self.effective_backoff_limit() + 1,
-            deadline=deadline.isoformat() if deadline else None,
-            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
-            capture_result=self.captures_result,
-            uid=uid,
-            result_digest=self._result_digest(),
-            tail_lines=self.worker_log_tail_lines,
-        )
+            name=name, namespace=namespace, api_version=self.api_version, kubernetes_conn_id=self.kubernetes_conn_id,
+            connection=self.hook.connection_settings(), submitted_at=submitted_at.isoformat(),
+            poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
+            schedule_timeout=self.schedule_timeout, get_logs=self.get_logs,
+            max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
+            not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
+            result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,
+        )  # fmt: skip
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
-        self.defer(
-            trigger=trigger, method_name="execute_complete", kwargs={"job_try_number": job_try}, timeout=backstop
-        )
+        kwargs = {"job_try_number": job_try}
+        self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, payload: dict[str, Any]) -> dict:
-        return finish(
-            self,
-            payload,
-            api_version=self.api_version,
-            on_finish_action=self.on_finish_action,
-            fail_permanently=self._retries_mapped(),
-            worker_log_tail_lines=self.worker_log_tail_lines,
-        )
+        return finish(self, payload, api_version=self.api_version, on_finish_action=self.on_finish_action,
+                      fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines)
 
 
 def _now() -> datetime:
@@ -325,10 +304,8 @@ def _now() -> datetime:
 
 
 def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
+    if isinstance(value, datetime) or not value:
+        return value or None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
