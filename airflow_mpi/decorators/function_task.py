@@ -46,6 +46,14 @@ NEVER_STARTED = (
 )
 
 
+def function_task_fields(operator: type) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The decorated operator's template fields and their renderers: the operator's, but those the function
+    replaces and ``get_logs`` (which must stay True, checked when the task is made), plus the function's arguments."""
+    fixed = (*REPLACED, "get_logs")
+    fields = ("op_args", "op_kwargs", *(f for f in operator.template_fields if f not in fixed))
+    return fields, {**operator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+
+
 def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The operator's keyword arguments for a decorated function, checked.
 

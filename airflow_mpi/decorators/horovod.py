@@ -7,21 +7,23 @@ Python (default ``python3``), which needs horovod installed for ``import horovod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 
-from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.decorators.function_task import (
+    FunctionTaskMixin,
+    function_task_decorator,
+    function_task_fields,
+    function_task_kwargs,
+)
 from airflow_mpi.operators.horovod import HorovodJobOperator
 
 
 class _HorovodDecoratedOperator(FunctionTaskMixin, DecoratedOperator, HorovodJobOperator):
     custom_operator_name = "@task.horovod"
-    template_fields: Sequence[str] = (
-        "op_args", "op_kwargs", *(f for f in HorovodJobOperator.template_fields if f != "program"),
-    )  # fmt: skip
-    template_fields_renderers = {**HorovodJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+    template_fields, template_fields_renderers = function_task_fields(HorovodJobOperator)
 
     def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
         super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))

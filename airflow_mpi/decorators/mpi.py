@@ -7,12 +7,17 @@ Takes MPIJobOperator's parameters (workers, slots_per_worker, image, resources, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 
-from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.decorators.function_task import (
+    FunctionTaskMixin,
+    function_task_decorator,
+    function_task_fields,
+    function_task_kwargs,
+)
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.spec import LauncherCommand
@@ -21,10 +26,7 @@ from airflow_mpi.operators.mpijob import MPIJobOperator
 
 class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator):
     custom_operator_name = "@task.mpi"
-    template_fields: Sequence[str] = (
-        "op_args", "op_kwargs", *(f for f in MPIJobOperator.template_fields if f != "program"),
-    )  # fmt: skip
-    template_fields_renderers = {**MPIJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+    template_fields, template_fields_renderers = function_task_fields(MPIJobOperator)
 
     def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
         super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))

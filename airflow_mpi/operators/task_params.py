@@ -16,20 +16,41 @@ from typing import Any
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import NEW, TASK, Field, as_bool, as_number, parameters
 from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.jobspec.rules import Rule, one_of
 from airflow_mpi.operators.outcome import ON_FINISH_ACTIONS
 from airflow_mpi.version_compat import conf
 
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def _seconds(optional: bool) -> Rule:
+    def problem(value: object) -> str | None:
+        if (value is None and optional) or (isinstance(value, Real) and type(value) is not bool and value > 0):
+            return None
+        return "must be a number of seconds > 0" + (" (or None: no limit)" if optional else "")
+
+    return problem
+
+
+def _boolean(value: object) -> str | None:
+    return None if isinstance(value, bool) else "must be a boolean (True or False)"
+
+
 TASK_FIELDS: tuple[Field, ...] = (
-    Field("kubernetes_conn_id", TASK, str, default="kubernetes_default"),
-    Field("deferrable", TASK, bool, templated=True, coerce=as_bool,
+    Field("kubernetes_conn_id", TASK, str, default="kubernetes_default",
+          check=lambda v: None if isinstance(v, str) and v else "must be a connection id"),
+    Field("deferrable", TASK, bool, templated=True, coerce=as_bool, check=_boolean,
           default=conf.getboolean("operators", "default_deferrable", fallback=False)),
-    Field("get_logs", TASK, bool, default=True, templated=True, coerce=as_bool),
-    Field("poll_interval", TASK, float, default=10.0, templated=True, coerce=as_number),
-    Field("startup_timeout", TASK, float | None, default=120.0, templated=True, coerce=as_number),
-    Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number),
-    Field("on_finish_action", TASK, str, default="delete_succeeded", templated=True),
-    Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number),
+    Field("get_logs", TASK, bool, default=True, templated=True, coerce=as_bool, check=_boolean),
+    Field("poll_interval", TASK, float, default=10.0, templated=True, coerce=as_number, check=_seconds(False)),
+    Field("startup_timeout", TASK, float | None, default=120.0, templated=True, coerce=as_number,
+          check=_seconds(True)),
+    Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number,
+          check=_seconds(True)),
+    Field("on_finish_action", TASK, str, default="delete_succeeded", templated=True,
+          check=one_of(ON_FINISH_ACTIONS)),
+    Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number,
+          check=lambda v: None if isinstance(v, int) and type(v) is not bool and v >= 0 else "must be an integer >= 0"),
 )  # fmt: skip
 TASK_PARAMETERS = parameters(TASK_FIELDS)
 
@@ -76,29 +97,12 @@ def parse_time_values(task: Any) -> dict[str, Any]:
     return typed(values)
 
 
-def _seconds(errors: ErrorList, name: str, value: Any, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        errors.add(name, value, "must be a number of seconds > 0" + (" (or None: no limit)" if optional else ""))
-
-
 def check_task_parameters(values: dict[str, Any]) -> None:
     """The parameters of how the task waits; raises MPIJobValidationError naming each bad one."""
     errors = ErrorList()
-    if values["on_finish_action"] not in ON_FINISH_ACTIONS:
-        errors.add("on_finish_action", values["on_finish_action"], f"must be one of {', '.join(ON_FINISH_ACTIONS)}")
-    _seconds(errors, "poll_interval", values["poll_interval"], optional=False)
-    for name in ("startup_timeout", "schedule_timeout"):
-        _seconds(errors, name, values[name], optional=True)
-    tail = values["worker_log_tail_lines"]
-    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
-        errors.add("worker_log_tail_lines", tail, "must be an integer >= 0")
-    for name in ("deferrable", "get_logs"):
-        if not isinstance(values[name], bool):
-            errors.add(name, values[name], "must be a boolean (True or False)")
-    if not isinstance(values["kubernetes_conn_id"], str) or not values["kubernetes_conn_id"]:
-        errors.add("kubernetes_conn_id", values["kubernetes_conn_id"], "must be a connection id")
+    for name, row in TASK_PARAMETERS.items():
+        if problem := row.check(values[name]):
+            errors.add(name, values[name], problem)
     errors.raise_if_any()
 
 
