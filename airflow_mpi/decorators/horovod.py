@@ -10,23 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
+from airflow.providers.common.compat.sdk import TaskDecorator
 
-from airflow_mpi.decorators.function_task import (
-    FunctionTaskMixin,
-    function_task_decorator,
-    function_task_fields,
-    function_task_kwargs,
-)
+from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
 from airflow_mpi.operators.horovod import HorovodJobOperator
 
 
-class _HorovodDecoratedOperator(FunctionTaskMixin, DecoratedOperator, HorovodJobOperator):
-    custom_operator_name = "@task.horovod"
-    template_fields, template_fields_renderers = function_task_fields(HorovodJobOperator)
-
-    def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
-        super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
+class _HorovodDecoratedOperator(function_task_operator(HorovodJobOperator, "@task.horovod")):
+    """HorovodJobOperator running the decorated function."""
 
 
 def horovod_task(

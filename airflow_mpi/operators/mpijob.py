@@ -65,20 +65,11 @@ def template_fields_of(parameters: dict) -> tuple[str, ...]:
 class MPIJobOperator(BaseOperator):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
-    The parameters, their types and defaults are the rows of jobspec/fields.py (the MPIJob's) and
-    operators/task_params.py (how the task waits). Every MPIJob field follows one rule
-    (airflow_mpi.jobspec.precedence): a parameter given > the base manifest's value > the operator's default;
-    ``None`` means "not given". ``launcher``/``worker`` dicts override a role's fields (``image``, ...).
-
-    :param command: launcher command (list, or a shell string split with shlex).
-    :param program: instead of ``command``: the launcher runs ``mpirun`` for the job's MPI
-        implementation with ``-np = workers x slots_per_worker`` (as resolved) and ``mpirun_args``.
-    :param backoff_limit: unset (and unset in the base manifest): the task's ``retries`` are mapped
-        onto the MPIJob (see module docstring); otherwise Airflow's retries each start a fresh MPIJob.
-    :param name: a prefix: the task instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs,
-        retries and jobs kept for debugging never collide; also for the base manifest's ``metadata.name``.
-    :param unique_name_suffix: False: the job is named exactly ``name`` (one job of that name at a time).
-    :param on_finish_action: ``keep``, ``delete_succeeded`` (default) or ``delete``.
+    The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
+    operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of
+    ``command``) makes the launcher run ``mpirun`` sized from the resolved job. ``name`` is a prefix: the task
+    instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs, retries and jobs kept for
+    debugging never collide (``unique_name_suffix=False``: exactly ``name``).
     """
 
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
