@@ -259,13 +259,14 @@ def _replica(self: Any, role: str) -> Any:
 
 
 def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
+    """The dataclass of ``owner``'s rows (keyword-only: the rows' order is the manifest's, not an API)."""
     specs = []
     for row in rows(owner):
         nested = _CLASSES.get(row.nested) if row.nested else None
-        annotation = nested if row.default is NEW else (nested or row.type) | None
+        annotation = nested or row.type if row.default is not None else (nested or row.type) | None
         default = field(default_factory=nested) if row.default is NEW else field(default=row.default)
         specs.append((row.name, annotation, default))
-    cls = make_dataclass(owner, specs, namespace=methods)
+    cls = make_dataclass(owner, specs, namespace=methods, kw_only=True)
     cls.__module__, cls.__doc__ = __name__, doc
     _CLASSES[owner] = cls
     return cls

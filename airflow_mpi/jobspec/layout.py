@@ -9,36 +9,45 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
-from airflow_mpi.jobspec.fields import FIELDS, REPLICA, MPIJobSpec, holder, manifest_path
+from airflow_mpi.jobspec.fields import FIELDS, REPLICA, Field, MPIJobSpec, holder, manifest_path
 from airflow_mpi.jobspec.spec import KIND, LAUNCHER_REPLICA, WORKER_REPLICA
+
+
+_JOB_ROWS = tuple(f for f in FIELDS if f.owner != REPLICA and f.path and not f.nested)
+_REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
 
 
 def render(spec: MPIJobSpec) -> dict:
     """The manifest of the fields ``spec`` sets; each role's main container is named by its ``container_name``."""
     manifest: dict[str, Any] = {"apiVersion": spec.api_version, "kind": KIND}
-    for role in (None, LAUNCHER_REPLICA, WORKER_REPLICA):
-        for row in FIELDS:
-            if (row.owner == REPLICA) != (role is not None) or not row.path or row.nested:
-                continue
-            obj = holder(spec, row, role)
-            value = None if obj is None or row.api not in (None, spec.api_version) else getattr(obj, row.name)
-            if value is not None and row.to_manifest is not None:
-                value = row.to_manifest(value)
-            if value is not None and value != {}:
-                _put(manifest, manifest_path(row, role, spec.api_version), deepcopy(value))
-        if role is not None:
-            pod = pod_spec(manifest, role)
-            pod["containers"] = [pod["containers"][0]]
+    for row in _JOB_ROWS:
+        obj = holder(spec, row)
+        value = getattr(obj, row.name) if obj is not None and row.api in (None, spec.api_version) else None
+        if value is not None:
+            _write(manifest, manifest_path(row, api=spec.api_version), row, value)
+    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
+        replica, node = spec.replica(role), {}
+        for row in _REPLICA_ROWS:
+            if (value := getattr(replica, row.name)) is not None:
+                _write(node, row.path, row, value)
+        node["template"]["spec"]["containers"] = [node["template"]["spec"]["containers"][0]]
+        _put(manifest, ("spec", "mpiReplicaSpecs", role), node)
     return manifest
 
 
+def _write(node: dict, path: tuple, row: Field, value: Any) -> None:
+    value = value if row.to_manifest is None else row.to_manifest(value)
+    if value != {}:
+        _put(node, path, deepcopy(value) if isinstance(value, (dict, list)) else value)
+
+
 def _put(node: dict, path: tuple, value: Any) -> None:
-    *parents, last = path
-    for key in parents:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    node[last] = value
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[path[-1]] = value
 
 
 def pod_spec(manifest: Any, role: str) -> dict:
