@@ -136,10 +136,10 @@ class MPIJobOperator(BaseOperator):
             identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number,
                                     deployment=deployment_identity.for_task(),
                                     task_instance_id=task_instance_id(context))
-            namespace = self.hook.resolve_namespace
+            namespace = lambda: self.hook.resolve_namespace()  # noqa: E731 (the hook only when it is needed)
         else:
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
-            namespace = self.hook.configured_namespace
+            namespace = lambda: self.hook.configured_namespace()  # noqa: E731
         self._resolved = self._resolve(values, identity, namespace)
         return self._resolved.manifest
 
