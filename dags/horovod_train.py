@@ -32,12 +32,6 @@ asked for; connection `kubernetes_default`.
 """
 
 
-class ParamsHorovodJobOperator(HorovodJobOperator):
-    """``HorovodJobOperator`` whose ``deferrable`` flag may also come from a Param."""
-
-    template_fields = (*HorovodJobOperator.template_fields, "deferrable")
-
-
 with DAG(
     dag_id="horovod_train",
     description="Data-parallel TensorFlow training with horovodrun on a Kubeflow MPIJob",
@@ -78,7 +72,7 @@ with DAG(
         ),
     },
 ) as dag:
-    ParamsHorovodJobOperator(
+    HorovodJobOperator(
         task_id="train",
         image="{{ params.image }}",
         # "--epochs=N" in one item: a lone "{{ params.epochs }}" would render to an int (native rendering)

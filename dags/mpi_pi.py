@@ -15,12 +15,6 @@ MPI_IMPLEMENTATIONS = ["OpenMPI", "Intel", "MPICH"]
 DEFAULT_IMAGE = os.environ.get("AIRFLOW_MPI_PI_IMAGE", "mpioperator/mpi-pi:openmpi")
 
 
-class ParamsMPIJobOperator(MPIJobOperator):
-    """``MPIJobOperator`` whose ``deferrable`` flag may also come from a Param (``"{{ params.deferrable }}"``)."""
-
-    template_fields = (*MPIJobOperator.template_fields, "deferrable")
-
-
 DOC = """
 ### MPI pi
 
@@ -78,7 +72,7 @@ with DAG(
         ),
     },
 ) as dag:
-    pi = ParamsMPIJobOperator(
+    pi = MPIJobOperator(
         task_id="pi",
         image="{{ params.image }}",
         # launcher: mpirun ... -np <workers x slots> /home/mpiuser/pi <samples> (a shell string: the rendered
@@ -87,7 +81,7 @@ with DAG(
         workers="{{ params.workers }}",
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",
-        deferrable="{{ params.deferrable }}",
+        deferrable="{{ params.deferrable }}",  # templated like every setting of how the task waits
         # nothing about SSH: the defaults follow the mpi-operator's image conventions (mpiuser runs mpirun, the
         # workers its sshd) and start the launcher once every worker's sshd listens (see the README)
         # CPU requests, no CPU limits (a throttled rank holds up every other rank); small enough that the default

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
+from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.function_task.function_call import (
@@ -49,12 +49,12 @@ NEVER_STARTED = (
 def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The operator's keyword arguments for a decorated function, checked.
 
-    The concrete operators' ``__init__`` calls this (Airflow 3 wraps only operator classes' ``__init__``);
-    attributes can be set only once BaseOperator.__init__ ran, so ``python`` travels as the placeholder program.
+    Attributes can be set only once BaseOperator.__init__ ran, so ``python`` travels as the placeholder program.
     """
     for name in REPLACED:
         if name in kwargs:
-            raise MPIJobValidationError(name, kwargs[name], f"does not apply to {decorator}: the function is the program")
+            reason = f"does not apply to {decorator}: the function is the program"
+            raise MPIJobValidationError(name, kwargs[name], reason)
     if kwargs.get("get_logs") is False:
         raise MPIJobValidationError("get_logs", False, f"{decorator} reads rank 0's return value from the launcher log")
     if not isinstance(python, str) or not python:
@@ -185,6 +185,26 @@ class FunctionTaskMixin:
         if not result.has_value:
             raise AirflowFailException(f"{job} rank 0 reported no return value (its log is above)")
         return result.value
+
+
+def function_task_operator(operator: type, decorator: str) -> type:
+    """``operator`` running the function ``decorator`` decorates (subclass it to name the class).
+
+    Its template fields are the operator's but those the function replaces and ``get_logs`` (which must stay
+    True, checked when the task is made), plus the function's arguments. Its ``__init__`` is its own: Airflow 3
+    wraps only operator classes' ``__init__`` (default_args, the upstream XComs of the arguments).
+    """
+    fixed = (*REPLACED, "get_logs")
+
+    class FunctionTaskOperator(FunctionTaskMixin, DecoratedOperator, operator):
+        custom_operator_name = decorator
+        template_fields = ("op_args", "op_kwargs", *(f for f in operator.template_fields if f not in fixed))
+        template_fields_renderers = {**operator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+
+        def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
+            super().__init__(**function_task_kwargs(decorator, python, kwargs))
+
+    return FunctionTaskOperator
 
 
 def function_task_decorator(

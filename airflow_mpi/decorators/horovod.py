@@ -7,26 +7,21 @@ Python (default ``python3``), which needs horovod installed for ``import horovod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
+from airflow.providers.common.compat.sdk import TaskDecorator
 
-from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
 from airflow_mpi.operators.horovod import HorovodJobOperator
 
 
-class _HorovodDecoratedOperator(FunctionTaskMixin, DecoratedOperator, HorovodJobOperator):
-    custom_operator_name = "@task.horovod"
-    template_fields: Sequence[str] = (
-        "op_args", "op_kwargs", *(f for f in HorovodJobOperator.template_fields if f != "program"),
-    )  # fmt: skip
-    template_fields_renderers = {**HorovodJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
-
-    def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
-        super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
+class _HorovodDecoratedOperator(function_task_operator(HorovodJobOperator, "@task.horovod")):
+    """HorovodJobOperator running the decorated function."""
 
 
-def horovod_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+def horovod_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Run the decorated function with horovodrun on every rank (kwargs: HorovodJobOperator's parameters)."""
     return function_task_decorator(_HorovodDecoratedOperator, python_callable, multiple_outputs, kwargs)

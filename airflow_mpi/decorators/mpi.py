@@ -7,30 +7,25 @@ Takes MPIJobOperator's parameters (workers, slots_per_worker, image, resources, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
+from airflow.providers.common.compat.sdk import TaskDecorator
 
-from airflow_mpi.decorators.function_task import FunctionTaskMixin, function_task_decorator, function_task_kwargs
+from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
 
-class _MPIDecoratedOperator(FunctionTaskMixin, DecoratedOperator, MPIJobOperator):
-    custom_operator_name = "@task.mpi"
-    template_fields: Sequence[str] = ("op_args", "op_kwargs", *(f for f in MPIJobOperator.template_fields if f != "program"))
-    template_fields_renderers = {**MPIJobOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
-
-    def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
-        super().__init__(**function_task_kwargs(self.custom_operator_name, python, kwargs))
-
+class _MPIDecoratedOperator(function_task_operator(MPIJobOperator, "@task.mpi")):
     def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
         return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
 
 
-def mpi_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
+def mpi_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Run the decorated function on every rank of an MPIJob (kwargs: MPIJobOperator's parameters)."""
     return function_task_decorator(_MPIDecoratedOperator, python_callable, multiple_outputs, kwargs)

@@ -6,41 +6,15 @@ used (and tested) anywhere.
 
 from airflow_mpi.jobspec.commands import Horovodrun, Mpirun, horovodrun_command, mpirun_command
 from airflow_mpi.jobspec.errors import MPIJobValidationError
+from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from airflow_mpi.jobspec.manifest import Resolved, build_manifest, deep_merge, load_base_manifest, resolve, validate
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import BASE_MANIFEST, DEFAULT, PARAMETER, Setting
-from airflow_mpi.jobspec.spec import (
-    API_V1,
-    API_V2BETA1,
-    Defaults,
-    MPIJobSpec,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
-)
+from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, Defaults
 
 __all__ = [
-    "API_V1",
-    "API_V2BETA1",
-    "BASE_MANIFEST",
-    "DEFAULT",
-    "PARAMETER",
-    "Defaults",
-    "Horovodrun",
-    "MPIJobSpec",
-    "MPIJobValidationError",
-    "Mpirun",
-    "ReplicaSpec",
-    "Resolved",
-    "RunPolicy",
-    "SchedulingPolicy",
-    "Setting",
-    "TaskIdentity",
-    "build_manifest",
-    "deep_merge",
-    "horovodrun_command",
-    "load_base_manifest",
-    "mpirun_command",
-    "resolve",
-    "validate",
-]
+    "API_V1", "API_V2BETA1", "BASE_MANIFEST", "DEFAULT", "PARAMETER", "Defaults", "Horovodrun", "MPIJobSpec",
+    "MPIJobValidationError", "Mpirun", "ReplicaSpec", "Resolved", "RunPolicy", "SchedulingPolicy", "Setting",
+    "TaskIdentity", "build_manifest", "deep_merge", "horovodrun_command", "load_base_manifest", "mpirun_command",
+    "resolve", "validate",
+]  # fmt: skip

@@ -9,9 +9,9 @@ ranks), and the flags below only add what those variables do not cover.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
@@ -42,7 +42,6 @@ HYDRA_CONNECT_BY_IP = ("sh", "-c", 'exec "$0" -localhost "$(hostname -i)" "$@"')
 TAG_OUTPUT_FLAGS = {OPENMPI: ("--tag-output",), INTEL: ("-prepend-rank",), MPICH: ("-prepend-rank",)}
 
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
-HOROVOD_OPTIONS = ("min_np", "max_np", "discovery_script", "log_level", "verbose", "elastic_timeout", "network_interface")
 
 
 def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
@@ -71,13 +70,8 @@ def _positive(errors: ErrorList, field: str, value: object) -> bool:
 
 
 def mpirun_command(
-    program: str | Sequence[str],
-    *,
-    workers: int,
-    slots_per_worker: int = 1,
-    implementation: str = OPENMPI,
-    extra_args: str | Sequence[str] = (),
-    default_flags: str | Sequence[str] | None = None,
+    program: str | Sequence[str], *, workers: int, slots_per_worker: int = 1, implementation: str = OPENMPI,
+    extra_args: str | Sequence[str] = (), default_flags: str | Sequence[str] | None = None,
     run_launcher_as_worker: bool = False,
 ) -> list[str]:
     """``mpirun <default flags> <process count> <extra_args> <program...>`` for the launcher.
@@ -93,9 +87,8 @@ def mpirun_command(
         errors.add("implementation", implementation, f"must be one of {', '.join(MPI_IMPLEMENTATIONS)}")
     if not isinstance(run_launcher_as_worker, bool):
         errors.add("run_launcher_as_worker", run_launcher_as_worker, "must be a boolean")
-    flags = _args(
-        errors, "default_flags", DEFAULT_FLAGS.get(implementation, ()) if default_flags is None else default_flags
-    )
+    flags = DEFAULT_FLAGS.get(implementation, ()) if default_flags is None else default_flags
+    flags = _args(errors, "default_flags", flags)
     extra = _args(errors, "extra_args", extra_args)
     argv = _args(errors, "program", program, required=True)
     errors.raise_if_any()
@@ -105,17 +98,9 @@ def mpirun_command(
 
 
 def horovodrun_command(
-    program: str | Sequence[str],
-    *,
-    workers: int,
-    slots_per_worker: int = 1,
-    min_np: int | None = None,
-    max_np: int | None = None,
-    discovery_script: str = DISCOVER_HOSTS_SCRIPT,
-    log_level: str | None = None,
-    verbose: bool = False,
-    elastic_timeout: int | None = None,
-    network_interface: str | None = None,
+    program: str | Sequence[str], *, workers: int, slots_per_worker: int = 1, min_np: int | None = None,
+    max_np: int | None = None, discovery_script: str = DISCOVER_HOSTS_SCRIPT, log_level: str | None = None,
+    verbose: bool = False, elastic_timeout: int | None = None, network_interface: str | None = None,
     extra_args: str | Sequence[str] = (),
 ) -> list[str]:
     """``horovodrun -np N --slots-per-host S --hostfile /etc/mpi/hostfile ...`` (N = workers x slots).
@@ -148,28 +133,22 @@ def horovodrun_command(
     elif elastic_timeout is not None and not elastic:
         errors.add("elastic_timeout", elastic_timeout, "applies to elastic mode only: set min_np and/or max_np")
     if network_interface is not None and (not isinstance(network_interface, str) or not network_interface):
-        errors.add(
-            "network_interface", network_interface, "must be a non-empty interface name (comma-separated for several)"
-        )
+        reason = "must be a non-empty interface name (comma-separated for several)"
+        errors.add("network_interface", network_interface, reason)
     extra = _args(errors, "extra_args", extra_args)
     argv = _args(errors, "program", program, required=True)
     errors.raise_if_any()
-    command = ["horovodrun", "-np", str(np)]
-    if min_np is not None:
-        command += ["--min-np", str(min_np)]
-    if max_np is not None:
-        command += ["--max-np", str(max_np)]
     hosts = ["--host-discovery-script", discovery_script] if elastic else ["--hostfile", HOSTFILE]
-    command += ["--slots-per-host", str(slots_per_worker), *hosts]
-    if log_level is not None:
-        command += ["--log-level", log_level]
-    if verbose:
-        command.append("--verbose")
-    if elastic_timeout is not None:
-        command += ["--elastic-timeout", str(elastic_timeout)]
-    if network_interface is not None:
-        command += ["--network-interface", network_interface]
-    return [*command, *extra, *argv]
+    return [
+        "horovodrun", "-np", str(np), *_option("--min-np", min_np), *_option("--max-np", max_np),
+        "--slots-per-host", str(slots_per_worker), *hosts, *_option("--log-level", log_level),
+        *(["--verbose"] if verbose else []), *_option("--elastic-timeout", elastic_timeout),
+        *_option("--network-interface", network_interface), *extra, *argv,
+    ]  # fmt: skip
+
+
+def _option(flag: str, value: object) -> list[str]:
+    return [] if value is None else [flag, str(value)]
 
 
 class _LauncherCommand:
@@ -227,21 +206,15 @@ class Mpirun(_LauncherCommand):
 
 @dataclass(frozen=True)
 class Horovodrun(_LauncherCommand):
-    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job)."""
+    """``horovodrun`` for the HorovodJobOperator (np = workers x slots of the resolved job); ``options`` are
+    horovodrun_command's (min_np, max_np, log_level, ...)."""
 
     program: str | Sequence[str]
-    min_np: int | None = None
-    max_np: int | None = None
-    discovery_script: str = DISCOVER_HOSTS_SCRIPT
-    log_level: str | None = None
-    verbose: bool = False
-    elastic_timeout: int | None = None
-    network_interface: str | None = None
     horovod_args: str | Sequence[str] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
     extra_name: ClassVar[str] = "horovod_args"
 
     def _build(
         self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
     ) -> list[str]:
-        options = {f: getattr(self, f) for f in HOROVOD_OPTIONS}  # horovodrun counts no launcher slots
-        return horovodrun_command(program, **job, **options, extra_args=extra)
+        return horovodrun_command(program, **job, **self.options, extra_args=extra)  # it counts no launcher slots

@@ -51,15 +51,6 @@ class ErrorList:
     def add(self, field: str, value: Any, reason: str) -> None:
         self.items.append(MPIJobValidationError(field, value, reason))
 
-    def entries(self, path: str, value: Any, reason: str) -> Iterable[tuple[Any, Any]]:
-        """The ``(key, value)`` pairs of an optional mapping; anything else but None is reported (``reason``)."""
-        if value is None:
-            return ()
-        if not isinstance(value, dict):
-            self.add(path, value, reason)
-            return ()
-        return value.items()
-
     def mappings(
         self, path: str, value: Any, reason: str, item_reason: str, *, optional: bool = True
     ) -> Iterator[tuple[str, dict]]:
@@ -77,19 +68,15 @@ class ErrorList:
                 self.add(f"{path}[{i}]", item, item_reason)
 
     def check_entries(
-        self,
-        path: str,
-        value: Any,
-        reason: str,
-        key_problem: Callable[[Any], str | None],
-        value_problem: Callable[[Any], str | None],
-        *,
-        key_what: str,
-        value_what: str = "",
-    ) -> None:
+        self, path: str, value: Any, reason: str, key_problem: Callable[[Any], str | None],
+        value_problem: Callable[[Any], str | None], *, key_what: str, value_what: str = "",
+    ) -> None:  # fmt: skip
         """Every key and value of an optional mapping: ``{key_what}: {problem}`` at ``path`` for a bad key,
-        ``{value_what}: {problem}`` (or just the problem) at ``path.key`` for a bad value."""
-        for key, item in self.entries(path, value, reason):
+        ``{value_what}: {problem}`` (or just the problem) at ``path.key`` for a bad value; anything but a mapping
+        or None is reported with ``reason``."""
+        if value is not None and not isinstance(value, dict):
+            self.add(path, value, reason)
+        for key, item in value.items() if isinstance(value, dict) else ():
             if problem := key_problem(key):
                 self.add(path, key, f"{key_what}: {problem}")
             elif problem := value_problem(item):

@@ -23,11 +23,8 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 def _named(items: Any) -> bool:
     """A non-empty list of dicts that each carry a string "name"."""
-    return (
-        isinstance(items, list)
-        and bool(items)
-        and all(isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)
-    )
+    return isinstance(items, list) and bool(items) and all(
+        isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)
 
 
 def _merge_named(base: list, override: list) -> list:
@@ -82,31 +79,25 @@ def load_base_manifest(src: Mapping | str | os.PathLike) -> dict:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise MPIJobValidationError(
-                "base_manifest", os.fspath(src), f"cannot read file: {exc.strerror or exc}"
-            ) from exc
+            raise _error(os.fspath(src), f"cannot read file: {exc.strerror or exc}") from exc
         return _parse(text, os.fspath(src), as_json=path.suffix.lower() == ".json")
     if isinstance(src, str):
         return _parse(src, src, as_json=src.lstrip().startswith("{"))
-    raise MPIJobValidationError(
-        "base_manifest", src, f"must be a dict, YAML/JSON text or a file path, not {type(src).__name__}"
-    )
+    raise _error(src, f"must be a dict, YAML/JSON text or a file path, not {type(src).__name__}")
 
 
 def _parse(text: str, origin: str, *, as_json: bool) -> dict:
     try:
         documents = [json.loads(text)] if as_json else [d for d in yaml.safe_load_all(text) if d is not None]
     except (ValueError, yaml.YAMLError) as exc:
-        raise MPIJobValidationError(
-            "base_manifest", origin, f"is not valid {'JSON' if as_json else 'YAML'}: {exc}"
-        ) from exc
+        raise _error(origin, f"is not valid {'JSON' if as_json else 'YAML'}: {exc}") from exc
     if len(documents) > 1:
-        raise MPIJobValidationError(
-            "base_manifest", origin, f"holds {len(documents)} YAML documents; expected one MPIJob"
-        )
+        raise _error(origin, f"holds {len(documents)} YAML documents; expected one MPIJob")
     data = documents[0] if documents else None
     if not isinstance(data, dict):
-        raise MPIJobValidationError(
-            "base_manifest", origin, f"must be a mapping (an MPIJob object), not {type(data).__name__}"
-        )
+        raise _error(origin, f"must be a mapping (an MPIJob object), not {type(data).__name__}")
     return data
+
+
+def _error(value: Any, reason: str) -> MPIJobValidationError:
+    return MPIJobValidationError("base_manifest", value, reason)

@@ -17,6 +17,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from airflow_mpi.jobspec.rules import label_value
+
 LABEL_PREFIX = "airflow-mpi.io/"
 DAG_ID_LABEL = LABEL_PREFIX + "dag-id"
 TASK_ID_LABEL = LABEL_PREFIX + "task-id"
@@ -31,7 +33,6 @@ MANAGED_BY_VALUE = "airflow-mpi"
 MAX_NAME_LENGTH = 63
 _LABEL_VALUE_MAX = 63
 _HASH_LENGTH = 8
-_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 def _digest(*parts: object) -> str:
@@ -82,7 +83,7 @@ def sanitize_label_value(value: object) -> str:
     to the same label.
     """
     text = str(value)
-    if len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):
+    if not label_value(text):
         return text
     digest = _digest(text)
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
@@ -122,11 +123,6 @@ def identity_annotations(
     if task_instance_id is not None:
         annotations[TASK_INSTANCE_ID_ANNOTATION] = task_instance_id
     return annotations
-
-
-def deployment_of(job: dict) -> str | None:
-    """The deployment label of an MPIJob (None: made outside any deployment, e.g. a rendered manifest)."""
-    return ((job.get("metadata") or {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
 
 
 @dataclass(frozen=True)

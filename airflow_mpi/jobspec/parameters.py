@@ -1,96 +1,51 @@
 """The operators' parameters -> MPIJobSpec, every one checked under the name the user wrote.
 
-Values may come rendered by Jinja: an integer parameter takes an int or a string of digits (what
-a template renders) and nothing else; a float, a bool or ``"2.5"`` is an error naming the
-parameter, never truncated. A parameter that would be ignored (it does not apply to the API
-version, or another parameter covers the same field) is an error too. Errors the model finds
-later in the merged manifest are reported under the parameter's name when the parameter holds
-the offending value (``workers=0``, not only ``worker.replicas=0``).
+Values may come rendered by Jinja: each parameter's row (fields.py) says how a template's text becomes its type. An
+integer parameter takes an int or a string of digits and nothing else; a float, a bool or ``"2.5"`` is an error
+naming the parameter, never truncated. A parameter that would be ignored (it does not apply to the API version, or
+another parameter covers the same field) is an error too. Errors the model finds later in the merged manifest are
+reported under the parameter's name when the parameter holds the offending value (``workers=0``, not only
+``worker.replicas=0``).
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from typing import Any
 
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.manifest import Resolved, resolve
-from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.spec import (
-    API_V2BETA1,
-    Defaults,
-    LauncherCommand,
+from airflow_mpi.jobspec.fields import (
+    HOROVOD_FIELDS,
+    JOB,
+    PARAMETERS,
+    REPLICA,
+    RUN_POLICY,
+    SCHEDULING,
     MPIJobSpec,
     ReplicaSpec,
     RunPolicy,
     SchedulingPolicy,
+    as_int,
+    parameters,
+    role_parameter,
+    rows,
 )
+from airflow_mpi.jobspec.manifest import Resolved, resolve
+from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.jobspec.spec import ROLES, Defaults, LauncherCommand
+
+__all__ = ["as_int", "mpirun_launch", "resolve_parameters", "spec_from_parameters"]
 
 LaunchFactory = Callable[[ErrorList, Mapping[str, Any]], LauncherCommand]
-
-# Parameters both roles get (ReplicaSpec field of the same name).
-SHARED = (
-    "image", "env", "env_from", "volumes", "volume_mounts", "node_selector", "tolerations", "affinity",
-    "service_account_name", "image_pull_secrets", "priority_class_name",
-)  # fmt: skip
-# Parameters of one role -> the ReplicaSpec field they set (the role's dict may not set it too).
-ROLE_PARAMETERS = {
-    "launcher": {"command": "command", "args": "args", "launcher_resources": "resources"},
-    "worker": {
-        "workers": "replicas",
-        "worker_resources": "resources",
-        "gpus_per_worker": "gpus",
-        "worker_readiness_probe": "readiness_probe",
-    },
-}
-RUN_POLICY = ("clean_pod_policy", "ttl_seconds_after_finished", "active_deadline_seconds", "backoff_limit", "suspend",
-              "managed_by")  # fmt: skip
-JOB = ("name", "namespace", "labels", "annotations", "run_launcher_as_worker", "ssh_auth_mount_path",
-       "launcher_creation_policy", "main_container", "unique_name_suffix")  # fmt: skip
-INTEGERS = ("workers", "slots_per_worker", "gpus_per_worker", "backoff_limit", "ttl_seconds_after_finished",
-            "active_deadline_seconds")  # fmt: skip
-_ROLE_INTEGERS = ("replicas", "gpus")
-_SCHEDULING_INTEGERS = ("min_available", "schedule_timeout_seconds")
-_DIGITS = re.compile(r"\s*[+-]?\d+\s*")
-
+_TYPED = {**PARAMETERS, **parameters(HOROVOD_FIELDS)}
+_REPLICA_ROWS = {row.name: row for row in rows(REPLICA)}
 # Paths the model reports (validation.py) -> the parameter that sets them.
 _MODEL_PATHS = {
-    "worker.replicas": "workers",
-    "worker.gpus": "gpus_per_worker",
-    "worker.resources": "worker_resources",
-    "launcher.resources": "launcher_resources",
-    "worker.readiness_probe": "worker_readiness_probe",
-    "launcher.command": "command",
-    "launcher.args": "args",
-    "run_policy.scheduling_policy": "scheduling_policy",
-    **{f"run_policy.{p}": p for p in RUN_POLICY},
-    **{f"{role}.{p}": p for role in ("launcher", "worker") for p in SHARED},
+    **{f"{role}.{row.name}": p for row in rows(REPLICA) for role in ROLES.values() if (p := role_parameter(row, role))},
+    **{f"run_policy.{row.name}": row.name for row in rows(RUN_POLICY)},
 }
-
-
-def as_int(errors: ErrorList, name: str, value: Any) -> int | None:
-    """``value`` as an int: an int, or a string of digits as a template renders it (None stays None)."""
-    if isinstance(value, str) and _DIGITS.fullmatch(value):
-        return int(value)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    errors.add(name, value, f"must be an integer, not {type(value).__name__} (no fraction or rounding is applied)")
-    return None
-
-
-def _args_list(errors: ErrorList, name: str, value: Any) -> Any:
-    """A shell string split with shlex (lists and anything else are left for validation)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return shlex.split(value)
-    except ValueError as exc:
-        errors.add(name, value, f"is not a valid shell string: {exc}")
-        return None
 
 
 def _role(errors: ErrorList, role: str, overrides: Any, params: dict[str, Any]) -> ReplicaSpec:
@@ -98,17 +53,17 @@ def _role(errors: ErrorList, role: str, overrides: Any, params: dict[str, Any]) 
     spec = ReplicaSpec(**params)
     if overrides is None:
         return spec
-    known = [f.name for f in fields(ReplicaSpec)]
+    known = ", ".join(_REPLICA_ROWS)
     if not isinstance(overrides, dict):
-        errors.add(role, overrides, f"must be a dict of ReplicaSpec fields ({', '.join(known)})")
+        errors.add(role, overrides, f"must be a dict of ReplicaSpec fields ({known})")
         return spec
     for key, value in overrides.items():
-        path = f"{role}.{key}"
-        if key not in known:
-            errors.add(path, value, f"is not a ReplicaSpec field; known: {', '.join(known)}")
+        path, row = f"{role}.{key}", _REPLICA_ROWS.get(key)
+        if row is None:
+            errors.add(path, value, f"is not a ReplicaSpec field; known: {known}")
             continue
-        if key in _ROLE_INTEGERS:
-            value = as_int(errors, path, value)
+        if row.coerce is not None:
+            value = row.coerce(errors, path, value)
         current = getattr(spec, key)
         setattr(spec, key, {**current, **value} if isinstance(current, dict) and isinstance(value, dict) else value)
     return spec
@@ -118,17 +73,18 @@ def _scheduling(errors: ErrorList, value: Any) -> SchedulingPolicy | None:
     """``scheduling_policy`` with the manifest's camelCase or Python's snake_case keys."""
     if value is None:
         return None
-    known = [f.name for f in fields(SchedulingPolicy)]
+    known = {f.name: f for f in rows(SCHEDULING)}
     if not isinstance(value, dict):
         errors.add("scheduling_policy", value, f"must be a dict with keys of {', '.join(known)}")
         return None
     policy = {}
     for key, item in value.items():
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower() if isinstance(key, str) else key
-        if snake not in known:
+        row = known.get(snake)
+        if row is None:
             errors.add(f"scheduling_policy.{key}", item, f"is not a schedulingPolicy field; known: {', '.join(known)}")
         else:
-            policy[snake] = as_int(errors, f"scheduling_policy.{key}", item) if snake in _SCHEDULING_INTEGERS else item
+            policy[snake] = row.coerce(errors, f"scheduling_policy.{key}", item) if row.coerce else item
     return SchedulingPolicy(**policy)
 
 
@@ -138,14 +94,15 @@ def mpirun_launch(errors: ErrorList, values: Mapping[str, Any]) -> LauncherComma
 
 
 def _given(values: Mapping[str, Any], errors: ErrorList) -> dict[str, Any]:
-    """The parameters given (not None), integers and shell strings normalised."""
-    given = {k: v for k, v in values.items() if v is not None}
-    for name in INTEGERS:
-        if name in given:
-            given[name] = as_int(errors, name, given[name])
-    if "command" in given:
-        given["command"] = _args_list(errors, "command", given["command"])
-    return {k: v for k, v in given.items() if v is not None}
+    """The parameters given (not None), rendered text as each one's type."""
+    given = {}
+    for name, value in values.items():
+        row = _TYPED.get(name)
+        if value is not None and row is not None and row.coerce is not None:
+            value = row.coerce(errors, name, value)
+        if value is not None:
+            given[name] = value
+    return given
 
 
 def _launch(errors: ErrorList, given: dict[str, Any], launch: LaunchFactory) -> LauncherCommand | None:
@@ -173,31 +130,26 @@ def spec_from_parameters(
     errors = ErrorList()
     given = _given(values, errors)
     launcher_command = _launch(errors, given, launch)
-    shared = {k: given[k] for k in SHARED if k in given}
     roles = {}
-    for role, own in ROLE_PARAMETERS.items():
-        overrides = given.get(role)
-        for param, attr in own.items():
-            if param in given and isinstance(overrides, dict) and overrides.get(attr) is not None:
-                errors.add(f"{role}.{attr}", overrides[attr], f"is also given as the {param} parameter: give one")
-        from_params = {attr: given[param] for param, attr in own.items() if param in given}
-        roles[role] = _role(errors, role, overrides, {**shared, **from_params})
+    for role in ROLES.values():
+        overrides, params = given.get(role), {}
+        for row in rows(REPLICA):
+            param = role_parameter(row, role)
+            if param not in given:
+                continue
+            params[row.name] = given[param]
+            if isinstance(row.param, dict) and isinstance(overrides, dict) and overrides.get(row.name) is not None:
+                reason = f"is also given as the {param} parameter: give one"
+                errors.add(f"{role}.{row.name}", overrides[row.name], reason)
+        roles[role] = _role(errors, role, overrides, params)
     run_policy = RunPolicy(
-        **{p: given.get(p) for p in RUN_POLICY}, scheduling_policy=_scheduling(errors, given.get("scheduling_policy"))
+        **{row.name: given.get(row.name) for row in rows(RUN_POLICY) if not row.nested},
+        scheduling_policy=_scheduling(errors, given.get("scheduling_policy")),
     )
     errors.raise_if_any()
+    job = {row.name: given[row.name] for row in rows(JOB) if row.param and not row.nested and row.name in given}
     spec = MPIJobSpec(
-        **{p: given.get(p) for p in JOB},
-        launcher=roles["launcher"],
-        worker=roles["worker"],
-        slots_per_worker=given.get("slots_per_worker"),
-        mpi_implementation=given.get("mpi_implementation"),
-        run_policy=run_policy,
-        api_version=given.get("api_version", API_V2BETA1),
-        base_manifest=given.get("base_manifest"),
-        launch=launcher_command,
-        identity=identity,
-        defaults=defaults,
+        **job, **roles, run_policy=run_policy, launch=launcher_command, identity=identity, defaults=defaults
     )
     return spec, given
 

@@ -11,31 +11,27 @@ container other than the main (first) one is ``worker.containers[sidecar].image`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import MAIN, POD, REPLICA, Field, rows
 from airflow_mpi.jobspec.quantity import parse_quantity, quantity_problem
-from airflow_mpi.jobspec.spec import IMAGE_PULL_POLICIES
 
 _STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _VALUE_FROM_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef", "fileKeyRef")
 _ENV_FROM_SOURCES = ("configMapRef", "secretRef")
-_PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 _TOLERATION_OPERATORS = ("Equal", "Exists")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Container and pod keys -> the rows whose rule their values must pass (the other keys are checked below)
+_CONTAINER_ROWS, _POD_ROWS = (
+    {f.path[-1]: f for f in rows(REPLICA) if f.check and f.path[:-1] == parent} for parent in (MAIN, POD)
+)
 
 
-@dataclass(frozen=True)
-class Injected:
-    """Volumes (name -> mount path in the main container) an operator adds to a role's pods."""
-
-    volumes: dict[str, str]
-
-
-def check_pod_template(errors: ErrorList, role: str, template: Any, injected: Injected) -> None:
-    """Pod template metadata and spec of one role (``role`` is "launcher" or "worker")."""
+def check_pod_template(errors: ErrorList, role: str, template: Any, injected: dict[str, str]) -> None:
+    """Pod template metadata and spec of one role (``role`` is "launcher" or "worker"); ``injected``: the volumes
+    the operator adds to its pods (name -> mount path in the main container)."""
     if not isinstance(template, dict):
         errors.add(f"{role}.template", template, "must be a mapping with metadata and spec")
         return
@@ -55,15 +51,8 @@ def check_pod_template(errors: ErrorList, role: str, template: Any, injected: In
 
 
 def check_labels(errors: ErrorList, path: str, labels: Any) -> None:
-    errors.check_entries(
-        path,
-        labels,
-        "must be a mapping of label keys to values",
-        rules.qualified_name,
-        rules.label_value,
-        key_what="invalid label key",
-        value_what="invalid label value",
-    )
+    errors.check_entries(path, labels, "must be a mapping of label keys to values", rules.qualified_name,
+                         rules.label_value, key_what="invalid label key", value_what="invalid label value")
 
 
 def _annotation_value_problem(value: Any) -> str | None:
@@ -81,15 +70,15 @@ def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
             errors.add(path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes")
 
 
-def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: Injected) -> set[str]:
+def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: dict[str, str]) -> set[str]:
     """Checks pod volumes; returns the names a mount may refer to (incl. injected ones)."""
-    names = set(injected.volumes)
+    names = set(injected)
     item_reason = "must be a mapping with a name and one volume source"
     for path, volume in errors.mappings(f"{role}.volumes", volumes, "must be a list of volumes", item_reason):
         name = volume.get("name")
         if problem := rules.dns1123_label(name):
             errors.add(f"{path}.name", name, problem)
-        elif name in injected.volumes:
+        elif name in injected:
             errors.add(f"{path}.name", name, "is reserved: the operator adds a volume of this name to the pod")
         elif name in names:
             errors.add(f"{path}.name", name, "is a duplicate volume name")
@@ -101,7 +90,7 @@ def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: Injecte
     return names
 
 
-def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: Injected) -> None:
+def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: dict) -> None:
     if not isinstance(containers, list) or not containers:
         errors.add(f"{role}.containers", containers, "must define at least one container")
         return
@@ -119,20 +108,16 @@ def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: se
             errors.add(f"{prefix}.container_name", name, "is a duplicate container name")
         else:
             seen.add(name)
-        _check_container(errors, prefix, container, volumes, injected if main else Injected({}))
+        _check_container(errors, prefix, container, volumes, injected if main else {})
 
 
-def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: Injected) -> None:
+def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: dict) -> None:
     image = container.get("image")
     if not isinstance(image, str) or not image.strip():
         errors.add(f"{prefix}.image", image, "is required (a non-empty image reference)")
     elif image != image.strip() or any(c.isspace() for c in image):
         # the API server accepts it; the kubelet then fails the pull (InvalidImageName) after scheduling
         errors.add(f"{prefix}.image", image, "must not contain whitespace (an image reference has none)")
-    for key in ("command", "args"):
-        value = container.get(key)
-        if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-            errors.add(f"{prefix}.{key}", value, "must be a list of strings")
     if "env" in container:
         _check_env(errors, prefix, container["env"])
     if "envFrom" in container:
@@ -140,23 +125,14 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
     if "resources" in container:
         check_resources(errors, f"{prefix}.resources", container["resources"])
     _check_mounts(errors, prefix, container.get("volumeMounts"), volumes, injected)
-    policy = container.get("imagePullPolicy")
-    if policy is not None and policy not in IMAGE_PULL_POLICIES:
-        errors.add(f"{prefix}.image_pull_policy", policy, f"must be one of {', '.join(IMAGE_PULL_POLICIES)}")
-    if container.get("securityContext") is not None and not isinstance(container["securityContext"], dict):
-        errors.add(f"{prefix}.security_context", container["securityContext"], "must be a mapping (a SecurityContext)")
-    for key, field in (("readinessProbe", "readiness_probe"), ("startupProbe", "startup_probe")):
-        if container.get(key) is not None:
-            check_probe(errors, f"{prefix}.{field}", container[key])
+    _check_rows(errors, prefix, container, _CONTAINER_ROWS)
 
 
-def check_probe(errors: ErrorList, path: str, probe: Any) -> None:
-    if not isinstance(probe, dict):
-        errors.add(path, probe, "must be a mapping (a Probe)")
-        return
-    handlers = [h for h in _PROBE_HANDLERS if h in probe]
-    if len(handlers) != 1:
-        errors.add(path, probe, f"must specify exactly one handler of {', '.join(_PROBE_HANDLERS)}")
+def _check_rows(errors: ErrorList, prefix: str, node: dict, checked: dict[str, Field]) -> None:
+    """The rules of the rows (fields.py) whose values ``node`` (a container or a pod spec) holds."""
+    for key, row in checked.items():
+        if node.get(key) is not None and (problem := row.check(node[key])):
+            errors.add(f"{prefix}.{row.name}", node[key], problem)
 
 
 def _check_env(errors: ErrorList, prefix: str, env: Any) -> None:
@@ -213,8 +189,8 @@ def _check_env_from(errors: ErrorList, prefix: str, env_from: Any) -> None:
             errors.add(f"{path}.prefix", item["prefix"], "must be a string")
 
 
-def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: Injected) -> None:
-    paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.volumes.items()}
+def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: dict) -> None:
+    paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.items()}
     reason, item_reason = "must be a list of VolumeMount mappings", "must be a mapping with name and mountPath"
     for path, mount in errors.mappings(f"{prefix}.volume_mounts", mounts, reason, item_reason):
         name, mount_path = mount.get("name"), mount.get("mountPath")
@@ -236,11 +212,6 @@ def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
         check_labels(errors, f"{role}.node_selector", selector)
     if pod.get("tolerations") is not None:
         _check_tolerations(errors, role, pod["tolerations"])
-    if pod.get("affinity") is not None and not isinstance(pod["affinity"], dict):
-        errors.add(f"{role}.affinity", pod["affinity"], "must be a mapping (an Affinity)")
-    for key, field in (("serviceAccountName", "service_account_name"), ("priorityClassName", "priority_class_name")):
-        if pod.get(key) is not None and (problem := rules.dns1123_subdomain(pod[key])):
-            errors.add(f"{role}.{field}", pod[key], problem)
     secrets = pod.get("imagePullSecrets")
     if secrets is not None:
         if not isinstance(secrets, list):
@@ -250,8 +221,7 @@ def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
                 name = secret.get("name") if isinstance(secret, dict) else secret
                 if problem := rules.dns1123_subdomain(name):
                     errors.add(f"{role}.image_pull_secrets[{i}]", name, f"must name a Secret: {problem}")
-    if pod.get("securityContext") is not None and not isinstance(pod["securityContext"], dict):
-        errors.add(f"{role}.pod_security_context", pod["securityContext"], "must be a mapping (a PodSecurityContext)")
+    _check_rows(errors, role, pod, _POD_ROWS)
 
 
 def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:
@@ -288,10 +258,8 @@ def resource_name_problem(name: Any) -> str | None:
             return None
         if name.startswith("hugepages-") and quantity_problem(name[len("hugepages-") :]) is None:
             return None
-        return (
-            "is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> "
-            "or a domain-prefixed extended resource such as nvidia.com/gpu"
-        )
+        return ("is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> or a "
+                "domain-prefixed extended resource such as nvidia.com/gpu")
     if problem := rules.qualified_name(name):
         return problem
     if "kubernetes.io/" not in name and (name.startswith("requests.") or rules.qualified_name("requests." + name)):
@@ -332,18 +300,12 @@ def check_resources(errors: ErrorList, path: str, resources: Any) -> None:
         no_overcommit = _extended(name) or name.startswith("hugepages-")
         if name not in parsed["limits"]:
             if no_overcommit and name not in given_limits:
-                errors.add(
-                    f"{path}.limits.{name}",
-                    None,
-                    "must be set (equal to the request): this resource cannot be overcommitted",
-                )
+                reason = "must be set (equal to the request): this resource cannot be overcommitted"
+                errors.add(f"{path}.limits.{name}", None, reason)
             continue
         limit, raw_limit = parsed["limits"][name]
         if no_overcommit and request != limit:
-            errors.add(
-                f"{path}.requests.{name}",
-                raw,
-                f"must equal the limit {raw_limit!r}: this resource cannot be overcommitted",
-            )
+            reason = f"must equal the limit {raw_limit!r}: this resource cannot be overcommitted"
+            errors.add(f"{path}.requests.{name}", raw, reason)
         elif request > limit:
             errors.add(f"{path}.requests.{name}", raw, f"must be less than or equal to the limit {raw_limit!r}")

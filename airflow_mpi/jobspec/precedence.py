@@ -1,12 +1,12 @@
-"""The one precedence rule: a parameter given > the base manifest's value > the operator's default.
+"""The one precedence rule, in one function: a parameter given > the base manifest's value > the operator's default.
 
-Parameters are deep-merged onto the base manifest (layout.assemble), so a parameter always wins
-and a field no parameter sets keeps the base manifest's value. Defaults come in here, *beneath*
-the base manifest: a default fills a field only where neither a parameter nor the base manifest
-sets it. The retries mapping (``runPolicy.backoffLimit`` = task retries, launcher
-``restartPolicy: Never``) is such a default. Where each defaultable field's value came from is
-reported, so the task log can say it. Where the operator's default would equal the controller's
-own (one slot per worker, Open MPI), nothing is written: the manifest stays as the user wrote it.
+apply() takes the parameters (the spec, its defaults included) and the base manifest, and returns the manifest to
+submit and where each defaultable field's value came from (the task log says it; the operator reads the backoff
+limit). A default fills a field only where neither a parameter nor the base manifest sets it; the retries mapping
+(``runPolicy.backoffLimit`` = task retries, launcher ``restartPolicy: Never``) is such a default. The parameters,
+rendered by layout.py, are deep-merged onto the base manifest, so they win and every field they leave alone keeps
+the base's value. Where the operator's default would equal the controller's own (one slot per worker, Open MPI),
+nothing is written: the manifest stays as the user wrote it.
 """
 
 from __future__ import annotations
@@ -16,12 +16,17 @@ from copy import deepcopy
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_mpi.jobspec.layout import main_container_name, pod_spec
-from airflow_mpi.jobspec.rules import dns1035_label
+from airflow_mpi.jobspec import rules
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder
+from airflow_mpi.jobspec.fields import manifest_path
+from airflow_mpi.jobspec.layout import pod_spec, render
+from airflow_mpi.jobspec.merge import deep_merge
 from airflow_mpi.jobspec.spec import (
     API_V1,
     API_V2BETA1,
     CLUSTER_DOMAIN,
+    DEFAULT_CONTAINER_NAMES,
     INTEL,
     LAUNCHER_REPLICA,
     MPICH,
@@ -34,16 +39,20 @@ from airflow_mpi.jobspec.spec import (
     WAIT_FOR_WORKERS_READY,
     WORKER_REPLICA,
     Defaults,
-    MPIJobSpec,
-    ReplicaSpec,
 )
+from airflow_mpi.jobspec.validation import check_manifest
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
-_INT32_MAX = 2**31 - 1
 # What the controllers assume where nothing sets a field: reported, never written (the command
 # line built from ``program`` uses the same values).
 CONTROLLER_DEFAULTS = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
+# Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
+STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1, "failureThreshold": 60}
+# Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env
+# var given as a parameter with "value" does not keep the base's "valueFrom" of the same name.
+_REPLACED_POD_LISTS = ("volumes",)
+_REPLACED_CONTAINER_LISTS = ("env", "volumeMounts")
 
 
 @dataclass(frozen=True)
@@ -58,33 +67,11 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class _Field:
-    name: str  # as the user writes the parameter
-    attr: tuple[str, ...]  # where MPIJobSpec holds it
-    paths: tuple[tuple[str, ...], ...]  # where a base manifest sets it (any one counts)
-    default: Callable[[MPIJobSpec, Defaults], Any] = lambda spec, defaults: None
-    v1_paths: tuple[tuple[str, ...], ...] = ()  # where a kubeflow.org/v1 base manifest also sets it
+class Resolved:
+    """A validated manifest, and where its defaultable fields' values came from."""
 
-    def get(self, spec: MPIJobSpec) -> Any:
-        return getattr(_walk(spec, self.attr[:-1]), self.attr[-1])
-
-    def put(self, spec: MPIJobSpec, value: Any) -> None:
-        setattr(_walk(spec, self.attr[:-1]), self.attr[-1], value)
-
-    def in_base(self, base: dict, api_version: str) -> Any:
-        paths = (*self.paths, *self.v1_paths) if api_version == API_V1 else self.paths
-        return next((v for p in paths if (v := base_value(base, p)) is not None), None)
-
-
-def _walk(obj: Any, attrs: tuple[str, ...]) -> Any:
-    for attr in attrs:
-        obj = getattr(obj, attr)
-    return obj
-
-
-def _retries_mapping(spec: MPIJobSpec, defaults: Defaults) -> bool:
-    """The retries mapping applies unless ``backoff_limit`` is given as a parameter."""
-    return defaults.retries is not None and spec.run_policy.backoff_limit is None
+    manifest: dict
+    settings: dict[str, Setting]
 
 
 def _mpiuser_convention(spec: MPIJobSpec, defaults: Defaults) -> str | None:
@@ -99,35 +86,62 @@ def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
 
 
-_REPLICAS, _RUN_POLICY = ("spec", "mpiReplicaSpecs"), ("spec", "runPolicy")
-_FIELDS = (
-    _Field("workers", ("worker", "replicas"), ((*_REPLICAS, WORKER_REPLICA, "replicas"),), lambda s, d: d.workers),
-    _Field("slots_per_worker", ("slots_per_worker",), (("spec", "slotsPerWorker"),)),
-    _Field("mpi_implementation", ("mpi_implementation",), (("spec", "mpiImplementation"),)),
-    _Field(
-        "clean_pod_policy",
-        ("run_policy", "clean_pod_policy"),
-        ((*_RUN_POLICY, "cleanPodPolicy"),),
-        lambda s, d: d.clean_pod_policy,
-        v1_paths=(("spec", "cleanPodPolicy"),),  # v1 has it twice; the training-operator lets runPolicy's win
-    ),
-    _Field("backoff_limit", ("run_policy", "backoff_limit"), ((*_RUN_POLICY, "backoffLimit"),), lambda s, d: d.retries),
-    _Field(
-        "launcher.restart_policy",
-        ("launcher", "restart_policy"),
-        ((*_REPLICAS, LAUNCHER_REPLICA, "restartPolicy"),),
-        lambda s, d: "Never" if _retries_mapping(s, d) else None,
-    ),
-    _Field("namespace", ("namespace",), (("metadata", "namespace"),), lambda s, d: d.namespace),
-    _Field("ssh_auth_mount_path", ("ssh_auth_mount_path",), (("spec", "sshAuthMountPath"),), _mpiuser_convention),
-    _Field("launcher_creation_policy", ("launcher_creation_policy",), (("spec", "launcherCreationPolicy"),),
-           _wait_for_workers),
-)
-# Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
-STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1, "failureThreshold": 60}
+# The defaultable fields: (setting name, field, role, default); in this order in the task log. The retries mapping
+# applies unless ``backoff_limit`` is given as a parameter.
+_DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], Any] | None], ...] = (
+    ("workers", field_of("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
+    ("slots_per_worker", field_of("slots_per_worker"), None, None),
+    ("mpi_implementation", field_of("mpi_implementation"), None, None),
+    ("clean_pod_policy", field_of("clean_pod_policy", RUN_POLICY), None, lambda s, d: d.clean_pod_policy),
+    ("backoff_limit", field_of("backoff_limit", RUN_POLICY), None, lambda s, d: d.retries),
+    ("launcher.restart_policy", field_of("restart_policy", REPLICA), LAUNCHER_REPLICA,
+     lambda s, d: "Never" if d.retries is not None and s.run_policy.backoff_limit is None else None),
+    ("namespace", field_of("namespace"), None, lambda s, d: d.namespace() if callable(d.namespace) else d.namespace),
+    ("ssh_auth_mount_path", field_of("ssh_auth_mount_path"), None, _mpiuser_convention),
+    ("launcher_creation_policy", field_of("launcher_creation_policy"), None, _wait_for_workers),
+)  # fmt: skip
 
 
-def base_value(base: Any, path: tuple[str, ...]) -> Any:
+def apply(spec: MPIJobSpec, base: dict) -> Resolved:
+    """The validated manifest of ``spec`` merged onto ``base``, and where its defaultable fields came from.
+
+    Raises MPIJobValidationError listing every violation of the merged manifest.
+    """
+    filled = replace(
+        spec, launcher=replace(spec.launcher), worker=replace(spec.worker), run_policy=replace(spec.run_policy)
+    )
+    for role in ROLES:
+        filled.replica(role).container_name = _main_container_name(spec, role, base)
+    settings: dict[str, Setting] = {}
+    for name, row, role, default in _DEFAULTS:
+        given, in_base = getattr(holder(spec, row, role), row.name), _in_base(base, row, role, spec.api_version)
+        if given is not None:
+            settings[name] = Setting(given, PARAMETER)
+        elif in_base is not None:
+            settings[name] = Setting(in_base, BASE_MANIFEST)
+        elif default and spec.defaults is not None and (value := default(spec, spec.defaults)) is not None:
+            setattr(holder(filled, row, role), row.name, value)
+            settings[name] = Setting(value, DEFAULT)
+        elif name in CONTROLLER_DEFAULTS and (name != "mpi_implementation" or spec.api_version != API_V1):
+            settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
+    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+        _container_defaults(filled, base, settings)
+    _name(filled, spec, base, settings)
+    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+        _launcher_dns_search(filled, base, settings)
+    if spec.identity is not None:
+        filled.labels = {**(spec.labels or {}), **spec.identity.labels()}
+        filled.annotations = {**(spec.annotations or {}), **spec.identity.annotations()}
+    manifest = _merged(filled, base)
+    errors = ErrorList()
+    check_manifest(errors, manifest)
+    errors.raise_if_any()
+    if spec.launch is not None:
+        _put_launcher_command(manifest, spec)
+    return Resolved(manifest, settings)
+
+
+def base_value(base: Any, path: tuple) -> Any:
     """The value at ``path`` of a (possibly malformed) base manifest, or None."""
     node = base
     for key in path:
@@ -135,41 +149,15 @@ def base_value(base: Any, path: tuple[str, ...]) -> Any:
     return node
 
 
+def _in_base(base: dict, row: Field, role: str | None, api: str) -> Any:
+    """The base manifest's value of ``row`` (a kubeflow.org/v1 one may also hold it at the row's ``v1_path``)."""
+    paths = (manifest_path(row, role), manifest_path(row, role, api)) if api == API_V1 else (manifest_path(row, role),)
+    return next((v for p in paths if (v := base_value(base, p)) is not None), None)
+
+
 def is_name(name: Any) -> bool:
     """A valid job name (DNS-1035 label), before any suffix."""
-    return isinstance(name, str) and not dns1035_label(name)
-
-
-def _copy(spec: MPIJobSpec) -> MPIJobSpec:
-    """A copy whose nested dataclasses may be changed without touching ``spec``."""
-    return replace(
-        spec, launcher=replace(spec.launcher), worker=replace(spec.worker), run_policy=replace(spec.run_policy)
-    )
-
-
-def apply_defaults(spec: MPIJobSpec, base: dict) -> tuple[MPIJobSpec, dict[str, Setting]]:
-    """``spec`` with its defaults filled in where neither it nor ``base`` sets a field, and every
-    defaultable field's value with its source (fields set nowhere are left out)."""
-    filled = _copy(spec)
-    settings: dict[str, Setting] = {}
-    for field in _FIELDS:
-        given, in_base = field.get(spec), field.in_base(base, spec.api_version)
-        default = field.default(spec, spec.defaults) if spec.defaults is not None else None
-        if given is not None:
-            settings[field.name] = Setting(given, PARAMETER)
-        elif in_base is not None:
-            settings[field.name] = Setting(in_base, BASE_MANIFEST)
-        elif default is not None:
-            field.put(filled, default)
-            settings[field.name] = Setting(default, DEFAULT)
-        elif field.name in CONTROLLER_DEFAULTS and (field.name != "mpi_implementation" or spec.api_version != API_V1):
-            settings[field.name] = Setting(CONTROLLER_DEFAULTS[field.name], CONTROLLER_DEFAULT)
-    if spec.defaults is not None and spec.api_version == API_V2BETA1:
-        _container_defaults(filled, base, settings)
-    _name(filled, spec, base, settings)
-    if spec.defaults is not None and spec.api_version == API_V2BETA1:
-        _launcher_dns_search(filled, base, settings)
-    return filled, settings
+    return isinstance(name, str) and not rules.dns1035_label(name)
 
 
 def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
@@ -179,7 +167,7 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
     name = spec.name if spec.name is not None else base_value(base, ("metadata", "name"))
     source = PARAMETER if spec.name is not None else BASE_MANIFEST
     workers = settings["workers"].value if "workers" in settings else 1
-    valid = isinstance(workers, int) and not isinstance(workers, bool) and 1 <= workers <= _INT32_MAX
+    valid = isinstance(workers, int) and not isinstance(workers, bool) and 1 <= workers <= rules.INT32_MAX
     if spec.identity is None or (name is not None and (spec.unique_name_suffix is False or not is_name(name))):
         if name is not None:  # used as given (validation names an invalid one)
             settings["name"] = Setting(name, source)
@@ -188,12 +176,28 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
     settings["name"] = Setting(filled.name, DEFAULT if name is None else f"{source}, suffixed per task instance")
 
 
+def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
+    """container_name, else the base manifest's first container, else the version's default.
+
+    For v1 the default is ``main_container`` when set: kubexec.sh runs in the container of that name.
+    """
+    if spec.replica(role).container_name:
+        return spec.replica(role).container_name
+    containers = pod_spec(base, role).get("containers")
+    first = containers[0] if isinstance(containers, list) and containers else None
+    if isinstance(first, dict) and isinstance(first.get("name"), str):
+        return first["name"]
+    if spec.api_version == API_V1 and spec.main_container:
+        return spec.main_container
+    return DEFAULT_CONTAINER_NAMES[API_V1 if spec.api_version == API_V1 else API_V2BETA1][role]
+
+
 def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
     """The base manifest's main container of ``role`` ({} if none)."""
-    name = main_container_name(spec, role, base)
+    name = spec.replica(role).container_name
     containers = pod_spec(base, role).get("containers")
-    found = [c for c in containers if isinstance(c, dict) and c.get("name") == name] if isinstance(containers, list) else []
-    return found[0] if found else {}
+    containers = containers if isinstance(containers, list) else []
+    return next((c for c in containers if isinstance(c, dict) and c.get("name") == name), {})
 
 
 def _sets_uid(replica: ReplicaSpec, main: dict, pod: dict) -> bool:
@@ -241,3 +245,76 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
         return
     launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
     settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)
+
+
+def _merged(filled: MPIJobSpec, base: dict) -> dict:
+    """The parameters (with the defaults filled in) deep-merged onto the base manifest, the main containers first."""
+    override = render(filled)
+    merged = deep_merge(_without_replaced(base, override), override)
+    replicas = merged["spec"]["mpiReplicaSpecs"]
+    launcher = replicas.get(LAUNCHER_REPLICA)
+    if isinstance(launcher, dict) and "replicas" not in launcher:
+        replicas[LAUNCHER_REPLICA] = {"replicas": 1, **launcher}  # the only valid count; first, as written by hand
+    for role in ROLES:
+        name = filled.replica(role).container_name
+        containers = pod_spec(merged, role).get("containers")
+        if isinstance(containers, list):
+            containers.sort(key=lambda c: not (isinstance(c, dict) and c.get("name") == name))
+    clean = filled.run_policy.clean_pod_policy
+    base_policy = base_value(base, ("spec", "runPolicy"))
+    if filled.api_version == API_V1 and clean is not None and isinstance(base_policy, dict) and "cleanPodPolicy" in (
+            base_policy):
+        # training-operator lets runPolicy.cleanPodPolicy win over the top-level field: keep them equal.
+        merged["spec"]["runPolicy"]["cleanPodPolicy"] = clean
+    return merged
+
+
+def _without_replaced(base: dict, override: dict) -> dict:
+    """A copy of ``base`` whose named items that ``override`` replaces wholesale are already replaced.
+
+    Replacing in place keeps the base's order, which matters for env vars that refer to
+    earlier ones with $(NAME).
+    """
+    base = deepcopy(base)
+    for role in ROLES:
+        new_pod, old_pod = pod_spec(override, role), pod_spec(base, role)
+        _replace_named(old_pod, new_pod, _REPLACED_POD_LISTS)
+        new_main = new_pod["containers"][0]
+        old_containers = old_pod.get("containers")
+        for old in old_containers if isinstance(old_containers, list) else []:
+            if isinstance(old, dict) and old.get("name") == new_main["name"]:
+                _replace_named(old, new_main, _REPLACED_CONTAINER_LISTS)
+    return base
+
+
+def _replace_named(old: dict, new: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if isinstance(old.get(key), list) and isinstance(new.get(key), list):
+            by_name = {i["name"]: i for i in new[key] if isinstance(i, dict) and isinstance(i.get("name"), str)}
+            old[key] = [deepcopy(by_name[_name_of(i)]) if _name_of(i) in by_name else i for i in old[key]]
+
+
+def _name_of(item: Any) -> str | None:
+    return item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) else None
+
+
+def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
+    """Set the main launcher container's command from ``spec.launch``, sized from the valid manifest: it replaces
+    the base manifest's command and args, which belonged to its own command line."""
+    job = manifest["spec"]
+    # v1 has no mpiImplementation field: there the parameter only picks the command's flags
+    implementation = job.get("mpiImplementation") or spec.mpi_implementation
+    command = spec.launch.command(
+        workers=job["mpiReplicaSpecs"][WORKER_REPLICA]["replicas"],
+        slots_per_worker=job.get("slotsPerWorker", CONTROLLER_DEFAULTS["slots_per_worker"]),
+        implementation=implementation or CONTROLLER_DEFAULTS["mpi_implementation"],
+        run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
+    )
+    container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
+    if manifest["apiVersion"] == API_V2BETA1 and implementation in spec.launch.in_args:
+        container.pop("command", None)  # the image's entrypoint runs it
+        container["args"] = [*command, *(spec.launcher.args or [])]
+        return
+    container["command"] = command
+    if spec.launcher.args is None:
+        container.pop("args", None)

@@ -1,19 +1,15 @@
-"""The MPIJob parameters as plain dataclasses, and the enums both operator versions accept.
-
-A field left at ``None`` was not given: the base manifest's value is kept, else ``Defaults``
-fill it (precedence.py), else it is not written. Snake-case field names double as the paths
-used in validation errors.
+"""The MPIJob's vocabulary: API versions, the enums both operator versions accept, the controllers' conventions,
+the operator's Defaults, and what a launcher command builder provides (the spec classes: fields.py).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from airflow_mpi.jobspec.errors import ErrorList
-    from airflow_mpi.jobspec.naming import TaskIdentity
 
 API_V2BETA1 = "kubeflow.org/v2beta1"  # kubeflow/mpi-operator >= 0.4
 API_V1 = "kubeflow.org/v1"  # kubeflow/training-operator (v1.x)
@@ -66,75 +62,20 @@ DEFAULT_CONTAINER_NAMES = {
 }
 
 
-@dataclass
-class ReplicaSpec:
-    """One role (launcher or worker): its pod template and the main (first) container."""
-
-    replicas: int | None = None
-    image: str | None = None
-    command: list[str] | None = None
-    args: list[str] | None = None
-    env: dict[str, str] | list[dict] | None = None
-    env_from: list[dict] | None = None
-    resources: dict | None = None
-    gpus: int | None = None
-    volumes: list[dict] | None = None
-    volume_mounts: list[dict] | None = None
-    node_selector: dict[str, str] | None = None
-    tolerations: list[dict] | None = None
-    affinity: dict | None = None
-    service_account_name: str | None = None
-    image_pull_secrets: list[str] | None = None
-    image_pull_policy: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-    security_context: dict | None = None
-    pod_security_context: dict | None = None
-    restart_policy: str | None = None
-    readiness_probe: dict | None = None
-    startup_probe: dict | None = None
-    dns_searches: list[str] | None = None  # the pod's dnsConfig.searches (MPICH/Intel launchers: jobspec/precedence.py)
-    priority_class_name: str | None = None
-    container_name: str | None = None
-
-
-@dataclass
-class SchedulingPolicy:
-    """Gang scheduling (Volcano / scheduler-plugins PodGroup)."""
-
-    min_available: int | None = None
-    queue: str | None = None
-    min_resources: dict | None = None
-    priority_class: str | None = None
-    schedule_timeout_seconds: int | None = None
-
-
-@dataclass
-class RunPolicy:
-    """Lifecycle of the job; in v2beta1 all but cleanPodPolicy apply to the launcher Job."""
-
-    clean_pod_policy: str | None = None
-    ttl_seconds_after_finished: int | None = None
-    active_deadline_seconds: int | None = None
-    backoff_limit: int | None = None
-    scheduling_policy: SchedulingPolicy | None = None
-    suspend: bool | None = None
-    managed_by: str | None = None
-
-
 @dataclass(frozen=True)
 class Defaults:
     """The operator's defaults: used only where neither a parameter nor the base manifest sets the field.
 
     ``retries`` turns on the retries mapping: unless ``backoff_limit`` is given as a parameter,
     ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to
-    ``Never``. ``namespace`` is the connection's (the name's default is derived from the identity).
+    ``Never``. ``namespace`` is the connection's, or a function that looks it up (called only when
+    neither a parameter nor the base manifest sets one). The name's default is derived from the identity.
     """
 
     workers: int | None = 1
     clean_pod_policy: str | None = "Running"  # the controllers' is "None": idle workers would hold their nodes
     retries: int | None = None
-    namespace: str | None = None
+    namespace: str | Callable[[], str | None] | None = None
 
 
 class LauncherCommand(Protocol):
@@ -149,39 +90,3 @@ class LauncherCommand(Protocol):
         self, *, workers: int, slots_per_worker: int, implementation: str, run_launcher_as_worker: bool
     ) -> list[str]:
         """The command; raises MPIJobValidationError naming the parameter at fault."""
-
-
-@dataclass
-class MPIJobSpec:
-    """Everything needed to build one MPIJob manifest (see build_manifest).
-
-    ``launch`` (e.g. commands.Mpirun) sets the launcher's command and, unless ``launcher.args``
-    is given, drops the base manifest's launcher args (for the implementations in its ``in_args``, the
-    command line goes into the args instead, keeping the image's entrypoint). ``identity`` adds the task instance's
-    labels and annotations and derives the default name. ``defaults`` (None: none) fill what
-    neither the parameters nor the base manifest set.
-    """
-
-    name: str | None
-    namespace: str | None = None
-    unique_name_suffix: bool = True  # a given name (or the base manifest's) is a prefix made unique per task instance
-    launcher: ReplicaSpec = field(default_factory=ReplicaSpec)
-    worker: ReplicaSpec = field(default_factory=ReplicaSpec)
-    slots_per_worker: int | None = None
-    run_launcher_as_worker: bool | None = None
-    ssh_auth_mount_path: str | None = None
-    launcher_creation_policy: str | None = None
-    mpi_implementation: str | None = None
-    run_policy: RunPolicy = field(default_factory=RunPolicy)
-    labels: dict | None = None
-    annotations: dict | None = None
-    api_version: str = API_V2BETA1
-    base_manifest: dict | str | os.PathLike | None = None
-    main_container: str | None = None
-    launch: LauncherCommand | None = None
-    identity: TaskIdentity | None = None
-    defaults: Defaults | None = None
-
-    def replica(self, role: str) -> ReplicaSpec:
-        """The ReplicaSpec of "Launcher" or "Worker"."""
-        return self.launcher if role == LAUNCHER_REPLICA else self.worker

@@ -17,83 +17,68 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import (
+    FIELDS,
+    JOB,
+    RUN_POLICY,
+    SCHEDULING,
+    Field,
+    MPIJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    field_of,
+    rows,
+)
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.pod_validation import Injected, check_annotations, check_labels, check_pod_template
+from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.jobspec.spec import (
     API_V1,
     API_V2BETA1,
     API_VERSIONS,
-    CLEAN_POD_POLICIES,
     CONFIG_MOUNT_PATH,
     DEFAULT_SSH_AUTH_MOUNT_PATH,
     GPU_RESOURCE,
     KIND,
     LAUNCHER_REPLICA,
-    LAUNCHER_CREATION_POLICIES,
     MANAGED_BY,
-    MPI_IMPLEMENTATIONS,
     RESTART_POLICIES,
     ROLES,
     WAIT_FOR_WORKERS_READY,
     WORKER_REPLICA,
     Defaults,
-    MPIJobSpec,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
 )
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-
-# spec fields of each version -> parameter name used in error paths
-_SPEC_FIELDS = {"slotsPerWorker": "slots_per_worker", "runPolicy": "run_policy", "mpiReplicaSpecs": "mpi_replica_specs"}
-_V2_ONLY = {
-    "runLauncherAsWorker": "run_launcher_as_worker",
-    "sshAuthMountPath": "ssh_auth_mount_path",
-    "launcherCreationPolicy": "launcher_creation_policy",
-    "mpiImplementation": "mpi_implementation",
-}
-_V1_ONLY = {"cleanPodPolicy": "spec.cleanPodPolicy", "mainContainer": "main_container"}
-_RUN_POLICY_FIELDS = {
-    "cleanPodPolicy": "clean_pod_policy",
-    "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
-    "activeDeadlineSeconds": "active_deadline_seconds",
-    "backoffLimit": "backoff_limit",
-    "schedulingPolicy": "scheduling_policy",
-    "suspend": "suspend",
-    "managedBy": "managed_by",
-}
-_SCHEDULING_FIELDS = {
-    "minAvailable": "min_available",
-    "queue": "queue",
-    "minResources": "min_resources",
-    "priorityClass": "priority_class",
-    "scheduleTimeoutSeconds": "schedule_timeout_seconds",
+_PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
+# The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)
+_SPEC, _RUN_POLICY, _SCHEDULING = (
+    {f.path[-1]: f for f in FIELDS if f.path[:-1] == parent}
+    for parent in (("spec",), ("spec", "runPolicy"), ("spec", "runPolicy", "schedulingPolicy"))
+)
+_CLEAN_POD_POLICY = field_of("clean_pod_policy", RUN_POLICY)
+# spec keys -> (the name errors use, the one API version that has it)
+_SPEC_KEYS = {
+    "runPolicy": ("run_policy", None),
+    "mpiReplicaSpecs": ("mpi_replica_specs", None),
+    **{key: (f.name, f.api) for key, f in _SPEC.items()},
+    **{f.v1_path[1]: (f"spec.{f.v1_path[1]}", API_V1) for f in FIELDS if len(f.v1_path) == 2},
 }
 _REPLICA_FIELDS = ("replicas", "restartPolicy", "template")
 
 
-def _int(errors: ErrorList, field: str, value: Any, *, minimum: int = 0, maximum: int = INT32_MAX) -> bool:
-    """Integer within [minimum, maximum] (int32 by default, as in the CRD); False if not."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.add(field, value, "must be an integer")
-    elif value < minimum:
-        errors.add(field, value, f"must be >= {minimum}")
-    elif value > maximum:
-        errors.add(field, value, f"must be <= {maximum}")
-    else:
-        return True
-    return False
+def _check(errors: ErrorList, field: str, value: Any, rule: rules.Rule) -> bool:
+    """``value`` passes ``rule``; a problem is reported under ``field``."""
+    problem = rule(value)
+    if problem:
+        errors.add(field, value, problem)
+    return not problem
 
 
-def _one_of(errors: ErrorList, field: str, value: Any, allowed: tuple[str, ...]) -> bool:
-    if value in allowed and isinstance(value, str):
-        return True
-    errors.add(field, value, f"must be one of {', '.join(allowed)}")
-    return False
+def _passes(errors: ErrorList, row: Field, value: Any, rule: rules.Rule | None = None) -> bool:
+    """``value`` passes ``rule`` (by default its row's), reported under the row's name."""
+    return _check(errors, _PREFIXES[row.owner] + row.name, value, rule or row.check)
 
 
 # ---------------------------------------------------------------- parameters (before merging)
@@ -104,19 +89,17 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
     if not isinstance(spec, MPIJobSpec):
         errors.add("spec", spec, "must be an MPIJobSpec")
         return
-    if spec.api_version not in API_VERSIONS:
-        errors.add("api_version", spec.api_version, f"must be one of {', '.join(API_VERSIONS)}")
-    if spec.name is not None and not isinstance(spec.name, str):
-        errors.add("name", spec.name, "must be a string")
-    if spec.unique_name_suffix is not None and not isinstance(spec.unique_name_suffix, bool):
-        errors.add("unique_name_suffix", spec.unique_name_suffix, "must be a boolean")
+    _check(errors, "api_version", spec.api_version, rules.one_of(API_VERSIONS))
+    if spec.name is not None:
+        _check(errors, "name", spec.name, rules.string)
+    if spec.unique_name_suffix is not None:
+        _check(errors, "unique_name_suffix", spec.unique_name_suffix, rules.boolean)
     for attr, cls in (("launcher", ReplicaSpec), ("worker", ReplicaSpec), ("run_policy", RunPolicy)):
         if not isinstance(getattr(spec, attr), cls):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__}")
-    if isinstance(spec.run_policy, RunPolicy) and not isinstance(
-        spec.run_policy.scheduling_policy, SchedulingPolicy | None
-    ):
-        errors.add("run_policy.scheduling_policy", spec.run_policy.scheduling_policy, "must be a SchedulingPolicy")
+    policy = getattr(spec.run_policy, "scheduling_policy", None)
+    if not isinstance(policy, SchedulingPolicy | None):
+        errors.add("run_policy.scheduling_policy", policy, "must be a SchedulingPolicy")
     for attr, cls in (("identity", TaskIdentity), ("defaults", Defaults)):
         if not isinstance(getattr(spec, attr), cls | None):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__} (or None)")
@@ -129,20 +112,17 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         spec.launch.check(errors)
         if spec.launcher.command is not None:
             errors.add("command", spec.launcher.command, "cannot be combined with program (which builds the command)")
-    if spec.api_version == API_V1:
-        for attr in _V2_ONLY.values():
-            value = getattr(spec, attr)
-            if attr == "mpi_implementation" and value is not None and spec.launch is not None:
-                _one_of(errors, attr, value, MPI_IMPLEMENTATIONS)  # not written: it picks the launch flags
-            elif value is not None:
-                hint = " without program (with program it picks mpirun's flags)" if attr == "mpi_implementation" else ""
-                errors.add(attr, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
-    elif spec.main_container is not None:
-        errors.add(
-            "main_container",
-            spec.main_container,
-            f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one",
-        )
+    for row in rows(JOB):
+        value = getattr(spec, row.name) if row.api not in (None, spec.api_version) else None
+        if value is None:
+            continue
+        if row.api == API_V1:
+            errors.add(row.name, value, f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one")
+        elif row.name == "mpi_implementation" and spec.launch is not None:
+            _passes(errors, row, value)  # not written: it picks the launch flags
+        else:
+            hint = " without program (with program it picks mpirun's flags)" if row.name == "mpi_implementation" else ""
+            errors.add(row.name, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
 
@@ -156,12 +136,10 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
                 errors.add(f"{role}.env.{name}", value, "must be a string (or a number)")
     elif rs.env is not None and not isinstance(rs.env, list):
         errors.add(f"{role}.env", rs.env, "must be a dict of names to values or a list of EnvVar mappings")
-    limits = None
-    if isinstance(rs.resources, dict):
-        limits = rs.resources.get("limits")
-    elif rs.resources is not None:
+    limits = rs.resources.get("limits") if isinstance(rs.resources, dict) else None
+    if rs.resources is not None and not isinstance(rs.resources, dict):
         errors.add(f"{role}.resources", rs.resources, "must be a mapping with requests and/or limits")
-    if rs.gpus is not None and _int(errors, f"{role}.gpus", rs.gpus):
+    if rs.gpus is not None and _check(errors, f"{role}.gpus", rs.gpus, rules.integer()):
         if limits is not None and not isinstance(limits, dict):
             errors.add(f"{role}.resources.limits", limits, "must be a mapping of resource names to quantities")
         elif limits and GPU_RESOURCE in limits:
@@ -170,16 +148,13 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
             except QuantityError:
                 same = False
             if not same:
-                errors.add(
-                    f"{role}.gpus",
-                    rs.gpus,
-                    f"conflicts with resources.limits[{GPU_RESOURCE!r}]={limits[GPU_RESOURCE]!r}",
-                )
+                reason = f"conflicts with resources.limits[{GPU_RESOURCE!r}]={limits[GPU_RESOURCE]!r}"
+                errors.add(f"{role}.gpus", rs.gpus, reason)
     pull = rs.image_pull_secrets
     if pull is not None and (not isinstance(pull, list) or not all(isinstance(n, str) and n for n in pull)):
         errors.add(f"{role}.image_pull_secrets", pull, "must be a list of Secret names")
-    if rs.container_name is not None and not isinstance(rs.container_name, str):
-        errors.add(f"{role}.container_name", rs.container_name, "must be a string")
+    if rs.container_name is not None:
+        _check(errors, f"{role}.container_name", rs.container_name, rules.string)
 
 
 def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None:
@@ -195,12 +170,8 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
             continue
         names = [c.get("name") for c in containers if isinstance(c, dict)]
         if wanted not in names:
-            errors.add(
-                f"{name}.container_name",
-                wanted,
-                f"names no {name} container of the base manifest (containers: {names}); "
-                "leave it unset to use the first one",
-            )
+            reason = f"names no {name} container of the base manifest (containers: {names}); leave it unset to use the "
+            errors.add(f"{name}.container_name", wanted, reason + "first one")
 
 
 # ---------------------------------------------------------------- the merged manifest
@@ -209,7 +180,7 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
 def check_manifest(errors: ErrorList, manifest: dict) -> None:
     """Operator and Kubernetes rules on a complete (merged) MPIJob manifest."""
     api = manifest.get("apiVersion")
-    if not _one_of(errors, "api_version", api, API_VERSIONS):
+    if not _check(errors, "api_version", api, rules.one_of(API_VERSIONS)):
         return
     metadata = manifest.get("metadata")
     if not isinstance(metadata, dict):
@@ -221,14 +192,50 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         return
     workers = _worker_count(job.get("mpiReplicaSpecs"))
     _check_name(errors, metadata.get("name"), workers)
-    namespace = metadata.get("namespace")
-    if namespace is not None and (problem := rules.dns1123_label(namespace)):
-        errors.add("namespace", namespace, problem)
+    if metadata.get("namespace") is not None:
+        _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
     check_annotations(errors, "annotations", metadata.get("annotations"))
     _check_spec_fields(errors, manifest, api)
-    _check_run_policy(errors, job, api, workers)
+    policy = job.get("runPolicy")
+    if _is_mapping(errors, "run_policy", policy):
+        top_level = api == API_V1 and "cleanPodPolicy" in job  # its conflicts: _check_spec_fields
+        _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
+            "managedBy": rules.one_of(MANAGED_BY[api]),
+            "cleanPodPolicy": (lambda value: None) if top_level else _CLEAN_POD_POLICY.check,
+        })  # fmt: skip
+        scheduling = policy.get("schedulingPolicy")
+        if _is_mapping(errors, "run_policy.scheduling_policy", scheduling):
+            # The gang is the launcher + the workers: a larger minimum can never be scheduled.
+            _check_keys(errors, scheduling, _SCHEDULING, "spec.runPolicy.schedulingPolicy",
+                        "is not a schedulingPolicy field", {"minAvailable": rules.integer(1, workers + 1)})
     _check_replica_specs(errors, job, api)
+
+
+def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
+    """An optional mapping: True when it is one."""
+    if value is not None and not isinstance(value, dict):
+        errors.add(field, value, "must be a mapping")
+    return isinstance(value, dict)
+
+
+def _check_keys(
+    errors: ErrorList, node: dict, known: dict[str, Field], path: str, unknown: str, special: dict[str, rules.Rule]
+) -> None:
+    """Every key of ``node`` (at ``path``) known, every value passing its row's rule (or the ``special`` one: what
+    depends on the API version or the rest of the job)."""
+    for key, value in node.items():
+        row = known.get(key)
+        if value is None:
+            continue
+        if row is None:
+            errors.add(f"{path}.{key}", value, unknown)
+        elif row.nested is None and (rule := special.get(key, row.check)) is not None:
+            _passes(errors, row, value, rule)
+        elif key == "minResources":
+            reason = "must be a mapping of resource names to quantities"
+            errors.check_entries(_PREFIXES[row.owner] + row.name, value, reason, rules.qualified_name, quantity_problem,
+                                 key_what="invalid resource name")
 
 
 def _worker_count(replica_specs: Any) -> int:
@@ -250,135 +257,44 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
     # this also covers the launcher.
     host = f"{name}-worker-{workers - 1}"
     if len(host) > rules.LABEL_MAX:
-        errors.add(
-            "name", name, f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
-        )
+        reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
+        errors.add("name", name, reason)
 
 
 def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
     job = manifest["spec"]
-    own, other, other_api = (_V2_ONLY, _V1_ONLY, API_V1) if api == API_V2BETA1 else (_V1_ONLY, _V2_ONLY, API_V2BETA1)
     for key, value in job.items():
-        if key in other:
-            errors.add(other[key], value, f"is not supported by {api}: spec.{key} exists only in {other_api}")
-        elif key not in own and key not in _SPEC_FIELDS:
+        name, only = _SPEC_KEYS.get(key, (None, None))
+        if name is None:
             errors.add(f"spec.{key}", value, f"is not a field of {api} MPIJob")
-    if "slotsPerWorker" in job:
-        _int(errors, "slots_per_worker", job["slotsPerWorker"], minimum=1)
-    if api == API_V1:
-        _check_v1_fields(errors, manifest)
-        return
-    if "runLauncherAsWorker" in job and not isinstance(job["runLauncherAsWorker"], bool):
-        errors.add("run_launcher_as_worker", job["runLauncherAsWorker"], "must be a boolean")
-    if "sshAuthMountPath" in job:
-        path = job["sshAuthMountPath"]
-        if not isinstance(path, str) or not path.startswith("/"):
-            errors.add("ssh_auth_mount_path", path, "must be an absolute path (the operator mounts the SSH keys there)")
-    if "mpiImplementation" in job:
-        _one_of(errors, "mpi_implementation", job["mpiImplementation"], MPI_IMPLEMENTATIONS)
-    policy = job.get("launcherCreationPolicy")
-    if policy is not None and _one_of(errors, "launcher_creation_policy", policy, LAUNCHER_CREATION_POLICIES):
-        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-        main = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
-        if policy == WAIT_FOR_WORKERS_READY and not (main.get("readinessProbe") or main.get("startupProbe")):
-            errors.add(
-                "launcher_creation_policy",
-                policy,
-                "requires a worker readiness or startup probe: without one a worker counts as Ready as soon as it "
-                "starts, before sshd accepts connections",
-            )
-
-
-def _check_v1_fields(errors: ErrorList, manifest: dict) -> None:
-    job = manifest["spec"]
-    clean = job.get("cleanPodPolicy")
-    if clean is not None and _one_of(errors, "run_policy.clean_pod_policy", clean, CLEAN_POD_POLICIES):
-        run_policy = job.get("runPolicy")
-        other = run_policy.get("cleanPodPolicy") if isinstance(run_policy, dict) else None
+        elif only not in (None, api):
+            errors.add(name, value, f"is not supported by {api}: spec.{key} exists only in {only}")
+        elif key in _SPEC and _SPEC[key].check is not None:
+            _passes(errors, _SPEC[key], value)
+    containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
+    worker = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
+    names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+    policy, clean, main = job.get("launcherCreationPolicy"), job.get("cleanPodPolicy"), job.get("mainContainer")
+    if api == API_V2BETA1 and policy == WAIT_FOR_WORKERS_READY and not (
+        worker.get("readinessProbe") or worker.get("startupProbe")
+    ):
+        errors.add("launcher_creation_policy", policy, "requires a worker readiness or startup probe: without one a "
+                   "worker counts as Ready as soon as it starts, before sshd accepts connections")
+    if api == API_V1 and clean is not None and _passes(errors, _CLEAN_POD_POLICY, clean):
+        other = job["runPolicy"].get("cleanPodPolicy") if isinstance(job.get("runPolicy"), dict) else None
         if other is not None and other != clean:
-            errors.add(
-                "run_policy.clean_pod_policy",
-                clean,
-                f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} (the training-operator lets runPolicy win)",
-            )
-    main = job.get("mainContainer")
-    if main is not None:
-        containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-        names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
-        if not isinstance(main, str) or main not in names:
-            errors.add(
-                "main_container", main, f"must name a worker container (kubexec.sh runs there); containers: {names}"
-            )
+            errors.add("run_policy.clean_pod_policy", clean, f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} "
+                       "(the training-operator lets runPolicy win)")
+    if api == API_V1 and main is not None and (not isinstance(main, str) or main not in names):
+        errors.add("main_container", main, f"must name a worker container (kubexec.sh runs there); containers: {names}")
 
 
-def _check_run_policy(errors: ErrorList, job: dict, api: str, workers: int) -> None:
-    policy = job.get("runPolicy")
-    if policy is None:
-        return
-    if not isinstance(policy, dict):
-        errors.add("run_policy", policy, "must be a mapping")
-        return
-    for key, value in policy.items():
-        field = f"run_policy.{_RUN_POLICY_FIELDS.get(key, key)}"
-        if value is None:
-            continue
-        if key not in _RUN_POLICY_FIELDS:
-            errors.add(f"spec.runPolicy.{key}", value, f"is not a runPolicy field of {api}")
-        elif key == "cleanPodPolicy":
-            if api == API_V2BETA1 or "cleanPodPolicy" not in job:  # v1 top-level conflicts: _check_v1_fields
-                _one_of(errors, field, value, CLEAN_POD_POLICIES)
-        elif key == "activeDeadlineSeconds":
-            _int(errors, field, value, maximum=INT64_MAX)
-        elif key in ("ttlSecondsAfterFinished", "backoffLimit"):
-            _int(errors, field, value)
-        elif key == "suspend" and not isinstance(value, bool):
-            errors.add(field, value, "must be a boolean")
-        elif key == "managedBy":
-            _one_of(errors, field, value, MANAGED_BY[api])
-        elif key == "schedulingPolicy":
-            _check_scheduling(errors, value, workers)
-
-
-def _check_scheduling(errors: ErrorList, policy: Any, workers: int) -> None:
-    prefix = "run_policy.scheduling_policy"
-    if not isinstance(policy, dict):
-        errors.add(prefix, policy, "must be a mapping")
-        return
-    for key, value in policy.items():
-        field = f"{prefix}.{_SCHEDULING_FIELDS.get(key, key)}"
-        if value is None:
-            continue
-        if key not in _SCHEDULING_FIELDS:
-            errors.add(f"spec.runPolicy.schedulingPolicy.{key}", value, "is not a schedulingPolicy field")
-        elif key == "minAvailable":
-            # The gang is the launcher + the workers: a larger minimum can never be scheduled.
-            _int(errors, field, value, minimum=1, maximum=workers + 1)
-        elif key == "scheduleTimeoutSeconds":
-            _int(errors, field, value)
-        elif key == "queue" and not (isinstance(value, str) and value):
-            errors.add(field, value, "must be a non-empty string")
-        elif key == "priorityClass" and (problem := rules.dns1123_subdomain(value)):
-            errors.add(field, value, problem)
-        elif key == "minResources":
-            reason = "must be a mapping of resource names to quantities"
-            errors.check_entries(
-                field, value, reason, rules.qualified_name, quantity_problem, key_what="invalid resource name"
-            )
-
-
-def _injected(api: str, role: str, ssh_path: str) -> Injected:
+def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
     """Volumes the operator adds to the role's pods (name -> mount path in the first container)."""
+    launcher = role == LAUNCHER_REPLICA
     if api == API_V2BETA1:
-        volumes = {"ssh-auth": ssh_path}
-        if role == LAUNCHER_REPLICA:
-            volumes["mpi-job-config"] = CONFIG_MOUNT_PATH
-    else:
-        volumes = {"mpi-job-config": CONFIG_MOUNT_PATH}
-        if role == LAUNCHER_REPLICA:
-            volumes["mpi-job-kubectl"] = "/opt/kube"
-    return Injected(volumes)
-
-
+        return {"ssh-auth": ssh_path, **({"mpi-job-config": CONFIG_MOUNT_PATH} if launcher else {})}
+    return {"mpi-job-config": CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
 def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
     specs = job.get("mpiReplicaSpecs")
     if not isinstance(specs, dict):
@@ -387,9 +303,7 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
     for key in specs:
         if key not in ROLES:
             errors.add(f"mpi_replica_specs.{key}", specs[key], "unknown replica type (expected Launcher, Worker)")
-    ssh_path = (
-        job.get("sshAuthMountPath") if isinstance(job.get("sshAuthMountPath"), str) else DEFAULT_SSH_AUTH_MOUNT_PATH
-    )
+    ssh_path = job["sshAuthMountPath"] if isinstance(job.get("sshAuthMountPath"), str) else DEFAULT_SSH_AUTH_MOUNT_PATH
     for role, name in ROLES.items():
         replica = specs.get(role)
         if not isinstance(replica, dict):
@@ -405,11 +319,11 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
         elif replicas is None:
             errors.add("worker.replicas", None, "is required (the number of worker pods, >= 1)")
         else:
-            _int(errors, "worker.replicas", replicas, minimum=1)
+            _check(errors, "worker.replicas", replicas, rules.integer(1))
         restart = replica.get("restartPolicy")
-        valid = restart is None or _one_of(errors, f"{name}.restart_policy", restart, RESTART_POLICIES[api])
+        restarts = rules.one_of(RESTART_POLICIES[api])
+        valid = restart is None or _check(errors, f"{name}.restart_policy", restart, restarts)
         if valid and role == LAUNCHER_REPLICA and restart == "Always":  # only v1 accepts Always at all
-            errors.add(
-                "launcher.restart_policy", restart, "restarts the launcher even after success: the job never completes"
-            )
+            reason = "restarts the launcher even after success: the job never completes"
+            errors.add("launcher.restart_policy", restart, reason)
         check_pod_template(errors, name, replica.get("template"), _injected(api, role, ssh_path))

@@ -24,194 +24,72 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi import deployment_identity
-from airflow_mpi.jobspec import API_V2BETA1, DEFAULT, Defaults, Resolved, TaskIdentity
-from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import NEW, PARAMETERS, Field
 from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
-from airflow_mpi.wait.progress import Timeouts
 from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
+from airflow_mpi.operators.redaction import redacted_yaml
+from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
 from airflow_mpi.operators.task_params import (
-    PARSE_TIME_STAND_INS,
+    TASK_PARAMETERS,
     check_task_parameters,
+    init_signature,
     parse_time_values,
     placeholder_identity,
     settings_explained,
     task_instance_id,
-    task_values,
+    typed,
 )
-from airflow_mpi.operators.redaction import redacted_yaml
-from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
-from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator, conf
+from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator
+from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.wait.progress import Timeouts
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
 
 TEMPLATE_EXT = (".yaml", ".yml", ".json")
+_PARAMETERS = {**PARAMETERS, **TASK_PARAMETERS}
+
+
+def template_fields_of(parameters: dict) -> tuple[str, ...]:
+    return tuple(name for name, row in parameters.items() if row.templated)
 
 
 class MPIJobOperator(BaseOperator):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
-    :param image: image of both roles (``launcher`` / ``worker`` dicts may override per role).
-    Every MPIJob field follows one rule (airflow_mpi.jobspec.precedence): a parameter given >
-    the base manifest's value > the operator's default. ``None`` means "not given".
-
-    :param command: launcher command (list, or a shell string split with shlex).
-    :param program: instead of ``command``: the launcher runs ``mpirun`` for the job's MPI
-        implementation with ``-np = workers x slots_per_worker`` (as resolved) and ``mpirun_args``.
-    :param backoff_limit: unset (and unset in the base manifest): the task's ``retries`` are mapped
-        onto the MPIJob (see module docstring); otherwise Airflow's retries each start a fresh MPIJob.
-    :param name: a prefix: the task instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs,
-        retries and jobs kept for debugging never collide; also for the base manifest's ``metadata.name``.
-    :param unique_name_suffix: False: the job is named exactly ``name`` (one job of that name at a time).
-    :param on_finish_action: ``keep``, ``delete_succeeded`` (default) or ``delete``.
+    The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
+    operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of
+    ``command``) makes the launcher run ``mpirun`` sized from the resolved job. ``name`` is a prefix: the task
+    instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs, retries and jobs kept for
+    debugging never collide (``unique_name_suffix=False``: exactly ``name``).
     """
 
-    template_fields: Sequence[str] = (
-        "name", "namespace", "image", "command", "args", "program", "mpirun_args", "env", "env_from", "labels",
-        "annotations", "base_manifest", "worker_resources", "launcher_resources", "gpus_per_worker", "workers",
-        "slots_per_worker", "mpi_implementation", "launcher", "worker",
-    )  # fmt: skip
+    parameters: ClassVar[dict[str, Field]] = _PARAMETERS
+    template_fields: Sequence[str] = template_fields_of(_PARAMETERS)
     template_ext: Sequence[str] = TEMPLATE_EXT
-    # The parameters that make up the MPIJob (airflow_mpi.jobspec.parameters reads them by these names).
-    spec_parameters: Sequence[str] = (
-        "image", "command", "args", "program", "mpirun_args", "workers", "slots_per_worker", "mpi_implementation",
-        "api_version", "name", "namespace", "env", "env_from", "worker_resources", "gpus_per_worker",
-        "launcher_resources", "volumes", "volume_mounts", "node_selector", "tolerations", "affinity",
-        "service_account_name", "image_pull_secrets", "priority_class_name", "labels", "annotations", "launcher",
-        "worker", "launcher_creation_policy", "run_launcher_as_worker", "ssh_auth_mount_path",
-        "worker_readiness_probe", "main_container", "backoff_limit", "clean_pod_policy", "ttl_seconds_after_finished",
-        "active_deadline_seconds", "scheduling_policy", "suspend", "managed_by", "base_manifest", "unique_name_suffix",
-    )  # fmt: skip
-    template_fields_renderers = {
-        "base_manifest": "yaml",
-        "env": "json",
-        "worker_resources": "json",
-        "launcher_resources": "json",
-        "launcher": "json",
-        "worker": "json",
-        "labels": "json",
-        "annotations": "json",
-    }
+    template_fields_renderers = {n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")}
     ui_color = "#c7e2f7"
     # The decorators' ranks report rank 0's return value in marker lines: kept out of the log (also by the trigger).
     captures_result: bool = False
 
-    def __init__(
-        self,
-        *,
-        image: str | None = None,
-        command: list[str] | str | None = None,
-        args: list[str] | None = None,
-        program: list[str] | str | None = None,
-        mpirun_args: list[str] | str | None = None,
-        workers: int | str | None = None,
-        slots_per_worker: int | str | None = None,
-        mpi_implementation: str | None = None,
-        api_version: str = API_V2BETA1,
-        name: str | None = None,
-        unique_name_suffix: bool = True,
-        namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        env: dict[str, str] | list[dict] | None = None,
-        env_from: list[dict] | None = None,
-        worker_resources: dict | None = None,
-        gpus_per_worker: int | str | None = None,
-        launcher_resources: dict | None = None,
-        volumes: list[dict] | None = None,
-        volume_mounts: list[dict] | None = None,
-        node_selector: dict[str, str] | None = None,
-        tolerations: list[dict] | None = None,
-        affinity: dict | None = None,
-        service_account_name: str | None = None,
-        image_pull_secrets: list[str] | None = None,
-        priority_class_name: str | None = None,
-        labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None,
-        launcher: dict[str, Any] | None = None,
-        worker: dict[str, Any] | None = None,
-        launcher_creation_policy: str | None = None,
-        run_launcher_as_worker: bool | None = None,
-        ssh_auth_mount_path: str | None = None,
-        worker_readiness_probe: dict | None = None,
-        main_container: str | None = None,
-        backoff_limit: int | None = None,
-        clean_pod_policy: str | None = None,
-        ttl_seconds_after_finished: int | None = None,
-        active_deadline_seconds: int | None = None,
-        scheduling_policy: dict[str, Any] | None = None,
-        suspend: bool | None = None,
-        managed_by: str | None = None,
-        base_manifest: dict | str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        get_logs: bool = True,
-        poll_interval: float = 10.0,
-        startup_timeout: float | None = 120.0,
-        schedule_timeout: float | None = 300.0,
-        on_finish_action: str = "delete_succeeded",
-        worker_log_tail_lines: int = 20,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        given = {name: kwargs.pop(name, None if f.default is NEW else f.default) for name, f in _PARAMETERS.items()}
         super().__init__(**kwargs)
-        self.image = image
-        self.command = command
-        self.args = args
-        self.program = program
-        self.mpirun_args = mpirun_args
-        self.workers = workers
-        self.slots_per_worker = slots_per_worker
-        self.mpi_implementation = mpi_implementation
-        self.api_version = api_version
-        self.name = name
-        self.unique_name_suffix = unique_name_suffix
-        self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.env = env
-        self.env_from = env_from
-        self.worker_resources = worker_resources
-        self.gpus_per_worker = gpus_per_worker
-        self.launcher_resources = launcher_resources
-        self.volumes = volumes
-        self.volume_mounts = volume_mounts
-        self.node_selector = node_selector
-        self.tolerations = tolerations
-        self.affinity = affinity
-        self.service_account_name = service_account_name
-        self.image_pull_secrets = image_pull_secrets
-        self.priority_class_name = priority_class_name
-        self.labels = labels
-        self.annotations = annotations
-        self.launcher = launcher
-        self.worker = worker
-        self.launcher_creation_policy = launcher_creation_policy
-        self.run_launcher_as_worker = run_launcher_as_worker
-        self.ssh_auth_mount_path = ssh_auth_mount_path
-        self.worker_readiness_probe = worker_readiness_probe
-        self.main_container = main_container
-        self.backoff_limit = backoff_limit
-        self.clean_pod_policy = clean_pod_policy
-        self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        self.active_deadline_seconds = active_deadline_seconds
-        self.scheduling_policy = scheduling_policy
-        self.suspend = suspend
-        self.managed_by = managed_by
-        self.base_manifest = base_manifest
-        self.deferrable = deferrable
-        self.get_logs = get_logs
-        self.poll_interval = poll_interval
-        self.startup_timeout = startup_timeout
-        self.schedule_timeout = schedule_timeout
-        self.on_finish_action = on_finish_action
-        self.worker_log_tail_lines = worker_log_tail_lines
+        for name, value in given.items():
+            setattr(self, name, value)
         self._job: tuple[str, str, str | None] | None = None  # (name, namespace, uid) once created or attached
         self._resolved: Resolved | None = None  # of the last build_manifest
         self._validate_at_parse_time()
+
+    __init__.__signature__ = init_signature(_PARAMETERS)
 
     # ------------------------------------------------------------------ spec building
     def _validate_at_parse_time(self) -> None:
@@ -219,19 +97,28 @@ class MPIJobOperator(BaseOperator):
 
         Values Airflow has not rendered yet get stand-ins; they are checked again after rendering.
         """
-        values = parse_time_values(self, tuple(self.template_fields), tuple(self.template_ext))
+        values = parse_time_values(self)
         check_task_parameters(values)
         if self.base_manifest is not None and values.get("base_manifest") is None:
-            values["image"] = values.get("image") or PARSE_TIME_STAND_INS["image"]  # the base manifest may carry it
+            values["image"] = values.get("image") or PARAMETERS["image"].stand_in  # the base manifest may carry it
         self._resolve(values, placeholder_identity(self, "parse-time"), namespace=None)
 
     def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
         """The launcher command ``program`` builds (HorovodJobOperator: horovodrun)."""
         return mpirun_launch(errors, values)
 
-    def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: str | None) -> Resolved:
+    def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: Any) -> Resolved:
         defaults = Defaults(retries=self.retries or 0, namespace=namespace)
         return resolve_parameters(values, identity=identity, defaults=defaults, launch=self._launch)
+
+    def _task_settings(self) -> dict[str, Any]:
+        """How the task waits, a rendered template's text as each setting's type: set on the task too, where the
+        wait reads them."""
+        values = typed({name: getattr(self, name) for name in TASK_PARAMETERS})
+        for name, value in values.items():
+            if value is not getattr(self, name):
+                setattr(self, name, value)
+        return values
 
     def build_manifest(self, context: Any = None) -> dict:
         """Exactly the manifest this task instance submits (validated; raises before any API call).
@@ -242,17 +129,17 @@ class MPIJobOperator(BaseOperator):
         no deployment, so no sweep ever deletes it. The namespace then comes from the connection only when one is
         configured there.
         """
-        values = task_values(self)
+        values = {**{name: getattr(self, name) for name in self.parameters}, **self._task_settings()}
         check_task_parameters(values)
         ti = context.get("ti") if context else None
         if ti is not None:
             identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number,
                                     deployment=deployment_identity.for_task(),
                                     task_instance_id=task_instance_id(context))
-            namespace = None if values.get("namespace") else self.hook.resolve_namespace(None)
+            namespace = lambda: self.hook.resolve_namespace()  # noqa: E731 (the hook only when it is needed)
         else:
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
-            namespace = None if values.get("namespace") else self.hook.configured_namespace()
+            namespace = lambda: self.hook.configured_namespace()  # noqa: E731
         self._resolved = self._resolve(values, identity, namespace)
         return self._resolved.manifest
 
@@ -301,6 +188,7 @@ class MPIJobOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish."""
+        self._task_settings()
         name, namespace = event["name"], event["namespace"]
         self._job = (name, namespace, event.get("uid"))
         if self._deleted_by_earlier_try(context, event, job_try_number):
@@ -310,7 +198,8 @@ class MPIJobOperator(BaseOperator):
         return self._finish(event)
 
     def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
-        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made it."""
+        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made
+        it."""
         if getattr(self, "_resubmitted", False) or not deleted_by_earlier_try(
             self.hook, self.log, payload, job_try, context["ti"].try_number
         ):
@@ -347,30 +236,25 @@ class MPIJobOperator(BaseOperator):
     def _create(self, manifest: dict) -> dict:
         return create(self.hook, manifest)
 
-    def _monitor_kwargs(self, submitted_at: datetime, deadline: datetime | None) -> dict[str, Any]:
-        return {
-            "submitted_at": submitted_at,
-            "timeouts": Timeouts(self.startup_timeout, self.schedule_timeout),
-            "poll_interval": self.poll_interval,
-            "get_logs": self.get_logs,
-            "max_attempts": self.effective_backoff_limit() + 1,
-            "deadline": deadline,
-            "tail_lines": self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
-        }
-
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
     ) -> dict:
-        from airflow_mpi.wait.monitor import monitor_with
-
-        kwargs = self._monitor_kwargs(submitted_at, deadline)
-        return await monitor_with(self.hook, name, namespace, emit=self._launcher_log(), uid=uid, **kwargs)
+        return await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
+        await self._monitor(name, namespace, _now(), None, drain_only=True, log_state=log_state)
+
+    async def _monitor(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None,
+                       **kwargs: Any) -> dict:
         from airflow_mpi.wait.monitor import monitor_with
 
-        kwargs = self._monitor_kwargs(_now(), None)
-        await monitor_with(self.hook, name, namespace, drain_only=True, emit=self._launcher_log(), log_state=log_state, **kwargs)
+        return await monitor_with(
+            self.hook, name, namespace, emit=self._launcher_log(), submitted_at=submitted_at,
+            timeouts=Timeouts(self.startup_timeout, self.schedule_timeout), poll_interval=self.poll_interval,
+            get_logs=self.get_logs, max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
+            tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
+            **kwargs,
+        )  # fmt: skip
 
     def _launcher_log(self) -> Callable[[str], None]:
         """Where the launcher's log lines go (the decorators keep rank 0's result lines apart)."""
@@ -387,40 +271,23 @@ class MPIJobOperator(BaseOperator):
         deferred_at = _now()
         deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
         trigger = MPIJobTrigger(
-            name=name,
-            namespace=namespace,
-            api_version=self.api_version,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            connection=self.hook.connection_settings(),
-            submitted_at=submitted_at.isoformat(),
-            poll_interval=self.poll_interval,
-            startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout,
-            get_logs=self.get_logs,
-            max_attempts=self.effective_backoff_limit() + 1,
-            deadline=deadline.isoformat() if deadline else None,
-            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
-            capture_result=self.captures_result,
-            uid=uid,
-            result_digest=self._result_digest(),
-            tail_lines=self.worker_log_tail_lines,
-        )
+            name=name, namespace=namespace, api_version=self.api_version, kubernetes_conn_id=self.kubernetes_conn_id,
+            connection=self.hook.connection_settings(), submitted_at=submitted_at.isoformat(),
+            poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
+            schedule_timeout=self.schedule_timeout, get_logs=self.get_logs,
+            max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
+            not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
+            result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,
+        )  # fmt: skip
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
         # is a backstop in case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
-        self.defer(
-            trigger=trigger, method_name="execute_complete", kwargs={"job_try_number": job_try}, timeout=backstop
-        )
+        kwargs = {"job_try_number": job_try}
+        self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, payload: dict[str, Any]) -> dict:
-        return finish(
-            self,
-            payload,
-            api_version=self.api_version,
-            on_finish_action=self.on_finish_action,
-            fail_permanently=self._retries_mapped(),
-            worker_log_tail_lines=self.worker_log_tail_lines,
-        )
+        return finish(self, payload, api_version=self.api_version, on_finish_action=self.on_finish_action,
+                      fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines)
 
 
 def _now() -> datetime:
@@ -428,10 +295,8 @@ def _now() -> datetime:
 
 
 def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
+    if isinstance(value, datetime) or not value:
+        return value or None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 

@@ -1,38 +1,71 @@
-"""The operator's parameters as one dict of values, checked under their names, rendered or not.
+"""The operators' parameters: the rows of how the task waits (the MPIJob's: jobspec/fields.py), the ``__init__``
+signature all the rows make, and the parameters' values, rendered or not, checked under their names.
 
-Non-templated parameters are validated when the DAG is parsed (so a bad value is an import error
-naming the parameter); templated ones can only be checked after rendering, so parse-time
-validation puts a neutral stand-in where a value is still a template, an XComArg or a template
-file. build_manifest checks all of them again once Airflow has rendered them.
+Non-templated parameters are validated when the DAG is parsed (so a bad value is an import error naming the
+parameter); templated ones can only be checked after rendering, so parse-time validation puts a neutral stand-in
+where a value is still a template, an XComArg or a template file. build_manifest checks all of them again once
+Airflow has rendered them.
 """
 
 from __future__ import annotations
 
+import inspect
 from numbers import Real
 from typing import Any
 
 from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.fields import NEW, TASK, Field, as_bool, as_number, parameters
 from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.jobspec.rules import Rule, one_of
 from airflow_mpi.operators.outcome import ON_FINISH_ACTIONS
+from airflow_mpi.version_compat import conf
 
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
-# How the task waits (the model covers the MPIJob's own parameters).
-TASK_PARAMETERS = (
-    "kubernetes_conn_id", "deferrable", "get_logs", "poll_interval", "startup_timeout", "schedule_timeout",
-    "on_finish_action", "worker_log_tail_lines",
+
+
+def _seconds(optional: bool) -> Rule:
+    def problem(value: object) -> str | None:
+        if (value is None and optional) or (isinstance(value, Real) and type(value) is not bool and value > 0):
+            return None
+        return "must be a number of seconds > 0" + (" (or None: no limit)" if optional else "")
+
+    return problem
+
+
+def _boolean(value: object) -> str | None:
+    return None if isinstance(value, bool) else "must be a boolean (True or False)"
+
+
+TASK_FIELDS: tuple[Field, ...] = (
+    Field("kubernetes_conn_id", TASK, str, default="kubernetes_default",
+          check=lambda v: None if isinstance(v, str) and v else "must be a connection id"),
+    Field("deferrable", TASK, bool, templated=True, coerce=as_bool, check=_boolean,
+          default=conf.getboolean("operators", "default_deferrable", fallback=False)),
+    Field("get_logs", TASK, bool, default=True, templated=True, coerce=as_bool, check=_boolean),
+    Field("poll_interval", TASK, float, default=10.0, templated=True, coerce=as_number, check=_seconds(False)),
+    Field("startup_timeout", TASK, float | None, default=120.0, templated=True, coerce=as_number,
+          check=_seconds(True)),
+    Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number,
+          check=_seconds(True)),
+    Field("on_finish_action", TASK, str, default="delete_succeeded", templated=True,
+          check=one_of(ON_FINISH_ACTIONS)),
+    Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number,
+          check=lambda v: None if isinstance(v, int) and type(v) is not bool and v >= 0 else "must be an integer >= 0"),
 )  # fmt: skip
-# Unrendered values at parse time: a valid value where the model needs one, else "not given".
-PARSE_TIME_STAND_INS: dict[str, Any] = {
-    "image": "parse-time-image",
-    "command": ["true"],
-    "program": ["true"],
-    "mpirun_args": [],
-    "horovod_args": [],
-    "mpi_implementation": "OpenMPI",
-    "name": "parse-time-name",
-    "deferrable": False,
-    "get_logs": True,
-}
+TASK_PARAMETERS = parameters(TASK_FIELDS)
+
+
+def init_signature(fields: dict[str, Field], required: tuple[str, ...] = ()) -> inspect.Signature:
+    """The keyword-only ``__init__`` of an operator taking ``fields``: Airflow applies ``default_args`` and checks
+    ``.partial()``/``.expand()`` by the names ``inspect.signature`` finds."""
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for name, row in fields.items():
+        default = inspect.Parameter.empty if name in required else None if row.default is NEW else row.default
+        annotation = row.type | str if row.coerce is not None else row.type
+        annotation = annotation | None if default is None else annotation
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any))
+    return inspect.Signature(params, return_annotation=None)
 
 
 def is_unrendered(value: Any, template_ext: tuple[str, ...] = ()) -> bool:
@@ -46,43 +79,30 @@ def is_unrendered(value: Any, template_ext: tuple[str, ...] = ()) -> bool:
     return hasattr(value, "resolve") and not isinstance(value, (int, float, bool))
 
 
-def task_values(task: Any) -> dict[str, Any]:
-    """Every parameter of the task (MPIJob and waiting ones) by name, as they are now."""
-    return {name: getattr(task, name) for name in (*task.spec_parameters, *TASK_PARAMETERS)}
+def typed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each task setting's rendered text as its type where it is one (the checks report the rest)."""
+    return {
+        name: row.coerce(ErrorList(), name, value) if (row := TASK_PARAMETERS.get(name)) and row.coerce else value
+        for name, value in values.items()
+    }
 
 
-def parse_time_values(task: Any, template_fields: tuple[str, ...], template_ext: tuple[str, ...]) -> dict[str, Any]:
-    """task_values with every unrendered templated value replaced by its stand-in."""
-    values = task_values(task)
-    for name in template_fields:
-        if name in values and is_unrendered(values[name], template_ext):
-            values[name] = PARSE_TIME_STAND_INS.get(name)
-    return values
-
-
-def _seconds(errors: ErrorList, name: str, value: Any, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        errors.add(name, value, "must be a number of seconds > 0" + (" (or None: no limit)" if optional else ""))
+def parse_time_values(task: Any) -> dict[str, Any]:
+    """Every parameter's value, a templated one not rendered yet replaced by its stand-in."""
+    values = {name: getattr(task, name) for name in task.parameters}
+    for name in task.template_fields:
+        if name in values and is_unrendered(values[name], tuple(task.template_ext)):
+            row = task.parameters[name]
+            values[name] = row.default if row.stand_in is None else row.stand_in
+    return typed(values)
 
 
 def check_task_parameters(values: dict[str, Any]) -> None:
     """The parameters of how the task waits; raises MPIJobValidationError naming each bad one."""
     errors = ErrorList()
-    if values["on_finish_action"] not in ON_FINISH_ACTIONS:
-        errors.add("on_finish_action", values["on_finish_action"], f"must be one of {', '.join(ON_FINISH_ACTIONS)}")
-    _seconds(errors, "poll_interval", values["poll_interval"], optional=False)
-    for name in ("startup_timeout", "schedule_timeout"):
-        _seconds(errors, name, values[name], optional=True)
-    tail = values["worker_log_tail_lines"]
-    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
-        errors.add("worker_log_tail_lines", tail, "must be an integer >= 0")
-    for name in ("deferrable", "get_logs"):
-        if not isinstance(values[name], bool):
-            errors.add(name, values[name], "must be a boolean (True or False)")
-    if not isinstance(values["kubernetes_conn_id"], str) or not values["kubernetes_conn_id"]:
-        errors.add("kubernetes_conn_id", values["kubernetes_conn_id"], "must be a connection id")
+    for name, row in TASK_PARAMETERS.items():
+        if problem := row.check(values[name]):
+            errors.add(name, values[name], problem)
     errors.raise_if_any()
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import re
 from types import SimpleNamespace as NS
 
@@ -530,9 +531,68 @@ def test_configured_namespace_reads_the_connection_and_tolerates_a_missing_one(m
 
 def test_templated_task_parameters_are_checked_after_rendering_too():
     op = make(deferrable=False)
-    op.deferrable = "False"  # non-native rendering of "{{ params.deferrable }}": truthy text, not a boolean
-    with pytest.raises(MPIJobValidationError, match="deferrable='False': must be a boolean"):
+    op.deferrable = "maybe"  # what rendering produced: neither a boolean nor the text of one
+    with pytest.raises(MPIJobValidationError, match="deferrable='maybe': must be a boolean"):
         op.build_manifest(context())
+
+
+def test_rendered_text_of_a_task_setting_becomes_its_type():
+    """Without render_template_as_native_obj a template renders text: "False" is False, not truthy text."""
+    op = make(deferrable="{{ params.d }}", get_logs="{{ params.g }}", poll_interval="{{ params.p }}",
+              worker_log_tail_lines="{{ params.t }}", workers="{{ params.w }}")
+    op.render_template_fields({"params": {"d": False, "g": "TRUE", "p": 2.5, "t": 7, "w": 3}})
+    assert (op.deferrable, op.get_logs, op.poll_interval, op.worker_log_tail_lines) == ("False", "TRUE", "2.5", "7")
+    assert op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert (op.deferrable, op.get_logs, op.poll_interval, op.worker_log_tail_lines) == (False, True, 2.5, 7)
+    resumed = make(get_logs="{{ params.g }}", on_finish_action="keep")  # after a deferral: no build_manifest first
+    resumed.render_template_fields({"params": {"g": False}})
+    resumed.execute_complete(context(), result())
+    assert resumed.get_logs is False
+
+
+def test_deferrable_may_come_from_a_template():
+    assert "deferrable" in MPIJobOperator.template_fields
+    op = make(deferrable="{{ params.deferrable }}")  # parse time: accepted, checked once rendered
+    op.deferrable = "True"
+    with pytest.raises(TaskDeferred):
+        op.execute(context())
+
+
+# ---------------------------------------------------------------- scheduler_name: one row of jobspec/fields.py
+def _scheduler_names(manifest: dict) -> list:
+    replicas = manifest["spec"]["mpiReplicaSpecs"]
+    return [replicas[role]["template"]["spec"].get("schedulerName") for role in ("Launcher", "Worker")]
+
+
+@pytest.mark.parametrize("api_version", ["kubeflow.org/v2beta1", "kubeflow.org/v1"])
+def test_scheduler_name_goes_to_both_roles_pods_and_a_role_may_override_it(api_version):
+    op = make(scheduler_name="volcano", api_version=api_version)
+    assert _scheduler_names(op.build_manifest(context())) == ["volcano", "volcano"]
+    op = make(scheduler_name="volcano", worker={"scheduler_name": "kueue"}, api_version=api_version)
+    assert _scheduler_names(op.build_manifest(context())) == ["volcano", "kueue"]
+    assert _scheduler_names(make(api_version=api_version).build_manifest(context())) == [None, None]
+
+
+def test_scheduler_name_of_the_base_manifest_is_kept_unless_the_parameter_is_given():
+    base = copy.deepcopy(BASE)
+    for role in ("Launcher", "Worker"):
+        base["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["schedulerName"] = "from-base"
+    kept = make(image=None, command=None, workers=None, base_manifest=base)
+    assert _scheduler_names(kept.build_manifest(context())) == ["from-base", "from-base"]
+    given = make(image=None, command=None, workers=None, base_manifest=base, scheduler_name="volcano")
+    assert _scheduler_names(given.build_manifest(context())) == ["volcano", "volcano"]
+
+
+@pytest.mark.parametrize("value", [5, ["volcano"], {"name": "volcano"}])
+def test_a_bad_scheduler_name_fails_naming_the_parameter_before_anything_is_created(value):
+    with pytest.raises(MPIJobValidationError, match=re.escape(f"scheduler_name={value!r}: must be a string")) as err:
+        make(scheduler_name=value)  # at DAG parse time
+    assert len(err.value.errors) == 1  # reported once, not for each role
+    op = make()
+    op.scheduler_name = value  # changed after the DAG was parsed
+    with pytest.raises(MPIJobValidationError, match=re.escape(f"scheduler_name={value!r}: must be a string")):
+        op.execute(context())
+    assert op.hook.created == []
 
 
 def test_horovod_np_follows_the_base_manifest_and_refuses_a_fractional_min_np():
@@ -558,3 +618,39 @@ def test_manifest_in_the_task_log_hides_plain_and_airflow_known_secrets(monkeypa
     (printed,) = [line for line in recorder.lines if line.startswith("MPIJob manifest:")]
     assert "pw-plain" not in printed and "t0ken" not in printed and "c0nn-pa55" not in printed
     assert "EPOCHS" in printed and "value: '3'" in printed  # everything else is still shown
+
+
+# ---------------------------------------------------------------- the generated signature and Airflow's machinery
+def _dag(**kwargs):
+    try:
+        from airflow.sdk import DAG
+    except ImportError:  # Airflow 2.11
+        from airflow import DAG
+    from datetime import datetime, timezone
+
+    return DAG("sig", start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), schedule=None, **kwargs)
+
+
+def test_the_signature_lists_every_parameter_with_its_type_and_default():
+    import inspect
+
+    params = inspect.signature(MPIJobOperator.__init__).parameters
+    assert set(MPIJobOperator.parameters) <= set(params) and params["scheduler_name"].default is None
+    assert params["workers"].annotation == int | str | None and params["poll_interval"].default == 10.0
+    horovod = inspect.signature(HorovodJobOperator.__init__).parameters
+    assert horovod["program"].default is inspect.Parameter.empty and horovod["log_level"].default == "INFO"
+
+
+def test_default_args_partial_expand_and_unknown_arguments_follow_the_signature():
+    with _dag(default_args={"deferrable": True, "poll_interval": 3.0, "image": "img", "min_np": 2}):
+        op = MPIJobOperator(task_id="t", command=["x"])
+        assert (op.deferrable, op.poll_interval, op.image) == (True, 3.0, "img")
+        assert HorovodJobOperator(task_id="h", program=["p"], workers=2).min_np == 2
+        MPIJobOperator.partial(task_id="m", image="i", command=["x"]).expand(workers=[1, 2])
+        HorovodJobOperator.partial(task_id="hm", image="i", program=["x"]).expand(min_np=[1])
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            MPIJobOperator.partial(task_id="p", image="i", bogus=1)
+        with pytest.raises((TypeError, AirflowException), match="Invalid arguments were passed"):
+            MPIJobOperator(task_id="u", image="i", bogus=1)
+        with pytest.raises((TypeError, AirflowException), match="missing keyword argument 'program'"):
+            HorovodJobOperator(task_id="np", image="i")

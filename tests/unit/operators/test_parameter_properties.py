@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from airflow_mpi.jobspec import API_V1, API_V2BETA1, MPIJobValidationError
 from airflow_mpi.operators import MPIJobOperator
-from airflow_mpi.operators.task_params import TASK_PARAMETERS
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
 
@@ -106,7 +105,7 @@ INVALID: dict[str, st.SearchStrategy] = {
     "base_manifest": st.sampled_from(["- a\n- b\n", {"kind": "TFJob"}, "/nonexistent/x.yaml", 42]),
 }
 # Where a refused input may be reported: the operator's parameters, or paths of a base manifest's content.
-NAMED = {*MPIJobOperator.spec_parameters, *TASK_PARAMETERS, "spec", "run_policy", "mpi_replica_specs", "metadata"}
+NAMED = {*MPIJobOperator.parameters, "spec", "run_policy", "mpi_replica_specs", "metadata"}
 # Mutations of a published example used as a base manifest.
 REMOVALS = {
     "workers": ("spec", "mpiReplicaSpecs", "Worker", "replicas"),

@@ -113,6 +113,12 @@ def test_get_logs_false_is_refused_the_value_comes_from_the_log():
         build(get_logs=False)
 
 
+@pytest.mark.parametrize("cls", [_MPIDecoratedOperator, _HorovodDecoratedOperator])
+def test_a_template_cannot_turn_the_log_off_but_may_make_the_task_deferrable(cls):
+    assert "get_logs" not in cls.template_fields and "program" not in cls.template_fields
+    assert {"deferrable", "op_args", "op_kwargs"} <= set(cls.template_fields)
+
+
 def test_unpicklable_literal_argument_fails_at_parse_time_naming_it():
     with pytest.raises(MPIJobValidationError, match=r"op_args\[0\].*cannot be pickled"):
         build(call=(threading.Lock(),))

@@ -1,0 +1,288 @@
+"""Every field of an MPIJob and every parameter that sets one, declared once: adding a field is adding a row.
+
+A row names the field (its attribute on the spec class that holds it, and the parameter and error path users see)
+and says where the manifest holds it, which operator parameter sets it, how a rendered template's text becomes its
+type, and the rule its value must pass. From the rows come the spec classes (generated below), the operators'
+signatures and template fields, the parameters' translation into the spec (parameters.py), the layout (layout.py),
+the base manifest's paths in the precedence rule (precedence.py), and validation's field names and value rules
+(validation.py, pod_validation.py). Row order is the manifest's key order (the golden tests pin it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any
+
+from airflow_mpi.jobspec import rules
+from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.jobspec.spec import (
+    API_V1,
+    API_V2BETA1,
+    CLEAN_POD_POLICIES,
+    DISCOVER_HOSTS_SCRIPT,
+    GPU_RESOURCE,
+    IMAGE_PULL_POLICIES,
+    LAUNCHER_CREATION_POLICIES,
+    LAUNCHER_REPLICA,
+    MPI_IMPLEMENTATIONS,
+    OPENMPI,
+    Defaults,
+    LauncherCommand,
+)
+
+# The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
+# say how the task waits: neither is part of the MPIJob.
+JOB, REPLICA, RUN_POLICY, SCHEDULING = "MPIJobSpec", "ReplicaSpec", "RunPolicy", "SchedulingPolicy"
+LAUNCH, TASK = "launch", "task"
+NEW = object()  # a default: a new instance of the nested class
+Coerce = Callable[[ErrorList, str, Any], Any]
+
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def as_int(errors: ErrorList, name: str, value: Any) -> int | None:
+    """``value`` as an int: an int, or a string of digits as a template renders it (None stays None)."""
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return int(value)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    errors.add(name, value, f"must be an integer, not {type(value).__name__} (no fraction or rounding is applied)")
+    return None
+
+
+def as_argv(errors: ErrorList, name: str, value: Any) -> Any:
+    """A shell string split with shlex (lists and anything else are left for validation)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        errors.add(name, value, f"is not a valid shell string: {exc}")
+        return None
+
+
+def as_bool(errors: ErrorList, name: str, value: Any) -> Any:
+    """"True"/"false" (any case), as a template renders a boolean, as a bool; anything else is left for the rule."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    return text == "true" if text in ("true", "false") else value
+
+
+def as_number(errors: ErrorList, name: str, value: Any) -> Any:
+    """A rendered number as an int or a float; anything else is left for the rule."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        return int(value) if _INTEGER.fullmatch(value) else float(value)
+    return value
+
+
+def _ssh_path(value: object) -> str | None:
+    ok = isinstance(value, str) and value.startswith("/")
+    return None if ok else "must be an absolute path (the operator mounts the SSH keys there)"
+
+
+def env_list(env: dict | list) -> list:
+    """EnvVar dicts from the ``{"NAME": "value"}`` shorthand (values stringified) or a list as given."""
+    if isinstance(env, dict):
+        return [{"name": name, "value": value if isinstance(value, str) else str(value)} for name, value in env.items()]
+    return env
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # its attribute on the spec class, its parameter (unless ``param`` says otherwise), its error path
+    owner: str  # JOB, REPLICA, RUN_POLICY, SCHEDULING, LAUNCH or TASK
+    type: Any  # as users give it (the parameter's annotation; for ``nested`` rows a dict)
+    path: tuple = ()  # where the manifest holds it: from the MPIJob's root, for REPLICA rows from the replica spec
+    api: str | None = None  # the one API version that has it
+    v1_path: tuple = ()  # where a kubeflow.org/v1 manifest holds it instead
+    param: bool | dict[str, str] = True  # REPLICA rows: True for both roles, or the parameter of each role
+    templated: bool | str = False  # a template field ("json"/"yaml": shown with that renderer)
+    coerce: Coerce | None = None  # a rendered template's text -> the type
+    default: Any = None  # the parameter's and the spec's (None: not given)
+    stand_in: Any = None  # a valid value while unrendered at parse time (None: the default)
+    check: rules.Rule | None = None  # the rule the manifest's value must pass
+    to_manifest: Callable[[Any], Any] | None = None
+    nested: str | None = None  # a dict parameter for the spec class of that name
+
+
+_RP = ("spec", "runPolicy")
+_SP = (*_RP, "schedulingPolicy")
+POD = ("template", "spec")
+MAIN = (*POD, "containers", 0)  # the main container
+V2, V1 = API_V2BETA1, API_V1
+
+FIELDS: tuple[Field, ...] = (
+    Field("api_version", JOB, str, default=API_V2BETA1),
+    Field("name", JOB, str, ("metadata", "name"), templated=True, stand_in="parse-time-name"),
+    Field("namespace", JOB, str, ("metadata", "namespace"), templated=True, check=rules.dns1123_label),
+    Field("labels", JOB, dict[str, str], ("metadata", "labels"), templated="json"),
+    Field("annotations", JOB, dict[str, str], ("metadata", "annotations"), templated="json"),
+    Field("unique_name_suffix", JOB, bool, default=True, coerce=as_bool),
+    Field("base_manifest", JOB, dict | str | os.PathLike, templated="yaml"),
+    Field("slots_per_worker", JOB, int, ("spec", "slotsPerWorker"), templated=True, coerce=as_int,
+          check=rules.integer(1)),
+    Field("run_launcher_as_worker", JOB, bool, ("spec", "runLauncherAsWorker"), V2, coerce=as_bool,
+          check=rules.boolean),
+    Field("ssh_auth_mount_path", JOB, str, ("spec", "sshAuthMountPath"), V2, check=_ssh_path),
+    Field("launcher_creation_policy", JOB, str, ("spec", "launcherCreationPolicy"), V2,
+          check=rules.one_of(LAUNCHER_CREATION_POLICIES)),
+    Field("mpi_implementation", JOB, str, ("spec", "mpiImplementation"), V2, templated=True, stand_in=OPENMPI,
+          check=rules.one_of(MPI_IMPLEMENTATIONS)),
+    Field("clean_pod_policy", RUN_POLICY, str, (*_RP, "cleanPodPolicy"), v1_path=("spec", "cleanPodPolicy"),
+          check=rules.one_of(CLEAN_POD_POLICIES)),
+    Field("main_container", JOB, str, ("spec", "mainContainer"), V1),
+    Field("run_policy", JOB, dict, param=False, default=NEW, nested=RUN_POLICY),
+    Field("ttl_seconds_after_finished", RUN_POLICY, int, (*_RP, "ttlSecondsAfterFinished"), coerce=as_int,
+          check=rules.integer()),
+    Field("active_deadline_seconds", RUN_POLICY, int, (*_RP, "activeDeadlineSeconds"), coerce=as_int,
+          check=rules.integer(maximum=rules.INT64_MAX)),
+    Field("backoff_limit", RUN_POLICY, int, (*_RP, "backoffLimit"), coerce=as_int, check=rules.integer()),
+    Field("scheduling_policy", RUN_POLICY, dict, _SP, nested=SCHEDULING),
+    Field("min_available", SCHEDULING, int, (*_SP, "minAvailable"), coerce=as_int),  # <= workers + 1: validation.py
+    Field("queue", SCHEDULING, str, (*_SP, "queue"), check=rules.non_empty),
+    Field("min_resources", SCHEDULING, dict, (*_SP, "minResources")),
+    Field("priority_class", SCHEDULING, str, (*_SP, "priorityClass"), check=rules.dns1123_subdomain),
+    Field("schedule_timeout_seconds", SCHEDULING, int, (*_SP, "scheduleTimeoutSeconds"), coerce=as_int,
+          check=rules.integer()),
+    Field("suspend", RUN_POLICY, bool, (*_RP, "suspend"), coerce=as_bool, check=rules.boolean),
+    Field("managed_by", RUN_POLICY, str, (*_RP, "managedBy")),  # each API version's own values: validation.py
+    Field("launcher", JOB, dict, templated="json", default=NEW, nested=REPLICA),
+    Field("worker", JOB, dict, templated="json", default=NEW, nested=REPLICA),
+    Field("launch", JOB, LauncherCommand, param=False),  # from program (LAUNCH rows)
+    Field("identity", JOB, TaskIdentity, param=False),
+    Field("defaults", JOB, Defaults, param=False),
+    Field("program", LAUNCH, list[str] | str, templated=True, stand_in=["true"]),
+    Field("mpirun_args", LAUNCH, list[str] | str, templated=True, stand_in=[]),
+    # each role's replica spec, pod template and main container
+    Field("replicas", REPLICA, int, ("replicas",), param={"worker": "workers"}, templated=True, coerce=as_int),
+    Field("restart_policy", REPLICA, str, ("restartPolicy",), param=False),
+    Field("labels", REPLICA, dict[str, str], ("template", "metadata", "labels"), param=False),
+    Field("annotations", REPLICA, dict[str, str], ("template", "metadata", "annotations"), param=False),
+    Field("container_name", REPLICA, str, (*MAIN, "name"), param=False),
+    Field("image", REPLICA, str, (*MAIN, "image"), templated=True, stand_in="parse-time-image"),
+    Field("command", REPLICA, list[str], (*MAIN, "command"), param={"launcher": "command"}, templated=True,
+          coerce=as_argv, stand_in=["true"], check=rules.strings),
+    Field("args", REPLICA, list[str], (*MAIN, "args"), param={"launcher": "args"}, templated=True,
+          check=rules.strings),
+    Field("env", REPLICA, dict[str, str] | list[dict], (*MAIN, "env"), templated="json", to_manifest=env_list),
+    Field("env_from", REPLICA, list[dict], (*MAIN, "envFrom"), templated=True),
+    Field("resources", REPLICA, dict, (*MAIN, "resources"), templated="json",
+          param={"launcher": "launcher_resources", "worker": "worker_resources"}),
+    Field("gpus", REPLICA, int, (*MAIN, "resources", "limits", GPU_RESOURCE), param={"worker": "gpus_per_worker"},
+          templated=True, coerce=as_int),
+    Field("volume_mounts", REPLICA, list[dict], (*MAIN, "volumeMounts")),
+    Field("image_pull_policy", REPLICA, str, (*MAIN, "imagePullPolicy"), param=False,
+          check=rules.one_of(IMAGE_PULL_POLICIES)),
+    Field("security_context", REPLICA, dict, (*MAIN, "securityContext"), param=False,
+          check=rules.mapping("a SecurityContext")),
+    Field("readiness_probe", REPLICA, dict, (*MAIN, "readinessProbe"), param={"worker": "worker_readiness_probe"},
+          check=rules.probe),
+    Field("startup_probe", REPLICA, dict, (*MAIN, "startupProbe"), param=False, check=rules.probe),
+    Field("volumes", REPLICA, list[dict], (*POD, "volumes")),
+    Field("node_selector", REPLICA, dict[str, str], (*POD, "nodeSelector")),
+    Field("tolerations", REPLICA, list[dict], (*POD, "tolerations")),
+    Field("affinity", REPLICA, dict, (*POD, "affinity"), check=rules.mapping("an Affinity")),
+    Field("service_account_name", REPLICA, str, (*POD, "serviceAccountName"), check=rules.dns1123_subdomain),
+    Field("image_pull_secrets", REPLICA, list[str], (*POD, "imagePullSecrets"),
+          to_manifest=lambda names: [{"name": n} for n in names]),
+    Field("pod_security_context", REPLICA, dict, (*POD, "securityContext"), param=False,
+          check=rules.mapping("a PodSecurityContext")),
+    Field("priority_class_name", REPLICA, str, (*POD, "priorityClassName"), check=rules.dns1123_subdomain),
+    # the pods' dnsConfig.searches (MPICH/Intel launchers: precedence.py)
+    Field("dns_searches", REPLICA, list[str], (*POD, "dnsConfig", "searches"), param=False),
+    # pod validation leaves schedulerName's text alone (k8s.io/kubernetes v1.35 ValidatePodSpec): the type only
+    Field("scheduler_name", REPLICA, str, (*POD, "schedulerName"), check=rules.string),
+)  # fmt: skip
+
+HOROVOD_FIELDS: tuple[Field, ...] = (
+    Field("min_np", LAUNCH, int, templated=True, coerce=as_int),
+    Field("max_np", LAUNCH, int, templated=True, coerce=as_int),
+    Field("discovery_script", LAUNCH, str, default=DISCOVER_HOSTS_SCRIPT),
+    Field("log_level", LAUNCH, str, default="INFO"),
+    Field("verbose", LAUNCH, bool, default=False, coerce=as_bool),
+    Field("elastic_timeout", LAUNCH, int, coerce=as_int),
+    Field("network_interface", LAUNCH, str),
+    Field("horovod_args", LAUNCH, list[str] | str, templated=True, stand_in=[]),
+)
+
+
+def rows(owner: str) -> tuple[Field, ...]:
+    return tuple(f for f in FIELDS if f.owner == owner)
+
+
+def field_of(name: str, owner: str = JOB) -> Field:
+    return next(f for f in FIELDS if (f.name, f.owner) == (name, owner))
+
+
+def parameters(fields: tuple[Field, ...]) -> dict[str, Field]:
+    """The parameters the rows declare, by name, with the row each sets (a REPLICA row may have one per role)."""
+    named: dict[str, Field] = {}
+    for row in fields:
+        if isinstance(row.param, dict):
+            named.update(dict.fromkeys(row.param.values(), row))
+        elif row.param:
+            named[row.name] = row
+    return named
+
+
+PARAMETERS = parameters(FIELDS)
+
+
+def role_parameter(row: Field, role: str) -> str | None:
+    """The parameter setting ``row`` of ``role`` ("launcher"/"worker"): its own, the shared one, or none."""
+    return row.param.get(role) if isinstance(row.param, dict) else (row.name if row.param else None)
+
+
+def manifest_path(row: Field, role: str | None = None, api: str = API_V2BETA1) -> tuple:
+    """Where a manifest of ``api`` holds ``row`` (of the replica spec ``role``, "Launcher"/"Worker")."""
+    path = row.v1_path if api == API_V1 and row.v1_path else row.path
+    return ("spec", "mpiReplicaSpecs", role, *path) if row.owner == REPLICA else path
+
+
+def holder(spec: Any, row: Field, role: str | None = None) -> Any:
+    """The spec object holding ``row`` (``role``: "Launcher"/"Worker" for REPLICA rows)."""
+    if row.owner == RUN_POLICY:
+        return spec.run_policy
+    if row.owner == SCHEDULING:
+        return spec.run_policy.scheduling_policy
+    return spec.replica(role) if row.owner == REPLICA else spec
+
+
+def _replica(self: Any, role: str) -> Any:
+    """The ReplicaSpec of "Launcher" or "Worker"."""
+    return self.launcher if role == LAUNCHER_REPLICA else self.worker
+
+
+def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
+    """The dataclass of ``owner``'s rows (keyword-only: the rows' order is the manifest's, not an API)."""
+    specs = []
+    for row in rows(owner):
+        nested = _CLASSES.get(row.nested) if row.nested else None
+        annotation = nested or row.type if row.default is not None else (nested or row.type) | None
+        default = field(default_factory=nested) if row.default is NEW else field(default=row.default)
+        specs.append((row.name, annotation, default))
+    cls = make_dataclass(owner, specs, namespace=methods, kw_only=True)
+    cls.__module__, cls.__doc__ = __name__, doc
+    _CLASSES[owner] = cls
+    return cls
+
+
+_CLASSES: dict[str, type] = {}
+SchedulingPolicy = _spec_class(SCHEDULING, "Gang scheduling (Volcano / scheduler-plugins PodGroup).")
+RunPolicy = _spec_class(RUN_POLICY, "The job's lifecycle; in v2beta1 all but cleanPodPolicy apply to the launcher Job.")
+ReplicaSpec = _spec_class(REPLICA, "One role (launcher or worker): its pod template and the main (first) container.")
+MPIJobSpec = _spec_class(
+    JOB,
+    """Everything needed to build one MPIJob manifest; a field left at None was not given.
+
+    ``launch`` (e.g. commands.Mpirun) sets the launcher's command once the job is resolved (precedence.py).
+    ``identity`` adds the task instance's labels and annotations and derives the default name. ``defaults``
+    (None: none) fill what neither the parameters nor the base manifest set.
+    """,
+    replica=_replica,
+)
