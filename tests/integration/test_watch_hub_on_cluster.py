@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client, watch
 
-from airflow_mpi.hooks import AsyncMPIJobHook, namespace_watch, watch_hub
+from airflow_mpi.hooks import AsyncMPIJobHook
+from airflow_mpi.wait import namespace_watch, watch_hub
 from airflow_mpi.wait.monitor import JobMonitor
 from localcluster import behaviour as bh
 from tests.integration.least_privilege import (apply_role, bound_service_account_kubeconfig, role_without,
