@@ -31,28 +31,11 @@ def launcher_streams(pods: list[PodSummary]) -> list[LogStream]:
     for pod in ordered:
         container = pod.container or "launcher"
         for restart in range(pod.restart_count):
-            streams.append(
-                LogStream(
-                    key=stream_key(pod.name, container, restart),
-                    pod=pod.name,
-                    container=container,
-                    restart=restart,
-                    previous=True,
-                    finished=True,
-                    retrievable=restart == pod.restart_count - 1,
-                )
-            )
+            streams.append(LogStream(stream_key(pod.name, container, restart), pod.name, container, restart,
+                                     previous=True, finished=True, retrievable=restart == pod.restart_count - 1))
         if pod.state in ("running", "terminated"):
-            streams.append(
-                LogStream(
-                    key=stream_key(pod.name, container, pod.restart_count),
-                    pod=pod.name,
-                    container=container,
-                    restart=pod.restart_count,
-                    previous=False,
-                    finished=pod.state == "terminated",
-                )
-            )
+            streams.append(LogStream(stream_key(pod.name, container, pod.restart_count), pod.name, container,
+                                     pod.restart_count, previous=False, finished=pod.state == "terminated"))
     return streams
 
 

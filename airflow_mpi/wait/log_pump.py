@@ -20,7 +20,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from airflow_mpi.hooks.errors import PodLogUnavailable
@@ -83,35 +83,23 @@ class PodSource(Protocol):
     async def wait_change(self, seen: int, timeout: float) -> int: ...
 
 
+@dataclass(eq=False)
 class LogPump:
     """Follow one MPIJob's launcher log into ``emit``/``emit_marked``; see the module docstring."""
 
-    def __init__(
-        self,
-        hook: Any,
-        namespace: str,
-        logs: LogState,
-        pods: PodSource,
-        *,
-        emit: Callable[[str], None],
-        emit_marked: Callable[[str, str], None],
-        note_streams: Callable[[list], list[LogStream]],
-        max_attempts: int | None,
-        idle_wait: float,
-        job_succeeded: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.hook = hook
-        self.namespace = namespace
-        self.logs = logs
-        self.pods = pods
-        self.emit = emit
-        self.emit_marked = emit_marked
-        self.note_streams = note_streams
-        self.max_attempts = max_attempts
-        self.idle_wait = idle_wait
-        self.job_succeeded = job_succeeded
-        self._reported: set[str] = set()
-        self._ended: set[str] = set()  # streams whose follow the log server ended (not cut by this reader)
+    hook: Any
+    namespace: str
+    logs: LogState
+    pods: PodSource
+    _: KW_ONLY
+    emit: Callable[[str], None]
+    emit_marked: Callable[[str, str], None]
+    note_streams: Callable[[list], list[LogStream]]
+    max_attempts: int | None
+    idle_wait: float
+    job_succeeded: Callable[[], bool] = lambda: False
+    _reported: set[str] = field(default_factory=set, init=False)
+    _ended: set[str] = field(default_factory=set, init=False)  # streams whose follow the log server ended itself
 
     async def run(self, finished: asyncio.Event) -> None:
         failures = 0

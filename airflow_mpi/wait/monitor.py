@@ -1,21 +1,17 @@
 """Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the
 synchronous operator (run with ``asyncio.run``), the trigger and the sensor.
 
-Two cooperating tasks on one subscription to the watch hub (wait/watch_hub.py: one watch of the
-namespace's MPIJobs and one of their pods, shared by every wait of the event loop):
+Two cooperating tasks on one subscription to the watch hub (wait/watch_hub.py):
 
-* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after
-  every change of the job or its pods, and every ``poll_interval`` (timeouts advance without
-  events; this reads the hub's cache, not the API);
-* the *log pump* (wait/log_pump.py) follows the launcher's container log, attempt after attempt,
-  through a :class:`~airflow_mpi.wait.logs.LogCursor`, so no line is lost or printed twice across
-  reconnects, restarts of the reader, or a deferral hand-over.
+* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change
+  of the job or its pods, and every ``poll_interval`` (timeouts advance without events; it reads the hub's
+  cache, not the API);
+* the *log pump* (wait/log_pump.py) follows the launcher's container log, attempt after attempt, exactly once
+  across reconnects, restarts of the reader and deferral hand-overs.
 
-A "failed" verdict is followed by the failure's report (hooks/failure_report.py: which pods failed and why,
-the last lines of their logs), gathered on the same subscription before the mpi-operator's clean-up deletes
-the workers; it travels in the payload as plain, bounded JSON (``failure``).
-
-The monitor's position (cursor, attempt numbering) is plain data: it travels in trigger events.
+A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
+subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
+is plain, bounded data: it travels in trigger events.
 """
 
 from __future__ import annotations
@@ -41,28 +37,9 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
 UNCREATED_EVENTS_GAP = (10.0, 300.0)  # seconds between event listings of a job not yet Created: first, most
 
-__all__ = ["JobMonitor", "LogState", "monitor_with"]
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class _HubPods:
-    """The pump's pods from the hub's cache; changes from the subscription."""
-
-    def __init__(self, sub: watch_hub.Subscription) -> None:
-        self.sub = sub
-
-    @property
-    def version(self) -> int:
-        return self.sub.version
-
-    async def launchers(self) -> list[Any]:
-        return self.sub.launcher_pods()
-
-    async def wait_change(self, seen: int, timeout: float) -> int:
-        return await self.sub.wait_change(seen, timeout)
 
 
 class _ListedPods:
@@ -105,18 +82,12 @@ class JobMonitor:
         tail_lines: int = DEFAULT_TAIL_LINES,
     ) -> None:
         self.hook = hook
-        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
-        self.clean_pod_policy: str | None = None  # of the job, from the wait's first GET (its spec is not cached)
-        self.failure: dict | None = None
-        # the incarnation this task created or reattached to: another object of the same name is not its job
-        self.expected_uid = uid
-        # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger
-        # logs the mark beside the text so a successor can read its position back from the task log
-        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
-        self.owns_job = owns_job
         self.name = name
         self.namespace = namespace
         self.emit = emit
+        # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
+        # mark beside the text so that a successor can read its position back from the task log
+        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
         self.submitted_at = submitted_at
         self.timeouts = timeouts
         self.poll_interval = poll_interval
@@ -125,7 +96,13 @@ class JobMonitor:
         self.logs = LogState.from_dict(log_state)
         self.deadline = deadline
         self.target_condition = target_condition
+        self.owns_job = owns_job
+        self.expected_uid = uid  # the incarnation this task created or reattached to: another one is not its job
+        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
+        # what the wait has seen
         self.last_state: JobState | None = None
+        self.clean_pod_policy: str | None = None  # from the wait's first GET (the hub caches no spec)
+        self.failure: dict | None = None
         self.launcher_pod_names: list[str] = []
         self.launcher_attempts = 0
         self.launcher_exit_codes: list[int] = []  # of the ended launcher containers, oldest attempt first
@@ -138,7 +115,7 @@ class JobMonitor:
         """Wait for a verdict, stream logs meanwhile; returns the result payload."""
         async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
             finished = asyncio.Event()
-            pump = asyncio.create_task(self._pump(_HubPods(sub)).run(finished)) if self.get_logs else None
+            pump = asyncio.create_task(self._pump(sub).run(finished)) if self.get_logs else None
             try:
                 verdict = await self._watch(sub)
                 finished.set()  # the pump drains the launcher log meanwhile
@@ -173,7 +150,7 @@ class JobMonitor:
                        job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
 
     def result(self, verdict: Verdict) -> dict:
-        state = self.last_state
+        state = self.last_state  # None: the job was never read
         return {
             "status": verdict.outcome,
             "message": verdict.message,
@@ -181,11 +158,8 @@ class JobMonitor:
             "name": self.name,
             "namespace": self.namespace,
             "uid": self.expected_uid,
-            "condition": state.condition if state else None,
-            "reason": state.reason if state else None,
-            "job_message": state.message if state else None,
-            "start_time": state.start_time if state else None,
-            "completion_time": state.completion_time if state else None,
+            **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
+            "job_message": getattr(state, "message", None),
             "launcher_pods": self.launcher_pod_names,
             "launcher_attempts": self.launcher_attempts,
             "launcher_exit_codes": self.launcher_exit_codes,
@@ -194,7 +168,7 @@ class JobMonitor:
         }
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
-        """Why the job failed (hooks/failure_report.py); its own failure is logged, never raised. ``finished``:
+        """Why the job failed (wait/failure_report.py); its own failure is logged, never raised. ``finished``:
         the job failed (its ``cleanPodPolicy`` applies now), not only the wait."""
         try:
             policy = self.clean_pod_policy if finished else "None"
