@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from airflow_mpi.version_compat import AirflowException, conf
 
@@ -66,36 +68,38 @@ def for_task() -> str:
     """
     from airflow_mpi.version_compat import Variable
 
-    if (value := pinned()) is not None:
-        return value
-    stored = Variable.get(VARIABLE_KEY, None)
-    if stored is None:
-        Variable.set(VARIABLE_KEY, new_identity(), VARIABLE_DESCRIPTION)
-        stored = Variable.get(VARIABLE_KEY)
-    return checked(stored, f"Variable {VARIABLE_KEY}")
+    return _identity(Variable, lambda: Variable.set(VARIABLE_KEY, new_identity(), VARIABLE_DESCRIPTION))
 
 
 def in_database() -> str:
     """The identity, read (and made once) where the metadata database is at hand: scheduler, API server.
 
     The Variable's unique key decides a race between two components making it at once: the loser reads the
-    winner's value. Runs in a session of its own, never the caller's (the scheduler's scoped session must not
+    winner's value. Made in a session of its own, never the caller's (the scheduler's scoped session must not
     be committed by a plugin).
     """
-    if (value := pinned()) is not None:
-        return value
     from airflow.models.variable import Variable
     from sqlalchemy.exc import IntegrityError
 
     from airflow_mpi.version_compat import non_scoped_session
 
-    stored = Variable.get(VARIABLE_KEY, None)
-    if stored is None:
+    def make() -> None:
         with non_scoped_session() as session:
             try:
                 session.add(Variable(key=VARIABLE_KEY, val=new_identity(), description=VARIABLE_DESCRIPTION))
                 session.commit()
             except IntegrityError:
                 session.rollback()
-        stored = Variable.get(VARIABLE_KEY)
+
+    return _identity(Variable, make)
+
+
+def _identity(variable: Any, make: Callable[[], None]) -> str:
+    """The pinned identity, else the Variable's (made first where missing, then read back: a race's winner)."""
+    if (value := pinned()) is not None:
+        return value
+    stored = variable.get(VARIABLE_KEY, None)
+    if stored is None:
+        make()
+        stored = variable.get(VARIABLE_KEY)
     return checked(stored, f"Variable {VARIABLE_KEY}")

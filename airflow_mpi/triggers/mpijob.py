@@ -102,11 +102,11 @@ class MPIJobTrigger(BaseTrigger):
     async def _log_position(self) -> tuple[dict | None, Any]:
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
         back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
-        (wait/log_readback.py)."""
+        (wait/log_ledger.py)."""
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
-        from airflow_mpi.wait.log_readback import marked_emitter, resume_state_off_loop
+        from airflow_mpi.wait.log_ledger import marked_emitter, resume_state_off_loop
 
         state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning)
         return state, marked_emitter()

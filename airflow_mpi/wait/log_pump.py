@@ -1,18 +1,15 @@
 """The launcher's log in the task log, attempt after attempt, each line exactly once.
 
-A follow stream is open only while the launcher container runs, and only while one of the
-process's follow slots is free (``MAX_FOLLOW_STREAMS`` per event loop: hundreds of waits in one
-triggerer would otherwise hold hundreds of streams, and the kubelet runs out of watchers). Some log
-servers (kwok) keep a follow stream open after the container ended: once the pod is seen not
-running (the watch hub says so at once, no polling) the stream gets ``FOLLOW_GRACE`` to end by
-itself, then the rest is read without following; the :class:`~airflow_mpi.wait.logs.LogCursor`
-drops what the two reads share. A kubelet, the other way round, ends the stream before the pod's
-status says the container stopped: the status gets ``EOF_SETTLE`` to arrive before the container is
-followed again. An answer that is not a timestamped log line (``timestamps=true`` prefixes every
-line the container wrote) is the log server's error text: it is reported once and retried with
-backoff, never printed as launcher output.
+A follow stream is open only while the launcher container runs and one of the event loop's
+``MAX_FOLLOW_STREAMS`` slots is free (hundreds of waits in one triggerer would otherwise hold hundreds of
+streams, and the kubelet runs out of watchers). Some log servers (kwok) keep a follow stream open after the
+container ended: once the hub shows the pod not running, the stream gets ``FOLLOW_GRACE`` to end, then the rest
+is read without following (the cursor drops what the two reads share). A kubelet, the other way round, ends
+the stream before the pod's status says the container stopped: the status gets ``EOF_SETTLE`` to arrive
+before the container is followed again. An answer line without a timestamp (``timestamps=true`` prefixes
+every line the container wrote) is the log server's error text: reported once, retried with backoff, never
+printed as launcher output.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -46,10 +43,7 @@ _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def follow_slots() -> asyncio.Semaphore:
     """The follow-stream semaphore of the running event loop."""
-    loop = asyncio.get_running_loop()
-    if loop not in _SLOTS:
-        _SLOTS[loop] = asyncio.Semaphore(MAX_FOLLOW_STREAMS)
-    return _SLOTS[loop]
+    return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_FOLLOW_STREAMS))
 
 
 class LogEndpointError(RuntimeError):
@@ -170,14 +164,9 @@ class LogPump:
     async def _consume(self, stream: LogStream, *, follow: bool) -> None:
         log_pass = self.logs.cursor.new_pass(stream.key)
         gap_said = False
-        async for raw in self.hook.read_pod_log(
-            stream.pod,
-            self.namespace,
-            container=stream.container,
-            since_time=self.logs.cursor.since_time(stream.key),
-            previous=stream.previous,
-            follow=follow,
-        ):
+        since_time = self.logs.cursor.since_time(stream.key)
+        async for raw in self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
+                                                since_time=since_time, previous=stream.previous, follow=follow):
             if split_timestamp(raw)[0] is None:
                 raise LogEndpointError(f"the log of {stream.pod} answered {raw.strip()[:300]!r}")
             message = log_pass.accept(raw)

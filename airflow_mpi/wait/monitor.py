@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -58,57 +59,45 @@ class _ListedPods:
         return 0
 
 
+@dataclass(eq=False)
 class JobMonitor:
     """Follow one MPIJob to a verdict; see the module docstring."""
 
-    def __init__(
-        self,
-        hook: Any,
-        name: str,
-        namespace: str,
-        *,
-        emit: Callable[[str], None],
-        submitted_at: datetime,
-        timeouts: Timeouts = Timeouts(),
-        poll_interval: float = 10.0,
-        get_logs: bool = True,
-        max_attempts: int | None = None,
-        log_state: dict | None = None,
-        deadline: datetime | None = None,
-        target_condition: str | None = None,
-        owns_job: bool = True,
-        emit_marked: Callable[[str, str], None] | None = None,
-        uid: str | None = None,
-        tail_lines: int = DEFAULT_TAIL_LINES,
-    ) -> None:
-        self.hook = hook
-        self.name = name
-        self.namespace = namespace
-        self.emit = emit
-        # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
-        # mark beside the text so that a successor can read its position back from the task log
-        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
-        self.submitted_at = submitted_at
-        self.timeouts = timeouts
-        self.poll_interval = poll_interval
-        self.get_logs = get_logs
-        self.max_attempts = max_attempts
+    hook: Any
+    name: str
+    namespace: str
+    _: KW_ONLY
+    emit: Callable[[str], None]
+    # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
+    # mark beside the text so that a successor can read its position back from the task log
+    emit_marked: Callable[[str, str], None] | None = None
+    submitted_at: datetime
+    deadline: datetime | None = None
+    timeouts: Timeouts = Timeouts()
+    poll_interval: float = 10.0
+    target_condition: str | None = None
+    owns_job: bool = True
+    uid: str | None = None  # the incarnation this task created or reattached to: another one is not its job
+    get_logs: bool = True
+    log_state: InitVar[dict | None] = None
+    max_attempts: int | None = None
+    tail_lines: int = DEFAULT_TAIL_LINES  # of each failed pod's log in a failure's report (0: none)
+    # what the wait has seen
+    logs: LogState = field(init=False)
+    last_state: JobState | None = field(default=None, init=False)
+    clean_pod_policy: str | None = field(default=None, init=False)  # from the first GET (the hub caches no spec)
+    failure: dict | None = field(default=None, init=False)
+    launcher_pod_names: list[str] = field(default_factory=list, init=False)
+    launcher_attempts: int = field(default=0, init=False)
+    launcher_exit_codes: list[int] = field(default_factory=list, init=False)  # of ended launchers, oldest first
+    _uncreated_events: list = field(default_factory=list, init=False)
+    _uncreated_listed: datetime | None = field(default=None, init=False)
+    _uncreated_gap: float = field(default=UNCREATED_EVENTS_GAP[0], init=False)
+
+    def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
-        self.deadline = deadline
-        self.target_condition = target_condition
-        self.owns_job = owns_job
-        self.expected_uid = uid  # the incarnation this task created or reattached to: another one is not its job
-        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
-        # what the wait has seen
-        self.last_state: JobState | None = None
-        self.clean_pod_policy: str | None = None  # from the wait's first GET (the hub caches no spec)
-        self.failure: dict | None = None
-        self.launcher_pod_names: list[str] = []
-        self.launcher_attempts = 0
-        self.launcher_exit_codes: list[int] = []  # of the ended launcher containers, oldest attempt first
-        self._uncreated_events: list = []
-        self._uncreated_listed: datetime | None = None
-        self._uncreated_gap = UNCREATED_EVENTS_GAP[0]
+        if self.emit_marked is None:
+            self.emit_marked = lambda message, _mark: self.emit(message)
 
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
@@ -157,7 +146,7 @@ class JobMonitor:
             "warnings": verdict.warnings,
             "name": self.name,
             "namespace": self.namespace,
-            "uid": self.expected_uid,
+            "uid": self.uid,
             **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
             "job_message": getattr(state, "message", None),
             "launcher_pods": self.launcher_pod_names,
@@ -204,17 +193,17 @@ class JobMonitor:
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
-        uid = (obj.get("metadata") or {}).get("uid")
+        job_uid = (obj.get("metadata") or {}).get("uid")
         self.clean_pod_policy = clean_pod_policy(obj)
-        if self.expected_uid and uid != self.expected_uid:
-            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {uid}; this task's "
-                                      f"was {self.expected_uid}): not following it")
+        if self.uid and job_uid != self.uid:
+            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {job_uid}; this "
+                                      f"task's was {self.uid}): not following it")
         seen = sub.version
         while True:
-            if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
+            if job_uid and job_uid in sub.deleted_uids or not job_uid and sub.deleted_uids:
                 return Verdict("deleted", "it was deleted while the task waited")
-            obj = sub.job(uid) or obj
-            verdict = await self._assess(obj, sub, uid)
+            obj = sub.job(job_uid) or obj
+            verdict = await self._assess(obj, sub, job_uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
