@@ -68,14 +68,8 @@ def _log_tails(task: Any, payload: dict[str, Any], name: Any, namespace: Any, ta
 
 
 def finish(
-    task: Any,
-    payload: dict[str, Any],
-    *,
-    api_version: str,
-    on_finish_action: str,
-    fail_permanently: bool,
-    worker_log_tail_lines: int = 0,
-    owns_job: bool = True,
+    task: Any, payload: dict[str, Any], *, api_version: str, on_finish_action: str, fail_permanently: bool,
+    worker_log_tail_lines: int = 0, owns_job: bool = True,
 ) -> dict[str, Any]:
     """Report, clean up and return the XCom value, or raise.
 

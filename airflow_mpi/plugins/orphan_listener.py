@@ -1,21 +1,16 @@
 """Listener that deletes MPIJobs nobody is left to delete: the provider's "no orphan ever" guarantee.
 
-Airflow calls it in the API server when a task instance is marked failed/success by hand, and in
-the scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed
-externally) or when a DAG run finishes. In those cases no ``on_kill`` may run: a task marked failed
-before a triggerer picked up its trigger has no trigger to kill.
-
-What it may delete, and nothing else: a *live* MPIJob carrying *this deployment's* label
-(``deployment_identity.py``) whose task instance is finished or gone from this deployment's database.
-Another deployment's jobs, a rendered manifest applied by hand, a finished job: never.
-
-Where it looks: the namespaces the finished task instances recorded their jobs in (the XCom of
-``operators/job_record.py``), each only after checking that the job named there is that task
+Airflow calls it in the API server when a task instance is marked failed/success by hand, and in the
+scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed externally) or when a
+DAG run finishes: cases where no ``on_kill`` may run (a task marked failed before a triggerer picked up its
+trigger has no trigger to kill). It deletes only orphans (jobspec/orphans.py: live jobs of this deployment
+whose task instance is finished or gone), and looks only in the namespaces the finished task instances
+recorded their jobs in (operators/job_record.py), each after checking that the job named there is that task
 instance's job of this deployment (``hooks/orphan_sweep.owns_place``): a task cannot aim the sweep.
 
-How: the hooks below run in Airflow's own threads, so they only hand ids to the background worker
-(``plugins/sweep_worker.py``); a task instance that is not an MPI task costs nothing (its operator
-name is on the task instance already). Errors are logged, never raised into Airflow.
+The hooks below run in Airflow's own threads, so they only hand ids to the background worker
+(plugins/sweep_worker.py); a task instance that is not an MPI task costs nothing (its operator name is on the
+task instance already). Errors are logged, never raised into Airflow.
 """
 
 from __future__ import annotations

@@ -116,10 +116,8 @@ class MPIJobTrigger(BaseTrigger):
         wait = hold_seconds(datetime.fromisoformat(self.not_before) if self.not_before else None,
                             datetime.now(timezone.utc))
         if wait > 0:
-            self.log.info(
-                "Holding the result %.1f s: the deferral is too recent for this Airflow version "
-                "(deferral race, apache/airflow#71580 / #72716)", wait
-            )
+            self.log.info("Holding the result %.1f s: the deferral is too recent for this Airflow version "
+                          "(deferral race, apache/airflow#71580 / #72716)", wait)
             await asyncio.sleep(wait)
 
     async def _delete(self) -> None:
@@ -167,11 +165,8 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.utils.session import create_session
 
             with create_session() as session:
-                row = (
-                    session.query(TaskInstance.state)
-                    .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
-                    .scalar()
-                )
+                row = session.query(TaskInstance.state).filter_by(
+                    dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index).scalar()
                 return str(row) if row is not None else None
 
         return await sync_to_async(read_state)()
