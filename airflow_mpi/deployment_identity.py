@@ -1,20 +1,17 @@
 """This Airflow deployment's identity on Kubernetes: the label value that makes an MPIJob *ours*.
 
 Several deployments (prod, staging, one per team) often share a cluster and a namespace, with the same DAGs and
-the same run ids. Every MPIJob carries its deployment's identity (``jobspec/naming.py``); a deployment reattaches to,
-and its orphan sweep deletes, only jobs that carry its own.
+the same run ids. Every MPIJob carries its deployment's identity (jobspec/naming.py); a deployment reattaches to,
+and its orphan sweep deletes, only jobs that carry its own. Where it comes from, first match wins:
 
-Where the identity comes from, first match wins:
+1. ``[airflow_mpi] deployment_id`` (``AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID``): pinned, e.g. for a deployment
+   rebuilt on a new metadata database that must keep owning its running jobs;
+2. the Variable ``airflow_mpi_deployment_id``: a random id made once per metadata database by the scheduler
+   when it starts (plugins/orphan_listener.py), so every component of a deployment reads the same value and two
+   deployments with their own databases differ without configuration. It moves with the database.
 
-1. ``[airflow_mpi] deployment_id`` (``AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID``): pinned by the operator of the
-   deployment, e.g. when it is rebuilt on a new metadata database and must keep owning its running jobs;
-2. the Airflow Variable ``airflow_mpi_deployment_id``: a random id made once per metadata database, by the
-   scheduler when it starts (``plugins/orphan_listener.py``), so every component of a deployment reads the same
-   value and two deployments with their own databases differ without anyone configuring anything. It moves with
-   the database (a restored or migrated database keeps it).
-
-The value must be a valid label value (at most 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends),
-so that the label equals it exactly.
+It must be a label value (1-63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends), so that the label
+equals it exactly.
 """
 
 from __future__ import annotations

@@ -52,15 +52,12 @@ def check_function(func: Callable, decorator: str) -> list[str]:
     if code is None:
         return [*reasons, "is not a Python function"]
     if code.co_freevars:
-        reasons.append(
-            f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as arguments"
-        )
+        reasons.append(f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as "
+                       "arguments")
     dag_globals = sorted(_global_names(code) & set(func.__globals__) - set(vars(builtins)) - {func.__name__})
     if dag_globals:
-        reasons.append(
-            f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
-            "import or define them inside the function"
-        )
+        reasons.append(f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
+                       "import or define them inside the function")
     return reasons
 
 

@@ -17,13 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from airflow_mpi.jobspec.naming import (
-    DAG_ID_LABEL,
-    DEPLOYMENT_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    MAP_INDEX_LABEL,
-    RUN_ID_LABEL,
-    TASK_ID_LABEL,
+    DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
 )
 from airflow_mpi.jobspec.status import job_state
 

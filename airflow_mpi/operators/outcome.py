@@ -38,10 +38,9 @@ def xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
     }
 
 
-def _should_delete(outcome: str, on_finish_action: str) -> bool:
-    if outcome in ABANDONED or on_finish_action == "delete":
-        return True
-    return on_finish_action == "delete_succeeded" and outcome in ("success", "target")
+def _should_delete(outcome: str, action: str) -> bool:
+    succeeded = outcome in ("success", "target")
+    return outcome in ABANDONED or action == "delete" or (action == "delete_succeeded" and succeeded)
 
 
 def failure_text(outcome: str, job: str, detail: Any) -> str:

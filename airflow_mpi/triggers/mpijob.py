@@ -1,12 +1,10 @@
 """MPIJobTrigger: the deferrable wait, run by the triggerer.
 
-It carries only plain data (the triggerer may run on another machine): the job's identity, the
-connection settings resolved on the worker, the timeouts, the log position and the deadline that
-enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
-leave it running). It emits exactly one terminal event with what ``execute_complete`` needs, never
-before ``not_before`` (the hold against Airflow's deferral race, see wait/deferral.py). A failed job's
-event carries why it failed (``failure``: causes and the failed pods' last ``tail_lines`` log lines, gathered
-before the clean-up deletes the workers; bounded, as events are stored in the metadata database).
+It carries only plain data (the triggerer may run on another machine), including the deadline that enforces
+``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave it running). It
+emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before`` (the hold
+against Airflow's deferral race: wait/deferral.py). A failed job's event carries why it failed (``failure``,
+bounded: events are stored in the metadata database).
 """
 
 from __future__ import annotations
@@ -155,8 +153,7 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
             states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
-            )
+                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
             key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
             return str(states[ti.run_id][key])
 

@@ -65,6 +65,4 @@ def not_before_text(deferred_at: datetime, airflow_version: str) -> str | None:
 
 def hold_seconds(not_before: datetime | None, now: datetime) -> float:
     """How long a trigger still has to hold a ready event (0 when none or already past)."""
-    if not_before is None:
-        return 0.0
-    return max((not_before - now).total_seconds(), 0.0)
+    return max((not_before - now).total_seconds(), 0.0) if not_before is not None else 0.0

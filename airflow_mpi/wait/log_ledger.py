@@ -1,21 +1,18 @@
 """Exactly-once launcher logs across a triggerer failover: the log position is kept in the task log itself.
 
-A trigger's log position (``LogState``) lives in memory and travels only at defer time, so a triggerer that
-dies mid-stream takes it along. A checkpoint written next to the log (an annotation, a database row) cannot
-make the next reader exactly-once: a kill between "line written" and "checkpoint written" repeats or loses the
-lines in between. So every launcher line the trigger emits carries, as a structured field of its log record,
-the cursor position *after* it (``<stream>@<seconds>.<nanoseconds>#<count at that timestamp>``), and every
-attempt header its stream key (:func:`marked_emitter`). Airflow 3's triggerer writes each trigger's records as
-JSON lines, one write each, to ``<task log>.trigger.<triggerer job id>.log``: a kill loses only a suffix
-(records still in its pipe), so the greatest position found in the try's files is the position after the last
-line the log holds. On start the trigger streams those files (:func:`resume_state`, in a thread, off the
-triggerer's event loop; a position per stream in memory, whatever the log's length) and resumes from there or
-from the defer-time position, whichever is further along.
+A trigger's log position (``LogState``) travels only at defer time, so a triggerer that dies mid-stream takes
+it along, and a checkpoint beside the log (an annotation, a database row) cannot be exactly-once: a kill between
+"line written" and "checkpoint written" repeats or loses the lines in between. So every launcher line the
+trigger emits carries, as a structured field of its record, the cursor position *after* it
+(``<stream>@<seconds>.<nanoseconds>#<count at that timestamp>``), every attempt header its stream key.
+Airflow 3's triggerer appends each trigger's records, one write each, as JSON lines to ``<task
+log>.trigger.<triggerer job id>.log``: a kill loses only a suffix, so the greatest position in the try's files
+is the position after the last line the log holds. On start the trigger reads them back (in a thread, a
+position per stream in memory) and resumes from there or from the defer-time position, whichever is further.
 
-Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a ``base_log_folder``
-shared by the triggerers); with remote logging alone (files uploaded when a trigger ends, never by a killed
-triggerer) or on Airflow 2 (plain-text trigger logs), the defer-time position is used and lines the dead
-triggerer printed are printed again (never lost).
+Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a shared
+``base_log_folder``); with remote logging alone (uploaded when a trigger ends, never by a killed triggerer) or
+on Airflow 2 (plain-text trigger logs), the defer-time position is used: lines may repeat, never get lost.
 """
 
 from __future__ import annotations
@@ -121,17 +118,17 @@ def trigger_log_files(ti: Any) -> list[Path]:
     return sorted(task_log.parent.glob(f"{task_log.name}.trigger.*.log"))
 
 
-def _records(paths: list[Path]) -> Iterator[dict]:
-    for path in paths:
-        with path.open("rb") as lines:
-            yield from records_from_lines(lines)
-
-
 def read_back(ti: Any) -> dict:
     """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form). Streams the files:
     its memory is the ledger's (a position per launcher stream), whatever the logs' length. Blocking file I/O:
     the trigger runs it in a thread (``resume_state_off_loop``)."""
-    return ledger_from_records(_records(trigger_log_files(ti)))
+
+    def records() -> Iterator[dict]:
+        for path in trigger_log_files(ti):
+            with path.open("rb") as lines:
+                yield from records_from_lines(lines)
+
+    return ledger_from_records(records())
 
 
 def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:

@@ -21,10 +21,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from airflow_mpi.hooks.errors import PodLogUnavailable
-from airflow_mpi.wait.summaries import pod_summary
-from airflow_mpi.wait.attempts import LogStream, attempt_header
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
-from airflow_mpi.wait.logs import LogCursor, format_stamp, split_timestamp
+from airflow_mpi.wait.logs import LogCursor, LogStream, attempt_header, format_stamp, split_timestamp
+from airflow_mpi.wait.summaries import pod_summary
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ class LogPump:
                       "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
 
     def _report(self, err: BaseException) -> None:
-        """Each distinct failure once as a warning (a failing endpoint is retried with backoff, not logged each time)."""
+        """Each distinct failure once as a warning, not at every retry of a failing endpoint."""
         text = f"{type(err).__name__}: {err}"
         if text in self._reported:
             log.debug("launcher log read failed again: %s", text)
@@ -211,13 +210,13 @@ class LogPump:
                 acquire.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await acquire
-            if acquire.done() and not acquire.cancelled():
-                if finished.is_set() or not await self._running(stream):
-                    slots.release()
-                    return False
-                return True
+            taken = not acquire.cancelled()  # done either way: taken, or cancelled before it was
             if finished.is_set() or not await self._running(stream):
+                if taken:
+                    slots.release()
                 return False
+            if taken:
+                return True
 
     async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
         """Follow a running container until it stops (or the wait is over); the next pass reads the rest."""

@@ -23,15 +23,15 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.api_errors import through_outage
+from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
+from airflow_mpi.wait import watch_hub
+from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
 from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_pump import LogPump, LogState
-from airflow_mpi.wait.summaries import event_summary, pod_summary
-from airflow_mpi.wait.attempts import LogStream, launcher_streams
-from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.wait.logs import LogStream, launcher_streams
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
-from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
+from airflow_mpi.wait.summaries import event_summary, pod_summary
 
 log = logging.getLogger(__name__)
 

@@ -150,10 +150,6 @@ def slim_mpijob(job: dict) -> dict:
 def event_summary(event: dict) -> EventSummary:
     """Summarise an event as the hooks return it (an API dict)."""
     involved = event.get("involvedObject") or {}
-    return EventSummary(
-        type=event.get("type") or "",
-        reason=event.get("reason") or "",
-        message=event.get("message") or "",
-        object_name=involved.get("name") or "",
-        count=int(event.get("count") or 1),
-    )
+    return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
+                        message=event.get("message") or "", object_name=involved.get("name") or "",
+                        count=int(event.get("count") or 1))

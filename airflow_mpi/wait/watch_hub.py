@@ -2,10 +2,9 @@
 
 A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost connections and
 API requests in proportion (issue 11). The hub is an informer: it lists each kind once, then watches from the
-list's resourceVersion with bookmarks (a renewal resumes where the last one ended, without a re-list),
-re-lists once for everybody after 410 Gone, and resumes after a dropped connection. Every wait subscribes to
-its job's name and awaits changes of that job or its pods; nobody polls. The hub closes its watches when the
-last subscriber leaves. The synchronous operator and sensor run the same monitor in ``asyncio.run``.
+list's resourceVersion with bookmarks (a renewal resumes without a re-list), re-lists once for everybody after
+410 Gone, and resumes after a dropped connection. Every wait subscribes to its job's name and awaits changes
+of that job or its pods; nobody polls. The hub closes its watches when the last subscriber leaves.
 
 MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the
 existence of the operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5,
@@ -28,9 +27,8 @@ from typing import Any
 from airflow_mpi.hooks import api_errors
 from airflow_mpi.hooks.api_errors import describe_error, is_transient, unsynced_after_outage
 from airflow_mpi.hooks.errors import WatchExpired
-from airflow_mpi.hooks.k8s_requests import (
-    EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS, sort_newest_first, sort_workers,
-)
+from airflow_mpi.hooks.k8s_requests import EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS
+from airflow_mpi.hooks.k8s_requests import sort_newest_first, sort_workers
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.wait.progress import VALIDATION_ERROR
 from airflow_mpi.wait.summaries import pod_role
