@@ -42,10 +42,9 @@ def checked(value: object, source: str) -> str:
     """``value`` when it is a valid identity; a clear error naming where it came from otherwise."""
     text = str(value).strip()
     if not _VALID.match(text):
-        raise AirflowException(
-            f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
-            "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
-        )
+        raise AirflowException(f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
+                               "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter "
+                               "or digit)")
     return text
 
 

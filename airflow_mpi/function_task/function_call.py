@@ -119,11 +119,6 @@ def encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
     return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
 
 
-def runner_source() -> str:
-    """The ranks' program (function_task/rank_runner.py), as shipped in the call's Secret."""
-    return inspect.getsource(rank_runner)
-
-
 def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> dict[str, str]:
     """The Secret's ``stringData``: the encoded call and the ranks' program.
 
@@ -136,7 +131,7 @@ def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> di
                    f"bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the call's Kubernetes Secret may hold "
                    "(1 MiB in all): pass large data by reference (a path or URL the ranks read)")  # fmt: skip
         errors.raise_if_any()
-    return {CALL_KEY: call, RUNNER_KEY: runner_source()}
+    return {CALL_KEY: call, RUNNER_KEY: inspect.getsource(rank_runner)}  # the ranks' program
 
 
 def rank_command(*, python: str = "python3") -> list[str]:

@@ -47,14 +47,6 @@ class RunFinished:
     run_id: str
 
 
-def _state(value: Any) -> str | None:
-    return None if value is None else str(getattr(value, "value", value))
-
-
-def _server_side(task_instance: Any) -> bool:
-    return type(task_instance).__module__.startswith("airflow.models")
-
-
 def mpi_operator_names() -> frozenset[str]:
     """Class names of MPIJobOperator and every subclass imported in this process (the task instance's
     ``operator`` column holds its task's class name)."""
@@ -120,11 +112,11 @@ WORKER = SweepWorker(handle)
 
 
 def submit_task(task_instance: Any) -> bool:
-    """Hand a finished MPI task instance of the server side to the worker; True when queued."""
-    state = _state(getattr(task_instance, "state", None))
-    if not _server_side(task_instance) or state not in FINISHED_TI_STATES or not is_mpi_task(task_instance):
+    """Hand a finished MPI task instance of the server side (an ORM one) to the worker; True when queued."""
+    ti, state = task_instance, getattr(task_instance, "state", None)
+    state = None if state is None else str(getattr(state, "value", state))  # an enum or its text
+    if not type(ti).__module__.startswith("airflow.models") or state not in FINISHED_TI_STATES or not is_mpi_task(ti):
         return False
-    ti = task_instance
     return WORKER.submit(TaskFinished(TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index), state))
 
 

@@ -32,16 +32,9 @@ class MPIJobSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("job_name", "namespace", "target_condition")
 
     def __init__(
-        self,
-        *,
-        job_name: str,
-        namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        api_version: str = API_V2BETA1,
-        target_condition: str = "Succeeded",
-        attach_logs: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        **kwargs: Any,
+        self, *, job_name: str, namespace: str | None = None, kubernetes_conn_id: str = "kubernetes_default",
+        api_version: str = API_V2BETA1, target_condition: str = "Succeeded", attach_logs: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_name = job_name

@@ -138,9 +138,6 @@ class LogCursor:
         position = self._positions.get(key)
         return _format_since(position.stamp[0]) if position else None
 
-    def seen(self, key: str) -> bool:
-        return key in self._positions
-
     def position(self, key: str) -> list[int] | None:
         """``[seconds, nanoseconds, lines at that timestamp]`` after the last line printed of ``key``."""
         p = self._positions.get(key)

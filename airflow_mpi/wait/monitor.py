@@ -1,13 +1,11 @@
-"""Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the
-synchronous operator (run with ``asyncio.run``), the trigger and the sensor.
+"""Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the synchronous
+operator (in ``asyncio.run``), the trigger and the sensor. Two cooperating tasks on one subscription to the
+watch hub (wait/watch_hub.py):
 
-Two cooperating tasks on one subscription to the watch hub (wait/watch_hub.py):
-
-* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change
-  of the job or its pods, and every ``poll_interval`` (timeouts advance without events; it reads the hub's
-  cache, not the API);
-* the *log pump* (wait/log_pump.py) follows the launcher's container log, attempt after attempt, exactly once
-  across reconnects, restarts of the reader and deferral hand-overs.
+* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change of
+  the job or its pods, and every ``poll_interval`` (timeouts advance without events), reading the hub's cache;
+* the *log pump* (wait/log_pump.py) follows the launcher's log, attempt after attempt, exactly once across
+  reconnects, restarts of the reader and deferral hand-overs.
 
 A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
 subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
@@ -273,11 +271,10 @@ class JobMonitor:
             log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
 
 
-async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:
-    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection.
-
-    ``drain_only``: print the launcher log not printed yet and return None; otherwise wait for a verdict.
-    """
+async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False,
+                       **kwargs: Any) -> dict | None:
+    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection; ``drain_only``: print the
+    launcher log not printed yet and return None, otherwise wait for a verdict."""
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
     kwargs.setdefault("submitted_at", utcnow())

@@ -1,16 +1,13 @@
-"""Deciding, from what the cluster reports, whether a wait is over and why.
+"""Deciding, from what the cluster reports, whether a wait is over and why (pure functions over plain summaries
+of the MPIJob, its pods and its events). A wait fails fast where waiting longer cannot help:
 
-Pure functions over plain summaries of the MPIJob, its pods and its events, shared by the
-synchronous operator and the trigger so both fail fast for the same reasons:
-
-* the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError``
-  Warning event and never a ``Created`` condition;
-* pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding
-  the other pods' GPUs, unless somebody gives up on them;
-* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up,
-  the image has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2
-  (only an eviction is): with ``WaitForWorkersReady`` the launcher then never comes and the other
-  workers hold their GPUs forever.
+* the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError`` Warning event
+  and never a ``Created`` condition;
+* pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding the other
+  pods' GPUs, unless somebody gives up on them;
+* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up, the image
+  has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2 (only an eviction
+  is): with ``WaitForWorkersReady`` the launcher never comes and the other workers hold their GPUs forever.
 """
 
 from __future__ import annotations

@@ -78,8 +78,7 @@ class Subscription:
         self.name = name
         self.version = 0
         self.deleted_uids: set[str] = set()
-        # pods of the job deleted while subscribed, as last seen: a failed try's cause may show only in a worker's
-        # last status before the mpi-operator's clean-up removed it (wait/failure_causes.py)
+        # deleted pods of the job as last seen: a failed try's cause may show only there (wait/failure_causes.py)
         self.gone_pods: dict[str, Any] = {}
         self._event = asyncio.Event()
 
