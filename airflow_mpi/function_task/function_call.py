@@ -113,7 +113,7 @@ def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str
     return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
 
 
-def encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
+def _encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
     """The call as one base64 text: JSON {name, source, arguments (pickle, base64), nonce}, compressed."""
     call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
     return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
@@ -124,7 +124,7 @@ def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> di
 
     Raises MPIJobValidationError, before anything is created, when the call is too large for a Secret.
     """
-    call = encode_call(source, name, arguments, nonce)
+    call = _encode_call(source, name, arguments, nonce)
     if len(call) > MAX_CALL_BYTES:
         errors = ErrorList()
         errors.add("op_args/op_kwargs", f"<{len(call)} bytes>", f"the function and its arguments take {len(call)} "

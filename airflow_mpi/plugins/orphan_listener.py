@@ -47,7 +47,7 @@ class RunFinished:
     run_id: str
 
 
-def mpi_operator_names() -> frozenset[str]:
+def _mpi_operator_names() -> frozenset[str]:
     """Class names of MPIJobOperator and every subclass imported in this process (the task instance's
     ``operator`` column holds its task's class name)."""
     import airflow_mpi.decorators  # noqa: F401  the decorated operators are subclasses too
@@ -65,7 +65,7 @@ def is_mpi_task(task_instance: Any) -> bool:
     """From the task instance's own columns, no I/O. A subclass defined in a DAG file only (not importable
     here) is not recognised: the sweep when its DAG run finishes catches its job."""
     return (getattr(task_instance, "custom_operator_name", None) in DECORATOR_NAMES
-            or getattr(task_instance, "operator", None) in mpi_operator_names())
+            or getattr(task_instance, "operator", None) in _mpi_operator_names())
 
 
 def handle(request: Any) -> list[str]:

@@ -51,7 +51,7 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
     return text[: limit - 1] + "…"
 
 
-def signal_name(number: int) -> str | None:
+def _signal_name(number: int) -> str | None:
     """``SIGKILL`` for 9; None for a number that is no signal."""
     try:
         return signals.Signals(number).name
@@ -63,10 +63,10 @@ def exit_text(code: int | None, signal: int | None = None) -> str:
     """``exit code 137 (128 + 9: SIGKILL)``: shells and container runtimes report a death by signal N as 128 + N."""
     parts = []
     if code is not None:
-        by_signal = signal_name(code - 128) if code > 128 else None
+        by_signal = _signal_name(code - 128) if code > 128 else None
         parts.append(f"exit code {code}" + (f" (128 + {code - 128}: {by_signal})" if by_signal else ""))
     if signal:
-        parts.append(f"signal {signal}" + (f" ({signal_name(signal)})" if signal_name(signal) else ""))
+        parts.append(f"signal {signal}" + (f" ({_signal_name(signal)})" if _signal_name(signal) else ""))
     return ", ".join(parts)
 
 

@@ -109,7 +109,7 @@ def merge_log_states(*states: dict | None) -> dict:
 LAUNCHER_LOGGER = "airflow_mpi.launcher"
 
 
-def trigger_log_files(ti: Any) -> list[Path]:
+def _trigger_log_files(ti: Any) -> list[Path]:
     """The trigger log files of ``ti``'s try on this machine (one per triggerer that ran its trigger)."""
     from airflow.configuration import conf
     from airflow.utils.helpers import log_filename_template_renderer
@@ -124,7 +124,7 @@ def read_back(ti: Any) -> dict:
     the trigger runs it in a thread (``resume_state_off_loop``)."""
 
     def records() -> Iterator[dict]:
-        for path in trigger_log_files(ti):
+        for path in _trigger_log_files(ti):
             with path.open("rb") as lines:
                 yield from records_from_lines(lines)
 

@@ -40,7 +40,7 @@ MAX_RETRY_DELAY = 30.0
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def follow_slots() -> asyncio.Semaphore:
+def _follow_slots() -> asyncio.Semaphore:
     """The follow-stream semaphore of the running event loop."""
     return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_FOLLOW_STREAMS))
 
@@ -201,7 +201,7 @@ class LogPump:
 
     async def _slot(self, stream: LogStream, finished: asyncio.Event) -> bool:
         """Take a follow slot; False (no slot held) once the container stopped or the wait ended first."""
-        slots = follow_slots()
+        slots = _follow_slots()
         while True:
             seen = self.pods.version
             acquire = asyncio.ensure_future(slots.acquire())
@@ -231,7 +231,7 @@ class LogPump:
                     break
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished, read)
         finally:
-            follow_slots().release()
+            _follow_slots().release()
             if not read.done():
                 read.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

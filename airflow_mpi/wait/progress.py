@@ -84,7 +84,7 @@ class Timeouts:
     schedule_timeout: float | None = 300.0  # seconds a pod may stay unscheduled / not started
 
 
-def warning_lines(events: list[EventSummary]) -> list[str]:
+def _warning_lines(events: list[EventSummary]) -> list[str]:
     """Warning events verbatim, one line each, as users know them from ``kubectl describe``."""
     return [f"{e.object_name}: {e.reason}: {e.message}" for e in events if e.type == "Warning"]
 
@@ -123,7 +123,7 @@ def assess(
     timeouts: Timeouts, target_condition: str | None = None, current_conditions: set[str] | None = None,
 ) -> Verdict:
     """Decide whether waiting on this MPIJob is over (and how it ended)."""
-    warnings = warning_lines(events)
+    warnings = _warning_lines(events)
     if state.terminal:
         return Verdict("success" if state.succeeded else "failed", state.describe(), warnings)
     if target_condition and target_condition in (current_conditions or set()):
