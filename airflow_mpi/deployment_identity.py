@@ -1,26 +1,25 @@
 """This Airflow deployment's identity on Kubernetes: the label value that makes an MPIJob *ours*.
 
 Several deployments (prod, staging, one per team) often share a cluster and a namespace, with the same DAGs and
-the same run ids. Every MPIJob carries its deployment's identity (``jobspec/naming.py``); a deployment reattaches to,
-and its orphan sweep deletes, only jobs that carry its own.
+the same run ids. Every MPIJob carries its deployment's identity (jobspec/naming.py); a deployment reattaches to,
+and its orphan sweep deletes, only jobs that carry its own. Where it comes from, first match wins:
 
-Where the identity comes from, first match wins:
+1. ``[airflow_mpi] deployment_id`` (``AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID``): pinned, e.g. for a deployment
+   rebuilt on a new metadata database that must keep owning its running jobs;
+2. the Variable ``airflow_mpi_deployment_id``: a random id made once per metadata database by the scheduler
+   when it starts (plugins/orphan_listener.py), so every component of a deployment reads the same value and two
+   deployments with their own databases differ without configuration. It moves with the database.
 
-1. ``[airflow_mpi] deployment_id`` (``AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID``): pinned by the operator of the
-   deployment, e.g. when it is rebuilt on a new metadata database and must keep owning its running jobs;
-2. the Airflow Variable ``airflow_mpi_deployment_id``: a random id made once per metadata database, by the
-   scheduler when it starts (``plugins/orphan_listener.py``), so every component of a deployment reads the same
-   value and two deployments with their own databases differ without anyone configuring anything. It moves with
-   the database (a restored or migrated database keeps it).
-
-The value must be a valid label value (at most 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends),
-so that the label equals it exactly.
+It must be a label value (1-63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends), so that the label
+equals it exactly.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from airflow_mpi.version_compat import AirflowException, conf
 
@@ -43,10 +42,9 @@ def checked(value: object, source: str) -> str:
     """``value`` when it is a valid identity; a clear error naming where it came from otherwise."""
     text = str(value).strip()
     if not _VALID.match(text):
-        raise AirflowException(
-            f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
-            "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
-        )
+        raise AirflowException(f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
+                               "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter "
+                               "or digit)")
     return text
 
 
@@ -66,36 +64,38 @@ def for_task() -> str:
     """
     from airflow_mpi.version_compat import Variable
 
-    if (value := pinned()) is not None:
-        return value
-    stored = Variable.get(VARIABLE_KEY, None)
-    if stored is None:
-        Variable.set(VARIABLE_KEY, new_identity(), VARIABLE_DESCRIPTION)
-        stored = Variable.get(VARIABLE_KEY)
-    return checked(stored, f"Variable {VARIABLE_KEY}")
+    return _identity(Variable, lambda: Variable.set(VARIABLE_KEY, new_identity(), VARIABLE_DESCRIPTION))
 
 
 def in_database() -> str:
     """The identity, read (and made once) where the metadata database is at hand: scheduler, API server.
 
     The Variable's unique key decides a race between two components making it at once: the loser reads the
-    winner's value. Runs in a session of its own, never the caller's (the scheduler's scoped session must not
+    winner's value. Made in a session of its own, never the caller's (the scheduler's scoped session must not
     be committed by a plugin).
     """
-    if (value := pinned()) is not None:
-        return value
     from airflow.models.variable import Variable
     from sqlalchemy.exc import IntegrityError
 
     from airflow_mpi.version_compat import non_scoped_session
 
-    stored = Variable.get(VARIABLE_KEY, None)
-    if stored is None:
+    def make() -> None:
         with non_scoped_session() as session:
             try:
                 session.add(Variable(key=VARIABLE_KEY, val=new_identity(), description=VARIABLE_DESCRIPTION))
                 session.commit()
             except IntegrityError:
                 session.rollback()
-        stored = Variable.get(VARIABLE_KEY)
+
+    return _identity(Variable, make)
+
+
+def _identity(variable: Any, make: Callable[[], None]) -> str:
+    """The pinned identity, else the Variable's (made first where missing, then read back: a race's winner)."""
+    if (value := pinned()) is not None:
+        return value
+    stored = variable.get(VARIABLE_KEY, None)
+    if stored is None:
+        make()
+        stored = variable.get(VARIABLE_KEY)
     return checked(stored, f"Variable {VARIABLE_KEY}")

@@ -32,7 +32,6 @@ except ImportError:  # older common-compat
     AIRFLOW_V_3_3_PLUS = False
 
 
-
 @contextmanager
 def non_scoped_session() -> Iterator[Any]:
     """A metadata-database session of its own, never a thread's scoped one (which the scheduler's loop may be
@@ -46,20 +45,3 @@ def non_scoped_session() -> Iterator[Any]:
     finally:
         session.close()
 
-
-__all__ = [
-    "AIRFLOW_VERSION",
-    "AIRFLOW_V_3_0_PLUS",
-    "AIRFLOW_V_3_3_PLUS",
-    "AirflowException",
-    "AirflowFailException",
-    "AirflowSkipException",
-    "BaseOperator",
-    "BaseSensorOperator",
-    "BaseTrigger",
-    "TaskDeferred",
-    "TriggerEvent",
-    "Variable",
-    "conf",
-    "non_scoped_session",
-]

@@ -52,15 +52,12 @@ def check_function(func: Callable, decorator: str) -> list[str]:
     if code is None:
         return [*reasons, "is not a Python function"]
     if code.co_freevars:
-        reasons.append(
-            f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as arguments"
-        )
+        reasons.append(f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as "
+                       "arguments")
     dag_globals = sorted(_global_names(code) & set(func.__globals__) - set(vars(builtins)) - {func.__name__})
     if dag_globals:
-        reasons.append(
-            f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
-            "import or define them inside the function"
-        )
+        reasons.append(f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
+                       "import or define them inside the function")
     return reasons
 
 
@@ -116,15 +113,10 @@ def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str
     return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
 
 
-def encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
+def _encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
     """The call as one base64 text: JSON {name, source, arguments (pickle, base64), nonce}, compressed."""
     call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
     return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
-
-
-def runner_source() -> str:
-    """The ranks' program (function_task/rank_runner.py), as shipped in the call's Secret."""
-    return inspect.getsource(rank_runner)
 
 
 def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> dict[str, str]:
@@ -132,14 +124,14 @@ def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> di
 
     Raises MPIJobValidationError, before anything is created, when the call is too large for a Secret.
     """
-    call = encode_call(source, name, arguments, nonce)
+    call = _encode_call(source, name, arguments, nonce)
     if len(call) > MAX_CALL_BYTES:
         errors = ErrorList()
         errors.add("op_args/op_kwargs", f"<{len(call)} bytes>", f"the function and its arguments take {len(call)} "
                    f"bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the call's Kubernetes Secret may hold "
                    "(1 MiB in all): pass large data by reference (a path or URL the ranks read)")  # fmt: skip
         errors.raise_if_any()
-    return {CALL_KEY: call, RUNNER_KEY: runner_source()}
+    return {CALL_KEY: call, RUNNER_KEY: inspect.getsource(rank_runner)}  # the ranks' program
 
 
 def rank_command(*, python: str = "python3") -> list[str]:

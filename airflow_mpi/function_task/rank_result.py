@@ -1,16 +1,14 @@
 """Rank 0's return value, read back from the launcher's log (no I/O).
 
-Rank 0 prints marker lines (function_task/rank_runner.py): ``::airflow-mpi-result:: <nonce> <kind> <words...>``. Only a
-line that the MPI launcher tagged as rank 0's stdout (``[1,0]<stdout>:`` Open MPI and horovodrun over mpirun,
-``[0]<stdout>:`` horovodrun's Gloo mode, ``[0] `` Hydra's ``-prepend-rank``: the decorators always ask for
-tags) and whose nonce is this submission's counts. Other ranks' lines are tagged with their own rank by the
-launcher, before anything they print; the nonce (in the call's Secret, never handed to the function) rules out
-what rank 0's own program prints, and lines of an earlier run. The job carries only the nonce's SHA-256
+Rank 0 prints marker lines (function_task/rank_runner.py): ``::airflow-mpi-result:: <nonce> <kind> <words...>``.
+Only a line the MPI launcher tagged as rank 0's stdout (``[1,0]<stdout>:`` Open MPI and horovodrun over mpirun,
+``[0]<stdout>:`` horovodrun's Gloo mode, ``[0] `` Hydra's ``-prepend-rank``: the decorators always ask for tags)
+with this submission's nonce counts. Other ranks' lines are tagged with their own rank by the launcher, before
+anything they print; the nonce (in the call's Secret, never handed to the function) rules out what rank 0's own
+program prints, and lines of an earlier run. The job carries only the nonce's SHA-256
 (``RESULT_NONCE_ANNOTATION``), which a try that reattaches compares against. Anything else that looks like a
-marker is ordinary output and goes to the task log.
-
-The operator's and the trigger's log sinks keep these lines out of the task log (``hide_result_lines``). A
-damaged, oversized or incomplete value is a clear error of the task, never an exception of the parser.
+marker is ordinary output. The operator's and the trigger's log sinks keep these lines out of the task log
+(``hide_result_lines``); a damaged, oversized or incomplete value is a clear error, never a parser exception.
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ def result_digest_of(obj: dict) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(RESULT_NONCE_ANNOTATION)
 
 
-def rank0_marker(line: str, digest: str) -> list[str] | None:
+def _rank0_marker(line: str, digest: str) -> list[str] | None:
     """The marker words (kind first) of ``line`` when it is rank 0's marker line of the nonce ``digest``."""
     match = _RANK0_MARKER.match(line.rstrip("\r\n"))
     if match is None or nonce_digest(match[1]) != digest:
@@ -59,7 +57,7 @@ def hide_result_lines(emit: Callable[..., None], sink: list[str], digest: str) -
     such as a line's log position, are passed through)."""
 
     def sink_or_emit(line: str, *rest: Any) -> None:
-        if rank0_marker(line, digest) is not None:
+        if _rank0_marker(line, digest) is not None:
             sink.append(line)
         else:
             emit(line, *rest)
@@ -77,7 +75,7 @@ class RankResult:
     error: str | None = None  # the value cannot be an XCom, or its lines came back damaged or too large
 
 
-def damaged(why: str) -> RankResult:
+def _damaged(why: str) -> RankResult:
     return RankResult(error=f"rank 0's return value came back damaged from the launcher's log ({why})")
 
 
@@ -88,7 +86,7 @@ def parse_result(lines: Iterable[str], digest: str) -> RankResult:
     chunks: list[str] = []
     size = 0
     for line in lines:
-        words = rank0_marker(line, digest)
+        words = _rank0_marker(line, digest)
         if words is None:
             continue
         kind, rest = words[0] if words else "", words[1:]
@@ -98,7 +96,7 @@ def parse_result(lines: Iterable[str], digest: str) -> RankResult:
             outcome = RankResult(error=f"rank 0 returned a value that cannot be an XCom (JSON): {_text(rest[0])}")
         elif kind == VALUE:
             if len(rest) not in (3, 4) or not all(w.isdigit() for w in rest[:3]):
-                outcome, chunks = damaged(f"a malformed line: {' '.join(words)[:80]!r}"), []
+                outcome, chunks = _damaged(f"a malformed line: {' '.join(words)[:80]!r}"), []
                 continue
             index, count, crc = (int(w) for w in rest[:3])
             chunks, size = ([], 0) if index == 0 else (chunks, size)
@@ -118,7 +116,7 @@ def parse_result(lines: Iterable[str], digest: str) -> RankResult:
 
 def _value(data: str, crc: int) -> RankResult:
     if zlib.crc32(data.encode()) != crc:
-        return damaged("checksum mismatch")
+        return _damaged("checksum mismatch")
     try:
         inflater = zlib.decompressobj()
         text = inflater.decompress(base64.b64decode(data, validate=True), MAX_JSON_BYTES + 1)
@@ -127,7 +125,7 @@ def _value(data: str, crc: int) -> RankResult:
                                     "reference")
         return RankResult(has_value=True, value=json.loads(text))
     except (binascii.Error, zlib.error, ValueError) as err:
-        return damaged(f"{type(err).__name__}: {err}")
+        return _damaged(f"{type(err).__name__}: {err}")
 
 
 def _text(b64: str) -> str:

@@ -1,21 +1,15 @@
-"""Which MPIJobs are orphans: live jobs of this deployment whose task instance no longer waits for them
-(pure: no I/O).
+"""Which MPIJobs are orphans: live jobs of this deployment whose task instance no longer waits for them (pure).
 
-A task instance normally deletes its live MPIJob itself (``on_kill`` of the worker or the trigger).
-It cannot when nothing of it runs any more: marked failed/success before a triggerer picked up its
-trigger, its worker lost, its DAG run deleted. The provider's listener and sweep
-(airflow_mpi/plugins/orphan_listener.py) find such jobs by the identity annotations every job
-carries (``jobspec/naming.py``) and delete them.
+A task instance normally deletes its live MPIJob itself (``on_kill`` of the worker or the trigger). It cannot
+when nothing of it runs any more: marked failed/success before a triggerer picked up its trigger, its worker
+lost, its DAG run deleted. The orphan listener (plugins/orphan_listener.py) finds such jobs by the identity
+annotations every job carries (jobspec/naming.py) and deletes them.
 
-Only jobs of *this* deployment are ever orphans: the deployment label must name it
-(``naming.DEPLOYMENT_LABEL``). Other deployments sharing the namespace, manifests rendered offline
-and applied by hand, jobs of releases before the label: none is ever ours to delete, whatever this
-database says of a task instance of the same name.
-
-Only *live* jobs are orphans. A finished job holds nothing; it stays under ``on_finish_action``
-(a Succeeded job is what a clear or retry reattaches to, so deleting it would rerun the work).
-A task instance that may still run (queued, up for retry, cleared, ...) keeps its job: its next
-try reattaches to it.
+Only jobs of *this* deployment (``naming.DEPLOYMENT_LABEL``) are ever orphans: other deployments sharing the
+namespace, manifests rendered offline and applied by hand, jobs of releases before the label are never ours to
+delete, whatever this database says of a task instance of the same name. Only *live* jobs are orphans: a
+finished job holds nothing and stays under ``on_finish_action`` (a Succeeded job is what a clear or retry
+reattaches to). A task instance that may still run (queued, up for retry, cleared, ...) keeps its job.
 """
 
 from __future__ import annotations
@@ -23,13 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from airflow_mpi.jobspec.naming import (
-    DAG_ID_LABEL,
-    DEPLOYMENT_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    MAP_INDEX_LABEL,
-    RUN_ID_LABEL,
-    TASK_ID_LABEL,
+    DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
 )
 from airflow_mpi.jobspec.status import job_state
 

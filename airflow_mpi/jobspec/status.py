@@ -10,13 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-CREATED = "Created"
-RUNNING = "Running"
-SUSPENDED = "Suspended"
-TERMINAL_CONDITIONS = (SUCCEEDED, FAILED)
-KNOWN_CONDITIONS = (CREATED, RUNNING, "Restarting", SUCCEEDED, FAILED, SUSPENDED)
+KNOWN_CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+TERMINAL_CONDITIONS = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -71,9 +66,9 @@ def job_state(obj: dict[str, Any]) -> JobState:
         message=current.get("message") if current else None,
         start_time=status.get("startTime"),
         completion_time=status.get("completionTime"),
-        created=any(c["type"] == CREATED for c in true_conditions),
+        created=any(c["type"] == "Created" for c in true_conditions),
         terminal=bool(terminal),
-        succeeded=bool(terminal) and current["type"] == SUCCEEDED,
+        succeeded=bool(terminal) and current["type"] == "Succeeded",
     )
 
 

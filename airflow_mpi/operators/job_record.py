@@ -3,7 +3,7 @@
 * Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it, to that
   object only (its uid: an object someone made again under the same name is not this task's job).
 * the XCom ``JOB_XCOM_KEY`` (``{"name", "namespace", "kubernetes_conn_id", "api_version"}``): the
-  orphan listener (airflow_mpi/orphans/listener.py) runs in the API server or the scheduler when the
+  orphan listener (airflow_mpi/plugins/orphan_listener.py) runs in the API server or the scheduler when the
   task instance is marked failed/success or fails without its worker, and reads it there to delete
   a job no trigger or worker is left to delete. XComs survive deferral; a new try clears them.
 """
@@ -25,10 +25,8 @@ def record_job(
         store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace, "uid": uid})
     ti = context["ti"]
     if hasattr(ti, "xcom_push"):
-        ti.xcom_push(
-            key=JOB_XCOM_KEY,
-            value={"name": name, "namespace": namespace, "kubernetes_conn_id": conn_id, "api_version": api_version},
-        )
+        location = {"name": name, "namespace": namespace, "kubernetes_conn_id": conn_id, "api_version": api_version}
+        ti.xcom_push(key=JOB_XCOM_KEY, value=location)
 
 
 def recorded_job(context: Any) -> tuple[str, str, str | None] | None:

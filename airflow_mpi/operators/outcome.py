@@ -21,7 +21,7 @@ ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", WORKER_FA
 PERMANENT = ("invalid",)
 
 
-def xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
+def _xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
     """The operator's return value (plain JSON)."""
     return {
         "name": payload.get("name"),
@@ -38,13 +38,12 @@ def xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
     }
 
 
-def _should_delete(outcome: str, on_finish_action: str) -> bool:
-    if outcome in ABANDONED or on_finish_action == "delete":
-        return True
-    return on_finish_action == "delete_succeeded" and outcome in ("success", "target")
+def _should_delete(outcome: str, action: str) -> bool:
+    succeeded = outcome in ("success", "target")
+    return outcome in ABANDONED or action == "delete" or (action == "delete_succeeded" and succeeded)
 
 
-def failure_text(outcome: str, job: str, detail: Any) -> str:
+def _failure_text(outcome: str, job: str, detail: Any) -> str:
     """``"<job> <outcome>: <detail>"``, saying the outcome once when the detail already says it
     ("MPIJob ns/x: it was deleted while the task waited", not "MPIJob ns/x deleted: it was deleted ...")."""
     detail = str(detail) if detail else ""
@@ -68,14 +67,8 @@ def _log_tails(task: Any, payload: dict[str, Any], name: Any, namespace: Any, ta
 
 
 def finish(
-    task: Any,
-    payload: dict[str, Any],
-    *,
-    api_version: str,
-    on_finish_action: str,
-    fail_permanently: bool,
-    worker_log_tail_lines: int = 0,
-    owns_job: bool = True,
+    task: Any, payload: dict[str, Any], *, api_version: str, on_finish_action: str, fail_permanently: bool,
+    worker_log_tail_lines: int = 0, owns_job: bool = True,
 ) -> dict[str, Any]:
     """Report, clean up and return the XCom value, or raise.
 
@@ -97,8 +90,8 @@ def finish(
         task.hook.delete_mpijob(name, namespace, uid=payload.get("uid"))
     if outcome in ("success", "target"):
         task.log.info("MPIJob %s/%s: %s", namespace, name, payload.get("message"))
-        return xcom_result(payload, api_version)
-    message = failure_text(outcome, f"MPIJob {namespace}/{name}", payload.get("message"))
+        return _xcom_result(payload, api_version)
+    message = _failure_text(outcome, f"MPIJob {namespace}/{name}", payload.get("message"))
     if payload.get("launcher_exit_codes"):  # what the MPI program itself said, attempt by attempt
         message += f"; launcher exit codes: {', '.join(map(str, payload['launcher_exit_codes']))}"
     if outcome in EXPLAINED:

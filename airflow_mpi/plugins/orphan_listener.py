@@ -1,21 +1,16 @@
 """Listener that deletes MPIJobs nobody is left to delete: the provider's "no orphan ever" guarantee.
 
-Airflow calls it in the API server when a task instance is marked failed/success by hand, and in
-the scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed
-externally) or when a DAG run finishes. In those cases no ``on_kill`` may run: a task marked failed
-before a triggerer picked up its trigger has no trigger to kill.
-
-What it may delete, and nothing else: a *live* MPIJob carrying *this deployment's* label
-(``deployment_identity.py``) whose task instance is finished or gone from this deployment's database.
-Another deployment's jobs, a rendered manifest applied by hand, a finished job: never.
-
-Where it looks: the namespaces the finished task instances recorded their jobs in (the XCom of
-``operators/job_record.py``), each only after checking that the job named there is that task
+Airflow calls it in the API server when a task instance is marked failed/success by hand, and in the
+scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed externally) or when a
+DAG run finishes: cases where no ``on_kill`` may run (a task marked failed before a triggerer picked up its
+trigger has no trigger to kill). It deletes only orphans (jobspec/orphans.py: live jobs of this deployment
+whose task instance is finished or gone), and looks only in the namespaces the finished task instances
+recorded their jobs in (operators/job_record.py), each after checking that the job named there is that task
 instance's job of this deployment (``hooks/orphan_sweep.owns_place``): a task cannot aim the sweep.
 
-How: the hooks below run in Airflow's own threads, so they only hand ids to the background worker
-(``plugins/sweep_worker.py``); a task instance that is not an MPI task costs nothing (its operator
-name is on the task instance already). Errors are logged, never raised into Airflow.
+The hooks below run in Airflow's own threads, so they only hand ids to the background worker
+(plugins/sweep_worker.py); a task instance that is not an MPI task costs nothing (its operator name is on the
+task instance already). Errors are logged, never raised into Airflow.
 """
 
 from __future__ import annotations
@@ -52,15 +47,7 @@ class RunFinished:
     run_id: str
 
 
-def _state(value: Any) -> str | None:
-    return None if value is None else str(getattr(value, "value", value))
-
-
-def _server_side(task_instance: Any) -> bool:
-    return type(task_instance).__module__.startswith("airflow.models")
-
-
-def mpi_operator_names() -> frozenset[str]:
+def _mpi_operator_names() -> frozenset[str]:
     """Class names of MPIJobOperator and every subclass imported in this process (the task instance's
     ``operator`` column holds its task's class name)."""
     import airflow_mpi.decorators  # noqa: F401  the decorated operators are subclasses too
@@ -78,7 +65,7 @@ def is_mpi_task(task_instance: Any) -> bool:
     """From the task instance's own columns, no I/O. A subclass defined in a DAG file only (not importable
     here) is not recognised: the sweep when its DAG run finishes catches its job."""
     return (getattr(task_instance, "custom_operator_name", None) in DECORATOR_NAMES
-            or getattr(task_instance, "operator", None) in mpi_operator_names())
+            or getattr(task_instance, "operator", None) in _mpi_operator_names())
 
 
 def handle(request: Any) -> list[str]:
@@ -125,11 +112,11 @@ WORKER = SweepWorker(handle)
 
 
 def submit_task(task_instance: Any) -> bool:
-    """Hand a finished MPI task instance of the server side to the worker; True when queued."""
-    state = _state(getattr(task_instance, "state", None))
-    if not _server_side(task_instance) or state not in FINISHED_TI_STATES or not is_mpi_task(task_instance):
+    """Hand a finished MPI task instance of the server side (an ORM one) to the worker; True when queued."""
+    ti, state = task_instance, getattr(task_instance, "state", None)
+    state = None if state is None else str(getattr(state, "value", state))  # an enum or its text
+    if not type(ti).__module__.startswith("airflow.models") or state not in FINISHED_TI_STATES or not is_mpi_task(ti):
         return False
-    ti = task_instance
     return WORKER.submit(TaskFinished(TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index), state))
 
 
@@ -149,14 +136,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any 
     submit_task(task_instance)
 
 
-@hookimpl
-def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
-    submit_task(task_instance)
-
-
-@hookimpl
-def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
-    submit_task(task_instance)
+on_task_instance_success = on_task_instance_skipped = on_task_instance_failed  # the same for every finished state
 
 
 @hookimpl
@@ -164,9 +144,7 @@ def on_dag_run_failed(dag_run: Any, msg: str) -> None:
     WORKER.submit(RunFinished(dag_run.dag_id, dag_run.run_id))
 
 
-@hookimpl
-def on_dag_run_success(dag_run: Any, msg: str) -> None:
-    WORKER.submit(RunFinished(dag_run.dag_id, dag_run.run_id))
+on_dag_run_success = on_dag_run_failed
 
 
 class MPIJobOrphanPlugin(AirflowPlugin):

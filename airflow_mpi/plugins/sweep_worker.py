@@ -1,17 +1,16 @@
 """One background worker for the orphan listener: a daemon thread fed by a bounded queue.
 
 Airflow calls listeners in its own threads: the scheduler's loop (inside its locked transaction, holding the
-thread's scoped session) and the API server's request handlers (a user marking a task failed). A listener that
-reads the database or calls Kubernetes there commits the scheduler's session ("UNEXPECTED COMMIT - THIS WILL
-BREAK HA LOCKS!"), holds up scheduling, or keeps a UI request waiting on an unreachable API server. So the
-listener only hands ids over: ``submit`` never blocks (a full queue drops the request with a warning: the sweep
-when the DAG run finishes, or the next one in that namespace, still finds the job), and the work runs here, one
-request at a time, each in sessions of its own and within the budget the handler enforces.
+thread's scoped session) and the API server's request handlers. A listener that reads the database or calls
+Kubernetes there commits the scheduler's session ("UNEXPECTED COMMIT - THIS WILL BREAK HA LOCKS!"), holds up
+scheduling, or keeps a UI request waiting on an unreachable API server. So the listener only hands ids over:
+``submit`` never blocks (a full queue drops the request with a warning: a later sweep of the namespace still
+finds the job), and the work runs here, one request at a time, in sessions of its own, within a budget.
 
 The processes it runs in fork (the scheduler its LocalExecutor workers): a fork while this thread is inside a
 request would hand the child locks no thread of the child will ever release (a module being imported: the child
 then hangs at its first import of that module, as a triggerer's trigger runner once did). So a fork waits until
-the request at hand is done (it never starts one of its own), and the child starts with an idle worker, no thread.
+the request at hand is done, and the child starts with an idle worker, no thread.
 """
 
 from __future__ import annotations

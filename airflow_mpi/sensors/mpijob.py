@@ -32,27 +32,20 @@ class MPIJobSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("job_name", "namespace", "target_condition")
 
     def __init__(
-        self,
-        *,
-        job_name: str,
-        namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        api_version: str = API_V2BETA1,
-        target_condition: str = "Succeeded",
-        attach_logs: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        **kwargs: Any,
+        self, *, job_name: str, namespace: str | None = None, kubernetes_conn_id: str = "kubernetes_default",
+        api_version: str = API_V2BETA1, target_condition: str = "Succeeded", attach_logs: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_name = job_name
         self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.api_version = api_version
-        self.target_condition = target_condition
-        self.attach_logs = attach_logs
-        self.deferrable = deferrable
         if "{{" not in target_condition and target_condition not in KNOWN_CONDITIONS:
             raise MPIJobValidationError("target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}")
+        self.target_condition = target_condition
+        self.attach_logs = attach_logs
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.api_version = api_version
+        self.deferrable = deferrable
 
     @cached_property
     def hook(self) -> MPIJobHook:
@@ -71,25 +64,15 @@ class MPIJobSensor(BaseSensorOperator):
         from airflow_mpi.triggers import MPIJobTrigger
 
         now = datetime.now(timezone.utc)
-        self.defer(
-            trigger=MPIJobTrigger(
-                name=self.job_name,
-                namespace=self._namespace(),
-                api_version=self.api_version,
-                kubernetes_conn_id=self.kubernetes_conn_id,
-                connection=self.hook.connection_settings(),
-                submitted_at=now.isoformat(),
-                poll_interval=self.poke_interval,
-                startup_timeout=None,
-                schedule_timeout=None,
-                get_logs=False,
-                target_condition=self.target_condition,
-                deadline=(now + timedelta(seconds=self.timeout)).isoformat() if self.timeout else None,
-                owns_job=False,
-                not_before=not_before_text(now, AIRFLOW_VERSION),
-            ),
-            method_name="execute_complete",
+        deadline = (now + timedelta(seconds=self.timeout)).isoformat() if self.timeout else None
+        trigger = MPIJobTrigger(
+            name=self.job_name, namespace=self._namespace(), api_version=self.api_version,
+            kubernetes_conn_id=self.kubernetes_conn_id, connection=self.hook.connection_settings(),
+            submitted_at=now.isoformat(), poll_interval=self.poke_interval, startup_timeout=None, schedule_timeout=None,
+            get_logs=False, target_condition=self.target_condition, deadline=deadline, owns_job=False,
+            not_before=not_before_text(now, AIRFLOW_VERSION),
         )
+        self.defer(trigger=trigger, method_name="execute_complete")
 
     def poke(self, context: Any) -> bool:
         from airflow_mpi.hooks.retries import through_outage_sync
@@ -109,7 +92,7 @@ class MPIJobSensor(BaseSensorOperator):
         return False
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
-        if event.get("status") == "success" or event.get("status") == "target":
+        if event.get("status") in ("success", "target"):
             self._attach_logs(event["namespace"])
         elif event.get("status") == "timeout":
             raise AirflowException(f"MPIJob {event['namespace']}/{self.job_name}: sensor timed out")

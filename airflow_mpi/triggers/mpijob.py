@@ -1,106 +1,67 @@
 """MPIJobTrigger: the deferrable wait, run by the triggerer.
 
-It carries only plain data (the triggerer may run on another machine): the job's identity, the
-connection settings resolved on the worker, the timeouts, the log position and the deadline that
-enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers
-leave it running). It emits exactly one terminal event with what ``execute_complete`` needs, never
-before ``not_before`` (the hold against Airflow's deferral race, see wait/deferral.py). A failed job's
-event carries why it failed (``failure``: causes and the failed pods' last ``tail_lines`` log lines, gathered
-before the clean-up deletes the workers; bounded, as events are stored in the metadata database).
+It carries only plain data (the triggerer may run on another machine), including the deadline that enforces
+``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave it running). It
+emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before`` (the hold
+against Airflow's deferral race: wait/deferral.py). A failed job's event carries why it failed (``failure``,
+bounded: events are stored in the metadata database).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_mpi.function_task.rank_result import hide_result_lines
+from airflow_mpi.jobspec import API_V2BETA1
+from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 from airflow_mpi.wait.deferral import hold_seconds
 from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
 from airflow_mpi.wait.progress import Timeouts
-from airflow_mpi.function_task.rank_result import hide_result_lines
-from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class MPIJobTrigger(BaseTrigger):
-    """Wait for an MPIJob (or one of its conditions) while streaming the launcher log."""
+    """Wait for an MPIJob (or one of its conditions) while streaming the launcher log. Its fields are what it
+    serializes (times as ISO text); the wait's options are :class:`~airflow_mpi.wait.monitor.JobMonitor`'s."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        namespace: str,
-        api_version: str = "kubeflow.org/v2beta1",
-        kubernetes_conn_id: str = "kubernetes_default",
-        connection: dict[str, Any] | None = None,
-        submitted_at: str,
-        poll_interval: float = 10.0,
-        startup_timeout: float | None = 120.0,
-        schedule_timeout: float | None = 300.0,
-        get_logs: bool = True,
-        max_attempts: int | None = None,
-        log_state: dict | None = None,
-        deadline: str | None = None,
-        target_condition: str | None = None,
-        owns_job: bool = True,
-        not_before: str | None = None,
-        capture_result: bool = False,
-        uid: str | None = None,
-        result_digest: str | None = None,
-        tail_lines: int = DEFAULT_TAIL_LINES,
-    ) -> None:
+    # the job, and the connection settings resolved on the worker
+    name: str
+    namespace: str
+    uid: str | None = None
+    kubernetes_conn_id: str = "kubernetes_default"
+    api_version: str = API_V2BETA1
+    connection: dict[str, Any] | None = None
+    # the wait (JobMonitor's options)
+    submitted_at: str
+    deadline: str | None = None
+    poll_interval: float = 10.0
+    startup_timeout: float | None = 120.0
+    schedule_timeout: float | None = 300.0
+    target_condition: str | None = None
+    owns_job: bool = True
+    get_logs: bool = True
+    log_state: dict[str, Any] | None = None  # LogState.to_dict()
+    max_attempts: int | None = None
+    tail_lines: int = DEFAULT_TAIL_LINES
+    # the event: held until not_before; rank 0's result lines (@task.mpi) carried in it
+    not_before: str | None = None
+    capture_result: bool = False
+    result_digest: str | None = None
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self.tail_lines = tail_lines
-        self.name = name
-        self.namespace = namespace
-        self.api_version = api_version
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.connection = connection or {}
-        self.submitted_at = submitted_at
-        self.poll_interval = poll_interval
-        self.startup_timeout = startup_timeout
-        self.schedule_timeout = schedule_timeout
-        self.get_logs = get_logs
-        self.max_attempts = max_attempts
-        self.log_state = log_state
-        self.deadline = deadline
-        self.target_condition = target_condition
-        self.owns_job = owns_job
-        self.not_before = not_before
-        self.capture_result = capture_result
-        self.uid = uid
-        self.result_digest = result_digest
+        self.connection = self.connection or {}
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "name": self.name,
-                "namespace": self.namespace,
-                "api_version": self.api_version,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "connection": self.connection,
-                "submitted_at": self.submitted_at,
-                "poll_interval": self.poll_interval,
-                "startup_timeout": self.startup_timeout,
-                "schedule_timeout": self.schedule_timeout,
-                "get_logs": self.get_logs,
-                "max_attempts": self.max_attempts,
-                "log_state": self.log_state,
-                "deadline": self.deadline,
-                "target_condition": self.target_condition,
-                "owns_job": self.owns_job,
-                "not_before": self.not_before,
-                "capture_result": self.capture_result,
-                "uid": self.uid,
-                "result_digest": self.result_digest,
-                "tail_lines": self.tail_lines,
-            },
-        )
+        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
+        return classpath, {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def _hook(self):
+    def _hook(self) -> Any:
         from airflow_mpi.hooks import AsyncMPIJobHook
 
         return AsyncMPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection)
@@ -116,25 +77,14 @@ class MPIJobTrigger(BaseTrigger):
             emit_marked = emit_marked and hide_result_lines(emit_marked, result_lines, self.result_digest)
         try:
             async with self._hook() as hook:
-                monitor = JobMonitor(
-                    hook,
-                    self.name,
-                    self.namespace,
-                    emit=emit,
+                payload = await JobMonitor(
+                    hook, self.name, self.namespace, emit=emit, emit_marked=emit_marked, log_state=log_state,
                     submitted_at=datetime.fromisoformat(self.submitted_at),
-                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout),
-                    poll_interval=self.poll_interval,
-                    get_logs=self.get_logs,
-                    max_attempts=self.max_attempts,
-                    log_state=log_state,
-                    emit_marked=emit_marked,
                     deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
-                    target_condition=self.target_condition,
-                    owns_job=self.owns_job,
-                    uid=self.uid,
-                    tail_lines=self.tail_lines,
-                )
-                payload = await monitor.run()
+                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout), poll_interval=self.poll_interval,
+                    get_logs=self.get_logs, max_attempts=self.max_attempts, target_condition=self.target_condition,
+                    owns_job=self.owns_job, uid=self.uid, tail_lines=self.tail_lines,
+                ).run()
         except asyncio.CancelledError:
             raise
         except Exception as err:  # surfaced by execute_complete, which cleans up
@@ -150,11 +100,11 @@ class MPIJobTrigger(BaseTrigger):
     async def _log_position(self) -> tuple[dict | None, Any]:
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
         back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
-        (wait/log_readback.py)."""
+        (wait/log_ledger.py)."""
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
-        from airflow_mpi.wait.log_readback import marked_emitter, resume_state_off_loop
+        from airflow_mpi.wait.log_ledger import marked_emitter, resume_state_off_loop
 
         state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning)
         return state, marked_emitter()
@@ -164,10 +114,8 @@ class MPIJobTrigger(BaseTrigger):
         wait = hold_seconds(datetime.fromisoformat(self.not_before) if self.not_before else None,
                             datetime.now(timezone.utc))
         if wait > 0:
-            self.log.info(
-                "Holding the result %.1f s: the deferral is too recent for this Airflow version "
-                "(deferral race, apache/airflow#71580 / #72716)", wait
-            )
+            self.log.info("Holding the result %.1f s: the deferral is too recent for this Airflow version "
+                          "(deferral race, apache/airflow#71580 / #72716)", wait)
             await asyncio.sleep(wait)
 
     async def _delete(self) -> None:
@@ -205,8 +153,7 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
             states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
-            )
+                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
             key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
             return str(states[ti.run_id][key])
 
@@ -215,11 +162,8 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.utils.session import create_session
 
             with create_session() as session:
-                row = (
-                    session.query(TaskInstance.state)
-                    .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
-                    .scalar()
-                )
+                row = session.query(TaskInstance.state).filter_by(
+                    dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index).scalar()
                 return str(row) if row is not None else None
 
         return await sync_to_async(read_state)()

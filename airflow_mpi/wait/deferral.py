@@ -43,18 +43,13 @@ def resume_race_affected(airflow_version: str, fixed_in: tuple[int, int, int] | 
     (``has_task``), so 2.x is not affected.
     """
     version = version_tuple(airflow_version)
-    if version < (3, 0, 0):
-        return False
-    return fixed_in is None or version < fixed_in
+    return version >= (3, 0, 0) and (fixed_in is None or version < fixed_in)
 
 
-def event_not_before(
-    deferred_at: datetime, airflow_version: str, window: timedelta = RESUME_RACE_WINDOW
-) -> datetime | None:
+def event_not_before(deferred_at: datetime, airflow_version: str,
+                     window: timedelta = RESUME_RACE_WINDOW) -> datetime | None:
     """The earliest time the trigger may fire its event, or None when no hold is needed."""
-    if not resume_race_affected(airflow_version):
-        return None
-    return deferred_at + window
+    return deferred_at + window if resume_race_affected(airflow_version) else None
 
 
 def not_before_text(deferred_at: datetime, airflow_version: str) -> str | None:
@@ -65,6 +60,4 @@ def not_before_text(deferred_at: datetime, airflow_version: str) -> str | None:
 
 def hold_seconds(not_before: datetime | None, now: datetime) -> float:
     """How long a trigger still has to hold a ready event (0 when none or already past)."""
-    if not_before is None:
-        return 0.0
-    return max((not_before - now).total_seconds(), 0.0)
+    return max((not_before - now).total_seconds(), 0.0) if not_before is not None else 0.0

@@ -1,23 +1,17 @@
 """Why a failed MPIJob failed, named from its pods: the text a failed task's error carries.
 
-The MPIJob's own condition only says that the launcher Job ran out of attempts
-("BackoffLimitExceeded"); users of the mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90:
-a worker killed for out-of-memory shows only as a failed launcher; #461: the pods are cleaned up before
-their logs can be read). These pure functions name it from the plain :class:`PodSummary` of each pod:
+The MPIJob's condition only says that the launcher Job ran out of attempts ("BackoffLimitExceeded"); users
+of the mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90: a worker killed for out-of-memory
+shows only as a failed launcher; #461: the pods are cleaned up before their logs can be read). These pure
+functions name it from each pod's :class:`PodSummary`: out of memory with the limit, exit code and signal,
+termination message, eviction, restarts.
 
-* a container that ran out of memory (``OOMKilled``) with its memory limit;
-* an exit code with the signal it stands for (137 = 128 + 9: SIGKILL), the runtime's signal and the
-  container's termination message;
-* an evicted pod (``status.reason`` / ``status.message``: the kubelet's why);
-* a container that kept failing: its restart count and how its previous instance ended.
-
-On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's
-main process (sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed
-job, is when the mpi-operator's ``cleanPodPolicy`` (Running or All) deletes the still running workers. So a
-worker that ends *while being deleted* is a cause only when it ran out of memory: any other end of it
-(``Completed``, or 137/143 from the deletion's own signals) is the clean-up, not the failure.
-:func:`awaited_workers` and :func:`settle_deadline` say which workers' ends are still to come and how
-long they may take (the termination grace period, bounded); hooks/failure_report.py awaits them.
+On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's main
+process (sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed job, is
+when the ``cleanPodPolicy`` (Running or All) deletes the still running workers. So a worker that ends *while
+being deleted* is a cause only when it ran out of memory: any other end (``Completed``, or 137/143 from the
+deletion's own signals) is the clean-up. :func:`awaited_workers` and :func:`settle_deadline` say which ends
+are still to come and for how long (wait/failure_report.py awaits them).
 
 Everything that leaves here is bounded (texts, lines, bytes, pods): it travels in trigger events, stored in
 Airflow's metadata database.
@@ -57,7 +51,7 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
     return text[: limit - 1] + "…"
 
 
-def signal_name(number: int) -> str | None:
+def _signal_name(number: int) -> str | None:
     """``SIGKILL`` for 9; None for a number that is no signal."""
     try:
         return signals.Signals(number).name
@@ -69,10 +63,10 @@ def exit_text(code: int | None, signal: int | None = None) -> str:
     """``exit code 137 (128 + 9: SIGKILL)``: shells and container runtimes report a death by signal N as 128 + N."""
     parts = []
     if code is not None:
-        by_signal = signal_name(code - 128) if code > 128 else None
+        by_signal = _signal_name(code - 128) if code > 128 else None
         parts.append(f"exit code {code}" + (f" (128 + {code - 128}: {by_signal})" if by_signal else ""))
     if signal:
-        parts.append(f"signal {signal}" + (f" ({signal_name(signal)})" if signal_name(signal) else ""))
+        parts.append(f"signal {signal}" + (f" ({_signal_name(signal)})" if _signal_name(signal) else ""))
     return ", ".join(parts)
 
 
@@ -120,29 +114,21 @@ def _restarts_text(pod: PodSummary) -> str | None:
 
 def pod_cause(pod: PodSummary) -> str | None:
     """One line naming why ``pod`` failed, or None when it did not (running, succeeded, ended by its deletion)."""
-    parts = []
-    if pod.pod_reason == EVICTED or (pod.phase == "Failed" and pod.pod_reason):
-        parts.append(f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason)
-    ended = _ended_text(pod)
-    if ended:
-        parts.append(ended)
-    restarts = _restarts_text(pod)  # a worker restarted under a running MPI job broke it, even if it runs again
-    if restarts:
-        parts.append(restarts)
+    evicted = pod.pod_reason == EVICTED or (pod.phase == "Failed" and pod.pod_reason)
+    reason = (f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason) if evicted else None
+    # restarts: a worker restarted under a running MPI job broke it, even if it runs again
+    parts = [part for part in (reason, _ended_text(pod), _restarts_text(pod)) if part]
     if not parts:
         return None
     return clip(f"{_container(pod)}: " + "; ".join(parts), 2 * MAX_TEXT)
-
-
-def _newest_first(pods: Iterable[PodSummary]) -> list[PodSummary]:
-    return sorted(pods, key=lambda p: -p.created.timestamp() if p.created else 0.0)
 
 
 def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
     """The pods with a cause: every failed worker (in the given order), then the newest failed launcher (the
     last attempt: the exit codes of all of them are reported apart)."""
     workers = [p for p in pods if p.role == "worker" and pod_cause(p)]
-    launchers = [p for p in _newest_first(p for p in pods if p.role == "launcher") if pod_cause(p)]
+    launchers = sorted((p for p in pods if p.role == "launcher" and pod_cause(p)),
+                       key=lambda p: -p.created.timestamp() if p.created else 0.0)  # newest first
     return workers + launchers[:1]
 
 

@@ -1,17 +1,14 @@
 """Gathering why a wait ended "failed": the pods' last states and the failed pods' last log lines.
 
-Run by the wait engine (wait/monitor.py) once the verdict is "failed", on the wait's own subscription to the
-watch hub (no listing, no polling). The causes are named by wait/failure_causes.py; this module only
-observes, at the right moments:
+Run by the monitor once the verdict is "failed", on the wait's own subscription to the watch hub (no listing,
+no polling); wait/failure_causes.py names the causes, this module only observes, at the right moments:
 
-* at the verdict, the log tails of the failed workers and of the workers the ``cleanPodPolicy`` is about to
-  delete (read now: once deleted, a pod's log is gone, kubeflow/mpi-operator#461), and of the failed launcher
-  (the launcher Job keeps its pods);
-* then, awaiting the hub's change notifications, the ends of those workers: on a cgroup v1 node a rank killed
-  for exceeding the worker's memory limit leaves sshd running, and the container shows ``OOMKilled`` only
-  when the clean-up stops it (the hub keeps a deleted pod's last state for its waits). Bounded by the pods'
-  termination grace period (models/failure_causes.settle_deadline) and the wait's own deadline; with
-  ``cleanPodPolicy: None`` the workers keep running and nothing is awaited.
+* at the verdict, the log tails of the failed workers, of the workers the ``cleanPodPolicy`` is about to
+  delete (once deleted, a pod's log is gone: kubeflow/mpi-operator#461) and of the failed launcher;
+* then, on the hub's change notifications, the ends of those workers: on a cgroup v1 node a rank killed for
+  exceeding the memory limit leaves sshd running, and the container shows ``OOMKilled`` only when the
+  clean-up stops it (the hub keeps a deleted pod's last state for its waits). Bounded by the pods' grace
+  period (``settle_deadline``) and the wait's deadline; with ``cleanPodPolicy: None`` nothing is awaited.
 
 Diagnostics never mask the failure: every read is bounded in time and its error becomes a note.
 """
@@ -36,7 +33,7 @@ TAIL_READ_TIMEOUT = 15.0  # seconds one log tail may take (a kubelet that does n
 READ_LIMIT_BYTES = 256 * 1024  # what one tail request may return at most (bound_tail keeps TAIL_BYTES of it)
 
 
-async def read_tail(hook: Any, namespace: str, pod: PodSummary, tail_lines: int) -> dict:
+async def _read_tail(hook: Any, namespace: str, pod: PodSummary, tail_lines: int) -> dict:
     """The last lines of ``pod``'s main container (its previous instance's when it restarted and runs again)."""
     try:
         async def lines() -> list[str]:
@@ -73,7 +70,7 @@ class FailureReport:
         if pod.role == "worker" and sum(role == "worker" for role in self._roles.values()) >= fc.MAX_WORKER_TAILS:
             return
         self._roles[pod.name] = pod.role
-        self._reads[pod.name] = asyncio.create_task(read_tail(self.hook, self.namespace, pod, self.tail_lines))
+        self._reads[pod.name] = asyncio.create_task(_read_tail(self.hook, self.namespace, pod, self.tail_lines))
 
     def _workers(self) -> list[PodSummary]:
         return [pod_summary(p) for p in self.sub.worker_pods(with_gone=True)]
@@ -101,7 +98,7 @@ class FailureReport:
                 return workers
 
     async def gather(self) -> dict:
-        """Causes and tails (plain, bounded JSON: models/failure_causes.report)."""
+        """Causes and tails (plain, bounded JSON: failure_causes.report)."""
         verdict_at = self.now()
         at_verdict = self._workers()
         launchers = [pod_summary(p) for p in self.sub.launcher_pods()]

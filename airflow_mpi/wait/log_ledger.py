@@ -1,22 +1,27 @@
-"""Where the task log really is: the log position read back from what the log holds (triggerer failover).
+"""Exactly-once launcher logs across a triggerer failover: the log position is kept in the task log itself.
 
-A trigger's log position (``LogState``) lives in memory and travels only at defer time, so a triggerer that
-dies mid-stream takes it along. A checkpoint written next to the log (an annotation, a database row) cannot
-make the next reader exactly-once: a crash between "line written" and "checkpoint written" repeats or loses
-the lines in between. So the position is made part of the log itself: every launcher line the trigger emits
-carries, as a structured field of its log record, the cursor position *after* that line
-(``<stream>@<seconds>.<nanoseconds>#<count at that timestamp>``), and every attempt header its stream key.
-The log file holds a prefix of what was emitted (records are appended in order, one write each; a kill
-loses only a suffix, e.g. records still in the triggerer's pipe), so the greatest position found in the
-task's log files is exactly the position after the last line the log holds: the next reader resumes there
-and every line is in the log once. Pure: parsing and merging only; reading the files is the trigger's
-(``airflow_mpi/wait/log_readback.py``).
+A trigger's log position (``LogState``) travels only at defer time, so a triggerer that dies mid-stream takes
+it along, and a checkpoint beside the log (an annotation, a database row) cannot be exactly-once: a kill between
+"line written" and "checkpoint written" repeats or loses the lines in between. So every launcher line the
+trigger emits carries, as a structured field of its record, the cursor position *after* it
+(``<stream>@<seconds>.<nanoseconds>#<count at that timestamp>``), every attempt header its stream key.
+Airflow 3's triggerer appends each trigger's records, one write each, as JSON lines to ``<task
+log>.trigger.<triggerer job id>.log``: a kill loses only a suffix, so the greatest position in the try's files
+is the position after the last line the log holds. On start the trigger reads them back (in a thread, a
+position per stream in memory) and resumes from there or from the defer-time position, whichever is further.
+
+Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a shared
+``base_log_folder``); with remote logging alone (uploaded when a trigger ends, never by a killed triggerer) or
+on Airflow 2 (plain-text trigger logs), the defer-time position is used: lines may repeat, never get lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 #: the structured field of a log record that carries a launcher line's position (or an attempt header's stream)
 MARK_FIELD = "launcher_log"
@@ -98,3 +103,59 @@ def merge_log_states(*states: dict | None) -> dict:
             if ((state or {}).get("cursor") or {}).get(stream) == cursor.get(stream):
                 done.add(stream)
     return {"cursor": cursor, "streams": streams, "done": sorted(done)}
+
+
+# ---------------------------------------------------------------------- the trigger's side: files and records
+LAUNCHER_LOGGER = "airflow_mpi.launcher"
+
+
+def _trigger_log_files(ti: Any) -> list[Path]:
+    """The trigger log files of ``ti``'s try on this machine (one per triggerer that ran its trigger)."""
+    from airflow.configuration import conf
+    from airflow.utils.helpers import log_filename_template_renderer
+
+    task_log = Path(conf.get("logging", "base_log_folder")) / log_filename_template_renderer()(ti=ti)
+    return sorted(task_log.parent.glob(f"{task_log.name}.trigger.*.log"))
+
+
+def read_back(ti: Any) -> dict:
+    """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form). Streams the files:
+    its memory is the ledger's (a position per launcher stream), whatever the logs' length. Blocking file I/O:
+    the trigger runs it in a thread (``resume_state_off_loop``)."""
+
+    def records() -> Iterator[dict]:
+        for path in _trigger_log_files(ti):
+            with path.open("rb") as lines:
+                yield from records_from_lines(lines)
+
+    return ledger_from_records(records())
+
+
+def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
+    """The position to resume the launcher log from: the defer-time state, moved on to what the task log
+    holds. A task log that cannot be read leaves the defer-time state (lines may then repeat)."""
+    if ti is None:
+        return deferred_state
+    try:
+        return merge_log_states(deferred_state, read_back(ti))
+    except Exception as err:  # the log folder is elsewhere or unreadable: at-least-once
+        warn("Could not read the task's trigger logs back (%s): lines printed before may repeat", err)
+        return deferred_state
+
+
+async def resume_state_off_loop(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
+    """:func:`resume_state` in a worker thread: a long task log is read without holding up the triggerer's other
+    triggers (they share its event loop)."""
+    return await asyncio.to_thread(resume_state, ti, deferred_state, warn)
+
+
+def marked_emitter() -> Callable[[str, str], None]:
+    """Log a message with its mark as a structured field (structlog: Airflow 3's triggerer keeps extra keys)."""
+    import structlog
+
+    logger = structlog.get_logger(LAUNCHER_LOGGER)
+
+    def emit(message: str, mark: str) -> None:
+        logger.info(message, **{MARK_FIELD: mark})
+
+    return emit

@@ -1,18 +1,15 @@
 """The launcher's log in the task log, attempt after attempt, each line exactly once.
 
-A follow stream is open only while the launcher container runs, and only while one of the
-process's follow slots is free (``MAX_FOLLOW_STREAMS`` per event loop: hundreds of waits in one
-triggerer would otherwise hold hundreds of streams, and the kubelet runs out of watchers). Some log
-servers (kwok) keep a follow stream open after the container ended: once the pod is seen not
-running (the watch hub says so at once, no polling) the stream gets ``FOLLOW_GRACE`` to end by
-itself, then the rest is read without following; the :class:`~airflow_mpi.wait.logs.LogCursor`
-drops what the two reads share. A kubelet, the other way round, ends the stream before the pod's
-status says the container stopped: the status gets ``EOF_SETTLE`` to arrive before the container is
-followed again. An answer that is not a timestamped log line (``timestamps=true`` prefixes every
-line the container wrote) is the log server's error text: it is reported once and retried with
-backoff, never printed as launcher output.
+A follow stream is open only while the launcher container runs and one of the event loop's
+``MAX_FOLLOW_STREAMS`` slots is free (hundreds of waits in one triggerer would otherwise hold hundreds of
+streams, and the kubelet runs out of watchers). Some log servers (kwok) keep a follow stream open after the
+container ended: once the hub shows the pod not running, the stream gets ``FOLLOW_GRACE`` to end, then the rest
+is read without following (the cursor drops what the two reads share). A kubelet, the other way round, ends
+the stream before the pod's status says the container stopped: the status gets ``EOF_SETTLE`` to arrive
+before the container is followed again. An answer line without a timestamp (``timestamps=true`` prefixes
+every line the container wrote) is the log server's error text: reported once, retried with backoff, never
+printed as launcher output.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -20,15 +17,15 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
-from airflow_mpi.wait.summaries import pod_summary
-from airflow_mpi.wait.attempts import LogStream, attempt_header
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
-from airflow_mpi.wait.logs import LogCursor, format_stamp
+from airflow_mpi.hooks.answers import split_timestamp
+from airflow_mpi.wait.logs import LogCursor, LogStream, attempt_header, format_stamp
+from airflow_mpi.wait.summaries import pod_summary
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +42,9 @@ MAX_RETRY_DELAY = 30.0
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def follow_slots() -> asyncio.Semaphore:
+def _follow_slots() -> asyncio.Semaphore:
     """The follow-stream semaphore of the running event loop."""
-    loop = asyncio.get_running_loop()
-    if loop not in _SLOTS:
-        _SLOTS[loop] = asyncio.Semaphore(MAX_FOLLOW_STREAMS)
-    return _SLOTS[loop]
+    return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_FOLLOW_STREAMS))
 
 
 class LogEndpointError(RuntimeError):
@@ -84,35 +78,23 @@ class PodSource(Protocol):
     async def wait_change(self, seen: int, timeout: float) -> int: ...
 
 
+@dataclass(eq=False)
 class LogPump:
     """Follow one MPIJob's launcher log into ``emit``/``emit_marked``; see the module docstring."""
 
-    def __init__(
-        self,
-        hook: Any,
-        namespace: str,
-        logs: LogState,
-        pods: PodSource,
-        *,
-        emit: Callable[[str], None],
-        emit_marked: Callable[[str, str], None],
-        note_streams: Callable[[list], list[LogStream]],
-        max_attempts: int | None,
-        idle_wait: float,
-        job_succeeded: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.hook = hook
-        self.namespace = namespace
-        self.logs = logs
-        self.pods = pods
-        self.emit = emit
-        self.emit_marked = emit_marked
-        self.note_streams = note_streams
-        self.max_attempts = max_attempts
-        self.idle_wait = idle_wait
-        self.job_succeeded = job_succeeded
-        self._reported: set[str] = set()
-        self._ended: set[str] = set()  # streams whose follow the log server ended (not cut by this reader)
+    hook: Any
+    namespace: str
+    logs: LogState
+    pods: PodSource
+    _: KW_ONLY
+    emit: Callable[[str], None]
+    emit_marked: Callable[[str, str], None]
+    note_streams: Callable[[list], list[LogStream]]
+    max_attempts: int | None
+    idle_wait: float
+    job_succeeded: Callable[[], bool] = lambda: False
+    _reported: set[str] = field(default_factory=set, init=False)
+    _ended: set[str] = field(default_factory=set, init=False)  # streams whose follow the log server ended itself
 
     async def run(self, finished: asyncio.Event) -> None:
         failures = 0
@@ -157,7 +139,7 @@ class LogPump:
                       "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
 
     def _report(self, err: BaseException) -> None:
-        """Each distinct failure once as a warning (a failing endpoint is retried with backoff, not logged each time)."""
+        """Each distinct failure once as a warning, not at every retry of a failing endpoint."""
         text = f"{type(err).__name__}: {err}"
         if text in self._reported:
             log.debug("launcher log read failed again: %s", text)
@@ -183,14 +165,9 @@ class LogPump:
     async def _consume(self, stream: LogStream, *, follow: bool) -> None:
         log_pass = self.logs.cursor.new_pass(stream.key)
         gap_said = False
-        async for raw in self.hook.read_pod_log(
-            stream.pod,
-            self.namespace,
-            container=stream.container,
-            since_time=self.logs.cursor.since_time(stream.key),
-            previous=stream.previous,
-            follow=follow,
-        ):
+        since_time = self.logs.cursor.since_time(stream.key)
+        async for raw in self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
+                                                since_time=since_time, previous=stream.previous, follow=follow):
             if split_timestamp(raw)[0] is None:
                 raise LogEndpointError(f"the log of {stream.pod} answered {raw.strip()[:300]!r}")
             message = log_pass.accept(raw)
@@ -226,7 +203,7 @@ class LogPump:
 
     async def _slot(self, stream: LogStream, finished: asyncio.Event) -> bool:
         """Take a follow slot; False (no slot held) once the container stopped or the wait ended first."""
-        slots = follow_slots()
+        slots = _follow_slots()
         while True:
             seen = self.pods.version
             acquire = asyncio.ensure_future(slots.acquire())
@@ -235,13 +212,13 @@ class LogPump:
                 acquire.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await acquire
-            if acquire.done() and not acquire.cancelled():
-                if finished.is_set() or not await self._running(stream):
-                    slots.release()
-                    return False
-                return True
+            taken = not acquire.cancelled()  # done either way: taken, or cancelled before it was
             if finished.is_set() or not await self._running(stream):
+                if taken:
+                    slots.release()
                 return False
+            if taken:
+                return True
 
     async def _follow(self, stream: LogStream, finished: asyncio.Event) -> None:
         """Follow a running container until it stops (or the wait is over); the next pass reads the rest."""
@@ -256,7 +233,7 @@ class LogPump:
                     break
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished, read)
         finally:
-            follow_slots().release()
+            _follow_slots().release()
             if not read.done():
                 read.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

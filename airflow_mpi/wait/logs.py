@@ -1,24 +1,66 @@
-"""Exactly-once delivery of container log lines across reconnects.
+"""The launcher's log streams: which exist, in attempt order, and how far each was printed, exactly once.
 
-Logs are always read with ``timestamps=True``. A follow stream can break at any time (API server
-restart, triggerer hand-over, a deferrable task resuming in a new process); the reader then asks
-again with ``sinceTime`` = the last timestamp it printed. ``sinceTime`` has one-second precision on
-the wire, so the answer repeats lines already printed: the cursor remembers, per stream, the last
-timestamp printed and how many lines carried exactly that timestamp, and drops the repeats.
-The cursor is plain data so it can travel in a trigger event.
+Every launcher attempt is either a new pod (restartPolicy Never: the Job controller creates one per attempt
+and keeps the failed ones) or a restarted container in the same pod (OnFailure: only the immediately previous
+container's log is still retrievable, with ``previous=True``).
+
+Logs are always read with ``timestamps=True``. A follow stream can break at any time (API server restart,
+triggerer hand-over, a deferrable task resuming in a new process); the reader then asks again with
+``sinceTime`` = the last timestamp it printed. ``sinceTime`` has one-second precision on the wire, so the
+answer repeats lines already printed: the cursor remembers, per stream, the last timestamp printed and how
+many lines carried exactly that timestamp, and drops the repeats. The cursor is plain data so it can travel
+in a trigger event.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from airflow_mpi.hooks.answers import split_timestamp
+
+if TYPE_CHECKING:
+    from airflow_mpi.wait.progress import PodSummary
 
 
 def stream_key(pod: str, container: str, restart_count: int = 0) -> str:
     """One container incarnation: a new pod per attempt, or a restart of the same container."""
     return f"{pod}/{container}/{restart_count}"
+
+
+@dataclass(frozen=True)
+class LogStream:
+    key: str
+    pod: str
+    container: str
+    restart: int
+    previous: bool  # read with previous=True (an earlier container of a restarted pod)
+    finished: bool  # the container has terminated: one read gets everything
+    retrievable: bool = True  # Kubernetes keeps only the last terminated container's log
+
+
+def launcher_streams(pods: list[PodSummary]) -> list[LogStream]:
+    """Readable (or started) launcher streams, oldest attempt first."""
+    streams: list[LogStream] = []
+    for pod in sorted(pods, key=lambda p: (p.created is None, p.created or 0, p.name)):
+        container = pod.container or "launcher"
+        for restart in range(pod.restart_count):
+            streams.append(LogStream(stream_key(pod.name, container, restart), pod.name, container, restart,
+                                     previous=True, finished=True, retrievable=restart == pod.restart_count - 1))
+        if pod.state in ("running", "terminated"):
+            streams.append(LogStream(stream_key(pod.name, container, pod.restart_count), pod.name, container,
+                                     pod.restart_count, previous=False, finished=pod.state == "terminated"))
+    return streams
+
+
+def attempt_header(number: int, max_attempts: int | None, stream: LogStream) -> str:
+    """The line that opens one attempt's log section in the task log."""
+    of = f" of {max_attempts}" if max_attempts else ""
+    restart = f", container restart {stream.restart}" if stream.restart else ""
+    lost = ("" if stream.retrievable
+            else " (log no longer retrievable: Kubernetes keeps only the previous container's log)")
+    return f"========== launcher attempt {number}{of}, pod {stream.pod}{restart}{lost} =========="
 
 
 def _format_since(seconds: int) -> str:
@@ -83,9 +125,6 @@ class LogCursor:
         """The ``sinceTime`` to resume ``key`` with (None: read from the start)."""
         position = self._positions.get(key)
         return _format_since(position.stamp[0]) if position else None
-
-    def seen(self, key: str) -> bool:
-        return key in self._positions
 
     def position(self, key: str) -> list[int] | None:
         """``[seconds, nanoseconds, lines at that timestamp]`` after the last line printed of ``key``."""

@@ -1,21 +1,15 @@
-"""Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the
-synchronous operator (run with ``asyncio.run``), the trigger and the sensor.
+"""Waiting on one MPIJob while streaming its launcher's log: the one implementation behind the synchronous
+operator (in ``asyncio.run``), the trigger and the sensor. Two cooperating tasks on one subscription to the
+watch hub (wait/watch_hub.py):
 
-Two cooperating tasks on one subscription to the watch hub (wait/watch_hub.py: one watch of the
-namespace's MPIJobs and one of their pods, shared by every wait of the event loop):
+* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change of
+  the job or its pods, and every ``poll_interval`` (timeouts advance without events), reading the hub's cache;
+* the *log pump* (wait/log_pump.py) follows the launcher's log, attempt after attempt, exactly once across
+  reconnects, restarts of the reader and deferral hand-overs.
 
-* the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after
-  every change of the job or its pods, and every ``poll_interval`` (timeouts advance without
-  events; this reads the hub's cache, not the API);
-* the *log pump* (wait/log_pump.py) follows the launcher's container log, attempt after attempt,
-  through a :class:`~airflow_mpi.wait.logs.LogCursor`, so no line is lost or printed twice across
-  reconnects, restarts of the reader, or a deferral hand-over.
-
-A "failed" verdict is followed by the failure's report (hooks/failure_report.py: which pods failed and why,
-the last lines of their logs), gathered on the same subscription before the mpi-operator's clean-up deletes
-the workers; it travels in the payload as plain, bounded JSON (``failure``).
-
-The monitor's position (cursor, attempt numbering) is plain data: it travels in trigger events.
+A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
+subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
+is plain, bounded data: it travels in trigger events.
 """
 
 from __future__ import annotations
@@ -23,46 +17,28 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.retries import through_outage
+from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
+from airflow_mpi.wait import watch_hub
+from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
 from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_pump import LogPump, LogState
-from airflow_mpi.wait.summaries import event_summary, pod_summary
-from airflow_mpi.wait.attempts import LogStream, launcher_streams
-from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.wait.logs import LogStream, launcher_streams
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
-from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
+from airflow_mpi.wait.summaries import event_summary, pod_summary
 
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 60.0  # seconds the log pump gets to read the last lines once the job is over
 UNCREATED_EVENTS_GAP = (10.0, 300.0)  # seconds between event listings of a job not yet Created: first, most
 
-__all__ = ["JobMonitor", "LogState", "monitor_with"]
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class _HubPods:
-    """The pump's pods from the hub's cache; changes from the subscription."""
-
-    def __init__(self, sub: watch_hub.Subscription) -> None:
-        self.sub = sub
-
-    @property
-    def version(self) -> int:
-        return self.sub.version
-
-    async def launchers(self) -> list[Any]:
-        return self.sub.launcher_pods()
-
-    async def wait_change(self, seen: int, timeout: float) -> int:
-        return await self.sub.wait_change(seen, timeout)
 
 
 class _ListedPods:
@@ -81,64 +57,52 @@ class _ListedPods:
         return 0
 
 
+@dataclass(eq=False)
 class JobMonitor:
     """Follow one MPIJob to a verdict; see the module docstring."""
 
-    def __init__(
-        self,
-        hook: Any,
-        name: str,
-        namespace: str,
-        *,
-        emit: Callable[[str], None],
-        submitted_at: datetime,
-        timeouts: Timeouts = Timeouts(),
-        poll_interval: float = 10.0,
-        get_logs: bool = True,
-        max_attempts: int | None = None,
-        log_state: dict | None = None,
-        deadline: datetime | None = None,
-        target_condition: str | None = None,
-        owns_job: bool = True,
-        emit_marked: Callable[[str, str], None] | None = None,
-        uid: str | None = None,
-        tail_lines: int = DEFAULT_TAIL_LINES,
-    ) -> None:
-        self.hook = hook
-        self.tail_lines = tail_lines  # of each failed pod's log in a failure's report (0: none)
-        self.clean_pod_policy: str | None = None  # of the job, from the wait's first GET (its spec is not cached)
-        self.failure: dict | None = None
-        # the incarnation this task created or reattached to: another object of the same name is not its job
-        self.expected_uid = uid
-        # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger
-        # logs the mark beside the text so a successor can read its position back from the task log
-        self.emit_marked = emit_marked or (lambda message, _mark: emit(message))
-        self.owns_job = owns_job
-        self.name = name
-        self.namespace = namespace
-        self.emit = emit
-        self.submitted_at = submitted_at
-        self.timeouts = timeouts
-        self.poll_interval = poll_interval
-        self.get_logs = get_logs
-        self.max_attempts = max_attempts
+    hook: Any
+    name: str
+    namespace: str
+    _: KW_ONLY
+    emit: Callable[[str], None]
+    # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
+    # mark beside the text so that a successor can read its position back from the task log
+    emit_marked: Callable[[str, str], None] | None = None
+    submitted_at: datetime
+    deadline: datetime | None = None
+    timeouts: Timeouts = Timeouts()
+    poll_interval: float = 10.0
+    target_condition: str | None = None
+    owns_job: bool = True
+    uid: str | None = None  # the incarnation this task created or reattached to: another one is not its job
+    get_logs: bool = True
+    log_state: InitVar[dict | None] = None
+    max_attempts: int | None = None
+    tail_lines: int = DEFAULT_TAIL_LINES  # of each failed pod's log in a failure's report (0: none)
+    # what the wait has seen
+    logs: LogState = field(init=False)
+    last_state: JobState | None = field(default=None, init=False)
+    clean_pod_policy: str | None = field(default=None, init=False)  # from the first GET (the hub caches no spec)
+    failure: dict | None = field(default=None, init=False)
+    launcher_pod_names: list[str] = field(default_factory=list, init=False)
+    launcher_attempts: int = field(default=0, init=False)
+    launcher_exit_codes: list[int] = field(default_factory=list, init=False)  # of ended launchers, oldest first
+    _uncreated_events: list = field(default_factory=list, init=False)
+    _uncreated_listed: datetime | None = field(default=None, init=False)
+    _uncreated_gap: float = field(default=UNCREATED_EVENTS_GAP[0], init=False)
+
+    def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
-        self.deadline = deadline
-        self.target_condition = target_condition
-        self.last_state: JobState | None = None
-        self.launcher_pod_names: list[str] = []
-        self.launcher_attempts = 0
-        self.launcher_exit_codes: list[int] = []  # of the ended launcher containers, oldest attempt first
-        self._uncreated_events: list = []
-        self._uncreated_listed: datetime | None = None
-        self._uncreated_gap = UNCREATED_EVENTS_GAP[0]
+        if self.emit_marked is None:
+            self.emit_marked = lambda message, _mark: self.emit(message)
 
     # ---------------------------------------------------------------- public
     async def run(self) -> dict:
         """Wait for a verdict, stream logs meanwhile; returns the result payload."""
         async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
             finished = asyncio.Event()
-            pump = asyncio.create_task(self._pump(_HubPods(sub)).run(finished)) if self.get_logs else None
+            pump = asyncio.create_task(self._pump(sub).run(finished)) if self.get_logs else None
             try:
                 verdict = await self._watch(sub)
                 finished.set()  # the pump drains the launcher log meanwhile
@@ -173,19 +137,16 @@ class JobMonitor:
                        job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
 
     def result(self, verdict: Verdict) -> dict:
-        state = self.last_state
+        state = self.last_state  # None: the job was never read
         return {
             "status": verdict.outcome,
             "message": verdict.message,
             "warnings": verdict.warnings,
             "name": self.name,
             "namespace": self.namespace,
-            "uid": self.expected_uid,
-            "condition": state.condition if state else None,
-            "reason": state.reason if state else None,
-            "job_message": state.message if state else None,
-            "start_time": state.start_time if state else None,
-            "completion_time": state.completion_time if state else None,
+            "uid": self.uid,
+            **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
+            "job_message": getattr(state, "message", None),
             "launcher_pods": self.launcher_pod_names,
             "launcher_attempts": self.launcher_attempts,
             "launcher_exit_codes": self.launcher_exit_codes,
@@ -194,7 +155,7 @@ class JobMonitor:
         }
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
-        """Why the job failed (hooks/failure_report.py); its own failure is logged, never raised. ``finished``:
+        """Why the job failed (wait/failure_report.py); its own failure is logged, never raised. ``finished``:
         the job failed (its ``cleanPodPolicy`` applies now), not only the wait."""
         try:
             policy = self.clean_pod_policy if finished else "None"
@@ -230,17 +191,17 @@ class JobMonitor:
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
-        uid = (obj.get("metadata") or {}).get("uid")
+        job_uid = (obj.get("metadata") or {}).get("uid")
         self.clean_pod_policy = clean_pod_policy(obj)
-        if self.expected_uid and uid != self.expected_uid:
-            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {uid}; this task's "
-                                      f"was {self.expected_uid}): not following it")
+        if self.uid and job_uid != self.uid:
+            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {job_uid}; this "
+                                      f"task's was {self.uid}): not following it")
         seen = sub.version
         while True:
-            if uid and uid in sub.deleted_uids or not uid and sub.deleted_uids:
+            if job_uid and job_uid in sub.deleted_uids or not job_uid and sub.deleted_uids:
                 return Verdict("deleted", "it was deleted while the task waited")
-            obj = sub.job(uid) or obj
-            verdict = await self._assess(obj, sub, uid)
+            obj = sub.job(job_uid) or obj
+            verdict = await self._assess(obj, sub, job_uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
@@ -310,11 +271,10 @@ class JobMonitor:
             log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
 
 
-async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False, **kwargs: Any) -> dict | None:
-    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection.
-
-    ``drain_only``: print the launcher log not printed yet and return None; otherwise wait for a verdict.
-    """
+async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False,
+                       **kwargs: Any) -> dict | None:
+    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection; ``drain_only``: print the
+    launcher log not printed yet and return None, otherwise wait for a verdict."""
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
     kwargs.setdefault("submitted_at", utcnow())

@@ -1,10 +1,9 @@
 """List and watch all MPIJobs, MPIJob pods or MPIJob events of a namespace: the requests behind the watch hub.
 
-MPIJobs and events come back as API dicts (as the hooks return them everywhere), MPIJobs cut to their metadata
-and status (:func:`~airflow_mpi.wait.summaries.slim_mpijob`), pods as client models (``V1Pod``, what
-:func:`airflow_mpi.wait.summaries.pod_summary` reads) of only the fields it reads
-(:func:`~airflow_mpi.wait.summaries.slim_pod`): a triggerer keeps hundreds of them. Watches
-always ask for bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
+What comes back is what the hub keeps, hundreds of each per triggerer, so it is cut to what its readers read:
+MPIJobs to their metadata and status (``summaries.slim_mpijob``, dicts as the hooks return them), pods to the
+fields ``pod_summary`` reads (``summaries.slim_pod``, as ``V1Pod``); events stay dicts. Watches always ask for
+bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
 """
 
 from __future__ import annotations
@@ -70,14 +69,8 @@ async def list_objects(
 
 
 async def watch_objects(
-    hook: Any,
-    kind: str,
-    namespace: str,
-    *,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    resource_version: str | None = None,
-    timeout_seconds: int = 290,
+    hook: Any, kind: str, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None,
+    resource_version: str | None = None, timeout_seconds: int = 290,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
     """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
     the first item, ``OPEN``: the API server accepted the watch.
@@ -102,10 +95,7 @@ async def watch_objects(
                 if (event := decoder.decode(line)) is None:
                     continue
                 event_type, obj = event
-                if event_type == "BOOKMARK":
-                    yield event_type, None, decoder.last_rv
-                else:
-                    yield event_type, _model(api_client, kind, obj), decoder.last_rv
+                yield event_type, None if event_type == "BOOKMARK" else _model(api_client, kind, obj), decoder.last_rv
         finally:
             resp.close()
 
@@ -120,10 +110,8 @@ class NamespaceRequests:
         """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
         return client_pool.identity(self.hook)
 
-    async def list_objects(
-        self, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
-    ) -> tuple[list, str]:
-        return await list_objects(self.hook, kind, namespace, label_selector, field_selector)
+    async def list_objects(self, kind: str, namespace: str, **selectors: str) -> tuple[list, str]:
+        return await list_objects(self.hook, kind, namespace, **selectors)
 
     def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
         return watch_objects(self.hook, kind, namespace, **kwargs)

@@ -1,16 +1,13 @@
-"""Deciding, from what the cluster reports, whether a wait is over and why.
+"""Deciding, from what the cluster reports, whether a wait is over and why (pure functions over plain summaries
+of the MPIJob, its pods and its events). A wait fails fast where waiting longer cannot help:
 
-Pure functions over plain summaries of the MPIJob, its pods and its events, shared by the
-synchronous operator and the trigger so both fail fast for the same reasons:
-
-* the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError``
-  Warning event and never a ``Created`` condition;
-* pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding
-  the other pods' GPUs, unless somebody gives up on them;
-* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up,
-  the image has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2
-  (only an eviction is): with ``WaitForWorkersReady`` the launcher then never comes and the other
-  workers hold their GPUs forever.
+* the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError`` Warning event
+  and never a ``Created`` condition;
+* pods that cannot be scheduled (or whose image cannot be pulled) stay Pending forever, holding the other
+  pods' GPUs, unless somebody gives up on them;
+* a worker that fails before the launcher exists (its sshd never started: the startup probe gave up, the image
+  has no sshd) is neither recreated nor counted as the job's failure by mpi-operator v0.8.2 (only an eviction
+  is): with ``WaitForWorkersReady`` the launcher never comes and the other workers hold their GPUs forever.
 """
 
 from __future__ import annotations
@@ -87,28 +84,23 @@ class Timeouts:
     schedule_timeout: float | None = 300.0  # seconds a pod may stay unscheduled / not started
 
 
-def warning_lines(events: list[EventSummary]) -> list[str]:
+def _warning_lines(events: list[EventSummary]) -> list[str]:
     """Warning events verbatim, one line each, as users know them from ``kubectl describe``."""
     return [f"{e.object_name}: {e.reason}: {e.message}" for e in events if e.type == "Warning"]
 
 
-def _age(created: datetime | None, now: datetime) -> float:
-    return (now - created).total_seconds() if created else 0.0
-
-
 def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None:
     """Why ``pod`` counts as unable to start, or None."""
+    waiting = f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
     if pod.waiting_reason in FATAL_WAITING:
-        return f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
+        return waiting
     if timeouts.schedule_timeout is None or pod.phase != "Pending":
         return None
-    if _age(pod.created, now) < timeouts.schedule_timeout:
+    if ((now - pod.created).total_seconds() if pod.created else 0.0) < timeouts.schedule_timeout:
         return None
     if not pod.scheduled:
         return f"pod {pod.name} was not scheduled within {timeouts.schedule_timeout:g}s"
-    if pod.waiting_reason in IMAGE_ERRORS:
-        return f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
-    return None
+    return waiting if pod.waiting_reason in IMAGE_ERRORS else None
 
 
 def _failed_before_launch(pods: list[PodSummary]) -> str | None:
@@ -127,22 +119,13 @@ def _failed_before_launch(pods: list[PodSummary]) -> str | None:
 
 
 def assess(
-    state: JobState,
-    pods: list[PodSummary],
-    events: list[EventSummary],
-    *,
-    now: datetime,
-    submitted_at: datetime,
-    timeouts: Timeouts,
-    target_condition: str | None = None,
-    current_conditions: set[str] | None = None,
+    state: JobState, pods: list[PodSummary], events: list[EventSummary], *, now: datetime, submitted_at: datetime,
+    timeouts: Timeouts, target_condition: str | None = None, current_conditions: set[str] | None = None,
 ) -> Verdict:
     """Decide whether waiting on this MPIJob is over (and how it ended)."""
-    warnings = warning_lines(events)
+    warnings = _warning_lines(events)
     if state.terminal:
-        if state.succeeded:
-            return Verdict("success", state.describe(), warnings)
-        return Verdict("failed", state.describe(), warnings)
+        return Verdict("success" if state.succeeded else "failed", state.describe(), warnings)
     if target_condition and target_condition in (current_conditions or set()):
         return Verdict("target", state.describe(), warnings)
     if not state.created:
@@ -150,18 +133,15 @@ def assess(
         if invalid:
             return Verdict("invalid", "; ".join(e.message for e in invalid), warnings)
         if timeouts.startup_timeout is not None and (now - submitted_at).total_seconds() >= timeouts.startup_timeout:
-            return Verdict(
-                "startup_timeout",
-                f"MPIJob {state.name} got no Created condition within {timeouts.startup_timeout:g}s: "
-                "is the mpi-operator running and watching this namespace?",
-                warnings,
-            )
+            return Verdict("startup_timeout", f"MPIJob {state.name} got no Created condition within "
+                           f"{timeouts.startup_timeout:g}s: is the mpi-operator running and watching this namespace?",
+                           warnings)
         return Verdict(None, state.describe(), warnings)
     failed_worker = _failed_before_launch(pods)
     if failed_worker:
         return Verdict(WORKER_FAILED, failed_worker, warnings)
     stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]
     if stuck:
-        scheduling = [w for w in warnings if "FailedScheduling" in w or "Failed" in w or "BackOff" in w]
+        scheduling = [w for w in warnings if "Failed" in w or "BackOff" in w]  # FailedScheduling, FailedMount, ...
         return Verdict("unschedulable", "; ".join(stuck + scheduling), warnings)
     return Verdict(None, state.describe(), warnings)

@@ -8,22 +8,16 @@ from airflow_mpi.hooks.requests import JOB_ROLE_LABEL, LAUNCHER, REPLICA_TYPE_LA
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
-ROLE_LABELS = (JOB_ROLE_LABEL, REPLICA_TYPE_LABEL)
-
-
-def _role(labels: dict[str, str]) -> str:
-    for key in ROLE_LABELS:
+def pod_role(pod: Any) -> str:
+    """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
+    labels = pod.metadata.labels or {}
+    for key in (JOB_ROLE_LABEL, REPLICA_TYPE_LABEL):
         value = (labels.get(key) or "").lower()
         if value in (LAUNCHER, "master"):
             return LAUNCHER
         if value == WORKER:
             return WORKER
     return WORKER
-
-
-def pod_role(pod: Any) -> str:
-    """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
-    return _role(pod.metadata.labels or {})
 
 
 def _main_status(pod: Any, container: str | None) -> Any:
@@ -75,7 +69,7 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     grace = getattr(spec, "termination_grace_period_seconds", None)
     return PodSummary(
         name=metadata.name,
-        role=_role(metadata.labels or {}),
+        role=pod_role(pod),
         created=metadata.creation_timestamp,
         phase=getattr(status, "phase", None),
         scheduled=scheduled,
@@ -156,10 +150,6 @@ def slim_mpijob(job: dict) -> dict:
 def event_summary(event: dict) -> EventSummary:
     """Summarise an event as the hooks return it (an API dict)."""
     involved = event.get("involvedObject") or {}
-    return EventSummary(
-        type=event.get("type") or "",
-        reason=event.get("reason") or "",
-        message=event.get("message") or "",
-        object_name=involved.get("name") or "",
-        count=int(event.get("count") or 1),
-    )
+    return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
+                        message=event.get("message") or "", object_name=involved.get("name") or "",
+                        count=int(event.get("count") or 1))

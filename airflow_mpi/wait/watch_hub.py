@@ -1,19 +1,17 @@
 """One shared watch of MPIJobs and one of their pods per (connection, namespace) and event loop.
 
-A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost
-connections and API requests in proportion (issue 11). The hub is an informer: it lists each kind
-once, then watches from the list's resourceVersion with bookmarks (so a renewal resumes where the
-last one ended, without a re-list), re-lists once for everybody after 410 Gone, and resumes after a
-dropped connection. Every wait subscribes to its own job name and awaits changes of that job or of
-its pods; nobody polls. The hub closes its watches when the last subscriber leaves. The synchronous
-operator and sensor run the same monitor in ``asyncio.run``: a hub of one.
+A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost connections and
+API requests in proportion (issue 11). The hub is an informer: it lists each kind once, then watches from the
+list's resourceVersion with bookmarks (a renewal resumes without a re-list), re-lists once for everybody after
+410 Gone, and resumes after a dropped connection. Every wait subscribes to its job's name and awaits changes
+of that job or its pods; nobody polls. The hub closes its watches when the last subscriber leaves.
 
-MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create; the kind
-is the filter), pods by the existence of the operators' job-name label: the pods of any MPIJob (v2beta1
-and v1 from training-operator 1.5), not every pod of the namespace. Events only by field selector:
-the ValidationError events of MPIJobs, the one event that ends a wait before the job is Created
-(1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity may
-not watch events (RBAC of an older release), that watch stops and the waits list events themselves.
+MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the
+existence of the operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5,
+not every pod of the namespace), events by field selector: only the ValidationError events of MPIJobs, the one
+event that ends a wait before its job is Created (1,000 jobs queued for the mpi-operator would otherwise each
+list their events). Where the identity may not watch events (RBAC of an older release), that watch stops and
+the waits list events themselves.
 """
 
 from __future__ import annotations
@@ -30,23 +28,21 @@ from airflow_mpi.hooks.errors import WatchExpired, describe_error
 from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS
 from airflow_mpi.hooks.retries import Outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
-from airflow_mpi.wait.summaries import pod_role
 from airflow_mpi.wait.progress import VALIDATION_ERROR
+from airflow_mpi.wait.summaries import pod_role
 
 log = logging.getLogger(__name__)
 
 KINDS = (MPIJOBS, PODS, EVENTS)
-POD_SELECTOR = JOB_NAME_LABEL  # label exists
-EVENT_SELECTOR = f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"
 SELECTORS: dict[str, dict[str, str]] = {
-    PODS: {"label_selector": POD_SELECTOR},
-    EVENTS: {"field_selector": EVENT_SELECTOR},
+    PODS: {"label_selector": JOB_NAME_LABEL},  # the label exists
+    EVENTS: {"field_selector": f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"},
 }
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
 
 
 def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
-    """name, uid, labels of a dict (MPIJob) or a client model (pod)."""
+    """name, uid, labels of a dict (MPIJob, event) or a client model (pod)."""
     if isinstance(obj, dict):
         meta = obj.get("metadata") or {}
         return meta.get("name"), meta.get("uid"), meta.get("labels") or {}
@@ -68,6 +64,10 @@ def _slim(obj: Any) -> Any:
     return obj
 
 
+def _job_of_pod(pod: Any) -> str | None:
+    return _meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
+
+
 class Subscription:
     """One wait's view of the hub: its job, its pods, and a change counter to await."""
 
@@ -76,8 +76,7 @@ class Subscription:
         self.name = name
         self.version = 0
         self.deleted_uids: set[str] = set()
-        # pods of the job deleted while subscribed, as last seen: a failed try's cause may show only in a worker's
-        # last status before the mpi-operator's clean-up removed it (wait/failure_causes.py)
+        # deleted pods of the job as last seen: a failed try's cause may show only there (wait/failure_causes.py)
         self.gone_pods: dict[str, Any] = {}
         self._event = asyncio.Event()
 
@@ -114,6 +113,10 @@ class Subscription:
         """Launcher pods, newest first (as the hooks return them)."""
         return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
 
+    async def launchers(self) -> list[Any]:
+        """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``: a drain lists them instead)."""
+        return self.launcher_pods()
+
     def worker_pods(self, *, with_gone: bool = False) -> list[Any]:
         """Worker pods by index; ``with_gone``: also the ones deleted while subscribed (their last state)."""
         live = self.pods()
@@ -132,11 +135,11 @@ class Subscription:
 
 
 class WatchHub:
-    """The informer of one (connection, namespace): caches, the two watch loops, the subscribers."""
+    """The informer of one (connection, namespace): caches, the watch loops, the subscribers."""
 
     def __init__(self, hook: Any, namespace: str) -> None:
         self.hook = hook
-        self.requests = requests_of(hook)
+        self.requests = _requests_of(hook)
         self.namespace = namespace
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
@@ -185,8 +188,7 @@ class WatchHub:
         self._tick = asyncio.Event()
 
     async def until(self, predicate: Callable[[WatchHub], bool]) -> None:
-        """Until ``predicate(hub)`` holds: checked again after every list, watch, event and bookmark (tests,
-        benchmarks)."""
+        """Until ``predicate(hub)`` holds, checked after every list, watch, event and bookmark (tests, benchmarks)."""
         while not predicate(self):
             if self.error is not None:
                 raise self.error
@@ -210,79 +212,55 @@ class WatchHub:
         for sub in list(self.subscribers.get(job_name or "", ())):
             sub.notify()
 
-    def _job_of_pod(self, pod: Any) -> str | None:
-        return _meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
+    def _notify_all(self) -> None:
+        for name in list(self.subscribers):
+            self._notify(name)
 
     def _apply(self, kind: str, event_type: str, obj: Any) -> None:
+        """One watched or listed object into the cache; the waits on its job are told."""
         obj = _slim(obj)
         name, uid, _ = _meta(obj)
+        deleted = event_type == "DELETED"
         if kind == EVENTS:
             job = _involved(obj).get("name") or ""
-            if event_type == "DELETED":
+            if deleted:
                 self.invalid_events.get(job, {}).pop(name, None)
             else:
                 self.invalid_events.setdefault(job, {})[name] = obj
-            self._notify(job)
-            return
-        if kind == MPIJOBS:
-            if event_type == "DELETED":
+        elif kind == MPIJOBS:
+            job = name
+            if not deleted:
+                self.jobs[name] = obj
+            else:
                 if self.jobs.get(name) is not None and _meta(self.jobs[name])[1] == uid:
-                    self.jobs.pop(name, None)
+                    del self.jobs[name]
                 for sub in self.subscribers.get(name or "", ()):
                     sub.deleted_uids.add(uid or "")
-            else:
-                self.jobs[name] = obj
-            self._notify(name)
-            return
-        job = self._job_of_pod(obj) or self._job_of_pod(self.pods.get(name))
-        if event_type == "DELETED":
-            self._gone(job, name, obj)
-            self.pods.pop(name, None)
-            self.pods_by_job.get(job or "", set()).discard(name)
         else:
-            self.pods[name] = obj
-            if job:
-                self.pods_by_job.setdefault(job, set()).add(name)
+            job = _job_of_pod(obj) or _job_of_pod(self.pods.get(name))
+            if not deleted:
+                self.pods[name] = obj
+                if job:
+                    self.pods_by_job.setdefault(job, set()).add(name)
+            else:
+                for sub in self.subscribers.get(job or "", ()):  # its last state, kept while the wait lasts
+                    sub.gone_pods[name] = obj
+                self.pods.pop(name, None)
+                self.pods_by_job.get(job or "", set()).discard(name)
         self._notify(job)
 
     def _replace(self, kind: str, items: list) -> None:
-        """A (re-)list: the new cache; the waits whose objects changed or vanished are told."""
-        items = [_slim(o) for o in items]
-        if kind == MPIJOBS:
-            old = self.jobs
-            self.jobs = {_meta(o)[0]: o for o in items}
-            for name, obj in old.items():
-                if name not in self.jobs:
-                    for sub in self.subscribers.get(name, ()):
-                        sub.deleted_uids.add(_meta(obj)[1] or "")
-            touched = set(old) | set(self.jobs)
-        elif kind == EVENTS:
-            touched = set(self.invalid_events)
-            self.invalid_events = {}
-            for event in items:
-                self.invalid_events.setdefault(_involved(event).get("name") or "", {})[_meta(event)[0]] = event
-            touched |= set(self.invalid_events)
+        """A (re-)list: what it no longer holds was deleted meanwhile, the rest is as listed."""
+        if kind == EVENTS:
+            cached = {name: e for events in self.invalid_events.values() for name, e in events.items()}
         else:
-            touched = set(self.pods_by_job)
-            fresh = {_meta(p)[0] for p in items}
-            for name, pod in self.pods.items():
-                if name not in fresh:
-                    self._gone(self._job_of_pod(pod), name, pod)
-            self.pods = {_meta(p)[0]: p for p in items}
-            self.pods_by_job = {}
-            for name, pod in self.pods.items():
-                if job := self._job_of_pod(pod):
-                    self.pods_by_job.setdefault(job, set()).add(name)
-            touched |= set(self.pods_by_job)
-        for name in touched & set(self.subscribers):
-            self._notify(name)
-
-    def _gone(self, job: str | None, name: str | None, pod: Any) -> None:
-        """Keep a deleted pod's last state for the waits on its job (dropped with their subscriptions)."""
-        if pod is None or not name:
-            return
-        for sub in self.subscribers.get(job or "", ()):
-            sub.gone_pods[name] = pod
+            cached = dict(self.jobs if kind == MPIJOBS else self.pods)
+        listed = {_meta(obj)[0] for obj in items}
+        for name, obj in cached.items():
+            if name not in listed:
+                self._apply(kind, "DELETED", obj)
+        for obj in items:
+            self._apply(kind, "ADDED", obj)
 
     def _stop_watching_events(self, err: BaseException) -> None:
         """The identity may list but not watch events (a role from before the hub watched them): the waits list
@@ -294,16 +272,13 @@ class WatchHub:
         self._bump("events_refused")
         self.synced[EVENTS].set()
         self._check_ready()
-        for name in list(self.subscribers):
-            self._notify(name)
+        self._notify_all()
 
     def _fail(self, err: BaseException) -> None:
         self.error = err
         self._ready.set()
         self._tick.set()
-        for subs in list(self.subscribers.values()):
-            for sub in list(subs):
-                sub.notify()
+        self._notify_all()
 
     # ------------------------------------------------------------------ list + watch
     async def _run(self, kind: str) -> None:
@@ -354,7 +329,7 @@ class WatchHub:
 _HUBS: dict[tuple, WatchHub] = {}
 
 
-def requests_of(hook: Any) -> Any:
+def _requests_of(hook: Any) -> Any:
     """The hub's list/watch requests: a hook's own (``list_objects``/``watch_objects``, the test doubles), else
     wait/namespace_watch.py on the async hook."""
     if hasattr(hook, "list_objects"):
@@ -362,12 +337,6 @@ def requests_of(hook: Any) -> Any:
     from airflow_mpi.wait.namespace_watch import NamespaceRequests
 
     return NamespaceRequests(hook)
-
-
-def hub_key(hook: Any) -> Any:
-    """Hooks reaching the same cluster as the same identity share a hub (``watch_identity``)."""
-    identity: Callable[[], Any] | None = getattr(requests_of(hook), "watch_identity", None)
-    return identity() if identity is not None else id(hook)
 
 
 def hubs() -> list[WatchHub]:
@@ -378,8 +347,10 @@ def hubs() -> list[WatchHub]:
 @contextlib.asynccontextmanager
 async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
     """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed;
-    the hub stops once its last subscriber left."""
-    key = live_key(_HUBS, hub_key(hook), namespace)  # a hub serves the waits of one event loop only
+    the hub stops once its last subscriber left. Hooks reaching the same cluster as the same identity
+    (``watch_identity``) share a hub; a hub serves the waits of one event loop only."""
+    identity: Callable[[], Any] | None = getattr(_requests_of(hook), "watch_identity", None)
+    key = live_key(_HUBS, identity() if identity is not None else id(hook), namespace)
     hub = _HUBS.get(key)
     if hub is None or hub.error is not None:
         hub = _HUBS[key] = WatchHub(hook, namespace)

@@ -269,8 +269,8 @@ async def test_trigger_keeps_result_lines_out_of_the_triggerer_log(monkeypatch):
     t = trigger(capture_result=True, result_digest=nonce_digest(NONCE))
     shown = []
     monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append)))
-    # on Airflow 3 launcher lines are logged with their position (wait/log_readback.py): capture those too
-    import airflow_mpi.wait.log_readback as readback
+    # on Airflow 3 launcher lines are logged with their position (wait/log_ledger.py): capture those too
+    import airflow_mpi.wait.log_ledger as readback
 
     monkeypatch.setattr(readback, "marked_emitter", lambda: lambda message, mark: shown.append(message))
     lines = ["2026-11-22T10:00:01Z [1,0]<stdout>:visible", *(f"2026-11-22T10:00:02Z {ln}" for ln in result_lines(42))]

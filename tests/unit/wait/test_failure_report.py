@@ -1,4 +1,4 @@
-"""A failed wait's report (hooks/failure_report.py through the monitor and the trigger): what is read when, what
+"""A failed wait's report (wait/failure_report.py through the monitor and the trigger): what is read when, what
 is awaited and for how long. The cluster here changes pods one watch event at a time, as the test says, and serves
 a pod's log only while the pod exists (as the API server does)."""
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_mpi.wait.log_ledger import MARK_FIELD, line_mark
-from airflow_mpi.wait import log_readback
+from airflow_mpi.wait import log_ledger
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS
 
 pytestmark = pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="Airflow 3's JSON trigger logs")
@@ -39,14 +39,14 @@ def test_every_triggerer_file_of_the_try_is_read_and_other_tries_are_not(log_fol
     _write(log_folder / "attempt=1.log.trigger.5.log", {"event": "z", MARK_FIELD: line_mark("s", [900, 0, 1])})
     _write(log_folder / "attempt=2.log", {"event": "worker", MARK_FIELD: line_mark("s", [800, 0, 1])})
     deferred = {"cursor": {"s": [99, 0, 4]}, "streams": ["s"], "done": []}
-    assert log_readback.resume_state(TI, deferred, pytest.fail) == {"cursor": {"s": [100, 0, 2]}, "streams": ["s"], "done": []}
+    assert log_ledger.resume_state(TI, deferred, pytest.fail) == {"cursor": {"s": [100, 0, 2]}, "streams": ["s"], "done": []}
 
 
 def test_an_unreadable_log_folder_keeps_the_defer_time_position(log_folder):
     (log_folder / "attempt=2.log.trigger.7.log").mkdir()  # cannot be opened as a file
     warnings = []
     deferred = {"cursor": {"s": [99, 0, 4]}, "streams": ["s"], "done": []}
-    assert log_readback.resume_state(TI, deferred, lambda *a: warnings.append(a)) is deferred
+    assert log_ledger.resume_state(TI, deferred, lambda *a: warnings.append(a)) is deferred
     assert warnings and "may repeat" in warnings[0][0]
 
 
@@ -61,7 +61,7 @@ async def test_the_read_back_runs_beside_the_event_loop_which_keeps_serving_othe
     async def another_trigger():
         loop_ran.set()
 
-    monkeypatch.setattr(log_readback, "read_back", slow_read_back)
+    monkeypatch.setattr(log_ledger, "read_back", slow_read_back)
     deferred = {"cursor": {"s": [99, 0, 4]}, "streams": ["s"], "done": []}
-    state, _ = await asyncio.gather(log_readback.resume_state_off_loop(TI, deferred, pytest.fail), another_trigger())
+    state, _ = await asyncio.gather(log_ledger.resume_state_off_loop(TI, deferred, pytest.fail), another_trigger())
     assert state == {"cursor": {"s": [100, 0, 7]}, "streams": ["s"], "done": []}

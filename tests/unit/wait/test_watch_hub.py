@@ -113,11 +113,15 @@ def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
     hook = FakeAsyncHook(job_obj=job("a"))
 
     async def subscribe_and_never_leave():
-        await watch_hub.subscription(hook, "ns", "a").__aenter__()
-        return watch_hub.hubs()[0]
+        entered = watch_hub.subscription(hook, "ns", "a")  # kept: a dropped one would leave the hub once collected
+        await entered.__aenter__()
+        return entered, watch_hub.hubs()[0]
 
     loop = asyncio.new_event_loop()  # ends abruptly: no asyncio.run teardown that would close the subscription
-    stale = loop.run_until_complete(subscribe_and_never_leave())
+    entered, stale = loop.run_until_complete(subscribe_and_never_leave())
+    for task in stale._tasks:  # the loop's tasks end with it (as asyncio.run cancels them); none is left pending
+        task.cancel()
+    loop.run_until_complete(asyncio.wait(stale._tasks))
     loop.close()
     assert stale in watch_hub._HUBS.values()
 
