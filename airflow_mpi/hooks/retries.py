@@ -103,7 +103,11 @@ def _outage_retrying() -> dict[str, Any]:
 async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds (a wait's reads:
     the hub's watches already survive one, the call's own retries cover a blip, not a restart)."""
-    return await tenacity.AsyncRetrying(**_outage_retrying())(fn, *args, **kwargs)
+
+    async def call() -> T:  # the hooks' shared reads are plain methods returning an awaitable: tenacity would not await
+        return await fn(*args, **kwargs)
+
+    return await tenacity.AsyncRetrying(**_outage_retrying())(call)
 
 
 def through_outage_sync(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

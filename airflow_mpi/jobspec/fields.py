@@ -109,6 +109,11 @@ class Field:
     to_manifest: Callable[[Any], Any] | None = None
     nested: str | None = None  # a dict parameter for the spec class of that name
 
+    @property
+    def parameter_default(self) -> Any:
+        """The operator parameter's default: a nested class's row is "not given" (None), not a new instance."""
+        return None if self.default is NEW else self.default
+
 
 _RP = ("spec", "runPolicy")
 _SP = (*_RP, "schedulingPolicy")

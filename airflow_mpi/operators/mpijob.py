@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_mpi import deployment_identity
 from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import NEW, PARAMETERS, Field
+from airflow_mpi.jobspec.fields import PARAMETERS, Field
 from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
 from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.jobspec.status import job_state
@@ -81,7 +81,7 @@ class MPIJobOperator(BaseOperator):
     captures_result: bool = False
 
     def __init__(self, **kwargs: Any) -> None:
-        given = {name: kwargs.pop(name, None if f.default is NEW else f.default) for name, f in _PARAMETERS.items()}
+        given = {name: kwargs.pop(name, f.parameter_default) for name, f in _PARAMETERS.items()}
         super().__init__(**kwargs)
         for name, value in given.items():
             setattr(self, name, value)

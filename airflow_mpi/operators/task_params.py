@@ -14,7 +14,7 @@ from numbers import Real
 from typing import Any
 
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import NEW, TASK, Field, as_bool, as_number, parameters
+from airflow_mpi.jobspec.fields import TASK, Field, as_bool, as_number, parameters
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.rules import Rule, one_of
 from airflow_mpi.operators.outcome import ON_FINISH_ACTIONS
@@ -60,7 +60,7 @@ def init_signature(fields: dict[str, Field], required: tuple[str, ...] = ()) -> 
     ``.partial()``/``.expand()`` by the names ``inspect.signature`` finds."""
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for name, row in fields.items():
-        default = inspect.Parameter.empty if name in required else None if row.default is NEW else row.default
+        default = inspect.Parameter.empty if name in required else row.parameter_default
         annotation = row.type | str if row.coerce is not None else row.type
         annotation = annotation | None if default is None else annotation
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
@@ -93,7 +93,7 @@ def parse_time_values(task: Any) -> dict[str, Any]:
     for name in task.template_fields:
         if name in values and is_unrendered(values[name], tuple(task.template_ext)):
             row = task.parameters[name]
-            values[name] = row.default if row.stand_in is None else row.stand_in
+            values[name] = row.parameter_default if row.stand_in is None else row.stand_in
     return typed(values)
 
 

@@ -287,6 +287,18 @@ async def test_get_missing_is_none_and_transient_errors_are_retried(hook, bounda
     assert boundary.connections == 3  # each attempt on a fresh client
 
 
+async def test_a_wait_reads_the_real_hook_through_an_outage(hook, boundary, monkeypatch):
+    """The waits call the hook's shared reads (plain methods returning an awaitable) through ``through_outage``:
+    the job comes back as a dict, after an outage longer than one call's own retries."""
+    from airflow_mpi.hooks import retries
+
+    monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
+    job = {"metadata": {"name": "job", "uid": "u1"}}
+    boundary.custom.get_namespaced_custom_object.side_effect = [aiohttp.ClientConnectionError()] * 6 + [job]
+    assert await retries.through_outage(hook.get_mpijob, "job", "ns") == job
+    assert boundary.custom.get_namespaced_custom_object.await_count == 7
+
+
 async def test_get_does_not_retry_forbidden(hook, boundary):
     boundary.custom.get_namespaced_custom_object.side_effect = async_api_error(403)
     with pytest.raises(ApiException):

@@ -134,6 +134,16 @@ def test_templated_values_are_validated_after_rendering_only(rendered, message):
     assert hook.created == []
 
 
+@pytest.mark.parametrize("role", ["launcher", "worker"])
+def test_a_templated_role_dict_is_accepted_at_parse_time_and_applied_after_rendering(role):
+    """A role dict from a Param (``launcher="{{ params.launcher }}"``, as the e2e DAGs do) is not checked until
+    rendered; the parse-time stand-in is "not given", never the spec's internal default."""
+    op = make(**{role: "{{ params.overrides }}"})  # parse time: accepted
+    setattr(op, role, {"labels": {"from": "param"}})  # what rendering produced
+    replica = op.build_manifest(context())["spec"]["mpiReplicaSpecs"][role.capitalize()]
+    assert replica["template"]["metadata"]["labels"]["from"] == "param"
+
+
 def test_digit_strings_rendered_by_jinja_are_integers():
     op = make(workers="{{ w }}", slots_per_worker="{{ s }}", command=None, program="pi")
     op.workers, op.slots_per_worker = "3", " 2 "
