@@ -1,8 +1,8 @@
 """The one exception the model raises, so callers can tell a bad spec from a cluster error.
 
-Validation collects every violation it finds (fixing one bad field at a time through a DAG
-re-run is slow), so one error may carry several: ``field``/``value``/``reason`` are the first,
-``errors`` all of them, and the message lists all, each as ``field=value!r: reason``.
+Validation collects every violation it finds (fixing one bad field at a time through a DAG re-run is slow), so one
+error may carry several: ``field``/``value``/``reason`` are the first, ``errors`` all of them, and the message lists
+all, each as ``field=value!r: reason``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ class MPIJobValidationError(ValueError):
 
     @classmethod
     def from_errors(cls, errors: Iterable[MPIJobValidationError]) -> MPIJobValidationError:
-        """One error listing several; its field/value/reason are those of the first."""
         errors = tuple(errors)
         if not errors:
             raise ValueError("no errors to report")

@@ -1,14 +1,13 @@
 """Deterministic MPIJob names and the labels that tie an MPIJob to one Airflow task instance.
 
-A retry or a restarted worker must find the MPIJob of its task instance again (and never start a
-second one), so the name is derived from the task instance's identity, and the same identity is
-written as labels (label-safe, for selectors) and annotations (raw values, for humans).
+A retry or a restarted worker must find the MPIJob of its task instance again (and never start a second one), so the
+name is derived from the task instance's identity, and the same identity is written as labels (label-safe, for
+selectors) and annotations (raw values, for humans).
 
-Several Airflow deployments may share a namespace, and their run ids coincide (``scheduled__...``):
-the identity includes the *deployment* (its own label, and a part of the name's hash), so the same
-dag/task/run in two deployments makes two jobs, and neither deployment reattaches to, or sweeps,
-the other's. A job without a deployment label (a rendered manifest, a job of an older release) is
-nobody's: never reattached to, never swept.
+Several Airflow deployments may share a namespace, and their run ids coincide (``scheduled__...``): the identity
+includes the *deployment* (its own label, and a part of the name's hash), so the same dag/task/run in two deployments
+makes two jobs, and neither deployment reattaches to, or sweeps, the other's. A job without a deployment label (a
+rendered manifest, a job of an older release) is nobody's: never reattached to, never swept.
 """
 
 from __future__ import annotations
@@ -46,22 +45,15 @@ def _slug(text: str) -> str:
 
 
 def job_name(
-    dag_id: str,
-    task_id: str,
-    run_id: str,
-    map_index: int = -1,
-    *,
-    max_workers: int = 1,
-    deployment: str | None = None,
-    prefix: str | None = None,
+    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1,
+    deployment: str | None = None, prefix: str | None = None,
 ) -> str:
     """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
-    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job
-    ``<name>-launcher``; both must stay within 63 characters, so the name leaves room for the
-    longest of them. The hash covers the raw identity, so different runs never collide even when
-    their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035 label the user gave)
-    replaces the dag/task slug, truncated as it is.
+    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job ``<name>-launcher``; both must
+    stay within 63 characters, so the name leaves room for the longest of them. The hash covers the raw identity, so
+    different runs never collide even when their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035
+    label the user gave) replaces the dag/task slug, truncated as it is.
     """
     longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
@@ -76,12 +68,9 @@ def job_name(
 
 
 def sanitize_label_value(value: object) -> str:
-    """Return ``value`` unchanged when Kubernetes accepts it as a label value, else a safe form.
-
-    Run ids such as ``manual__2026-11-22T10:00:00+00:00`` contain ``:`` and ``+`` that labels
-    forbid; the altered form carries a hash of the raw value so two different values never map
-    to the same label.
-    """
+    """``value`` unchanged when Kubernetes accepts it as a label value, else a safe form: run ids such as
+    ``manual__2026-11-22T10:00:00+00:00`` contain ``:`` and ``+`` that labels forbid; the altered form carries a hash
+    of the raw value so two different values never map to the same label."""
     text = str(value)
     if not label_value(text):
         return text

@@ -70,8 +70,7 @@ def is_orphan(job: dict, deployment: str, ti_found: bool, ti_state: str | None) 
 
 
 def orphans(jobs: list[dict], deployment: str, ti_states: dict[TaskKey, str | None]) -> list[dict]:
-    """The orphans among ``jobs``; ``ti_states`` maps every task instance of ``deployment`` that exists to its
-    state."""
+    """The orphans among ``jobs``; ``ti_states`` maps every task instance of ``deployment`` that exists to its state."""
     found = []
     for job in jobs:
         key = task_key_of(job, deployment)

@@ -207,11 +207,8 @@ def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str]
 
 
 def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
-    selector = pod.get("nodeSelector")
-    if selector is not None:
-        check_labels(errors, f"{role}.node_selector", selector)
-    if pod.get("tolerations") is not None:
-        _check_tolerations(errors, role, pod["tolerations"])
+    check_labels(errors, f"{role}.node_selector", pod.get("nodeSelector"))
+    _check_tolerations(errors, role, pod.get("tolerations"))
     secrets = pod.get("imagePullSecrets")
     if secrets is not None:
         if not isinstance(secrets, list):

@@ -73,9 +73,7 @@ def finish(
     """Report, clean up and return the XCom value, or raise.
 
     ``owns_job``: False for a task that only watches a job someone else made (the sensor): it never deletes it,
-    whatever the outcome.
-
-    ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
+    whatever the outcome. ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
     inside the MPIJob); otherwise AirflowException, so Airflow's own retries apply.
     """
     outcome = payload.get("status") or "error"
