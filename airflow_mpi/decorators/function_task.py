@@ -3,10 +3,9 @@
 The function's source and its rendered arguments (upstream XComs included), with a nonce made for this submission, go
 into a Secret created right after the MPIJob, owned by it and mounted into its pods (function_task/function_call.py);
 the ranks' command only names the mounted files. The launcher's log streams as for any MPIJob, minus rank 0's marker
-lines of that nonce, which carry its return value (function_task/rank_result.py) and become the task's XCom. A wait
-resumed after a triggerer failover may have passed them: the value is then read back from the launcher's whole log
-before anything is cleaned up. Mixed in before Airflow's DecoratedOperator, as cncf.kubernetes' ``@task.kubernetes``
-mixes it into its pod operator.
+lines of that nonce, which carry its return value (function_task/rank_result.py) and become the task's XCom (also
+after a triggerer failover: ``_result``). Mixed in before Airflow's DecoratedOperator, as cncf.kubernetes'
+``@task.kubernetes`` mixes it into its pod operator.
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.function_task.function_call import (
     call_secret_data, call_secret_name, check_function, check_source, mount_call_secret, pickle_arguments, rank_command,
 )
-from airflow_mpi.function_task.rank_result import (
-    RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines, nonce_digest, parse_result, result_digest_of,
-)
+from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines
+from airflow_mpi.function_task.rank_result import nonce_digest, parse_result, result_digest_of
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 

@@ -1,13 +1,12 @@
 """A Python function as the MPI program: checks, serialisation and the ranks' command line (no I/O).
 
-The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained,
-importing what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with
-this try's nonce (function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it
-(the garbage collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither
-the function nor its arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's
-own role included) would find them. Everything that can be found out before submission is checked here, naming
-the argument and the reason; what only the ranks can tell (a missing Python, a return value that is no JSON)
-comes back in rank 0's marker lines.
+The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained, importing
+what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with this try's nonce
+(function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it (the garbage
+collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither the function nor its
+arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's own role included) would
+find them. Everything that can be found out before submission is checked here, naming the argument and the reason;
+what only the ranks can tell (a missing Python, a return value that is no JSON) comes back in rank 0's marker lines.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The pure MPIJob model: parameters, precedence, validation, manifests and launcher command lines.
 
-No I/O beyond reading a base manifest file, and no kubernetes or airflow imports, so it can be
-used (and tested) anywhere.
+No I/O beyond reading a base manifest file, and no kubernetes or airflow imports: it can be used (and tested) anywhere.
 """
 
 from airflow_mpi.jobspec.commands import Horovodrun, Mpirun, horovodrun_command, mpirun_command

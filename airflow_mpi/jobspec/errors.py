@@ -26,10 +26,8 @@ class MPIJobValidationError(ValueError):
         errors = tuple(errors)
         if not errors:
             raise ValueError("no errors to report")
-        if len(errors) == 1:
-            return errors[0]
         first = errors[0]
-        return cls(first.field, first.value, first.reason, errors=errors)
+        return first if len(errors) == 1 else cls(first.field, first.value, first.reason, errors=errors)
 
     def __reduce__(self):
         # Exceptions with keyword-only arguments do not pickle by default (Airflow may pickle them).

@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from airflow_mpi.jobspec.rules import label_value
+from airflow_mpi.jobspec.rules import LABEL_MAX, label_value
 
 LABEL_PREFIX = "airflow-mpi.io/"
 DAG_ID_LABEL = LABEL_PREFIX + "dag-id"
@@ -29,8 +29,7 @@ TASK_INSTANCE_ID_ANNOTATION = LABEL_PREFIX + "task-instance-id"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-mpi"
 
-MAX_NAME_LENGTH = 63
-_LABEL_VALUE_MAX = 63
+MAX_NAME_LENGTH = LABEL_MAX
 _HASH_LENGTH = 8
 
 
@@ -76,7 +75,7 @@ def sanitize_label_value(value: object) -> str:
         return text
     digest = _digest(text)
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
-    cleaned = cleaned[: _LABEL_VALUE_MAX - _HASH_LENGTH - 1]
+    cleaned = cleaned[: LABEL_MAX - _HASH_LENGTH - 1]
     cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
     return f"{cleaned}-{digest}" if cleaned else digest
 
@@ -102,13 +101,8 @@ def identity_annotations(
     dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, task_instance_id: str | None = None
 ) -> dict[str, str]:
     """The raw identity, for people reading the object (labels may be hashed)."""
-    annotations = {
-        DAG_ID_LABEL: dag_id,
-        TASK_ID_LABEL: task_id,
-        RUN_ID_LABEL: run_id,
-        MAP_INDEX_LABEL: str(map_index),
-        TRY_NUMBER_LABEL: str(try_number),
-    }
+    annotations = {DAG_ID_LABEL: dag_id, TASK_ID_LABEL: task_id, RUN_ID_LABEL: run_id, MAP_INDEX_LABEL: str(map_index),
+                   TRY_NUMBER_LABEL: str(try_number)}
     if task_instance_id is not None:
         annotations[TASK_INSTANCE_ID_ANNOTATION] = task_instance_id
     return annotations

@@ -60,10 +60,8 @@ def _annotation_value_problem(value: Any) -> str | None:
 
 
 def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
-    reason = "must be a mapping of annotation keys to string values"
-    errors.check_entries(
-        path, annotations, reason, rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key"
-    )
+    errors.check_entries(path, annotations, "must be a mapping of annotation keys to string values",
+                         rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key")
     if isinstance(annotations, dict):
         size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
         if size > rules.ANNOTATIONS_TOTAL_MAX:
@@ -247,7 +245,6 @@ def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:
 
 
 def resource_name_problem(name: Any) -> str | None:
-    """Why ``name`` is not a container resource name Kubernetes accepts."""
     if not isinstance(name, str):
         return "resource names must be strings"
     if "/" not in name:

@@ -5,9 +5,8 @@ wrote it; then apply() merges them and returns the manifest to submit and where 
 from (the task log says it; the operator reads the backoff limit). A default fills a field only where neither a
 parameter nor the base manifest sets it; the retries mapping (``runPolicy.backoffLimit`` = task retries, launcher
 ``restartPolicy: Never``) is such a default. The parameters, rendered by layout.py, are deep-merged onto the base
-manifest, so they win and every field they leave alone keeps the base's value. Where the operator's default would
-equal the controller's own (one slot per worker, Open MPI), nothing is written: the manifest stays as the user wrote
-it. Nothing here does I/O but reading a base manifest file.
+manifest, so they win and every field they leave alone keeps the base's value. A default equal to the controller's
+own (one slot per worker, Open MPI) is not written: the manifest stays as the user wrote it.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
 
 
-# The defaultable fields: (setting name, field, role, default); in this order in the task log. The retries mapping
-# applies unless ``backoff_limit`` is given as a parameter.
+# The defaultable fields: (setting name, field, role, default); in this order in the task log.
 _DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], Any] | None], ...] = (
     ("workers", field_of("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
     ("slots_per_worker", field_of("slots_per_worker"), None, None),

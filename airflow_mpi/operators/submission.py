@@ -22,11 +22,9 @@ def reattach(
 ) -> dict | None:
     """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
 
-    Only a job of this deployment and task instance is ever reattached to (its identity labels, the deployment
-    included): a job of another deployment, a rendered manifest applied by hand or a job of an older release under
-    this name fails the task, naming the owner; it is never adopted, deleted or waited for. ``recorded``: where an
-    earlier try of this task instance recorded its job (task state store), looked up first, and only that object (its
-    uid): an object someone made again under that name is not this task's.
+    A job of another deployment, a rendered manifest applied by hand or a job of an older release under this name
+    fails the task, naming the owner: it is never adopted, deleted or waited for. ``recorded``: the job an earlier try
+    of this task instance recorded (job_record.py), looked up first, and only that object (its uid).
     """
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     labels = manifest["metadata"]["labels"]
