@@ -68,11 +68,8 @@ def for_task() -> str:
 
 
 def in_database() -> str:
-    """The identity, read (and made once) where the metadata database is at hand: scheduler, API server.
-
-    The Variable's unique key decides a race between two components making it at once: the loser reads the
-    winner's value. Made in a session of its own, never the caller's (the scheduler's scoped session must not
-    be committed by a plugin).
+    """The identity, read (and made once) where the metadata database is at hand: scheduler, API server. The
+    Variable's unique key decides a race between two components making it at once: the loser reads the winner's value.
     """
     from airflow.models.variable import Variable
     from sqlalchemy.exc import IntegrityError

@@ -18,9 +18,8 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [
-            {"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.operators.mpijob", "airflow_mpi.operators.horovod"]}
-        ],
+        "operators": [{"integration-name": "Kubeflow MPIJob",
+                       "python-modules": ["airflow_mpi.operators.mpijob", "airflow_mpi.operators.horovod"]}],
         "sensors": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.sensors.mpijob"]}],
         "hooks": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.hooks.mpijob"]}],
         "triggers": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.triggers.mpijob"]}],

@@ -3,13 +3,11 @@
     python -m airflow_mpi.render dags/mpi_pi.py pi --param workers=4
     airflow-mpi-render dags/mpi_pi.py pi            (the same, as an installed console script)
 
-The DAG file is parsed as the dag-processor parses it; the task's templated parameters are rendered
-with the DAG's Params (``--param NAME=VALUE`` overrides one; VALUE is read as JSON, else as text)
-and a placeholder run (``--run-id``, which the identity labels then name). The namespace is the
-parameter's, else the base manifest's, else the connection's only when one is configured. The
-manifest is validated exactly as at run time; a value that cannot be used is reported with its
-parameter's name (exit status 1). Environment values with secret-looking names are masked, as in
-the task log.
+The DAG file is parsed as the dag-processor parses it; the task's templated parameters are rendered with the DAG's
+Params (``--param NAME=VALUE`` overrides one; VALUE is read as JSON, else as text) and a placeholder run (``--run-id``,
+which the identity labels then name). The namespace is the parameter's, else the base manifest's, else the
+connection's only when one is configured. The manifest is validated exactly as at run time; a value that cannot be
+used is reported with its parameter's name (exit status 1). Secret-looking values are masked, as in the task log.
 """
 
 from __future__ import annotations
@@ -47,12 +45,9 @@ def _find_task(dag_file: str, task_id: str, dag_id: str | None) -> tuple[Any, An
         raise RenderError("; ".join(f"{path}: {error}" for path, error in bag.import_errors.items()))
     dags = [d for d in bag.dags.values() if (dag_id is None or d.dag_id == dag_id) and task_id in d.task_dict]
     if len(dags) != 1:
-        found = sorted(bag.dags)
-        raise RenderError(
-            f"{len(dags)} DAGs in {dag_file} have a task {task_id!r} (DAGs there: {found}); choose one with --dag-id"
-        )
-    dag = dags[0]
-    task = dag.task_dict[task_id]
+        raise RenderError(f"{len(dags)} DAGs in {dag_file} have a task {task_id!r} (DAGs there: {sorted(bag.dags)}); "
+                          "choose one with --dag-id")
+    dag, task = dags[0], dags[0].task_dict[task_id]
     if not callable(getattr(task, "build_manifest", None)):
         raise RenderError(f"task {task_id!r} is a {type(task).__name__}, not an MPIJobOperator")
     return dag, task

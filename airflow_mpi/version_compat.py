@@ -1,8 +1,7 @@
 """One place for imports that moved between Airflow 2.11 and 3.x.
 
-The provider's operators, sensors and triggers import Airflow only through here, following the
-official providers: ``airflow.providers.common.compat.sdk`` resolves Airflow 3 (``airflow.sdk``)
-paths first and falls back to the Airflow 2 ones.
+The provider's operators, sensors and triggers import Airflow only through here, following the official providers:
+``airflow.providers.common.compat.sdk`` resolves Airflow 3 (``airflow.sdk``) paths first and falls back to Airflow 2's.
 """
 
 from __future__ import annotations
@@ -11,16 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.providers.common.compat.sdk import (
-    AirflowException,
-    AirflowFailException,
-    AirflowSkipException,
-    BaseOperator,
-    BaseSensorOperator,
-    TaskDeferred,
-    Variable,
-    conf,
-)
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.providers.common.compat.sdk import BaseOperator, BaseSensorOperator, TaskDeferred, Variable, conf
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 

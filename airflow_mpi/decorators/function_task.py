@@ -1,12 +1,11 @@
 """What ``@task.mpi`` and ``@task.horovod`` add to their operators: a Python function as the MPI program.
 
-The function's source and its rendered arguments (upstream XComs included), with a nonce made for this
-submission, go into a Secret created right after the MPIJob, owned by it and mounted into its pods
-(function_task/function_call.py); the ranks' command only names the mounted files. The launcher's log streams as for
-any MPIJob, minus rank 0's marker lines of that nonce, which carry its return value (function_task/rank_result.py) and
-become the task's XCom. A wait resumed after a triggerer failover may have passed them: the value is then read
-back from the launcher's whole log before anything is cleaned up. Mixed in before Airflow's DecoratedOperator,
-as cncf.kubernetes' ``@task.kubernetes`` mixes it into its pod operator.
+The function's source and its rendered arguments (upstream XComs included), with a nonce made for this submission, go
+into a Secret created right after the MPIJob, owned by it and mounted into its pods (function_task/function_call.py);
+the ranks' command only names the mounted files. The launcher's log streams as for any MPIJob, minus rank 0's marker
+lines of that nonce, which carry its return value (function_task/rank_result.py) and become the task's XCom (also
+after a triggerer failover: ``_result``). Mixed in before Airflow's DecoratedOperator, as cncf.kubernetes'
+``@task.kubernetes`` mixes it into its pod operator.
 """
 
 from __future__ import annotations
@@ -19,22 +18,10 @@ from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.function_task.function_call import (
-    call_secret_data,
-    call_secret_name,
-    check_function,
-    check_source,
-    mount_call_secret,
-    pickle_arguments,
-    rank_command,
+    call_secret_data, call_secret_name, check_function, check_source, mount_call_secret, pickle_arguments, rank_command,
 )
-from airflow_mpi.function_task.rank_result import (
-    RESULT_NONCE_ANNOTATION,
-    RankResult,
-    hide_result_lines,
-    nonce_digest,
-    parse_result,
-    result_digest_of,
-)
+from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines
+from airflow_mpi.function_task.rank_result import nonce_digest, parse_result, result_digest_of
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 
@@ -47,10 +34,8 @@ NEVER_STARTED = (
 
 
 def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The operator's keyword arguments for a decorated function, checked.
-
-    Attributes can be set only once BaseOperator.__init__ ran, so ``python`` travels as the placeholder program.
-    """
+    """The operator's keyword arguments for a decorated function, checked; ``python`` travels as the placeholder
+    program (attributes can be set only once BaseOperator.__init__ ran)."""
     for name in REPLACED:
         if name in kwargs:
             reason = f"does not apply to {decorator}: the function is the program"
@@ -102,8 +87,8 @@ class FunctionTaskMixin:
 
     def build_manifest(self, context: Any = None) -> dict:
         """As MPIJobOperator's, with a fresh nonce and the call's Secret (made from the arguments as they are now:
-        rendered, upstream XComs are values; offline, they are left out) mounted into the pods. The Secret itself
-        is created with the job (``_create``); one too large is refused here, before anything is created."""
+        rendered, upstream XComs are values; offline, they are left out) mounted into the pods. The Secret itself is
+        created with the job (``_create``); one too large is refused here, before anything is created."""
         nonce = secrets.token_urlsafe(24)
         data = call_secret_data(self._source, self.python_callable.__name__, self._arguments(), nonce)
         manifest = super().build_manifest(context)
@@ -190,9 +175,9 @@ class FunctionTaskMixin:
 def function_task_operator(operator: type, decorator: str) -> type:
     """``operator`` running the function ``decorator`` decorates (subclass it to name the class).
 
-    Its template fields are the operator's but those the function replaces and ``get_logs`` (which must stay
-    True, checked when the task is made), plus the function's arguments. Its ``__init__`` is its own: Airflow 3
-    wraps only operator classes' ``__init__`` (default_args, the upstream XComs of the arguments).
+    Its template fields are the operator's but those the function replaces and ``get_logs`` (which must stay True,
+    checked when the task is made), plus the function's arguments. Its ``__init__`` is its own: Airflow 3 wraps only
+    operator classes' ``__init__`` (default_args, the upstream XComs of the arguments).
     """
     fixed = (*REPLACED, "get_logs")
 
@@ -212,8 +197,6 @@ def function_task_decorator(
 ) -> TaskDecorator:
     """The TaskFlow decorator of a FunctionTaskMixin operator (as cncf.kubernetes' kubernetes_task)."""
     return task_decorator_factory(
-        python_callable=python_callable,
-        multiple_outputs=multiple_outputs,
-        decorated_operator_class=operator_class,
+        python_callable=python_callable, multiple_outputs=multiple_outputs, decorated_operator_class=operator_class,
         **kwargs,
     )

@@ -1,13 +1,12 @@
 """A Python function as the MPI program: checks, serialisation and the ranks' command line (no I/O).
 
-The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained,
-importing what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with
-this try's nonce (function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it
-(the garbage collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither
-the function nor its arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's
-own role included) would find them. Everything that can be found out before submission is checked here, naming
-the argument and the reason; what only the ranks can tell (a missing Python, a return value that is no JSON)
-comes back in rank 0's marker lines.
+The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained, importing
+what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with this try's nonce
+(function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it (the garbage
+collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither the function nor its
+arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's own role included) would
+find them. Everything that can be found out before submission is checked here, naming the argument and the reason;
+what only the ranks can tell (a missing Python, a return value that is no JSON) comes back in rank 0's marker lines.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_mpi.function_task import rank_runner
-from airflow_mpi.jobspec.errors import ErrorList
+from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 
 PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
 # A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving
@@ -106,32 +105,24 @@ def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str
             continue
         local = sorted(m for m in recorder.modules if m.startswith(DAG_LOCAL_MODULE_PREFIXES))
         if local:
-            errors.add(field, value, f"needs classes or functions of the DAG file ({', '.join(local)}), which the ranks "
-                       "cannot import: pass plain data (JSON-like values, or types of modules in the image)")  # fmt: skip
+            errors.add(field, value, f"needs classes or functions of the DAG file ({', '.join(local)}), which the "
+                       "ranks cannot import: pass plain data (JSON-like values, or types of modules in the image)")
     if errors:
         return b""
     return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
 
 
-def _encode_call(source: str, name: str, arguments: bytes, nonce: str) -> str:
-    """The call as one base64 text: JSON {name, source, arguments (pickle, base64), nonce}, compressed."""
-    call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
-    return base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
-
-
 def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> dict[str, str]:
-    """The Secret's ``stringData``: the encoded call and the ranks' program.
-
-    Raises MPIJobValidationError, before anything is created, when the call is too large for a Secret.
-    """
-    call = _encode_call(source, name, arguments, nonce)
-    if len(call) > MAX_CALL_BYTES:
-        errors = ErrorList()
-        errors.add("op_args/op_kwargs", f"<{len(call)} bytes>", f"the function and its arguments take {len(call)} "
-                   f"bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the call's Kubernetes Secret may hold "
-                   "(1 MiB in all): pass large data by reference (a path or URL the ranks read)")  # fmt: skip
-        errors.raise_if_any()
-    return {CALL_KEY: call, RUNNER_KEY: inspect.getsource(rank_runner)}  # the ranks' program
+    """The Secret's ``stringData``: the call (JSON {name, source, arguments (pickle, base64), nonce}, compressed, as
+    one base64 text) and the ranks' program. A call too large for a Secret raises MPIJobValidationError."""
+    call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
+    encoded = base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
+    if len(encoded) > MAX_CALL_BYTES:
+        raise MPIJobValidationError("op_args/op_kwargs", f"<{len(encoded)} bytes>", f"the function and its arguments "
+                                    f"take {len(encoded)} bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the "
+                                    "call's Kubernetes Secret may hold (1 MiB in all): pass large data by reference (a "
+                                    "path or URL the ranks read)")
+    return {CALL_KEY: encoded, RUNNER_KEY: inspect.getsource(rank_runner)}
 
 
 def rank_command(*, python: str = "python3") -> list[str]:

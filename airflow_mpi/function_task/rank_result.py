@@ -3,11 +3,10 @@
 Rank 0 prints marker lines (function_task/rank_runner.py): ``::airflow-mpi-result:: <nonce> <kind> <words...>``.
 Only a line the MPI launcher tagged as rank 0's stdout (``[1,0]<stdout>:`` Open MPI and horovodrun over mpirun,
 ``[0]<stdout>:`` horovodrun's Gloo mode, ``[0] `` Hydra's ``-prepend-rank``: the decorators always ask for tags)
-with this submission's nonce counts. Other ranks' lines are tagged with their own rank by the launcher, before
-anything they print; the nonce (in the call's Secret, never handed to the function) rules out what rank 0's own
-program prints, and lines of an earlier run. The job carries only the nonce's SHA-256
-(``RESULT_NONCE_ANNOTATION``), which a try that reattaches compares against. Anything else that looks like a
-marker is ordinary output. The operator's and the trigger's log sinks keep these lines out of the task log
+with this submission's nonce counts: the launcher tags other ranks' lines with their own rank, before anything they
+print, and the nonce rules out the rest (rank_runner.py). The job carries only the nonce's SHA-256
+(``RESULT_NONCE_ANNOTATION``), which a try that reattaches compares against. Anything else that looks like a marker is
+ordinary output. The operator's and the trigger's log sinks keep these lines out of the task log
 (``hide_result_lines``); a damaged, oversized or incomplete value is a clear error, never a parser exception.
 """
 

@@ -1,15 +1,15 @@
 """The pure MPIJob model: parameters, precedence, validation, manifests and launcher command lines.
 
-No I/O beyond reading a base manifest file, and no kubernetes or airflow imports, so it can be
-used (and tested) anywhere.
+No I/O beyond reading a base manifest file, and no kubernetes or airflow imports: it can be used (and tested) anywhere.
 """
 
 from airflow_mpi.jobspec.commands import Horovodrun, Mpirun, horovodrun_command, mpirun_command
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
-from airflow_mpi.jobspec.manifest import Resolved, build_manifest, deep_merge, load_base_manifest, resolve, validate
+from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.precedence import BASE_MANIFEST, DEFAULT, PARAMETER, Setting
+from airflow_mpi.jobspec.precedence import BASE_MANIFEST, DEFAULT, PARAMETER, Resolved, Setting, build_manifest
+from airflow_mpi.jobspec.precedence import resolve, validate
 from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, Defaults
 
 __all__ = [

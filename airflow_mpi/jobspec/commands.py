@@ -1,9 +1,8 @@
 """Launcher command lines for Open MPI, Intel MPI, MPICH and Horovod inside an MPIJob.
 
-The operator writes the hosts to /etc/mpi/hostfile (one line per worker, ``slots`` each) and,
-for OpenMPI/Intel/MPICH, points the launcher's MPI at it through environment variables. So the
-process count is workers x slots_per_worker (+ one host's slots when the launcher also runs
-ranks), and the flags below only add what those variables do not cover.
+The operator writes the hosts to /etc/mpi/hostfile (one line per worker, ``slots`` each) and, for OpenMPI/Intel/MPICH,
+points the launcher's MPI at it through environment variables. So the process count is workers x slots_per_worker
+(+ one host's slots when the launcher also runs ranks), and the flags below only add what those variables do not cover.
 """
 
 from __future__ import annotations
@@ -16,20 +15,19 @@ from typing import Any, ClassVar
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
 
-# Open MPI (as in the kubeflow examples): containers often run as root; no core binding (pods
-# share nodes and cgroups limit CPUs anyway); fill each host's slots in order; forward the paths
-# to remote ranks; TCP/shared memory via ob1 and no openib BTL (absent or noisy in containers).
+# Open MPI (as in the kubeflow examples): containers often run as root; no core binding (pods share nodes and cgroups
+# limit CPUs anyway); fill each host's slots in order; forward the paths to remote ranks; TCP/shared memory via ob1
+# and no openib BTL (absent or noisy in containers).
 OPENMPI_DEFAULT_FLAGS: tuple[str, ...] = (
     "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot",
     "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
 )  # fmt: skip
 # (no "-x LD_LIBRARY_PATH", unlike Flyte's flags: an image that does not set it gets a warning in every launcher
 # log; an image whose ranks need it passes it in mpirun_args)
-# Intel MPI: name the hostfile explicitly. mpi-operator v2beta1 also exports it as
-# I_MPI_HYDRA_HOST_FILE, but -hostfile keeps the command correct when a user's env overrides
-# I_MPI_* variables and makes the host list visible in the logged command. No "-bootstrap ssh":
-# ssh is Hydra's default and is what v2beta1 sets up, while training-operator v1 sets
-# I_MPI_HYDRA_BOOTSTRAP=rsh with its kubexec.sh, which an explicit "-bootstrap ssh" would break.
+# Intel MPI: name the hostfile explicitly. mpi-operator v2beta1 also exports it as I_MPI_HYDRA_HOST_FILE, but
+# -hostfile keeps the command correct when a user's env overrides I_MPI_* variables and makes the host list visible in
+# the logged command. No "-bootstrap ssh": ssh is Hydra's default and is what v2beta1 sets up, while training-operator
+# v1 sets I_MPI_HYDRA_BOOTSTRAP=rsh with its kubexec.sh, which an explicit "-bootstrap ssh" would break.
 INTEL_DEFAULT_FLAGS: tuple[str, ...] = ("-hostfile", HOSTFILE)
 # MPICH (Hydra): mpi-operator exports HYDRA_HOST_FILE and HYDRA_LAUNCH_EXTRA_ARGS; nothing to add.
 MPICH_DEFAULT_FLAGS: tuple[str, ...] = ()
@@ -76,9 +74,8 @@ def mpirun_command(
 ) -> list[str]:
     """``mpirun <default flags> <process count> <extra_args> <program...>`` for the launcher.
 
-    Open MPI: ``-np N``; Intel MPI and MPICH: ``-n N -ppn S``. N = (workers [+ 1 when the
-    launcher runs as a worker]) x slots_per_worker. ``default_flags`` replaces the
-    implementation's defaults (pass ``()`` for none).
+    Open MPI: ``-np N``; Intel MPI and MPICH: ``-n N -ppn S``. N = (workers [+ 1 when the launcher runs as a worker])
+    x slots_per_worker. ``default_flags`` replaces the implementation's defaults (pass ``()`` for none).
     """
     errors = ErrorList()
     _positive(errors, "workers", workers)

@@ -1,8 +1,8 @@
 """The one exception the model raises, so callers can tell a bad spec from a cluster error.
 
-Validation collects every violation it finds (fixing one bad field at a time through a DAG
-re-run is slow), so one error may carry several: ``field``/``value``/``reason`` are the first,
-``errors`` all of them, and the message lists all, each as ``field=value!r: reason``.
+Validation collects every violation it finds (fixing one bad field at a time through a DAG re-run is slow), so one
+error may carry several: ``field``/``value``/``reason`` are the first, ``errors`` all of them, and the message lists
+all, each as ``field=value!r: reason``.
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ class MPIJobValidationError(ValueError):
 
     @classmethod
     def from_errors(cls, errors: Iterable[MPIJobValidationError]) -> MPIJobValidationError:
-        """One error listing several; its field/value/reason are those of the first."""
         errors = tuple(errors)
         if not errors:
             raise ValueError("no errors to report")
-        if len(errors) == 1:
-            return errors[0]
         first = errors[0]
-        return cls(first.field, first.value, first.reason, errors=errors)
+        return first if len(errors) == 1 else cls(first.field, first.value, first.reason, errors=errors)
 
     def __reduce__(self):
         # Exceptions with keyword-only arguments do not pickle by default (Airflow may pickle them).

@@ -21,18 +21,8 @@ from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
-    API_V1,
-    API_V2BETA1,
-    CLEAN_POD_POLICIES,
-    DISCOVER_HOSTS_SCRIPT,
-    GPU_RESOURCE,
-    IMAGE_PULL_POLICIES,
-    LAUNCHER_CREATION_POLICIES,
-    LAUNCHER_REPLICA,
-    MPI_IMPLEMENTATIONS,
-    OPENMPI,
-    Defaults,
-    LauncherCommand,
+    API_V1, API_V2BETA1, CLEAN_POD_POLICIES, DISCOVER_HOSTS_SCRIPT, GPU_RESOURCE, IMAGE_PULL_POLICIES,
+    LAUNCHER_CREATION_POLICIES, LAUNCHER_REPLICA, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
 )
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)

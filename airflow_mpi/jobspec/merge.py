@@ -1,8 +1,8 @@
 """Deep merge of parameters onto a user's base manifest, and loading that base manifest.
 
-A base manifest lets users keep cluster specifics (sidecars, volumes, tolerations) in YAML while
-DAG parameters set what varies per task. Lists of named objects (containers, env, volumes, ...)
-are merged by name so a parameter can change one container without restating the others.
+A base manifest lets users keep cluster specifics (sidecars, volumes, tolerations) in YAML while DAG parameters set
+what varies per task. Lists of named objects (containers, env, volumes, ...) are merged by name so a parameter can
+change one container without restating the others.
 """
 
 from __future__ import annotations
@@ -22,16 +22,13 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _named(items: Any) -> bool:
-    """A non-empty list of dicts that each carry a string "name"."""
     return isinstance(items, list) and bool(items) and all(
         isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)
 
 
 def _merge_named(base: list, override: list) -> list:
-    """Each override item merges into the first not yet merged base item of its name, else is appended.
-
-    Duplicate names (invalid in Kubernetes) are kept rather than dropped, so validation reports them.
-    """
+    """Each override item merges into the first not yet merged base item of its name, else is appended. Duplicate
+    names (invalid in Kubernetes) are kept rather than dropped, so validation reports them."""
     merged = [deepcopy(item) for item in base]
     taken: set[int] = set()
     for item in override:
@@ -47,9 +44,9 @@ def _merge_named(base: list, override: list) -> list:
 def deep_merge(base: Any, override: Any) -> Any:
     """``override`` merged onto ``base`` (neither is modified).
 
-    Dicts merge key by key; a ``None`` in ``override`` keeps the base value. Two lists of dicts
-    that all carry a "name" merge item by item by name (base order, new names appended).
-    Anything else, including an empty list, is replaced by ``override``.
+    Dicts merge key by key; a ``None`` in ``override`` keeps the base value. Two lists of dicts that all carry a
+    "name" merge item by item by name (base order, new names appended). Anything else, including an empty list, is
+    replaced by ``override``.
     """
     if override is None:
         return deepcopy(base)
@@ -65,11 +62,9 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 
 def load_base_manifest(src: Mapping | str | os.PathLike) -> dict:
-    """A base manifest from a dict, YAML or JSON text, or a path to a .yaml/.yml/.json file.
-
-    A one-line string ending in one of those suffixes is taken as a path (and must exist), so a
-    mistyped file name fails loudly instead of being parsed as a YAML scalar.
-    """
+    """A base manifest from a dict, YAML or JSON text, or a path to a .yaml/.yml/.json file. A one-line string ending
+    in one of those suffixes is taken as a path (and must exist): a mistyped file name fails loudly instead of being
+    parsed as a YAML scalar."""
     if isinstance(src, Mapping):
         return deepcopy(dict(src))
     if isinstance(src, os.PathLike) or (

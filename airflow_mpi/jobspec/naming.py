@@ -1,14 +1,13 @@
 """Deterministic MPIJob names and the labels that tie an MPIJob to one Airflow task instance.
 
-A retry or a restarted worker must find the MPIJob of its task instance again (and never start a
-second one), so the name is derived from the task instance's identity, and the same identity is
-written as labels (label-safe, for selectors) and annotations (raw values, for humans).
+A retry or a restarted worker must find the MPIJob of its task instance again (and never start a second one), so the
+name is derived from the task instance's identity, and the same identity is written as labels (label-safe, for
+selectors) and annotations (raw values, for humans).
 
-Several Airflow deployments may share a namespace, and their run ids coincide (``scheduled__...``):
-the identity includes the *deployment* (its own label, and a part of the name's hash), so the same
-dag/task/run in two deployments makes two jobs, and neither deployment reattaches to, or sweeps,
-the other's. A job without a deployment label (a rendered manifest, a job of an older release) is
-nobody's: never reattached to, never swept.
+Several Airflow deployments may share a namespace, and their run ids coincide (``scheduled__...``): the identity
+includes the *deployment* (its own label, and a part of the name's hash), so the same dag/task/run in two deployments
+makes two jobs, and neither deployment reattaches to, or sweeps, the other's. A job without a deployment label (a
+rendered manifest, a job of an older release) is nobody's: never reattached to, never swept.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from airflow_mpi.jobspec.rules import label_value
+from airflow_mpi.jobspec.rules import LABEL_MAX, label_value
 
 LABEL_PREFIX = "airflow-mpi.io/"
 DAG_ID_LABEL = LABEL_PREFIX + "dag-id"
@@ -30,8 +29,7 @@ TASK_INSTANCE_ID_ANNOTATION = LABEL_PREFIX + "task-instance-id"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-mpi"
 
-MAX_NAME_LENGTH = 63
-_LABEL_VALUE_MAX = 63
+MAX_NAME_LENGTH = LABEL_MAX
 _HASH_LENGTH = 8
 
 
@@ -46,22 +44,15 @@ def _slug(text: str) -> str:
 
 
 def job_name(
-    dag_id: str,
-    task_id: str,
-    run_id: str,
-    map_index: int = -1,
-    *,
-    max_workers: int = 1,
-    deployment: str | None = None,
-    prefix: str | None = None,
+    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1,
+    deployment: str | None = None, prefix: str | None = None,
 ) -> str:
     """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
-    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job
-    ``<name>-launcher``; both must stay within 63 characters, so the name leaves room for the
-    longest of them. The hash covers the raw identity, so different runs never collide even when
-    their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035 label the user gave)
-    replaces the dag/task slug, truncated as it is.
+    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job ``<name>-launcher``; both must
+    stay within 63 characters, so the name leaves room for the longest of them. The hash covers the raw identity, so
+    different runs never collide even when their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035
+    label the user gave) replaces the dag/task slug, truncated as it is.
     """
     longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
@@ -76,18 +67,15 @@ def job_name(
 
 
 def sanitize_label_value(value: object) -> str:
-    """Return ``value`` unchanged when Kubernetes accepts it as a label value, else a safe form.
-
-    Run ids such as ``manual__2026-11-22T10:00:00+00:00`` contain ``:`` and ``+`` that labels
-    forbid; the altered form carries a hash of the raw value so two different values never map
-    to the same label.
-    """
+    """``value`` unchanged when Kubernetes accepts it as a label value, else a safe form: run ids such as
+    ``manual__2026-11-22T10:00:00+00:00`` contain ``:`` and ``+`` that labels forbid; the altered form carries a hash
+    of the raw value so two different values never map to the same label."""
     text = str(value)
     if not label_value(text):
         return text
     digest = _digest(text)
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
-    cleaned = cleaned[: _LABEL_VALUE_MAX - _HASH_LENGTH - 1]
+    cleaned = cleaned[: LABEL_MAX - _HASH_LENGTH - 1]
     cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
     return f"{cleaned}-{digest}" if cleaned else digest
 
@@ -113,13 +101,8 @@ def identity_annotations(
     dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, task_instance_id: str | None = None
 ) -> dict[str, str]:
     """The raw identity, for people reading the object (labels may be hashed)."""
-    annotations = {
-        DAG_ID_LABEL: dag_id,
-        TASK_ID_LABEL: task_id,
-        RUN_ID_LABEL: run_id,
-        MAP_INDEX_LABEL: str(map_index),
-        TRY_NUMBER_LABEL: str(try_number),
-    }
+    annotations = {DAG_ID_LABEL: dag_id, TASK_ID_LABEL: task_id, RUN_ID_LABEL: run_id, MAP_INDEX_LABEL: str(map_index),
+                   TRY_NUMBER_LABEL: str(try_number)}
     if task_instance_id is not None:
         annotations[TASK_INSTANCE_ID_ANNOTATION] = task_instance_id
     return annotations

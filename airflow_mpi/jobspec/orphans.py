@@ -1,24 +1,22 @@
 """Which MPIJobs are orphans: live jobs of this deployment whose task instance no longer waits for them (pure).
 
-A task instance normally deletes its live MPIJob itself (``on_kill`` of the worker or the trigger). It cannot
-when nothing of it runs any more: marked failed/success before a triggerer picked up its trigger, its worker
-lost, its DAG run deleted. The orphan listener (plugins/orphan_listener.py) finds such jobs by the identity
-annotations every job carries (jobspec/naming.py) and deletes them.
+A task instance normally deletes its live MPIJob itself (``on_kill`` of the worker or the trigger). It cannot when
+nothing of it runs any more: marked failed/success before a triggerer picked up its trigger, its worker lost, its DAG
+run deleted. The orphan listener (plugins/orphan_listener.py) finds such jobs by the identity annotations every job
+carries (jobspec/naming.py) and deletes them.
 
-Only jobs of *this* deployment (``naming.DEPLOYMENT_LABEL``) are ever orphans: other deployments sharing the
-namespace, manifests rendered offline and applied by hand, jobs of releases before the label are never ours to
-delete, whatever this database says of a task instance of the same name. Only *live* jobs are orphans: a
-finished job holds nothing and stays under ``on_finish_action`` (a Succeeded job is what a clear or retry
-reattaches to). A task instance that may still run (queued, up for retry, cleared, ...) keeps its job.
+Only jobs of *this* deployment (``naming.DEPLOYMENT_LABEL``) are ever orphans, whatever this database says of a task
+instance of the same name (naming.py: whose a job is). Only *live* jobs are orphans: a finished job holds nothing and
+stays under ``on_finish_action`` (a Succeeded job is what a clear or retry reattaches to). A task instance that may
+still run (queued, up for retry, cleared, ...) keeps its job.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from airflow_mpi.jobspec.naming import (
-    DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
-)
+from airflow_mpi.jobspec.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from airflow_mpi.jobspec.status import job_state
 
 # Task instance states after which no try of it runs again on its own.
@@ -58,7 +56,6 @@ def task_key_of(job: dict, deployment: str) -> TaskKey | None:
 
 
 def is_live(job: dict) -> bool:
-    """Not finished and not already being deleted."""
     return not (job.get("metadata") or {}).get("deletionTimestamp") and not job_state(job).terminal
 
 
@@ -70,8 +67,7 @@ def is_orphan(job: dict, deployment: str, ti_found: bool, ti_state: str | None) 
 
 
 def orphans(jobs: list[dict], deployment: str, ti_states: dict[TaskKey, str | None]) -> list[dict]:
-    """The orphans among ``jobs``; ``ti_states`` maps every task instance of ``deployment`` that exists to its
-    state."""
+    """The orphans among ``jobs``; ``ti_states`` maps every task instance of ``deployment`` that exists to its state."""
     found = []
     for job in jobs:
         key = task_key_of(job, deployment)

@@ -1,11 +1,10 @@
 """The operators' parameters -> MPIJobSpec, every one checked under the name the user wrote.
 
 Values may come rendered by Jinja: each parameter's row (fields.py) says how a template's text becomes its type. An
-integer parameter takes an int or a string of digits and nothing else; a float, a bool or ``"2.5"`` is an error
-naming the parameter, never truncated. A parameter that would be ignored (it does not apply to the API version, or
-another parameter covers the same field) is an error too. Errors the model finds later in the merged manifest are
-reported under the parameter's name when the parameter holds the offending value (``workers=0``, not only
-``worker.replicas=0``).
+integer parameter takes an int or a string of digits and nothing else; a float, a bool or ``"2.5"`` is an error naming
+the parameter, never truncated. A parameter that would be ignored (it does not apply to the API version, or another
+parameter covers the same field) is an error too. Errors the model finds later in the merged manifest are reported
+under the parameter's name when the parameter holds the offending value (``workers=0``, not only ``worker.replicas=0``).
 """
 
 from __future__ import annotations
@@ -16,24 +15,10 @@ from typing import Any
 
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.fields import (
-    HOROVOD_FIELDS,
-    JOB,
-    PARAMETERS,
-    REPLICA,
-    RUN_POLICY,
-    SCHEDULING,
-    MPIJobSpec,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
-    as_int,
-    parameters,
-    role_parameter,
-    rows,
-)
-from airflow_mpi.jobspec.manifest import Resolved, resolve
+from airflow_mpi.jobspec.fields import HOROVOD_FIELDS, JOB, PARAMETERS, REPLICA, RUN_POLICY, SCHEDULING, as_int, rows
+from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy, parameters, role_parameter
 from airflow_mpi.jobspec.naming import TaskIdentity
+from airflow_mpi.jobspec.precedence import Resolved, resolve
 from airflow_mpi.jobspec.spec import ROLES, Defaults, LauncherCommand
 
 __all__ = ["as_int", "mpirun_launch", "resolve_parameters", "spec_from_parameters"]
@@ -116,15 +101,11 @@ def _launch(errors: ErrorList, given: dict[str, Any], launch: LaunchFactory) -> 
 
 
 def spec_from_parameters(
-    values: Mapping[str, Any],
-    *,
-    identity: TaskIdentity | None = None,
-    defaults: Defaults | None = None,
+    values: Mapping[str, Any], *, identity: TaskIdentity | None = None, defaults: Defaults | None = None,
     launch: LaunchFactory = mpirun_launch,
 ) -> tuple[MPIJobSpec, dict[str, Any]]:
-    """The MPIJobSpec of an operator's (rendered) parameters, and the parameters given (normalised).
+    """The MPIJobSpec of an operator's (rendered) parameters (None: not given), and the parameters given (normalised).
 
-    ``values`` maps parameter names to values, None meaning not given.
     Raises MPIJobValidationError listing every parameter that cannot be used.
     """
     errors = ErrorList()
@@ -155,13 +136,10 @@ def spec_from_parameters(
 
 
 def resolve_parameters(
-    values: Mapping[str, Any],
-    *,
-    identity: TaskIdentity | None = None,
-    defaults: Defaults | None = None,
+    values: Mapping[str, Any], *, identity: TaskIdentity | None = None, defaults: Defaults | None = None,
     launch: LaunchFactory = mpirun_launch,
 ) -> Resolved:
-    """The validated manifest of an operator's parameters (see spec_from_parameters and manifest.resolve)."""
+    """The validated manifest of an operator's parameters (see spec_from_parameters and precedence.resolve)."""
     spec, given = spec_from_parameters(values, identity=identity, defaults=defaults, launch=launch)
     try:
         return resolve(spec)

@@ -60,10 +60,8 @@ def _annotation_value_problem(value: Any) -> str | None:
 
 
 def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
-    reason = "must be a mapping of annotation keys to string values"
-    errors.check_entries(
-        path, annotations, reason, rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key"
-    )
+    errors.check_entries(path, annotations, "must be a mapping of annotation keys to string values",
+                         rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key")
     if isinstance(annotations, dict):
         size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
         if size > rules.ANNOTATIONS_TOTAL_MAX:
@@ -207,11 +205,8 @@ def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str]
 
 
 def _check_pod_fields(errors: ErrorList, role: str, pod: dict) -> None:
-    selector = pod.get("nodeSelector")
-    if selector is not None:
-        check_labels(errors, f"{role}.node_selector", selector)
-    if pod.get("tolerations") is not None:
-        _check_tolerations(errors, role, pod["tolerations"])
+    check_labels(errors, f"{role}.node_selector", pod.get("nodeSelector"))
+    _check_tolerations(errors, role, pod.get("tolerations"))
     secrets = pod.get("imagePullSecrets")
     if secrets is not None:
         if not isinstance(secrets, list):
@@ -250,7 +245,6 @@ def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:
 
 
 def resource_name_problem(name: Any) -> str | None:
-    """Why ``name`` is not a container resource name Kubernetes accepts."""
     if not isinstance(name, str):
         return "resource names must be strings"
     if "/" not in name:

@@ -1,12 +1,12 @@
 """The one precedence rule, in one function: a parameter given > the base manifest's value > the operator's default.
 
-apply() takes the parameters (the spec, its defaults included) and the base manifest, and returns the manifest to
-submit and where each defaultable field's value came from (the task log says it; the operator reads the backoff
-limit). A default fills a field only where neither a parameter nor the base manifest sets it; the retries mapping
-(``runPolicy.backoffLimit`` = task retries, launcher ``restartPolicy: Never``) is such a default. The parameters,
-rendered by layout.py, are deep-merged onto the base manifest, so they win and every field they leave alone keeps
-the base's value. Where the operator's default would equal the controller's own (one slot per worker, Open MPI),
-nothing is written: the manifest stays as the user wrote it.
+resolve(spec) checks the parameters and the base manifest on their own first, so that a problem is named as the user
+wrote it; then apply() merges them and returns the manifest to submit and where each defaultable field's value came
+from (the task log says it; the operator reads the backoff limit). A default fills a field only where neither a
+parameter nor the base manifest sets it; the retries mapping (``runPolicy.backoffLimit`` = task retries, launcher
+``restartPolicy: Never``) is such a default. The parameters, rendered by layout.py, are deep-merged onto the base
+manifest, so they win and every field they leave alone keeps the base's value. A default equal to the controller's
+own (one slot per worker, Open MPI) is not written: the manifest stays as the user wrote it.
 """
 
 from __future__ import annotations
@@ -21,36 +21,23 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder
 from airflow_mpi.jobspec.fields import manifest_path
 from airflow_mpi.jobspec.layout import pod_spec, render
-from airflow_mpi.jobspec.merge import deep_merge
+from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
-    API_V1,
-    API_V2BETA1,
-    CLUSTER_DOMAIN,
-    DEFAULT_CONTAINER_NAMES,
-    INTEL,
-    LAUNCHER_REPLICA,
-    MPICH,
-    MPIUSER_SSH_AUTH_MOUNT_PATH,
-    MPIUSER_SSHD_COMMAND,
-    MPIUSER_UID,
-    OPENMPI,
-    ROLES,
-    SSHD_LISTENING_CHECK,
-    WAIT_FOR_WORKERS_READY,
-    WORKER_REPLICA,
-    Defaults,
+    API_V1, API_V2BETA1, CLUSTER_DOMAIN, DEFAULT_CONTAINER_NAMES, INTEL, LAUNCHER_REPLICA, MPICH,
+    MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_SSHD_COMMAND, MPIUSER_UID, OPENMPI, ROLES, SSHD_LISTENING_CHECK,
+    WAIT_FOR_WORKERS_READY, WORKER_REPLICA, Defaults,
 )
-from airflow_mpi.jobspec.validation import check_manifest
+from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
-# What the controllers assume where nothing sets a field: reported, never written (the command
-# line built from ``program`` uses the same values).
+# What the controllers assume where nothing sets a field: reported, never written (the command line built from
+# ``program`` uses the same values).
 CONTROLLER_DEFAULTS = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
 # Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
 STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1, "failureThreshold": 60}
-# Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env
-# var given as a parameter with "value" does not keep the base's "valueFrom" of the same name.
+# Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env var given as a
+# parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
 _REPLACED_CONTAINER_LISTS = ("env", "volumeMounts")
 
@@ -86,8 +73,7 @@ def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
 
 
-# The defaultable fields: (setting name, field, role, default); in this order in the task log. The retries mapping
-# applies unless ``backoff_limit`` is given as a parameter.
+# The defaultable fields: (setting name, field, role, default); in this order in the task log.
 _DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], Any] | None], ...] = (
     ("workers", field_of("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
     ("slots_per_worker", field_of("slots_per_worker"), None, None),
@@ -102,11 +88,29 @@ _DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], 
 )  # fmt: skip
 
 
-def apply(spec: MPIJobSpec, base: dict) -> Resolved:
-    """The validated manifest of ``spec`` merged onto ``base``, and where its defaultable fields came from.
+def resolve(spec: MPIJobSpec) -> Resolved:
+    """The validated manifest of ``spec``; raises MPIJobValidationError listing every violation."""
+    errors = ErrorList()
+    check_parameters(errors, spec)
+    errors.raise_if_any()
+    base = load_base_manifest(spec.base_manifest) if spec.base_manifest is not None else {}
+    check_base_manifest(errors, spec, base)
+    errors.raise_if_any()
+    return apply(spec, base)
 
-    Raises MPIJobValidationError listing every violation of the merged manifest.
-    """
+
+def build_manifest(spec: MPIJobSpec) -> dict:
+    """The validated MPIJob manifest: parameters > base manifest > defaults, field by field."""
+    return resolve(spec).manifest
+
+
+def validate(spec: MPIJobSpec) -> None:
+    """Raise MPIJobValidationError listing every violation of ``spec`` and its merged manifest."""
+    resolve(spec)
+
+
+def apply(spec: MPIJobSpec, base: dict) -> Resolved:
+    """``spec`` merged onto ``base``, validated, and where its defaultable fields came from."""
     filled = replace(
         spec, launcher=replace(spec.launcher), worker=replace(spec.worker), run_policy=replace(spec.run_policy)
     )
@@ -177,10 +181,8 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
 
 
 def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
-    """container_name, else the base manifest's first container, else the version's default.
-
-    For v1 the default is ``main_container`` when set: kubexec.sh runs in the container of that name.
-    """
+    """container_name, else the base manifest's first container, else the version's default (for v1
+    ``main_container`` when set: kubexec.sh runs in the container of that name)."""
     if spec.replica(role).container_name:
         return spec.replica(role).container_name
     containers = pod_spec(base, role).get("containers")
@@ -270,11 +272,8 @@ def _merged(filled: MPIJobSpec, base: dict) -> dict:
 
 
 def _without_replaced(base: dict, override: dict) -> dict:
-    """A copy of ``base`` whose named items that ``override`` replaces wholesale are already replaced.
-
-    Replacing in place keeps the base's order, which matters for env vars that refer to
-    earlier ones with $(NAME).
-    """
+    """A copy of ``base`` whose named items that ``override`` replaces wholesale are already replaced, in place:
+    the base's order matters for env vars that refer to earlier ones with $(NAME)."""
     base = deepcopy(base)
     for role in ROLES:
         new_pod, old_pod = pod_spec(override, role), pod_spec(base, role)

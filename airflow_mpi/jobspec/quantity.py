@@ -1,9 +1,8 @@
 """Kubernetes resource quantities (k8s.io/apimachinery/pkg/api/resource), parsed exactly.
 
-The API server rejects a pod whose quantities do not parse, but the mpi-operator creates the
-pods long after the MPIJob was accepted, so a typo like "2 GB" would only surface as a
-controller event. Parsing here catches it before submission; exact Fractions let us compare
-requests with limits the way Kubernetes does (no float rounding).
+The API server rejects a pod whose quantities do not parse, but the mpi-operator creates the pods long after the
+MPIJob was accepted, so a typo like "2 GB" would only surface as a controller event. Parsing here catches it before
+submission; exact Fractions let us compare requests with limits the way Kubernetes does (no float rounding).
 
 Grammar (as resource.ParseQuantity)::
 
@@ -59,11 +58,9 @@ def parse_quantity(value: str | int | float) -> Fraction:
 
 
 def quantity_problem(value: object, *, integer: bool = False) -> str | None:
-    """Why ``value`` is not acceptable as a container resource amount in an MPIJob, or None if it is.
-
-    The MPIJob CRD types quantities as int-or-string: the API server refuses a JSON number with a
-    fraction (or written as a float) there, although a Pod would take it.
-    """
+    """Why ``value`` is not acceptable as a container resource amount in an MPIJob, or None if it is. The MPIJob CRD
+    types quantities as int-or-string: the API server refuses a JSON number with a fraction (or written as a float)
+    there, although a Pod would take it."""
     if isinstance(value, float):
         return "must be a string or an integer: the MPIJob CRD refuses floats here (quote it: '0.5' or '500m')"
     try:

@@ -1,13 +1,12 @@
 """Masking secrets in a manifest before it is printed to the task log (pure: no I/O).
 
-The task log shows the submitted MPIJob, which may carry credentials a DAG author put in plain
-values: env variables, ``--password=...``/``--token ...`` arguments, ``KEY=value`` arguments, or
-labels/annotations. Every value whose name looks sensitive is replaced by ``***``. Credentials that carry
-no name are recognised by their shape, in every string of the manifest: the password of a URL
-(``postgres://user:***@host/db``) and the token after ``Bearer``/``Basic`` (``Authorization: Bearer ***``).
-References (``valueFrom.secretKeyRef``, ``envFrom``) hold no secret and are kept, so the log still tells
-where a value comes from. Values Airflow knows to be secret (connection passwords, masked Variables) are
-the operator's part (``operators._redaction``), on the raw strings, through ``map_strings``.
+The task log shows the submitted MPIJob, which may carry credentials a DAG author put in plain values: env variables,
+``--password=...``/``--token ...`` arguments, ``KEY=value`` arguments, or labels/annotations. Every value whose name
+looks sensitive is replaced by ``***``. Credentials that carry no name are recognised by their shape, in every string
+of the manifest: the password of a URL (``postgres://user:***@host/db``) and the token after ``Bearer``/``Basic``
+(``Authorization: Bearer ***``). References (``valueFrom.secretKeyRef``, ``envFrom``) hold no secret and are kept, so
+the log still tells where a value comes from. Values Airflow knows to be secret (connection passwords, masked
+Variables) are the operator's part (``operators/redaction.py``), on the raw strings, through ``map_strings``.
 """
 
 from __future__ import annotations
@@ -73,9 +72,9 @@ def _redact_inline(text: str) -> str:
 def redact_text(text: str) -> str:
     """Mask the credentials recognisable by their shape alone (URL passwords, Bearer/Basic tokens).
 
-    They sit in values whose name says nothing (``DATABASE_URL``, ``HEADERS``, a positional argument), so
-    the name-based rules cannot see them. Over-masking (``Basic training`` -> ``Basic ***``) only costs
-    log readability; the other way round would leak.
+    They sit in values whose name says nothing (``DATABASE_URL``, ``HEADERS``, a positional argument), so the
+    name-based rules cannot see them. Over-masking (``Basic training`` -> ``Basic ***``) only costs log readability;
+    the other way round would leak.
     """
     for shape in (_URL_PASSWORD, _AUTH_TOKEN):
         text = shape.sub(lambda m: f"{m.group('head')}{MASK}", text)
@@ -86,9 +85,9 @@ def map_strings(value: Any, func: Callable[[str], str], *, keys: bool = False) -
     """A copy of the JSON-like ``value`` with ``func`` applied to every string in it (mapping keys too if ``keys``).
 
     Masking works on the strings themselves, before any serialisation: once YAML has escaped a value
-    (``"Gr\\xFCn\\t..."``), no text search for the raw secret matches it any more. Mappings are walked
-    to any depth (Airflow's own ``redact`` stops at depth 5, above the containers' commands). Two keys
-    that ``func`` maps to the same string collapse into one, the later value kept: fine for a log.
+    (``"Gr\\xFCn\\t..."``), no text search for the raw secret matches it any more. Mappings are walked to any depth
+    (Airflow's own ``redact`` stops at depth 5, above the containers' commands). Two keys that ``func`` maps to the
+    same string collapse into one, the later value kept: fine for a log.
     """
     if isinstance(value, str):
         return func(value)

@@ -78,21 +78,14 @@ def _matching(pattern: re.Pattern, maximum: int, reason: str) -> Rule:
 
 
 # Pod hostnames, container/volume names, namespaces.
-dns1123_label = _matching(
-    _DNS1123_LABEL, LABEL_MAX,
-    "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit",
-)  # fmt: skip
+dns1123_label = _matching(_DNS1123_LABEL, LABEL_MAX, "must be a DNS-1123 label: lowercase letters, digits and '-', "
+                          "starting and ending with a letter or digit")
 # Object names such as service accounts, secrets and priority classes.
-dns1123_subdomain = _matching(
-    _DNS1123_SUBDOMAIN, SUBDOMAIN_MAX,
-    "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
-)  # fmt: skip
+dns1123_subdomain = _matching(_DNS1123_SUBDOMAIN, SUBDOMAIN_MAX, "must be a DNS-1123 subdomain: lowercase letters, "
+                              "digits, '-' and '.', starting and ending with a letter or digit")
 # Service names (the MPIJob name in v2beta1): like DNS-1123 labels but starting with a letter.
-dns1035_label = _matching(
-    _DNS1035_LABEL, LABEL_MAX,
-    "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or "
-    "digit",
-)  # fmt: skip
+dns1035_label = _matching(_DNS1035_LABEL, LABEL_MAX, "must be a DNS-1035 label: lowercase letters, digits and '-', "
+                          "starting with a letter and ending with a letter or digit")
 # Label (and nodeSelector) values: empty, or up to 63 of [-_.A-Za-z0-9] with alphanumeric ends.
 label_value = _matching(_LABEL_VALUE, LABEL_MAX, f"must be empty or {_ALNUM_ENDS}")
 

@@ -66,10 +66,9 @@ DEFAULT_CONTAINER_NAMES = {
 class Defaults:
     """The operator's defaults: used only where neither a parameter nor the base manifest sets the field.
 
-    ``retries`` turns on the retries mapping: unless ``backoff_limit`` is given as a parameter,
-    ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to
-    ``Never``. ``namespace`` is the connection's, or a function that looks it up (called only when
-    neither a parameter nor the base manifest sets one). The name's default is derived from the identity.
+    ``retries`` turns on the retries mapping (precedence.py): unless ``backoff_limit`` is given as a parameter,
+    ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to ``Never``. ``namespace``
+    is the connection's, or a function that looks it up (called only when needed). The name's default is the identity's.
     """
 
     workers: int | None = 1

@@ -44,7 +44,6 @@ def true_condition_types(obj: dict[str, Any]) -> set[str]:
 
 
 def job_state(obj: dict[str, Any]) -> JobState:
-    """Summarise an MPIJob object as returned by the API server."""
     metadata = obj.get("metadata") or {}
     status = obj.get("status") or {}
     true_conditions = _true_conditions(obj)

@@ -1,14 +1,12 @@
-"""The rules an MPIJob must pass, checked (by manifest.validate / build_manifest) before anything is sent.
+"""The rules an MPIJob must pass, checked (by precedence.resolve) before anything is sent.
 
 Neither operator has an admission webhook. mpi-operator v0.8.2 validates in its controller
-(pkg/apis/kubeflow/validation/validation.go, after the v2beta1 defaults) and answers an invalid
-MPIJob only with a Warning event (reason ValidationError): no status, no requeue, so a waiter
-would hang. training-operator v1 (ValidateV1MpiJobSpec) also answers with events only. On
-top of their rules come the Kubernetes rules for what they derive from the MPIJob: the service
-and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``) and the pod templates.
-
-check_manifest runs on the manifest *after* merging with the base manifest, so the base's content
-is checked too; every check collects all violations into one MPIJobValidationError.
+(pkg/apis/kubeflow/validation/validation.go, after the v2beta1 defaults) and answers an invalid MPIJob only with a
+Warning event (reason ValidationError): no status, no requeue, so a waiter would hang. training-operator v1
+(ValidateV1MpiJobSpec) also answers with events only. On top of their rules come the Kubernetes rules for what they
+derive from the MPIJob: the service and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``) and the pod
+templates. check_manifest runs on the manifest *after* merging with the base manifest, so the base's content is
+checked too; every check collects all violations into one MPIJobValidationError.
 """
 
 from __future__ import annotations
@@ -17,39 +15,15 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import (
-    FIELDS,
-    JOB,
-    RUN_POLICY,
-    SCHEDULING,
-    Field,
-    MPIJobSpec,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
-    field_of,
-    rows,
-)
+from airflow_mpi.jobspec.fields import FIELDS, JOB, RUN_POLICY, SCHEDULING, Field, field_of, rows
+from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
-from airflow_mpi.jobspec.spec import (
-    API_V1,
-    API_V2BETA1,
-    API_VERSIONS,
-    CONFIG_MOUNT_PATH,
-    DEFAULT_SSH_AUTH_MOUNT_PATH,
-    GPU_RESOURCE,
-    KIND,
-    LAUNCHER_REPLICA,
-    MANAGED_BY,
-    RESTART_POLICIES,
-    ROLES,
-    WAIT_FOR_WORKERS_READY,
-    WORKER_REPLICA,
-    Defaults,
-)
+from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, API_VERSIONS, KIND, MANAGED_BY, RESTART_POLICIES, Defaults
+from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE
+from airflow_mpi.jobspec.spec import LAUNCHER_REPLICA, ROLES, WAIT_FOR_WORKERS_READY, WORKER_REPLICA
 
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
 # The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)
@@ -213,7 +187,6 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
 
 
 def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
-    """An optional mapping: True when it is one."""
     if value is not None and not isinstance(value, dict):
         errors.add(field, value, "must be a mapping")
     return isinstance(value, dict)
@@ -252,9 +225,8 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
     if problem := rules.dns1035_label(name):
         errors.add("name", name, f"{problem} (the operator uses it as a Service name)")
         return
-    # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label. It is never
-    # shorter than "<name>-launcher" (v2beta1 launcher Job, its pods' hostname and job-name label), so
-    # this also covers the launcher.
+    # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label. It is never shorter than
+    # "<name>-launcher" (v2beta1 launcher Job, its pods' hostname and job-name label), so this also covers the launcher.
     host = f"{name}-worker-{workers - 1}"
     if len(host) > rules.LABEL_MAX:
         reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
@@ -295,6 +267,8 @@ def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
     if api == API_V2BETA1:
         return {"ssh-auth": ssh_path, **({"mpi-job-config": CONFIG_MOUNT_PATH} if launcher else {})}
     return {"mpi-job-config": CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
+
+
 def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
     specs = job.get("mpiReplicaSpecs")
     if not isinstance(specs, dict):

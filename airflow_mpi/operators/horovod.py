@@ -1,9 +1,8 @@
 """HorovodJobOperator: an MPIJob whose launcher runs ``horovodrun``.
 
-``-np`` follows ``workers x slots_per_worker`` of the resolved job (parameters, else the base
-manifest, else the defaults), on the hosts of the hostfile the mpi-operator mounts at ``/etc/mpi/hostfile``;
-elastic training (``min_np``/``max_np``) uses its host discovery script ``/etc/mpi/discover_hosts.sh``
-instead (Horovod built with Gloo).
+``-np`` follows ``workers x slots_per_worker`` of the resolved job (parameters, else the base manifest, else the
+defaults), on the hosts of the hostfile the mpi-operator mounts at ``/etc/mpi/hostfile``; elastic training
+(``min_np``/``max_np``) uses its host discovery script ``/etc/mpi/discover_hosts.sh`` instead (Horovod built with Gloo).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Where a task instance's MPIJob lives, recorded where others can find it after the worker is gone.
 
-* Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it, to that
-  object only (its uid: an object someone made again under the same name is not this task's job).
-* the XCom ``JOB_XCOM_KEY`` (``{"name", "namespace", "kubernetes_conn_id", "api_version"}``): the
-  orphan listener (airflow_mpi/plugins/orphan_listener.py) runs in the API server or the scheduler when the
-  task instance is marked failed/success or fails without its worker, and reads it there to delete
-  a job no trigger or worker is left to delete. XComs survive deferral; a new try clears them.
+* Airflow 3.3+ ``task_state_store``: the next try of the same task instance reattaches from it, to that object only
+  (its uid: an object someone made again under the same name is not this task's job).
+* the XCom ``JOB_XCOM_KEY`` (``{"name", "namespace", "kubernetes_conn_id", "api_version"}``): the orphan listener
+  (airflow_mpi/plugins/orphan_listener.py) runs in the API server or the scheduler when the task instance is marked
+  failed/success or fails without its worker, and reads it there to delete a job no trigger or worker is left to
+  delete. XComs survive deferral; a new try clears them.
 """
 
 from __future__ import annotations

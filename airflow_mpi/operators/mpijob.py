@@ -1,21 +1,19 @@
 """MPIJobOperator: run one Kubeflow MPIJob per task instance and wait for its launcher.
 
-What it guarantees, where the peers (SparkKubernetesOperator, KubernetesJobOperator, Flyte's MPI
-plugin) fall short:
+What it guarantees, where the peers (SparkKubernetesOperator, KubernetesJobOperator, Flyte's MPI plugin) fall short:
 
-* one MPIJob per task instance: a deterministic name plus identity labels, so a new try or a
-  restarted worker reattaches instead of submitting a duplicate, and a Succeeded job is not rerun;
-* Airflow ``retries`` become the MPIJob's ``runPolicy.backoffLimit`` (launcher ``restartPolicy:
-  Never``, so every attempt keeps its pod and log) where neither the parameters nor the base
-  manifest set them, and a Failed job then fails the task for good: attempts are not multiplied;
+* one MPIJob per task instance: a deterministic name plus identity labels, so a new try or a restarted worker
+  reattaches instead of submitting a duplicate, and a Succeeded job is not rerun;
+* Airflow ``retries`` become the MPIJob's ``runPolicy.backoffLimit`` (launcher ``restartPolicy: Never``, so every
+  attempt keeps its pod and log) where neither the parameters nor the base manifest set them, and a Failed job then
+  fails the task for good: attempts are not multiplied;
 * every field follows one rule, in the model: a parameter given > the base manifest > a default;
 * the launcher log streams live into the task log, every attempt under its own header, exactly once;
-* invalid specs, unschedulable pods and image errors fail fast and leave nothing behind; killing
-  the task (also while deferred) deletes the MPIJob, so no GPU stays held.
+* invalid specs, unschedulable pods and image errors fail fast and leave nothing behind; killing the task (also while
+  deferred) deletes the MPIJob, so no GPU stays held.
 
-Building the manifest is the model's (airflow_mpi.jobspec.parameters); this class adapts Airflow's
-rendering, context and connection to it. The Kubernetes clients are imported lazily: DAG files
-import this module at parse time.
+Building the manifest is the model's (airflow_mpi.jobspec.parameters); this class adapts Airflow's rendering, context
+and connection to it. The Kubernetes clients are imported lazily: DAG files import this module at parse time.
 """
 
 from __future__ import annotations
@@ -37,16 +35,8 @@ from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
-from airflow_mpi.operators.task_params import (
-    TASK_PARAMETERS,
-    check_task_parameters,
-    init_signature,
-    parse_time_values,
-    placeholder_identity,
-    settings_explained,
-    task_instance_id,
-    typed,
-)
+from airflow_mpi.operators.task_params import TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values
+from airflow_mpi.operators.task_params import placeholder_identity, settings_explained, task_instance_id, typed
 from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator
 from airflow_mpi.wait.deferral import not_before_text
 from airflow_mpi.wait.progress import Timeouts
@@ -66,10 +56,10 @@ class MPIJobOperator(BaseOperator):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
     The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
-    operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of
-    ``command``) makes the launcher run ``mpirun`` sized from the resolved job. ``name`` is a prefix: the task
-    instance's hash is appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs, retries and jobs kept for
-    debugging never collide (``unique_name_suffix=False``: exactly ``name``).
+    operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of ``command``)
+    makes the launcher run ``mpirun`` sized from the resolved job. ``name`` is a prefix: the task instance's hash is
+    appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs, retries and jobs kept for debugging never collide
+    (``unique_name_suffix=False``: exactly ``name``).
     """
 
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
@@ -93,10 +83,7 @@ class MPIJobOperator(BaseOperator):
 
     # ------------------------------------------------------------------ spec building
     def _validate_at_parse_time(self) -> None:
-        """Reject bad values when the DAG is parsed (an import error naming the parameter).
-
-        Values Airflow has not rendered yet get stand-ins; they are checked again after rendering.
-        """
+        """Reject bad values when the DAG is parsed (task_params.py: stand-ins for what is not rendered yet)."""
         values = parse_time_values(self)
         check_task_parameters(values)
         if self.base_manifest is not None and values.get("base_manifest") is None:
@@ -123,11 +110,10 @@ class MPIJobOperator(BaseOperator):
     def build_manifest(self, context: Any = None) -> dict:
         """Exactly the manifest this task instance submits (validated; raises before any API call).
 
-        With a task instance, the job carries this deployment's identity (``deployment_identity.py``) and the
-        try's unique id. Without one (offline rendering) the identity labels use a placeholder run
-        (``context["run_id"]``, else "offline") and no deployment: a rendered manifest applied by hand belongs to
-        no deployment, so no sweep ever deletes it. The namespace then comes from the connection only when one is
-        configured there.
+        With a task instance, the job carries this deployment's identity (``deployment_identity.py``) and the try's
+        unique id. Without one (offline rendering) the identity labels use a placeholder run (``context["run_id"]``,
+        else "offline") and no deployment: a rendered manifest applied by hand belongs to no deployment, so no sweep
+        ever deletes it. The namespace then comes from the connection only when one is configured there.
         """
         values = {**{name: getattr(self, name) for name in self.parameters}, **self._task_settings()}
         check_task_parameters(values)
@@ -168,7 +154,7 @@ class MPIJobOperator(BaseOperator):
         manifest = self.build_manifest(context)
         self._log_settings()
         self._log_manifest(manifest)
-        job = self._reattach(context, manifest) or self._create(manifest)
+        job = reattach(self.hook, self.log, manifest, recorded_job(context)) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)
@@ -198,8 +184,7 @@ class MPIJobOperator(BaseOperator):
         return self._finish(event)
 
     def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
-        """True (once per try) when the job this try reattached to was deleted by the cleanup of the try that made
-        it."""
+        """True (once per try) when the cleanup of the try that made the job this try reattached to deleted it."""
         if getattr(self, "_resubmitted", False) or not deleted_by_earlier_try(
             self.hook, self.log, payload, job_try, context["ti"].try_number
         ):
@@ -210,8 +195,8 @@ class MPIJobOperator(BaseOperator):
     def on_kill(self) -> None:
         """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed.
 
-        Only a live job is deleted: a finished one holds nothing, and a Succeeded one is what a retry
-        reattaches to, so a spurious kill (Airflow's deferral race) never costs a rerun.
+        Only a live job is deleted: a finished one holds nothing, and a Succeeded one is what a retry reattaches to, so
+        a spurious kill (Airflow's deferral race) never costs a rerun.
         """
         if self._job is None:
             return
@@ -229,9 +214,6 @@ class MPIJobOperator(BaseOperator):
     def _result_digest(self) -> str | None:
         """The SHA-256 of the result nonce of the followed job (decorators only: rank 0's marker lines)."""
         return None
-
-    def _reattach(self, context: Any, manifest: dict) -> dict | None:
-        return reattach(self.hook, self.log, manifest, recorded_job(context))
 
     def _create(self, manifest: dict) -> dict:
         return create(self.hook, manifest)
@@ -279,8 +261,8 @@ class MPIJobOperator(BaseOperator):
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
             result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,
         )  # fmt: skip
-        # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout
-        # is a backstop in case the triggerer is down.
+        # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
+        # case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
         kwargs = {"job_try_number": job_try}
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=backstop)

@@ -24,18 +24,13 @@ PERMANENT = ("invalid",)
 def _xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
     """The operator's return value (plain JSON)."""
     return {
-        "name": payload.get("name"),
-        "namespace": payload.get("namespace"),
-        "api_version": api_version,
-        "condition": payload.get("condition"),
-        "reason": payload.get("reason"),
-        "message": payload.get("job_message"),
-        "start_time": payload.get("start_time"),
-        "completion_time": payload.get("completion_time"),
+        "name": payload.get("name"), "namespace": payload.get("namespace"), "api_version": api_version,
+        "condition": payload.get("condition"), "reason": payload.get("reason"), "message": payload.get("job_message"),
+        "start_time": payload.get("start_time"), "completion_time": payload.get("completion_time"),
         "launcher_attempts": payload.get("launcher_attempts", 0),
         "launcher_exit_codes": list(payload.get("launcher_exit_codes") or []),
         "launcher_pods": list(payload.get("launcher_pods") or []),
-    }
+    }  # fmt: skip
 
 
 def _should_delete(outcome: str, action: str) -> bool:
@@ -73,9 +68,7 @@ def finish(
     """Report, clean up and return the XCom value, or raise.
 
     ``owns_job``: False for a task that only watches a job someone else made (the sensor): it never deletes it,
-    whatever the outcome.
-
-    ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
+    whatever the outcome. ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
     inside the MPIJob); otherwise AirflowException, so Airflow's own retries apply.
     """
     outcome = payload.get("status") or "error"

@@ -1,13 +1,12 @@
 """The manifest as YAML for people to read (task log, offline rendering), secrets masked.
 
-Airflow's secrets masker first hides every value it knows (connections, variables marked sensitive) in
-each string of the manifest, keys included, while the strings are still raw; then the model
-(``models.redaction``) masks what looks sensitive (env values, ``--password=`` style arguments,
-``KEY=value`` words, labels/annotations, URL passwords, Bearer/Basic tokens); only then is the result
-dumped. Masking the dumped text instead misses every secret YAML escapes (a tab or a non-ASCII
-character: ``"Gr\\xFCn\\t..."``), and masking the dict with ``redact(dict)`` stops at a nesting depth (5)
-that container commands lie below. The masker runs first so that a masked value is matched whole, before
-a model rule rewrites part of it.
+Airflow's secrets masker first hides every value it knows (connections, variables marked sensitive) in each string of
+the manifest, keys included, while the strings are still raw; then the model (``jobspec/redaction.py``) masks what
+looks sensitive (env values, ``--password=`` style arguments, ``KEY=value`` words, labels/annotations, URL passwords,
+Bearer/Basic tokens); only then is the result dumped. Masking the dumped text instead misses every secret YAML escapes
+(a tab or a non-ASCII character: ``"Gr\\xFCn\\t..."``), and masking the dict with ``redact(dict)`` stops at a nesting
+depth (5) that container commands lie below. The masker runs first so that a masked value is matched whole, before a
+model rule rewrites part of it.
 """
 
 from __future__ import annotations

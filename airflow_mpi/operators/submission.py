@@ -1,8 +1,8 @@
 """One MPIJob per task instance: find the one an earlier try (or a restarted worker) left, or create it.
 
-A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate
-(the identity labels, this deployment's included, say whose a job is); a job an earlier try left Failed is
-replaced; a job being deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
+A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate (the identity
+labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
+deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ def reattach(
 ) -> dict | None:
     """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
 
-    Only a job of this deployment and task instance is ever reattached to (its identity labels, the deployment
-    included): a job of another deployment, a rendered manifest applied by hand or a job of an older release
-    under this name fails the task, naming the owner; it is never adopted, deleted or waited for.
-    ``recorded``: where an earlier try of this task instance recorded its job (task state store), looked up
-    first, and only that object (its uid): an object someone made again under that name is not this task's.
+    A job of another deployment, a rendered manifest applied by hand or a job of an older release under this name
+    fails the task, naming the owner: it is never adopted, deleted or waited for. ``recorded``: the job an earlier try
+    of this task instance recorded (job_record.py), looked up first, and only that object (its uid).
     """
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     labels = manifest["metadata"]["labels"]
@@ -58,7 +56,8 @@ def reattach(
         )
     state = job_state(existing)
     if existing["metadata"].get("deletionTimestamp"):
-        log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew", existing_name)
+        log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew",
+                 existing_name)
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
         return None
     if state.terminal and not state.succeeded:
@@ -77,9 +76,9 @@ def reattach(
 def deleted_by_earlier_try(hook: Any, log: logging.Logger, payload: dict, job_try: int | None, try_number: int) -> bool:
     """True when the job this try reattached to was deleted by the cleanup of the try that made it.
 
-    Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may already
-    have found that MPIJob: the new try then submits a fresh one (waiting until the old one is gone). Any
-    other deletion (a person deleting the job of the current try) fails the task.
+    Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may already have found
+    that MPIJob: the new try then submits a fresh one (waiting until the old one is gone). Any other deletion (a
+    person deleting the job of the current try) fails the task.
     """
     if payload.get("status") != "deleted" or job_try is None or job_try >= try_number:
         return False

@@ -1,10 +1,9 @@
 """The operators' parameters: the rows of how the task waits (the MPIJob's: jobspec/fields.py), the ``__init__``
 signature all the rows make, and the parameters' values, rendered or not, checked under their names.
 
-Non-templated parameters are validated when the DAG is parsed (so a bad value is an import error naming the
-parameter); templated ones can only be checked after rendering, so parse-time validation puts a neutral stand-in
-where a value is still a template, an XComArg or a template file. build_manifest checks all of them again once
-Airflow has rendered them.
+Non-templated parameters are validated when the DAG is parsed (so a bad value is an import error naming the parameter);
+templated ones can only be checked after rendering, so parse-time validation puts a neutral stand-in where a value is
+still a template, an XComArg or a template file. build_manifest checks all of them again once Airflow rendered them.
 """
 
 from __future__ import annotations
