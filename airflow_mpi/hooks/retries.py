@@ -1,8 +1,7 @@
 """The request layer's one retry policy: what is tried again, after how long, for how long, and what is logged.
 
-Only a failure that says nothing about the request is tried again (errors.is_transient: 429, 5xx, a broken
-connection; never 409: a conflict on create is a decision, not a blip), after a delay that doubles from a first one
-up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
+Only a failure that says nothing about the request is tried again (errors.is_transient), after a delay that doubles
+from a first one up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
 
 * a request: an idempotent call of a hook is sent ``api_retries`` times at most (5, 1 s doubling to 15 s), enough
   for a blip; a create is looked up before it is sent again (hooks/mpijob.py);
@@ -32,7 +31,6 @@ T = TypeVar("T")
 
 
 def backoff(failures: int, first: float, most: float) -> float:
-    """The delay after ``failures`` failures in a row: ``first``, doubled each time, at most ``most``."""
     return min(most, first * 2 ** min(failures - 1, 32))  # the exponent's cap: no overflow whatever the count
 
 
@@ -65,7 +63,6 @@ class Outage:
 
 
 def _failure(state: tenacity.RetryCallState) -> tuple[BaseException | None, float]:
-    """The failure a retry follows and the delay before it."""
     exc = state.outcome.exception() if state.outcome else None
     return exc, state.next_action.sleep if state.next_action else 0.0
 

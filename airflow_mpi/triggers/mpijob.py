@@ -1,10 +1,8 @@
-"""MPIJobTrigger: the deferrable wait, run by the triggerer.
+"""MPIJobTrigger: the deferrable wait, run by the triggerer (perhaps on another machine: plain data only).
 
-It carries only plain data (the triggerer may run on another machine), including the deadline that enforces
-``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave it running). It
-emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before`` (the hold
-against Airflow's deferral race: wait/deferral.py). A failed job's event carries why it failed (``failure``,
-bounded: events are stored in the metadata database).
+The deadline enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave
+it running). It emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before``
+(the hold against Airflow's deferral race: wait/deferral.py); a failed job's carries why (``failure``, bounded).
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
-"""Why a failed MPIJob failed, named from its pods: the text a failed task's error carries.
+"""Why a failed MPIJob failed, named from its pods' summaries (pure): the text a failed task's error carries.
 
-The MPIJob's condition only says that the launcher Job ran out of attempts ("BackoffLimitExceeded"); users
-of the mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90: a worker killed for out-of-memory
-shows only as a failed launcher; #461: the pods are cleaned up before their logs can be read). These pure
-functions name it from each pod's :class:`PodSummary`: out of memory with the limit, exit code and signal,
-termination message, eviction, restarts.
+The MPIJob's condition only says that the launcher Job ran out of attempts ("BackoffLimitExceeded"); users of the
+mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90: a worker killed for out-of-memory shows only as
+a failed launcher; #461: the pods are cleaned up before their logs can be read).
 
-On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's main
-process (sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed job, is
-when the ``cleanPodPolicy`` (Running or All) deletes the still running workers. So a worker that ends *while
-being deleted* is a cause only when it ran out of memory: any other end (``Completed``, or 137/143 from the
-deletion's own signals) is the clean-up. :func:`awaited_workers` and :func:`settle_deadline` say which ends
-are still to come and for how long (wait/failure_report.py awaits them).
+On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's main process
+(sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed job, is when the
+``cleanPodPolicy`` (Running or All) deletes the still running workers. So a worker that ends *while being deleted*
+is a cause only when it ran out of memory: any other end (``Completed``, or 137/143 from the deletion's own
+signals) is the clean-up. :func:`awaited_workers` and :func:`settle_deadline` say which ends are still to come and
+for how long (wait/failure_report.py awaits them).
 
 Everything that leaves here is bounded (texts, lines, bytes, pods): it travels in trigger events, stored in
 Airflow's metadata database.
@@ -52,7 +50,6 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
 
 
 def _signal_name(number: int) -> str | None:
-    """``SIGKILL`` for 9; None for a number that is no signal."""
     try:
         return signals.Signals(number).name
     except ValueError:
@@ -212,7 +209,6 @@ def bound_tail(lines: Iterable[str], max_lines: int, max_bytes: int = TAIL_BYTES
 
 
 def tail_entry(pod: PodSummary, lines: list[str] | None, note: str | None = None) -> dict:
-    """A tail as it travels (plain JSON)."""
     return {"pod": pod.name, "role": pod.role, "container": pod.container, "lines": lines or [],
             "note": clip(note)}
 
@@ -230,7 +226,8 @@ def explain(failure: dict | None, error_tail_lines: int = ERROR_TAIL_LINES) -> l
     lines = [f"cause: {cause}" for cause in failure.get("causes") or []]
     for tail in failure.get("tails") or []:
         shown = (tail.get("lines") or [])[-error_tail_lines:] if error_tail_lines else []
-        where = f"{tail.get('role')} {tail.get('pod')}" + (f" (container {tail['container']})" if tail.get("container") else "")
+        container = f" (container {tail['container']})" if tail.get("container") else ""
+        where = f"{tail.get('role')} {tail.get('pod')}{container}"
         if tail.get("note"):
             lines.append(f"log of {where}: {tail['note']}")
         elif shown:

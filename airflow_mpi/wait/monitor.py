@@ -4,8 +4,7 @@ watch hub (wait/watch_hub.py):
 
 * the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change of
   the job or its pods, and every ``poll_interval`` (timeouts advance without events), reading the hub's cache;
-* the *log pump* (wait/log_pump.py) follows the launcher's log, attempt after attempt, exactly once across
-  reconnects, restarts of the reader and deferral hand-overs.
+* the *log pump* (wait/log_pump.py) follows the launcher's log, each line exactly once.
 
 A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
 subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
@@ -42,7 +41,8 @@ def utcnow() -> datetime:
 
 
 class _ListedPods:
-    """Drain only (nothing is followed): one listing per pass, no watch."""
+    """Drain only (nothing is followed): one listing per pass, no watch. A drain runs with its finish flag set, so
+    the pump never awaits :meth:`wait_change`: it is there for wait/log_pump.py ``PodSource``."""
 
     version = 0
 
@@ -182,12 +182,10 @@ class JobMonitor:
 
     # ---------------------------------------------------------------- watcher
     async def _watch(self, sub: watch_hub.Subscription) -> Verdict:
-        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``.
-
-        One GET first: it tells this job's incarnation (uid) apart from an earlier one of the same name
-        that the cache may still hold, and covers a job created after the hub's last event. Like the hub's
-        watches, it rides out an API server restart (one began between a create and this GET in a CI run).
-        """
+        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``. One GET
+        first: it tells this job's incarnation (uid) apart from an earlier one of the same name that the cache may
+        still hold, and covers a job created after the hub's last event. Like the hub's watches, it rides out an API
+        server restart (one began between a create and this GET in a CI run)."""
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")

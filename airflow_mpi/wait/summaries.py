@@ -44,7 +44,8 @@ def _ended(main: Any) -> dict[str, Any]:
                       termination_message=clip(getattr(terminated, "message", None)))
     last = getattr(getattr(main, "last_state", None), "terminated", None)
     if last is not None:
-        fields.update(last_terminated_reason=getattr(last, "reason", None), last_exit_code=getattr(last, "exit_code", None))
+        fields.update(last_terminated_reason=getattr(last, "reason", None),
+                      last_exit_code=getattr(last, "exit_code", None))
     return fields
 
 
@@ -53,7 +54,8 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     metadata, status, spec = pod.metadata, pod.status, pod.spec
     containers = list(getattr(spec, "containers", None) or [])
     name = container or (containers[0].name if containers else None)
-    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in (getattr(status, "conditions", None) or []))
+    conditions = getattr(status, "conditions", None) or []
+    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in conditions)
     main = _main_status(pod, name)
     state = waiting_reason = waiting_message = None
     exit_code = None
@@ -68,24 +70,13 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     deletion = getattr(metadata, "deletion_timestamp", None)
     grace = getattr(spec, "termination_grace_period_seconds", None)
     return PodSummary(
-        name=metadata.name,
-        role=pod_role(pod),
-        created=metadata.creation_timestamp,
-        phase=getattr(status, "phase", None),
-        scheduled=scheduled,
-        container=name,
+        name=metadata.name, role=pod_role(pod), created=metadata.creation_timestamp,
+        phase=getattr(status, "phase", None), scheduled=scheduled, container=name,
         restart_count=int(getattr(main, "restart_count", 0) or 0) if main is not None else 0,
-        state=state,
-        waiting_reason=waiting_reason,
-        waiting_message=waiting_message,
-        exit_code=exit_code,
-        pod_reason=getattr(status, "reason", None),
-        pod_message=clip(getattr(status, "message", None)),
-        memory_limit=_memory_limit(spec, name),
-        deleting=deletion is not None,
-        deletion_deadline=deletion,
-        grace_period=float(grace) if grace is not None else None,
-        **_ended(main),
+        state=state, waiting_reason=waiting_reason, waiting_message=waiting_message, exit_code=exit_code,
+        pod_reason=getattr(status, "reason", None), pod_message=clip(getattr(status, "message", None)),
+        memory_limit=_memory_limit(spec, name), deleting=deletion is not None, deletion_deadline=deletion,
+        grace_period=float(grace) if grace is not None else None, **_ended(main),
     )
 
 
@@ -148,7 +139,6 @@ def slim_mpijob(job: dict) -> dict:
 
 
 def event_summary(event: dict) -> EventSummary:
-    """Summarise an event as the hooks return it (an API dict)."""
     involved = event.get("involvedObject") or {}
     return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
                         message=event.get("message") or "", object_name=involved.get("name") or "",
