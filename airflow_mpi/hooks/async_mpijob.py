@@ -127,7 +127,8 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
 
     @staticmethod
     async def read_json(resp: Any) -> dict:
-        """The body of a raw (``_preload_content=False``) response as JSON; the response is released."""
+        """The JSON body of a raw (``_preload_content=False``) response, released; an error status raises."""
+        await _raise_for_status(resp)
         try:
             return json.loads(await resp.read() or b"{}")
         finally:
@@ -135,9 +136,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
 
     async def _call_raw_json(self, api_cls, method: str, **kwargs) -> dict:
         async with self.get_conn() as api_client:
-            resp = await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs)
-            await _raise_for_status(resp)
-            return await self.read_json(resp)
+            return await self.read_json(await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs))
 
     async def _send(self, call: Call) -> Any:
         try:
@@ -172,8 +171,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
                            **query: Any) -> AsyncIterator[str]:
         """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: the fields of
         hooks/requests.py ``LogRequest``. A broken stream raises and its unfinished line is dropped (a clean end
-        yields it): reconnect with ``since_time``. Sent on the first ``__anext__()``; PodLogUnavailable on 400/404.
-        """
+        yields it): reconnect with ``since_time``. Sent on the first ``__anext__()``."""
         timeout = self.log_request_timeout if request_timeout is None else request_timeout
         req = LogRequest(pod, await self.resolve_namespace(namespace), timeout, **query)
         async with self.get_conn() as api_client:

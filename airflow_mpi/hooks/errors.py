@@ -44,10 +44,8 @@ class MPIJobConflictError(MPIJobHookError):
                       if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL)
         #: identity label -> (value on the existing object, value this task would set)
         self.differences: dict[str, tuple[str | None, str | None]] = {
-            k: (self.existing_labels.get(k), self.desired_labels.get(k))
-            for k in keys
-            if self.existing_labels.get(k) != self.desired_labels.get(k)
-        }
+            k: (self.existing_labels.get(k), self.desired_labels.get(k)) for k in keys
+            if self.existing_labels.get(k) != self.desired_labels.get(k)}
         self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
         if not any(k.startswith(LABEL_PREFIX) for k in self.desired_labels):
             why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
@@ -56,8 +54,7 @@ class MPIJobConflictError(MPIJobHookError):
         super().__init__(
             f"MPIJob {namespace}/{name} already exists and belongs to a different owner "
             f"({self.existing_owner}); refusing to adopt it: {why}. "
-            "Delete it, or choose another name for this task's MPIJob."
-        )
+            "Delete it, or choose another name for this task's MPIJob.")
 
     def __reduce__(self):
         return type(self), (self.name, self.namespace, self.existing_labels, self.desired_labels,
@@ -69,10 +66,8 @@ class WatchExpired(MPIJobHookError):
 
     def __init__(self, name: str, namespace: str, resource_version: str | None = None, message: str = "") -> None:
         self.name, self.namespace, self.resource_version, self.message = name, namespace, resource_version, message
-        super().__init__(
-            f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
-            + (f": {message}" if message else "")
-        )
+        super().__init__(f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
+                         + (f": {message}" if message else ""))
 
     def __reduce__(self):
         return (type(self), (self.name, self.namespace, self.resource_version, self.message))
@@ -86,8 +81,7 @@ class MPIJobAPIUnavailable(MPIJobHookError):
         super().__init__(
             f"The Kubernetes API does not serve mpijobs.{api_version.split('/')[0]} version {api_version!r}: "
             "is the MPI operator (v2beta1: kubeflow/mpi-operator, v1: kubeflow/training-operator) installed, "
-            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else "")
-        )
+            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else ""))
 
     def __reduce__(self):
         return (type(self), (self.api_version, self.namespace, self.detail))

@@ -25,9 +25,8 @@ ROUNDS = 5  # read-judge-delete rounds before giving up on a job that keeps chan
 
 
 def keep_reason(obj: dict | None, uid: str | None = None) -> str | None:
-    """Why a live-only deletion leaves ``obj`` alone, or None when it is live and may be deleted. ``uid``: only that
-    incarnation may be deleted; another object of the same name (made again, perhaps by someone else) counts as gone.
-    """
+    """Why a live-only deletion leaves ``obj`` alone (None: it is live and may be deleted). ``uid``: only that
+    incarnation may be deleted; another object of the same name (made again, by anyone) counts as gone."""
     if obj is None or (uid is not None and (obj.get("metadata") or {}).get("uid") != uid):
         return GONE
     if (obj.get("metadata") or {}).get("deletionTimestamp"):

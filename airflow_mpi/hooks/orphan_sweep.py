@@ -49,9 +49,8 @@ class BudgetedMPIJobHook(MPIJobHook):
 
 
 def owns_place(hook: Any, deployment: str, key: TaskKey, name: str, namespace: str) -> bool:
-    """True when ``namespace`` holds the job ``name`` of ``key`` in ``deployment``. Where to sweep comes from an
-    XCom a task writes, and a task could write any namespace there: so a task can aim the sweep at nothing but its
-    own job's namespace."""
+    """True when ``namespace`` holds the job ``name`` of ``key`` in ``deployment``: where to sweep comes from an XCom
+    a task writes, and could name any namespace, so a task can aim the sweep at its own job's namespace only."""
     job = hook.get_mpijob(name, namespace)
     return job is not None and task_key_of(job, deployment) == key
 
@@ -67,10 +66,8 @@ def sweep_namespace(hook: Any, namespace: str, deployment: str, ti_states: State
         name, uid = job["metadata"]["name"], job["metadata"].get("uid")
         key = task_key_of(job, deployment)
         outcome = hook.delete_live_mpijob(name, namespace, uid=uid)
-        log.warning(
-            "Orphaned MPIJob %s/%s of %s (task instance %s): %s",
-            namespace, name, key, states.get(key, "gone"), outcome,
-        )
+        log.warning("Orphaned MPIJob %s/%s of %s (task instance %s): %s", namespace, name, key,
+                    states.get(key, "gone"), outcome)
         if outcome == DELETED:
             deleted.append(name)
     return deleted

@@ -35,8 +35,7 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # training-operator <= 1.4 (kubeflow.org/v1)
 LEGACY_ROLE_LABEL = "mpi-job-role"
 
-LAUNCHER = "launcher"
-WORKER = "worker"
+LAUNCHER, WORKER = "launcher", "worker"
 
 #: how long a watch may stay silent beyond the server's own end of it (``timeout_seconds``) before the client gives up
 WATCH_CLIENT_GRACE = 15.0
@@ -211,8 +210,7 @@ def items_of(result: Any) -> list:
 # --------------------------------------------------------------------------------------- create
 class Create:
     """The POST of an MPIJob, never replayed blindly: after a failure that may have reached the API server (409, a
-    transient error, a broken connection) the job is looked up and adopted when it belongs to the same task
-    instance; otherwise it is sent again, within the hook's retry budget."""
+    transient error, a broken connection) the job is looked up, adopted if it is this task's, else sent again."""
 
     def __init__(self, body: dict, hook_log: logging.Logger) -> None:
         self.body, self.log = body, hook_log
@@ -251,9 +249,7 @@ def format_since_time(value: datetime | str) -> str:
 @dataclass(frozen=True)
 class LogRequest:
     """``GET /api/v1/namespaces/{ns}/pods/{name}/log`` through ``ApiClient.call_api``, always ``timestamps=true``
-    (built by hand: the generated clients have no ``sinceTime`` parameter). ``previous``: the previous (restarted)
-    container instance; ``request_timeout``: ``(connect, read-idle)``, a followed log quiet for longer raises and
-    the caller reconnects with ``since_time``."""
+    (built by hand: the generated clients have no ``sinceTime`` parameter); timeout: ``log_request_timeout``."""
 
     pod: str
     namespace: str
@@ -281,16 +277,10 @@ class LogRequest:
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "path_params": {"namespace": self.namespace, "name": self.pod},
-            "query_params": self.query,
-            "header_params": {"Accept": "*/*"},
-            "response_types_map": {200: "str"},
-            "auth_settings": ["BearerToken"],
-            "_return_http_data_only": True,
-            "_preload_content": False,
-            "_request_timeout": self.request_timeout,
-        }
+        return {"path_params": {"namespace": self.namespace, "name": self.pod}, "query_params": self.query,
+                "header_params": {"Accept": "*/*"}, "response_types_map": {200: "str"},
+                "auth_settings": ["BearerToken"], "_return_http_data_only": True, "_preload_content": False,
+                "_request_timeout": self.request_timeout}
 
     def raise_error(self, exc: BaseException) -> Any:
         """400 (container not started / no previous container), 404 (pod gone) -> PodLogUnavailable."""

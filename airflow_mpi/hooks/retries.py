@@ -35,9 +35,8 @@ def backoff(failures: int, first: float, most: float) -> float:
 
 
 def worth_retrying(err: BaseException, *, in_outage: bool) -> bool:
-    """Transient, and 401/403 once the API was seen failing: an API server coming back refuses non-admin identities
-    until its authentication and RBAC caches have synced (seen with a least-privilege service account). Outside an
-    outage a 401/403 is an answer."""
+    """Transient, and 401/403 once the API was seen failing (else an answer): an API server coming back refuses
+    non-admin identities until its authentication and RBAC caches synced (seen with a least-privilege account)."""
     return is_transient(err) or in_outage and getattr(err, "status", None) in (401, 403)
 
 
@@ -98,8 +97,7 @@ def _outage_retrying() -> dict[str, Any]:
 
 
 async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-    """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds (a wait's reads:
-    the hub's watches already survive one, the call's own retries cover a blip, not a restart)."""
+    """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds."""
     return await tenacity.AsyncRetrying(**_outage_retrying())(fn, *args, **kwargs)
 
 

@@ -28,8 +28,7 @@ def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
 
 
 def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:
-    """``(task instance, job record)`` of every task instance of one DAG run (or of one task) that recorded its
-    job: ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` (``operators/job_record.py``)."""
+    """``(task instance, job record)`` of every task instance of one DAG run (or one task) that recorded its job."""
     with non_scoped_session() as session:
         try:
             from airflow.models.xcom import XComModel  # Airflow 3

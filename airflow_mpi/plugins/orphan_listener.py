@@ -6,9 +6,8 @@ cases where no ``on_kill`` may run (a task marked failed before a triggerer pick
 kill). It deletes only orphans (jobspec/orphans.py), and looks only in the namespaces the finished task instances
 recorded their jobs in (operators/job_record.py), each checked first (``hooks/orphan_sweep.owns_place``).
 
-The hooks below run in Airflow's own threads, so they only hand ids to the background worker
-(plugins/sweep_worker.py); a task instance that is not an MPI task costs nothing (its operator name is on the task
-instance already). Errors are logged, never raised into Airflow.
+The hooks below only hand ids to the background worker (plugins/sweep_worker.py); a task instance that is not an
+MPI task costs nothing (its operator name is on the task instance already). Errors are logged, never raised.
 """
 
 from __future__ import annotations

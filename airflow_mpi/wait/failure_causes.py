@@ -155,16 +155,14 @@ def _settled(pod: PodSummary) -> bool:
 
 def awaited_workers(pods: Sequence[PodSummary], clean_pod_policy: str | None) -> list[PodSummary]:
     """Live workers whose end is still to come and will be seen: the ones being deleted, and, when the
-    ``cleanPodPolicy`` deletes live workers (Running, All), the Running and Pending ones (the mpi-operator's
-    deleteWorkerPods). With ``None`` the workers keep running: nothing is awaited."""
+    ``cleanPodPolicy`` deletes live workers, the Running and Pending ones (the mpi-operator's deleteWorkerPods)."""
     deleting = clean_pod_policy in DELETING_POLICIES
     return [p for p in pods if p.role == "worker" and not _settled(p)
             and (p.deleting or (deleting and p.phase in ("Running", "Pending")))]
 
 
 def settle_deadline(awaited: Sequence[PodSummary], verdict_at: datetime) -> datetime | None:
-    """Until when the ends of ``awaited`` are worth waiting for: a deleted pod's grace period (its deletion
-    timestamp) plus SETTLE_SLACK; a pod not deleted yet gets DELETION_START more; never past MAX_SETTLE."""
+    """Until when the ends of ``awaited`` are worth waiting for: their grace periods plus slack, bounded."""
     if not awaited:
         return None
     ends = []
@@ -192,8 +190,7 @@ def reads_previous(pod: PodSummary) -> bool:
 
 
 def bound_tail(lines: Iterable[str], max_lines: int, max_bytes: int = TAIL_BYTES) -> list[str]:
-    """The last lines within ``max_lines`` (at most MAX_TAIL_LINES) and ``max_bytes`` (UTF-8), each line cut to
-    LINE_CHARS; rank 0's result marker lines (``@task.mpi``: its return value) are never quoted."""
+    """The last lines within the bounds, never rank 0's result marker lines (``@task.mpi``: its return value)."""
     kept: list[str] = []
     budget = max_bytes
     for line in reversed([ln for ln in lines if MARKER not in ln]):

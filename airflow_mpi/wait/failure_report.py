@@ -56,8 +56,7 @@ class FailureReport:
         self.hook, self.namespace, self.sub = hook, namespace, sub
         self.clean_pod_policy = clean_pod_policy
         self.tail_lines = max(int(tail_lines or 0), 0)
-        self.now = now
-        self.deadline = deadline
+        self.now, self.deadline = now, deadline
         self._reads: dict[str, asyncio.Task] = {}
         self._roles: dict[str, str] = {}
 

@@ -70,9 +70,8 @@ def ledger_from_records(records: Iterable[dict]) -> dict:
 
 
 def records_from_lines(lines: Iterable[str | bytes]) -> Iterator[dict]:
-    """The JSON records of a structured (JSON lines) log file, one at a time (a long log is never held whole);
-    anything else, such as a line cut short by a kill, is skipped: a record that is not whole was not written, so
-    its line is read again."""
+    """The JSON records of a JSON lines log file, one at a time; anything else, such as a line cut short by a kill,
+    is skipped: a record that is not whole was not written, so its line is read again."""
     for line in lines:
         try:
             record = json.loads(line)
@@ -118,8 +117,7 @@ def _trigger_log_files(ti: Any) -> list[Path]:
 
 def read_back(ti: Any) -> dict:
     """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form). Streams the files:
-    its memory is the ledger's (a position per launcher stream), whatever the logs' length. Blocking file I/O:
-    the trigger runs it in a thread (``resume_state_off_loop``)."""
+    its memory is the ledger's (a position per launcher stream), whatever the logs' length."""
 
     def records() -> Iterator[dict]:
         for path in _trigger_log_files(ti):
@@ -142,8 +140,7 @@ def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]
 
 
 async def resume_state_off_loop(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
-    """:func:`resume_state` in a worker thread: a long task log is read without holding up the triggerer's other
-    triggers (they share its event loop)."""
+    """:func:`resume_state` in a thread, not holding up the triggerer's other triggers (they share its event loop)."""
     return await asyncio.to_thread(resume_state, ti, deferred_state, warn)
 
 

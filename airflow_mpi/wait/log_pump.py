@@ -242,9 +242,8 @@ class LogPump:
             await self._settle(stream, finished)
 
     async def _settle(self, stream: LogStream, finished: asyncio.Event) -> None:
-        """After the log server ended a follow: until the pod's status says the container stopped (the next pass
-        reads the rest without following), for at most ``EOF_SETTLE``, rather than following an ended container
-        again. No line is lost if it still runs: the next follow starts from the cursor."""
+        """After the log server ended a follow: until the pod's status says the container stopped, for at most
+        ``EOF_SETTLE``. No line is lost if it still runs: the next follow starts from the cursor."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + EOF_SETTLE
         while not finished.is_set() and await self._running(stream) and (left := deadline - loop.time()) > 0:

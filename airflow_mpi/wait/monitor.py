@@ -66,8 +66,7 @@ class JobMonitor:
     namespace: str
     _: KW_ONLY
     emit: Callable[[str], None]
-    # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
-    # mark beside the text so that a successor can read its position back from the task log
+    # launcher lines and attempt headers with their log position (wait/log_ledger.py)
     emit_marked: Callable[[str, str], None] | None = None
     submitted_at: datetime
     deadline: datetime | None = None
@@ -139,19 +138,12 @@ class JobMonitor:
     def result(self, verdict: Verdict) -> dict:
         state = self.last_state  # None: the job was never read
         return {
-            "status": verdict.outcome,
-            "message": verdict.message,
-            "warnings": verdict.warnings,
-            "name": self.name,
-            "namespace": self.namespace,
-            "uid": self.uid,
+            "status": verdict.outcome, "message": verdict.message, "warnings": verdict.warnings,
+            "name": self.name, "namespace": self.namespace, "uid": self.uid,
             **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
-            "job_message": getattr(state, "message", None),
-            "launcher_pods": self.launcher_pod_names,
-            "launcher_attempts": self.launcher_attempts,
-            "launcher_exit_codes": self.launcher_exit_codes,
-            "log_state": self.logs.to_dict(),
-            "failure": self.failure,
+            "job_message": getattr(state, "message", None), "launcher_pods": self.launcher_pod_names,
+            "launcher_attempts": self.launcher_attempts, "launcher_exit_codes": self.launcher_exit_codes,
+            "log_state": self.logs.to_dict(), "failure": self.failure,
         }
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:

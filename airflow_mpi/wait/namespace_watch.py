@@ -45,7 +45,6 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
 
 
 def _model(api_client: Any, kind: str, obj: dict) -> Any:
-    """A pod as a slim ``V1Pod``, an MPIJob as a slim dict (metadata and status); events stay dicts."""
     if kind == PODS:
         return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
     if kind == MPIJOBS:

@@ -109,10 +109,9 @@ def _slim_container(container: dict) -> dict:
 
 
 def slim_pod(pod: dict) -> dict:
-    """A pod (API dict) cut to what :func:`pod_summary`, :func:`pod_role` and the hooks' orderings read, keeping
-    the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of their size (volumes, env,
-    probes, managedFields and annotations go). What a failure's cause needs stays, bounded: how containers ended
-    (termination messages cut), the pod's reason and message (an eviction), memory limits, the grace period."""
+    """A pod (API dict) cut to what :func:`pod_summary` (a failure's cause included, bounded), :func:`pod_role` and
+    the hooks' orderings read, keeping the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of
+    their size (volumes, env, probes, managedFields and annotations go)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     slim_spec: dict[str, Any] = {"containers": [_slim_container(c) for c in spec.get("containers") or []]}
     for key in ("nodeName", "terminationGracePeriodSeconds"):
@@ -130,9 +129,8 @@ def slim_pod(pod: dict) -> dict:
 
 
 def slim_mpijob(job: dict) -> dict:
-    """An MPIJob (API dict) cut to what a wait reads of it (:func:`~airflow_mpi.jobspec.status.job_state`: metadata
-    and status): its spec (pod templates with their commands, env and volumes) and annotations (kubectl's
-    last-applied copy of the whole manifest) go, a large part of each of the thousand jobs a triggerer may keep."""
+    """An MPIJob (API dict) cut to its metadata and status (what ``job_state`` reads): its spec and annotations
+    (kubectl's last-applied manifest) are a large part of each of the thousand jobs a triggerer may keep."""
     meta = job.get("metadata") or {}
     return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
             "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}

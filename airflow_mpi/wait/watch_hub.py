@@ -54,8 +54,7 @@ def _involved(event: dict) -> dict:
 
 
 def _slim(obj: Any) -> Any:
-    """The object without its managedFields: nothing here reads them, and they are a large part of every pod
-    and MPIJob the hub keeps (one of each per wait, hundreds per triggerer)."""
+    """Without its managedFields: nothing here reads them, and they are a large part of every object the hub keeps."""
     if isinstance(obj, dict):
         (obj.get("metadata") or {}).pop("managedFields", None)
     elif getattr(obj, "metadata", None) is not None:
@@ -71,8 +70,7 @@ class Subscription:
     """One wait's view of the hub: its job, its pods, and a change counter to await."""
 
     def __init__(self, hub: WatchHub, name: str) -> None:
-        self.hub = hub
-        self.name = name
+        self.hub, self.name = hub, name
         self.version = 0
         self.deleted_uids: set[str] = set()
         # deleted pods of the job as last seen: a failed try's cause may show only there (wait/failure_causes.py)
@@ -295,8 +293,7 @@ class WatchHub:
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
                     outage = None
-                    # OPEN: the watch is open; BOOKMARK: the version to resume from
-                    if event_type in ("OPEN", "BOOKMARK"):
+                    if event_type in ("OPEN", "BOOKMARK"):  # accepted; a bookmark: the version to resume from
                         self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
                         continue
                     self._bump(f"{kind}_events")
