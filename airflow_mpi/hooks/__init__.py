@@ -1,9 +1,6 @@
-"""The Kubernetes request layer: all cluster I/O of the provider.
-
-What a request sends and what its answer means is free of I/O (requests.py, answers.py, live_delete.py), the errors
-are errors.py, when a request is sent again retries.py; the two hooks only do the I/O, blocking or awaited. The hook
-classes import the Kubernetes clients, so they are loaded lazily: importing ``airflow_mpi.hooks.errors`` (or this
-package) does not import ``kubernetes``.
+"""The Kubernetes request layer: all cluster I/O of the provider. Requests and answers are free of I/O
+(requests.py, answers.py, live_delete.py); the two hooks only do the I/O, blocking or awaited. They import the
+Kubernetes clients, so they are loaded lazily: importing this package or its errors does not import ``kubernetes``.
 """
 
 from __future__ import annotations

@@ -21,11 +21,8 @@ _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}
 
 # --------------------------------------------------------------------------------------- lines
 class LineSplitter:
-    """Bytes chunks in, complete decoded lines out; a line split across chunks is joined first.
-
-    Decoding happens per complete line (a newline byte never occurs inside a UTF-8 multi-byte
-    sequence), invalid UTF-8 becomes U+FFFD. ``flush()`` returns the unterminated last line.
-    """
+    """Bytes chunks in, complete decoded lines out. Decoding is per complete line (a newline byte never occurs
+    inside a UTF-8 multi-byte sequence), invalid UTF-8 becomes U+FFFD; ``flush()`` returns an unterminated line."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -63,7 +60,6 @@ def iter_lines(chunks: Iterable[bytes | str]) -> Iterator[str]:
 
 
 async def aiter_lines(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[str]:
-    """Async :func:`iter_lines`."""
     splitter = LineSplitter()
     async for chunk in chunks:
         for line in splitter.feed(chunk):
@@ -84,7 +80,6 @@ def split_timestamp(raw_line: str) -> tuple[tuple[int, int] | None, str]:
 
 
 def log_messages(lines: Iterable[str]) -> list[str]:
-    """Log lines without their timestamps."""
     return [split_timestamp(line)[1] for line in lines]
 
 
@@ -155,8 +150,6 @@ def sort_newest_first(pods: Iterable[Any]) -> list[Any]:
 
 
 def sort_workers(pods: Iterable[Any]) -> list[Any]:
-    """Worker pods by replica index (then name)."""
-
     def key(pod):
         try:
             index = int((pod.metadata.labels or {}).get(REPLICA_INDEX_LABEL, ""))
@@ -176,7 +169,6 @@ def event_time(event: dict) -> datetime:
 
 
 def sort_events(events: Iterable[dict]) -> list[dict]:
-    """Events oldest first."""
     return sorted(events, key=lambda e: (event_time(e), (e.get("metadata") or {}).get("name", "")))
 
 

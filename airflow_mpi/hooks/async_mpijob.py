@@ -1,12 +1,10 @@
 """Asynchronous hook of the waits (triggers; the sync operator and sensor in ``asyncio.run``), on kubernetes_asyncio.
 
-It subclasses the cncf.kubernetes ``AsyncKubernetesHook`` for the connection (lookup from the triggerer,
-``connection_extras`` shipped by the task, legacy ``extra__kubernetes__`` keys) and the request timeouts, but loads
-the client configuration itself (hooks/kubeconfig.py): the stock hook ignores the ``config_file`` argument,
+It subclasses the cncf.kubernetes ``AsyncKubernetesHook`` for the connection and the request timeouts, but loads the
+client configuration itself (hooks/kubeconfig.py): the stock hook ignores the ``config_file`` argument,
 ``disable_verify_ssl`` and extras the UI stores as empty strings, and does not try in-cluster first, so a trigger
-would reach another cluster than the task. Inside ``async with hook:`` all calls share one API client (aiohttp
-session, hooks/client_pool.py), outside each call opens its own; a stream holds its response while it is iterated
-(stop early with ``aclose()``).
+would reach another cluster than the task. Inside ``async with hook:`` all calls share one API client
+(hooks/client_pool.py); a stream holds its response while it is iterated (stop early with ``aclose()``).
 """
 
 from __future__ import annotations
@@ -55,13 +53,8 @@ async def _raise_for_status(resp: Any) -> None:
 
 
 class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
-    """Async counterpart of :class:`~airflow_mpi.hooks.mpijob.MPIJobHook` (same connection, same requests).
-
-    :param conn_id: Kubernetes connection id.
-    :param api_version: ``kubeflow.org/v2beta1`` or ``kubeflow.org/v1``.
-    :param kwargs: ``config_file``, ``cluster_context``, ``in_cluster``, ``disable_verify_ssl``,
-        ``config_dict``, ``connection_extras`` (extras shipped to a trigger), ``client_configuration``.
-    """
+    """Async counterpart of :class:`~airflow_mpi.hooks.mpijob.MPIJobHook` (same connection, same requests);
+    ``kwargs`` as the stock hook's, ``connection_extras`` being the extras shipped to a trigger."""
 
     hook_name = "Kubernetes (Kubeflow MPIJob, async)"
 
@@ -81,8 +74,6 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
 
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
-        """Share one API client (aiohttp session) across the calls made inside ``async with``: the client of
-        every hook of this event loop reaching the cluster as the same user (hooks/client_pool.py)."""
         if self._shared_depth == 0:
             await self._load_config()
             self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
@@ -120,35 +111,34 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     _load_config = load_client_config  # the sync hook's sources in its order; cached but for short-lived tokens
 
     async def get_namespace(self) -> str:  # type: ignore[override]
-        """Namespace of the connection, else of the pod this runs in, else ``default``."""
         namespace = await self._get_field("namespace")
         return namespace or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
 
     async def resolve_namespace(self, explicit: str | None = None) -> str:
-        """``explicit`` > connection namespace > in-cluster namespace file > ``default``."""
         return explicit or await self.get_namespace()
 
     # ------------------------------------------------------------------------------- requests
     async def _retry(self, fn, *args, **kwargs):
-        """Await ``fn`` retrying transient failures (idempotent requests only)."""
         return await tenacity.AsyncRetrying(**self._retrying())(fn, *args, **kwargs)
 
     async def _call(self, api_cls, method: str, **kwargs):
-        """One request on a fresh session (retried as a whole on transient failures by the callers)."""
         async with self.get_conn() as api_client:
             return await getattr(api_cls(api_client), method)(**kwargs)
 
+    @staticmethod
+    async def read_json(resp: Any) -> dict:
+        """The JSON body of a raw (``_preload_content=False``) response, released; an error status raises."""
+        await _raise_for_status(resp)
+        try:
+            return json.loads(await resp.read() or b"{}")
+        finally:
+            resp.release()
+
     async def _call_raw_json(self, api_cls, method: str, **kwargs) -> dict:
         async with self.get_conn() as api_client:
-            resp = await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs)
-            await _raise_for_status(resp)
-            try:
-                return json.loads(await resp.read() or b"{}")
-            finally:
-                resp.release()
+            return await self.read_json(await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs))
 
     async def _send(self, call: Call) -> Any:
-        """Send an idempotent request (retried on transient failures) and read its answer."""
         try:
             return call.on_result(await self._retry(self._call, getattr(async_client, call.api), call.method,
                                                     **call.kwargs))
@@ -156,7 +146,6 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
             return call.on_error(e)
 
     async def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any:
-        """Send the requests of ``plan`` in the resolved namespace, each answer to the next."""
         steps = Plan(plan(await self.resolve_namespace(namespace)))
         while not steps.done:
             steps.answer(await self._send(steps.request))
@@ -175,22 +164,14 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
 
     # ------------------------------------------------------------------------------- pods
     async def launcher_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
-        """Launcher pods of the MPIJob, newest first (one per launcher attempt with restartPolicy Never)."""
         return await self._role_pods(name, namespace, LAUNCHER)
 
     async def read_pod_log(self, pod: str, namespace: str | None = None, *,
                            request_timeout: float | tuple[float, float] | None = None,
                            **query: Any) -> AsyncIterator[str]:
-        """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: container, since_time,
-        previous, follow, tail_lines, limit_bytes (hooks/requests.py ``LogRequest``).
-
-        Lines are decoded (invalid UTF-8 replaced) without their newline; a last line without a
-        newline is yielded when the stream ends cleanly. A broken stream raises instead, and its
-        unfinished line is dropped: reconnect with ``since_time`` to read it again.
-        The request is sent on the first ``__anext__()``.
-
-        :raises PodLogUnavailable: 404 (pod gone) or 400 (container not started / no previous container).
-        """
+        """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: the fields of
+        hooks/requests.py ``LogRequest``. A broken stream raises and its unfinished line is dropped (a clean end
+        yields it): reconnect with ``since_time``. Sent on the first ``__anext__()``."""
         timeout = self.log_request_timeout if request_timeout is None else request_timeout
         req = LogRequest(pod, await self.resolve_namespace(namespace), timeout, **query)
         async with self.get_conn() as api_client:
@@ -212,11 +193,10 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         return items_of(result)
 
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
-        """Events of the MPIJob, oldest first, as API dicts."""
+        """Events of the MPIJob, oldest first, as API dicts (as are :meth:`pod_events`', merged)."""
         return sort_events(await self._events(await self.resolve_namespace(namespace), job_event_selector(name)))
 
     async def pod_events(self, pod_names: Iterable[str], namespace: str | None = None) -> list[dict]:
-        """Events of the given pods, merged (each once), oldest first, as API dicts."""
         ns = await self.resolve_namespace(namespace)
         return merge_pod_events([(pod, await self._events(ns, pod_event_selector(pod))) for pod in pod_names])
 

@@ -1,5 +1,4 @@
-"""What the sync and the async MPIJob hook share, written once: their connection settings, their retry budget, and
-the requests both send (mixed in before the cncf.kubernetes hook class)."""
+"""What the sync and the async MPIJob hook share, written once (mixed in before the cncf.kubernetes hook class)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from airflow_mpi.jobspec.spec import API_V2BETA1
 
 
 class MPIJobHookBase:
-    """The settings of both hooks, and the requests both send: plans of :class:`~airflow_mpi.hooks.requests.Call`
-    that each hook's ``_run`` sends in the namespace it resolves, so the methods here return their answer on the sync
-    hook and an awaitable of it on the async hook."""
+    """The settings of both hooks, and the requests both send: plans that each hook's ``_run`` sends, so the methods
+    here return their answer on the sync hook and an awaitable of it on the async hook."""
 
     conn_name_attr = "kubernetes_conn_id"
     default_conn_name = "kubernetes_default"
@@ -41,11 +39,10 @@ class MPIJobHookBase:
         self.api_version = api_version
 
     def custom_object_args(self, namespace: str, **extra: Any) -> dict[str, Any]:
-        """The CustomObjectsApi arguments naming this hook's MPIJobs in ``namespace``, and ``extra``."""
+        """The CustomObjectsApi arguments naming this hook's MPIJobs in ``namespace``."""
         return {"group": self.group, "version": self.version, "namespace": namespace, "plural": MPIJOB_PLURAL, **extra}
 
     def _retrying(self) -> dict[str, Any]:
-        """tenacity arguments of an idempotent request (hooks/retries.py)."""
         return request_retrying(self.api_retries, self.api_retry_wait, self.api_retry_wait_max)
 
     def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any:
@@ -58,9 +55,7 @@ class MPIJobHookBase:
     def delete_mpijob(self, name: str, namespace: str | None = None, *, propagation_policy: str | None = "Foreground",
                       grace_period_seconds: int | None = None, uid: str | None = None) -> Any:
         """Delete the MPIJob; False when it was already gone (given ``uid``: or is another object of that name now).
-
-        ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone.
-        """
+        ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone."""
         return self._run(namespace, lambda ns: delete_call(
             self.custom_object_args(ns), name, propagation_policy, grace_period_seconds, uid, self.log))
 
@@ -74,7 +69,7 @@ class MPIJobHookBase:
 
 
 def _pods_of_role(api_version: str, name: str, namespace: str, role: str) -> Steps:
-    """Listed by the first of the role's :func:`~airflow_mpi.hooks.requests.pod_selectors` that finds any."""
+    """Listed by the first of the role's ``pod_selectors`` that finds any."""
     for selector in pod_selectors(api_version, name, role):
         pods = yield Call(CORE_V1, "list_namespaced_pod", {"namespace": namespace, "label_selector": selector})
         if pods.items:

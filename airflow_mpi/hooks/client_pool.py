@@ -1,11 +1,10 @@
 """One Kubernetes API client per (event loop, cluster identity): what the waits of a triggerer share.
 
-Every trigger has a hook of its own, and a hook inside ``async with`` used to open an API client of its own:
-an aiohttp session, a connection pool, an SSL context with the cluster's CA and a TLS connection per wait.
-At hundreds of waits per triggerer that was most of the memory a wait cost beyond the shared watch (issue 11:
-TLS handshakes and read buffers for 300 connections where 66 were needed). Hooks that reach the same cluster
-as the same user now share one client, reference-counted, closed when the last one leaves. Credentials that
-change under a client (exec plugins, auth providers: short-lived tokens) are never shared.
+Every trigger's hook used to open an API client of its own inside ``async with``: an aiohttp session, a connection
+pool, an SSL context with the cluster's CA and a TLS connection per wait. At hundreds of waits per triggerer that was
+most of the memory a wait cost beyond the shared watch (issue 11: TLS handshakes and read buffers for 300
+connections where 66 were needed). Hooks that reach the same cluster as the same user share one client, counted,
+closed when the last one leaves; credentials that change under a client (exec plugins, auth providers) never are.
 """
 
 from __future__ import annotations

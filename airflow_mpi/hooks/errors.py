@@ -1,8 +1,5 @@
-"""The request layer's errors: those the hooks raise, and what an error of the Kubernetes API says.
-
-Import-light on purpose: no Kubernetes client imports, so operators and triggers can catch these
-without pulling in the clients (``from airflow_mpi.hooks.errors import ...``).
-"""
+"""The request layer's errors: those the hooks raise, and what an error of the Kubernetes API says. No Kubernetes
+client imports, so operators and triggers can catch these without pulling in the clients."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ import json
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow_mpi.jobspec.naming import LABEL_PREFIX, TRY_NUMBER_LABEL
 
-# Identity keys shown when describing who owns an MPIJob (labels hold label-safe values,
-# annotations the raw ones; both use the same keys, see airflow_mpi.jobspec.naming).
+# identity keys of an MPIJob's owner: labels hold label-safe values, annotations the raw ones (jobspec/naming.py)
 _OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
 
 TRANSIENT_HTTP_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -40,8 +36,7 @@ class MPIJobConflictError(MPIJobHookError):
 
     def __init__(self, name: str, namespace: str, existing_labels: dict | None = None,
                  desired_labels: dict | None = None, existing_annotations: dict | None = None) -> None:
-        self.name = name
-        self.namespace = namespace
+        self.name, self.namespace = name, namespace
         self.existing_labels = dict(existing_labels or {})
         self.desired_labels = dict(desired_labels or {})
         self.existing_annotations = dict(existing_annotations or {})
@@ -49,10 +44,8 @@ class MPIJobConflictError(MPIJobHookError):
                       if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL)
         #: identity label -> (value on the existing object, value this task would set)
         self.differences: dict[str, tuple[str | None, str | None]] = {
-            k: (self.existing_labels.get(k), self.desired_labels.get(k))
-            for k in keys
-            if self.existing_labels.get(k) != self.desired_labels.get(k)
-        }
+            k: (self.existing_labels.get(k), self.desired_labels.get(k)) for k in keys
+            if self.existing_labels.get(k) != self.desired_labels.get(k)}
         self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
         if not any(k.startswith(LABEL_PREFIX) for k in self.desired_labels):
             why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
@@ -61,8 +54,7 @@ class MPIJobConflictError(MPIJobHookError):
         super().__init__(
             f"MPIJob {namespace}/{name} already exists and belongs to a different owner "
             f"({self.existing_owner}); refusing to adopt it: {why}. "
-            "Delete it, or choose another name for this task's MPIJob."
-        )
+            "Delete it, or choose another name for this task's MPIJob.")
 
     def __reduce__(self):
         return type(self), (self.name, self.namespace, self.existing_labels, self.desired_labels,
@@ -74,10 +66,8 @@ class WatchExpired(MPIJobHookError):
 
     def __init__(self, name: str, namespace: str, resource_version: str | None = None, message: str = "") -> None:
         self.name, self.namespace, self.resource_version, self.message = name, namespace, resource_version, message
-        super().__init__(
-            f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
-            + (f": {message}" if message else "")
-        )
+        super().__init__(f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
+                         + (f": {message}" if message else ""))
 
     def __reduce__(self):
         return (type(self), (self.name, self.namespace, self.resource_version, self.message))
@@ -91,19 +81,15 @@ class MPIJobAPIUnavailable(MPIJobHookError):
         super().__init__(
             f"The Kubernetes API does not serve mpijobs.{api_version.split('/')[0]} version {api_version!r}: "
             "is the MPI operator (v2beta1: kubeflow/mpi-operator, v1: kubeflow/training-operator) installed, "
-            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else "")
-        )
+            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else ""))
 
     def __reduce__(self):
         return (type(self), (self.api_version, self.namespace, self.detail))
 
 
 class PodLogUnavailable(MPIJobHookError):
-    """The log of a container cannot be read (yet or any more): pod gone, container waiting, no previous container.
-
-    ``status`` is the HTTP status (404 pod not found, 400 container not started / no previous
-    terminated container); ``message`` the API server's explanation.
-    """
+    """The log of a container cannot be read (yet or any more): ``status`` 404, pod gone; 400, container not started
+    or no previous terminated container. ``message``: the API server's explanation."""
 
     def __init__(self, pod: str, namespace: str, container: str | None, status: int | None, message: str = "") -> None:
         self.pod, self.namespace, self.container, self.status, self.message = pod, namespace, container, status, message
@@ -132,10 +118,8 @@ def _status_of(body: str) -> dict | None:
 
 
 def error_message(exc: BaseException, *, causes: bool = False) -> str:
-    """The ``message`` of the API server's Status in an ApiException, or its reason.
-
-    ``causes``: the fields it names as the causes (``field: message``, a rejected spec), when it names any.
-    """
+    """The ``message`` of the API server's Status in an ApiException, or its reason; ``causes``: the fields it names
+    as the causes (``field: message``, a rejected spec), when it names any."""
     body = _error_body(exc)
     status = _status_of(body) or {}
     named = (status.get("details") or {}).get("causes") or [] if causes else []
@@ -172,17 +156,14 @@ def is_api_exception(exc: BaseException) -> bool:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth retrying an idempotent request: 429, 5xx gateway/server errors, connection-level failures.
-
-    409 is never transient here (unlike the stock hook): a conflict on create is a decision, not a blip.
-    """
+    """Worth retrying an idempotent request: 429, 5xx gateway/server errors, connection-level failures; never 409
+    (unlike the stock hook): a conflict on create is a decision, not a blip."""
     if is_api_exception(exc):
         return getattr(exc, "status", None) in TRANSIENT_HTTP_STATUSES
     return isinstance(exc, connection_errors())
 
 
 def describe_error(exc: BaseException | None) -> str:
-    """Short text of an API or connection error for log lines."""
     if exc is None:
         return "no error"
     status = getattr(exc, "status", None)

@@ -14,9 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-# --------------------------------------------------------------------------------------- namespace
 def in_cluster_namespace(path: str = IN_CLUSTER_NAMESPACE_FILE) -> str | None:
-    """The namespace of the pod this process runs in, when it runs in a pod."""
     try:
         with open(path) as f:
             return f.read().strip() or None
@@ -24,7 +22,6 @@ def in_cluster_namespace(path: str = IN_CLUSTER_NAMESPACE_FILE) -> str | None:
         return None
 
 
-# --------------------------------------------------------------------------------------- kubeconfig
 def parse_kubeconfig(text: str) -> dict:
     """A kubeconfig given inline (YAML or JSON text) as a dict; the text is never echoed (credentials)."""
     try:
@@ -65,16 +62,11 @@ def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) 
     return True
 
 
-# --------------------------------------------------------------------------------------- async client
 async def load_client_config(hook: Any) -> None:
-    """Load the client configuration from the same sources, in the same order, as the sync hook.
-
-    in_cluster | config_file argument or kube_config_path extra | kube_config extra (YAML/JSON
-    text or dict) | config_dict argument -- mutually exclusive; none: in-cluster when running in
-    a pod, else the default kubeconfig. cluster_context selects the context, disable_verify_ssl
-    turns certificate checks off. Loaded once, except for exec/auth-provider credentials
-    (short-lived tokens), which are reloaded on every call.
-    """
+    """Load the client configuration from the same sources, in the same order, as the sync hook: in_cluster |
+    config_file argument or kube_config_path extra | kube_config extra (YAML/JSON text or dict) | config_dict
+    argument, mutually exclusive; none: in-cluster when running in a pod, else the default kubeconfig. Loaded once,
+    except for exec/auth-provider credentials (short-lived tokens), reloaded on every call."""
     from kubernetes_asyncio import client as async_client, config as async_config
 
     if hook.client_configuration is None:

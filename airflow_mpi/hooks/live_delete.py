@@ -1,11 +1,10 @@
 """Deleting an MPIJob only while it is still live: the one deletion a kill or a sweep may do.
 
-A kill (``on_kill`` of the operator or the trigger) or the orphan sweep deletes a job so that it
-stops holding GPUs. A job that already finished holds nothing, and a Succeeded one is the result a
-retry or a clear reattaches to instead of running the whole job again, so it is never deleted
-there: a spurious failure of a resumed try (Airflow's deferral race, see wait/deferral.py) then
-costs nothing. "Live" is checked atomically: the DELETE carries a precondition on the
-resourceVersion that was judged, so a job that finishes in between answers 409 and is judged again.
+A kill (``on_kill`` of the operator or the trigger) or the orphan sweep deletes a job so that it stops holding GPUs.
+A job that already finished holds nothing, and a Succeeded one is the result a retry or a clear reattaches to
+instead of running the whole job again, so it is never deleted there: a spurious failure of a resumed try (Airflow's
+deferral race, wait/deferral.py) then costs nothing. "Live" is checked atomically: the DELETE carries a
+precondition on the resourceVersion judged, so a job that finishes in between answers 409 and is judged again.
 """
 
 from __future__ import annotations
@@ -26,11 +25,8 @@ ROUNDS = 5  # read-judge-delete rounds before giving up on a job that keeps chan
 
 
 def keep_reason(obj: dict | None, uid: str | None = None) -> str | None:
-    """Why a live-only deletion leaves ``obj`` alone, or None when it is live and may be deleted.
-
-    ``uid``: only that incarnation may be deleted; another object of the same name (deleted and made again,
-    perhaps by someone else) counts as gone.
-    """
+    """Why a live-only deletion leaves ``obj`` alone (None: it is live and may be deleted). ``uid``: only that
+    incarnation may be deleted; another object of the same name (made again, by anyone) counts as gone."""
     if obj is None or (uid is not None and (obj.get("metadata") or {}).get("uid") != uid):
         return GONE
     if (obj.get("metadata") or {}).get("deletionTimestamp"):

@@ -19,6 +19,5 @@ def live_key(registry: dict, *rest: Any) -> tuple:
 
 
 def of_running_loop(registry: dict) -> list:
-    """The values of ``registry`` that belong to the running loop."""
     loop = asyncio.get_running_loop()
     return [value for key, value in registry.items() if key[0] is loop]

@@ -1,11 +1,9 @@
 """Synchronous hook: the Kubernetes API calls of the MPIJob operator, sensor, decorators and orphan sweep.
 
-``MPIJobHook`` subclasses the cncf.kubernetes ``KubernetesHook``, so it reads the same connection
-(``kubernetes_default`` and its extras: in_cluster, kube_config_path, kube_config, namespace,
-cluster_context, disable_verify_ssl, disable_tcp_keepalive) and uses its clients. Unlike the stock hook, it
-retries idempotent requests on transient errors only, never on 409 (hooks/retries.py), and never sends a
-create again blindly: it looks the job up first and adopts it when it belongs to the same task instance
-(hooks/requests.py ``Create``), else raises :class:`~airflow_mpi.hooks.errors.MPIJobConflictError`.
+``MPIJobHook`` subclasses the cncf.kubernetes ``KubernetesHook``, so it reads the same connection and its extras
+and uses its clients. Unlike the stock hook, it retries idempotent requests on transient errors only, never on 409
+(hooks/retries.py), and never sends a create again blindly: it looks the job up first and adopts it when it belongs
+to the same task instance (hooks/requests.py ``Create``), else raises ``MPIJobConflictError``.
 """
 
 from __future__ import annotations
@@ -35,12 +33,8 @@ if TYPE_CHECKING:
 
 
 class MPIJobHook(MPIJobHookBase, KubernetesHook):
-    """Create, find and delete Kubeflow MPIJobs, read their pods' logs, and create the Secrets they own.
-
-    :param conn_id: Kubernetes connection id (same connection as cncf.kubernetes).
-    :param api_version: ``kubeflow.org/v2beta1`` (mpi-operator) or ``kubeflow.org/v1`` (training-operator).
-    :param kwargs: passed to ``KubernetesHook`` (config_file, cluster_context, in_cluster, ...).
-    """
+    """Create, find and delete Kubeflow MPIJobs, read their pods' logs, and create the Secrets they own;
+    ``api_version``: ``kubeflow.org/v2beta1`` (mpi-operator) or ``kubeflow.org/v1`` (training-operator)."""
 
     hook_name = "Kubernetes (Kubeflow MPIJob)"
 
@@ -67,11 +61,8 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         return explicit or self.get_namespace()
 
     def connection_settings(self) -> dict[str, Any]:
-        """The constructor settings besides conn_id/api_version (JSON-serialisable, None left out).
-
-        A trigger passes them to :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook` so it
-        reaches the cluster exactly as the task did.
-        """
+        """The constructor settings besides conn_id/api_version (JSON-serialisable, None left out): a trigger's
+        async hook gets them to reach the cluster exactly as the task did."""
         names = ("config_file", "cluster_context", "in_cluster", "disable_verify_ssl", "disable_tcp_keepalive",
                  "config_dict")
         return {name: value for name in names if (value := getattr(self, name)) is not None}
@@ -82,7 +73,6 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         return tenacity.Retrying(**self._retrying())(fn, *args, **kwargs)
 
     def _send(self, call: Call) -> Any:
-        """Send an idempotent request (retried on transient failures) and read its answer."""
         client = self.core_v1_client if call.api == CORE_V1 else self.custom_object_client
         try:
             return call.on_result(self._retry(getattr(client, call.method), **call.kwargs))
@@ -100,10 +90,7 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
     def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict:
         """Create the MPIJob (``metadata.name`` required; apiVersion/kind default to the hook's), or adopt the
         existing one of the same task instance; in ``namespace``, else the manifest's, else :meth:`resolve_namespace`.
-
-        :raises MPIJobConflictError: an MPIJob of that name exists and belongs to another owner.
-        :raises MPIJobAPIUnavailable: the API server does not serve this MPIJob version.
-        """
+        Raises MPIJobConflictError (the job of that name has another owner) or MPIJobAPIUnavailable."""
         ns = self.resolve_namespace(namespace or (manifest.get("metadata") or {}).get("namespace"))
         create = Create(prepare_body(manifest, ns, self.api_version), self.log)
         for attempt in itertools.count(1):
@@ -121,12 +108,10 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
-        """MPIJobs of the namespace (optionally filtered by a label selector)."""
         return self._run(namespace, lambda ns: list_call(self.custom_object_args(ns), label_selector, self.api_version))
 
-    def wait_for_deleted(
-        self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0
-    ) -> bool:
+    def wait_for_deleted(self, name: str, namespace: str | None = None, timeout: float = 300, *,
+                         poll_interval: float = 2.0) -> bool:
         """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
         ns = self.resolve_namespace(namespace)
         end = time.monotonic() + timeout
@@ -153,10 +138,8 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
             resp.release_conn()
 
     def worker_log_tails(self, name: str, namespace: str | None = None, tail_lines: int = 50) -> dict[str, list[str]]:
-        """The last ``tail_lines`` log lines (timestamps stripped) of each worker's main container.
-
-        For failure reports: a pod whose log cannot be read gets one explanatory line instead.
-        """
+        """The last ``tail_lines`` log lines (timestamps stripped) of each worker's main container; a pod whose log
+        cannot be read gets one explanatory line instead."""
         ns = self.resolve_namespace(namespace)
         tails: dict[str, list[str]] = {}
         for pod in self._role_pods(name, ns, WORKER):
@@ -174,12 +157,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         launchers = self._role_pods(name, ns, LAUNCHER)
         return self._log_messages(launchers[0], ns) if launchers else []
 
-    # ------------------------------------------------------------------------------- secrets
     def create_owned_secret(self, name: str, namespace: str, string_data: dict[str, str], owner: dict) -> dict:
-        """Create a Secret owned by the MPIJob ``owner``: the garbage collector deletes it with the job.
-
-        Not retried (a create is not idempotent); the caller decides what a failure means.
-        """
+        """Create a Secret owned by the MPIJob ``owner``: the garbage collector deletes it with the job. Not retried
+        (a create is not idempotent); the caller decides what a failure means."""
         metadata = owner["metadata"]
         labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)}
         owner_ref = {"apiVersion": owner.get("apiVersion") or self.api_version, "kind": "MPIJob",

@@ -1,14 +1,10 @@
 """The orphan sweep: delete the live MPIJobs of this deployment whose task instance no longer waits for them.
 
-Which jobs are orphans is decided by ``jobspec/orphans.py`` from the deployment label, the identity
-annotations and the task instances' states; the states come from a lookup the caller provides (the
-metadata database in the API server or the scheduler). Only this deployment's jobs are listed (a label
-selector), and each deletion goes through ``delete_live_mpijob`` pinned to the uid that was judged, so a
-job that finishes meanwhile, or is replaced by another object of the same name, is kept.
-
-The sweep runs in the background worker of the listener (``plugins/sweep_worker.py``), never in Airflow's
-own threads, and within a time budget: :class:`BudgetedMPIJobHook` gives each request a short timeout and
-few retries, and refuses new requests once the budget is spent.
+Which jobs are orphans is decided by ``jobspec/orphans.py``; the task instances' states come from a lookup the
+caller provides (the metadata database). Only this deployment's jobs are listed (a label selector), and each
+deletion goes through ``delete_live_mpijob`` pinned to the uid that was judged, so a job that finishes meanwhile,
+or is replaced by another object of the same name, is kept. It runs in the listener's background worker
+(plugins/sweep_worker.py) within a time budget (:class:`BudgetedMPIJobHook`).
 """
 
 from __future__ import annotations
@@ -53,12 +49,8 @@ class BudgetedMPIJobHook(MPIJobHook):
 
 
 def owns_place(hook: Any, deployment: str, key: TaskKey, name: str, namespace: str) -> bool:
-    """True when ``namespace`` holds the job ``name`` of ``key`` in ``deployment``.
-
-    Where to sweep comes from an XCom a task writes; a task could write any namespace there. A namespace is
-    swept only when the job named there really is that task instance's job of this deployment, so a task can
-    aim the sweep at nothing but its own job's namespace.
-    """
+    """True when ``namespace`` holds the job ``name`` of ``key`` in ``deployment``: where to sweep comes from an XCom
+    a task writes, and could name any namespace, so a task can aim the sweep at its own job's namespace only."""
     job = hook.get_mpijob(name, namespace)
     return job is not None and task_key_of(job, deployment) == key
 
@@ -74,10 +66,8 @@ def sweep_namespace(hook: Any, namespace: str, deployment: str, ti_states: State
         name, uid = job["metadata"]["name"], job["metadata"].get("uid")
         key = task_key_of(job, deployment)
         outcome = hook.delete_live_mpijob(name, namespace, uid=uid)
-        log.warning(
-            "Orphaned MPIJob %s/%s of %s (task instance %s): %s",
-            namespace, name, key, states.get(key, "gone") if key in states else "gone", outcome,
-        )
+        log.warning("Orphaned MPIJob %s/%s of %s (task instance %s): %s", namespace, name, key,
+                    states.get(key, "gone"), outcome)
         if outcome == DELETED:
             deleted.append(name)
     return deleted

@@ -1,8 +1,5 @@
-"""What each request of the hooks sends, and what its answer means: free of I/O.
-
-The two hooks differ only in how they do I/O (kubernetes vs kubernetes_asyncio, blocking vs awaited). A request's
-arguments, the meaning of its errors and response, and the requests that follow one another (a :class:`Plan`) live
-here, so both hooks send the same requests and behave the same way.
+"""What each request of the hooks sends, and what its answer means, free of I/O: the two hooks differ only in how
+they do I/O (blocking or awaited), so both send the same requests and behave the same way.
 """
 
 from __future__ import annotations
@@ -15,14 +12,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks.errors import (
-    MPIJobAPIUnavailable,
-    MPIJobConflictError,
-    PodLogUnavailable,
-    describe_error,
-    error_message,
-    is_api_exception,
-    is_missing_resource_type,
-    is_transient,
+    MPIJobAPIUnavailable, MPIJobConflictError, PodLogUnavailable, describe_error, error_message, is_api_exception,
+    is_missing_resource_type, is_transient,
 )
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.spec import API_V2BETA1
@@ -36,7 +27,7 @@ MPIJOB_KIND = "MPIJob"
 MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
 CUSTOM_OBJECTS, CORE_V1 = "CustomObjectsApi", "CoreV1Api"  # the client API classes a request goes to
 
-# Pod labels set by the operators.
+# pod labels set by the operators
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # v2beta1: launcher|worker; v1: "master" on the launcher
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # v1 (training-operator >= 1.5): launcher|worker
@@ -44,8 +35,7 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # training-operator <= 1.4 (kubeflow.org/v1)
 LEGACY_ROLE_LABEL = "mpi-job-role"
 
-LAUNCHER = "launcher"
-WORKER = "worker"
+LAUNCHER, WORKER = "launcher", "worker"
 
 #: how long a watch may stay silent beyond the server's own end of it (``timeout_seconds``) before the client gives up
 WATCH_CLIENT_GRACE = 15.0
@@ -77,7 +67,6 @@ def prepare_body(manifest: dict, namespace: str, api_version: str) -> dict:
 
 
 def adopt_or_raise(existing: dict, desired: dict) -> dict:
-    """Return ``existing`` when it belongs to the same task instance as ``desired``, else raise."""
     meta, desired_meta = existing.get("metadata") or {}, desired.get("metadata") or {}
     name = desired_meta.get("name") or meta.get("name")
     namespace = desired_meta.get("namespace") or meta.get("namespace")
@@ -92,13 +81,9 @@ def adopt_or_raise(existing: dict, desired: dict) -> dict:
 
 
 def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
-    """Label selectors of the ``role`` pods of an MPIJob, in the order to try them.
-
-    v2beta1 (mpi-operator): ``training.kubeflow.org/job-name`` + ``training.kubeflow.org/job-role``.
-    v1 (training-operator >= 1.5, incl. 1.8): ``training.kubeflow.org/job-name`` +
-    ``training.kubeflow.org/replica-type`` (lowercase ``launcher``/``worker``); older v1 operators
-    (<= 1.4) used ``mpi-job-name`` + ``mpi-job-role``, tried only when the first finds nothing.
-    """
+    """Label selectors of the ``role`` pods of an MPIJob, in the order to try them: v1 from training-operator 1.5
+    (incl. 1.8) labels the replica type (lowercase ``launcher``/``worker``); older v1 operators (<= 1.4) used
+    ``mpi-job-name`` + ``mpi-job-role``, tried only when the first finds nothing."""
     if split_api_version(api_version)[1] == "v1":
         return [
             f"{JOB_NAME_LABEL}={name},{REPLICA_TYPE_LABEL}={role}",
@@ -117,11 +102,9 @@ def pod_event_selector(pod: str) -> str:
 
 def watch_request_timeout(timeout_seconds: int) -> tuple[float, float]:
     """``_request_timeout`` of a watch: ``(connect, read-idle)``, the idle limit past the server's timeout.
-
     cncf.kubernetes' API clients default every request to 60 s in all unless the call passes ``timeout_seconds``
     as an argument of ``call_api``; the generated list methods pass it as a query parameter instead, so without
-    this each longer watch was cut at 60 s by a client TimeoutError (a warning and a resumption every minute).
-    """
+    this each longer watch was cut at 60 s by a client TimeoutError (a warning and a resumption every minute)."""
     return (WATCH_CONNECT_TIMEOUT, timeout_seconds + WATCH_CLIENT_GRACE)
 
 
@@ -136,10 +119,8 @@ def _reraise(exc: BaseException) -> Any:
 
 @dataclass(frozen=True)
 class Call:
-    """An idempotent request: ``<api>.<method>(**kwargs)``, retried on transient failures.
-
-    ``on_error`` turns an ApiException into the call's answer (or raises), ``on_result`` the response.
-    """
+    """An idempotent request: ``<api>.<method>(**kwargs)``, retried on transient failures; ``on_error`` turns an
+    ApiException into the call's answer (or raises), ``on_result`` the response."""
 
     api: str  # CUSTOM_OBJECTS | CORE_V1
     method: str
@@ -161,7 +142,6 @@ class Plan:
         self.request: Call = next(self._steps)
 
     def answer(self, value: Any) -> None:
-        """The answer to :attr:`request`: the next request, or the plan's result."""
         try:
             self.request = self._steps.send(value)
         except StopIteration as end:
@@ -230,8 +210,7 @@ def items_of(result: Any) -> list:
 # --------------------------------------------------------------------------------------- create
 class Create:
     """The POST of an MPIJob, never replayed blindly: after a failure that may have reached the API server (409, a
-    transient error, a broken connection) the job is looked up and adopted when it belongs to the same task
-    instance; otherwise it is sent again, within the hook's retry budget."""
+    transient error, a broken connection) the job is looked up, adopted if it is this task's, else sent again."""
 
     def __init__(self, body: dict, hook_log: logging.Logger) -> None:
         self.body, self.log = body, hook_log
@@ -256,10 +235,8 @@ class Create:
 
 # --------------------------------------------------------------------------------------- logs
 def format_since_time(value: datetime | str) -> str:
-    """RFC 3339 UTC with second precision (what ``sinceTime`` carries on the wire); floors sub-seconds.
-
-    Naive datetimes are taken as UTC; strings are passed through unchanged.
-    """
+    """RFC 3339 UTC with second precision (what ``sinceTime`` carries on the wire), sub-seconds floored; a naive
+    datetime is taken as UTC, a string passed through."""
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, datetime):
@@ -272,12 +249,7 @@ def format_since_time(value: datetime | str) -> str:
 @dataclass(frozen=True)
 class LogRequest:
     """``GET /api/v1/namespaces/{ns}/pods/{name}/log`` through ``ApiClient.call_api``, always ``timestamps=true``
-    (built by hand: the generated clients have no ``sinceTime`` parameter).
-
-    ``since_time``: a datetime or an RFC 3339 string, sent with second precision (floored); ``previous``: the
-    previous (restarted) container instance; ``request_timeout``: ``(connect, read-idle)``, a followed log quiet
-    for longer raises and the caller reconnects with ``since_time``.
-    """
+    (built by hand: the generated clients have no ``sinceTime`` parameter); timeout: ``log_request_timeout``."""
 
     pod: str
     namespace: str
@@ -305,16 +277,10 @@ class LogRequest:
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "path_params": {"namespace": self.namespace, "name": self.pod},
-            "query_params": self.query,
-            "header_params": {"Accept": "*/*"},
-            "response_types_map": {200: "str"},
-            "auth_settings": ["BearerToken"],
-            "_return_http_data_only": True,
-            "_preload_content": False,
-            "_request_timeout": self.request_timeout,
-        }
+        return {"path_params": {"namespace": self.namespace, "name": self.pod}, "query_params": self.query,
+                "header_params": {"Accept": "*/*"}, "response_types_map": {200: "str"},
+                "auth_settings": ["BearerToken"], "_return_http_data_only": True, "_preload_content": False,
+                "_request_timeout": self.request_timeout}
 
     def raise_error(self, exc: BaseException) -> Any:
         """400 (container not started / no previous container), 404 (pod gone) -> PodLogUnavailable."""

@@ -1,8 +1,7 @@
 """The request layer's one retry policy: what is tried again, after how long, for how long, and what is logged.
 
-Only a failure that says nothing about the request is tried again (errors.is_transient: 429, 5xx, a broken
-connection; never 409: a conflict on create is a decision, not a blip), after a delay that doubles from a first one
-up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
+Only a failure that says nothing about the request is tried again (errors.is_transient), after a delay that doubles
+from a first one up to a cap (:func:`backoff`). Two budgets, and they nest (an outage logs both warnings):
 
 * a request: an idempotent call of a hook is sent ``api_retries`` times at most (5, 1 s doubling to 15 s), enough
   for a blip; a create is looked up before it is sent again (hooks/mpijob.py);
@@ -32,14 +31,12 @@ T = TypeVar("T")
 
 
 def backoff(failures: int, first: float, most: float) -> float:
-    """The delay after ``failures`` failures in a row: ``first``, doubled each time, at most ``most``."""
     return min(most, first * 2 ** min(failures - 1, 32))  # the exponent's cap: no overflow whatever the count
 
 
 def worth_retrying(err: BaseException, *, in_outage: bool) -> bool:
-    """Transient, and 401/403 once the API was seen failing: an API server coming back refuses non-admin identities
-    until its authentication and RBAC caches have synced (seen with a least-privilege service account). Outside an
-    outage a 401/403 is an answer."""
+    """Transient, and 401/403 once the API was seen failing (else an answer): an API server coming back refuses
+    non-admin identities until its authentication and RBAC caches synced (seen with a least-privilege account)."""
     return is_transient(err) or in_outage and getattr(err, "status", None) in (401, 403)
 
 
@@ -65,7 +62,6 @@ class Outage:
 
 
 def _failure(state: tenacity.RetryCallState) -> tuple[BaseException | None, float]:
-    """The failure a retry follows and the delay before it."""
     exc = state.outcome.exception() if state.outcome else None
     return exc, state.next_action.sleep if state.next_action else 0.0
 
@@ -101,8 +97,7 @@ def _outage_retrying() -> dict[str, Any]:
 
 
 async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-    """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds (a wait's reads:
-    the hub's watches already survive one, the call's own retries cover a blip, not a restart)."""
+    """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds."""
 
     async def call() -> T:  # the hooks' shared reads are plain methods returning an awaitable: tenacity would not await
         return await fn(*args, **kwargs)

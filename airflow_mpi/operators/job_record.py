@@ -14,6 +14,7 @@ from typing import Any
 
 STATE_STORE_KEY = "airflow_mpi_job"
 JOB_XCOM_KEY = "airflow_mpi_job"
+JOB_RECORD_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")  # the XCom's, as the listener reads it
 
 
 def record_job(
@@ -25,8 +26,7 @@ def record_job(
         store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace, "uid": uid})
     ti = context["ti"]
     if hasattr(ti, "xcom_push"):
-        location = {"name": name, "namespace": namespace, "kubernetes_conn_id": conn_id, "api_version": api_version}
-        ti.xcom_push(key=JOB_XCOM_KEY, value=location)
+        ti.xcom_push(key=JOB_XCOM_KEY, value=dict(zip(JOB_RECORD_KEYS, (name, namespace, conn_id, api_version))))
 
 
 def recorded_job(context: Any) -> tuple[str, str, str | None] | None:

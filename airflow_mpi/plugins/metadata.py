@@ -9,10 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_mpi.jobspec.orphans import TaskKey
-from airflow_mpi.operators.job_record import JOB_XCOM_KEY
+from airflow_mpi.operators.job_record import JOB_RECORD_KEYS, JOB_XCOM_KEY
 from airflow_mpi.version_compat import non_scoped_session
-
-LOCATION_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")
 
 
 def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
@@ -28,8 +26,7 @@ def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
 
 
 def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:
-    """``(task instance, job record)`` of every task instance of one DAG run (or of one task) that recorded its
-    job: ``{"name", "namespace", "kubernetes_conn_id", "api_version"}`` (``operators/job_record.py``)."""
+    """``(task instance, job record)`` of every task instance of one DAG run (or one task) that recorded its job."""
     with non_scoped_session() as session:
         try:
             from airflow.models.xcom import XComModel  # Airflow 3
@@ -46,4 +43,4 @@ def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[
 
 
 def _is_location(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in LOCATION_KEYS)
+    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in JOB_RECORD_KEYS)

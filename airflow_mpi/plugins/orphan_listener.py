@@ -1,16 +1,13 @@
 """Listener that deletes MPIJobs nobody is left to delete: the provider's "no orphan ever" guarantee.
 
-Airflow calls it in the API server when a task instance is marked failed/success by hand, and in the
-scheduler when it fails a task instance whose worker is gone (heartbeat lost, killed externally) or when a
-DAG run finishes: cases where no ``on_kill`` may run (a task marked failed before a triggerer picked up its
-trigger has no trigger to kill). It deletes only orphans (jobspec/orphans.py: live jobs of this deployment
-whose task instance is finished or gone), and looks only in the namespaces the finished task instances
-recorded their jobs in (operators/job_record.py), each after checking that the job named there is that task
-instance's job of this deployment (``hooks/orphan_sweep.owns_place``): a task cannot aim the sweep.
+Airflow calls it in the API server when a task instance is marked failed/success by hand, and in the scheduler
+when it fails a task instance whose worker is gone (heartbeat lost, killed externally) or when a DAG run finishes:
+cases where no ``on_kill`` may run (a task marked failed before a triggerer picked up its trigger has no trigger to
+kill). It deletes only orphans (jobspec/orphans.py), and looks only in the namespaces the finished task instances
+recorded their jobs in (operators/job_record.py), each checked first (``hooks/orphan_sweep.owns_place``).
 
-The hooks below run in Airflow's own threads, so they only hand ids to the background worker
-(plugins/sweep_worker.py); a task instance that is not an MPI task costs nothing (its operator name is on the
-task instance already). Errors are logged, never raised into Airflow.
+The hooks below only hand ids to the background worker (plugins/sweep_worker.py); a task instance that is not an
+MPI task costs nothing (its operator name is on the task instance already). Errors are logged, never raised.
 """
 
 from __future__ import annotations
@@ -123,8 +120,8 @@ def submit_task(task_instance: Any) -> bool:
 @hookimpl
 def on_starting(component: Any) -> None:
     """Make this deployment's identity when a server component starts (scheduler, triggerer, dag processor: not a
-    task runner), before any task needs it: in its main thread, before its loop and before it forks anything
-    (no thread here, see plugins/sweep_worker.py), in sessions of its own. Errors are logged by Airflow."""
+    task runner), before any task needs it: in its main thread, before its loop and before it forks anything (no
+    thread here, see plugins/sweep_worker.py), in sessions of its own. Errors are logged by Airflow."""
     if type(component).__module__ == "airflow.jobs.job":
         from airflow_mpi import deployment_identity
 

@@ -4,8 +4,7 @@ Airflow calls listeners in its own threads: the scheduler's loop (inside its loc
 thread's scoped session) and the API server's request handlers. A listener that reads the database or calls
 Kubernetes there commits the scheduler's session ("UNEXPECTED COMMIT - THIS WILL BREAK HA LOCKS!"), holds up
 scheduling, or keeps a UI request waiting on an unreachable API server. So the listener only hands ids over:
-``submit`` never blocks (a full queue drops the request with a warning: a later sweep of the namespace still
-finds the job), and the work runs here, one request at a time, in sessions of its own, within a budget.
+``submit`` never blocks, and the work runs here, one request at a time, in sessions of its own, within a budget.
 
 The processes it runs in fork (the scheduler its LocalExecutor workers): a fork while this thread is inside a
 request would hand the child locks no thread of the child will ever release (a module being imported: the child
@@ -32,9 +31,7 @@ class SweepWorker:
     """Runs ``handle(request)`` for each submitted request, in one daemon thread started on first use."""
 
     def __init__(self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"):
-        self._handle = handle
-        self._size = size
-        self._name = name
+        self._handle, self._size, self._name = handle, size, name
         self._reset()
         _WORKERS.add(self)
 

@@ -1,8 +1,4 @@
-"""MPIJobSensor: wait for an existing MPIJob to reach a condition (``Succeeded`` by default).
-
-Poke, reschedule and deferrable modes; a ``Failed`` job fails the sensor at once instead of
-poking until the timeout. Deferrable mode reuses :class:`~airflow_mpi.triggers.MPIJobTrigger`.
-"""
+"""MPIJobSensor: wait for an existing MPIJob to reach a condition."""
 
 from __future__ import annotations
 
@@ -24,7 +20,9 @@ if TYPE_CHECKING:
 
 
 class MPIJobSensor(BaseSensorOperator):
-    """Wait for MPIJob ``job_name`` to have condition ``target_condition``.
+    """Wait for MPIJob ``job_name`` to have condition ``target_condition`` (``Succeeded`` by default), in poke,
+    reschedule or deferrable mode (:class:`~airflow_mpi.triggers.MPIJobTrigger`); a ``Failed`` job fails the sensor
+    at once instead of poking until the timeout.
 
     :param attach_logs: print the launcher's log into the task log when the wait ends.
     """
@@ -37,14 +35,12 @@ class MPIJobSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.job_name = job_name
-        self.namespace = namespace
+        self.job_name, self.namespace = job_name, namespace
         if "{{" not in target_condition and target_condition not in KNOWN_CONDITIONS:
             raise MPIJobValidationError("target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}")
         self.target_condition = target_condition
         self.attach_logs = attach_logs
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.api_version = api_version
+        self.kubernetes_conn_id, self.api_version = kubernetes_conn_id, api_version
         self.deferrable = deferrable
 
     @cached_property

@@ -1,10 +1,8 @@
-"""MPIJobTrigger: the deferrable wait, run by the triggerer.
+"""MPIJobTrigger: the deferrable wait, run by the triggerer (perhaps on another machine: plain data only).
 
-It carries only plain data (the triggerer may run on another machine), including the deadline that enforces
-``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave it running). It
-emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before`` (the hold
-against Airflow's deferral race: wait/deferral.py). A failed job's event carries why it failed (``failure``,
-bounded: events are stored in the metadata database).
+The deadline enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave
+it running). It emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before``
+(the hold against Airflow's deferral race: wait/deferral.py); a failed job's carries why (``failure``, bounded).
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ from airflow_mpi.wait.progress import Timeouts
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class MPIJobTrigger(BaseTrigger):
-    """Wait for an MPIJob (or one of its conditions) while streaming the launcher log. Its fields are what it
-    serializes (times as ISO text); the wait's options are :class:`~airflow_mpi.wait.monitor.JobMonitor`'s."""
+    """Wait for an MPIJob (or one of its conditions) while streaming the launcher log; serializes its fields."""
 
     # the job, and the connection settings resolved on the worker
     name: str
@@ -98,9 +95,8 @@ class MPIJobTrigger(BaseTrigger):
         yield TriggerEvent(payload)
 
     async def _log_position(self) -> tuple[dict | None, Any]:
-        """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read
-        back on start from the task's trigger logs, so a triggerer failover neither repeats nor loses a line
-        (wait/log_ledger.py)."""
+        """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read back
+        from the task's trigger logs, so a triggerer failover neither repeats nor loses a line (wait/log_ledger.py)."""
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines

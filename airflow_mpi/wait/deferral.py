@@ -1,19 +1,17 @@
 """When deferring is safe, and how long a trigger must hold its event (pure: no I/O).
 
-Airflow 3.x (up to at least 3.3.2) has a race between a deferring task's worker exit and a fast
-trigger: when the trigger fires before the scheduler has processed the "success" executor event of
-the process that deferred, the scheduler may process that stale event once the resumed try is
-already QUEUED/RUNNING and fail it ("executor reported ... finished with state success, but the task
-instance's state attribute is running"): apache/airflow issues #71580 and #72716 (open PRs #71579,
-#72767; the SCHEDULED case was fixed by #66431, the QUEUED case by #68741 after 3.3.2).
+Airflow 3.x (up to at least 3.3.2) has a race between a deferring task's worker exit and a fast trigger: when the
+trigger fires before the scheduler has processed the "success" executor event of the process that deferred, the
+scheduler may process that stale event once the resumed try is already QUEUED/RUNNING and fail it ("executor
+reported ... finished with state success, but the task instance's state attribute is running"): apache/airflow
+issues #71580 and #72716 (open PRs #71579, #72767; the SCHEDULED case was fixed by #66431, the QUEUED case by #68741
+after 3.3.2). Two rules keep the operator out of it:
 
-Two rules keep the operator out of it:
-
-* never defer on a job that is already finished (the trigger would fire at once): finish in the
-  worker instead, as the KubernetesPodOperator does for a terminal pod;
-* on the affected versions, the trigger holds its event until ``RESUME_RACE_WINDOW`` after the
-  deferral. The hold is an absolute time (``not_before``) computed when the task defers, so a
-  triggerer restart or a hand-over to another triggerer adds nothing to it.
+* never defer on a job that is already finished (the trigger would fire at once): finish in the worker instead,
+  as the KubernetesPodOperator does for a terminal pod;
+* on the affected versions, the trigger holds its event until ``RESUME_RACE_WINDOW`` after the deferral. The hold
+  is an absolute time (``not_before``) computed when the task defers, so a triggerer restart or a hand-over to
+  another triggerer adds nothing to it.
 """
 
 from __future__ import annotations
@@ -37,11 +35,8 @@ def version_tuple(version: str) -> tuple[int, int, int]:
 
 
 def resume_race_affected(airflow_version: str, fixed_in: tuple[int, int, int] | None = RACE_FIXED_IN) -> bool:
-    """Does this Airflow version fail a resumed try on a stale defer-exit event?
-
-    Airflow 2 only compares QUEUED task instances and its executors track re-queued tasks
-    (``has_task``), so 2.x is not affected.
-    """
+    """Does this Airflow version fail a resumed try on a stale defer-exit event? Not 2.x: Airflow 2 only compares
+    QUEUED task instances and its executors track re-queued tasks (``has_task``)."""
     version = version_tuple(airflow_version)
     return version >= (3, 0, 0) and (fixed_in is None or version < fixed_in)
 

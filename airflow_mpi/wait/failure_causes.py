@@ -1,17 +1,15 @@
-"""Why a failed MPIJob failed, named from its pods: the text a failed task's error carries.
+"""Why a failed MPIJob failed, named from its pods' summaries (pure): the text a failed task's error carries.
 
-The MPIJob's condition only says that the launcher Job ran out of attempts ("BackoffLimitExceeded"); users
-of the mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90: a worker killed for out-of-memory
-shows only as a failed launcher; #461: the pods are cleaned up before their logs can be read). These pure
-functions name it from each pod's :class:`PodSummary`: out of memory with the limit, exit code and signal,
-termination message, eviction, restarts.
+The MPIJob's condition only says that the launcher Job ran out of attempts ("BackoffLimitExceeded"); users of the
+mpi-operator ask for the cause behind it (kubeflow/mpi-operator#90: a worker killed for out-of-memory shows only as
+a failed launcher; #461: the pods are cleaned up before their logs can be read).
 
-On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's main
-process (sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed job, is
-when the ``cleanPodPolicy`` (Running or All) deletes the still running workers. So a worker that ends *while
-being deleted* is a cause only when it ran out of memory: any other end (``Completed``, or 137/143 from the
-deletion's own signals) is the clean-up. :func:`awaited_workers` and :func:`settle_deadline` say which ends
-are still to come and for how long (wait/failure_report.py awaits them).
+On a cgroup v1 node an MPI rank over the worker's memory limit is killed as a *process*: the worker's main process
+(sshd) lives on and the container shows ``OOMKilled`` only once it ends, which, for a failed job, is when the
+``cleanPodPolicy`` (Running or All) deletes the still running workers. So a worker that ends *while being deleted*
+is a cause only when it ran out of memory: any other end (``Completed``, or 137/143 from the deletion's own
+signals) is the clean-up. :func:`awaited_workers` and :func:`settle_deadline` say which ends are still to come and
+for how long (wait/failure_report.py awaits them).
 
 Everything that leaves here is bounded (texts, lines, bytes, pods): it travels in trigger events, stored in
 Airflow's metadata database.
@@ -52,7 +50,6 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
 
 
 def _signal_name(number: int) -> str | None:
-    """``SIGKILL`` for 9; None for a number that is no signal."""
     try:
         return signals.Signals(number).name
     except ValueError:
@@ -158,16 +155,14 @@ def _settled(pod: PodSummary) -> bool:
 
 def awaited_workers(pods: Sequence[PodSummary], clean_pod_policy: str | None) -> list[PodSummary]:
     """Live workers whose end is still to come and will be seen: the ones being deleted, and, when the
-    ``cleanPodPolicy`` deletes live workers (Running, All), the Running and Pending ones (the mpi-operator's
-    deleteWorkerPods). With ``None`` the workers keep running: nothing is awaited."""
+    ``cleanPodPolicy`` deletes live workers, the Running and Pending ones (the mpi-operator's deleteWorkerPods)."""
     deleting = clean_pod_policy in DELETING_POLICIES
     return [p for p in pods if p.role == "worker" and not _settled(p)
             and (p.deleting or (deleting and p.phase in ("Running", "Pending")))]
 
 
 def settle_deadline(awaited: Sequence[PodSummary], verdict_at: datetime) -> datetime | None:
-    """Until when the ends of ``awaited`` are worth waiting for: a deleted pod's grace period (its deletion
-    timestamp) plus SETTLE_SLACK; a pod not deleted yet gets DELETION_START more; never past MAX_SETTLE."""
+    """Until when the ends of ``awaited`` are worth waiting for: their grace periods plus slack, bounded."""
     if not awaited:
         return None
     ends = []
@@ -195,8 +190,7 @@ def reads_previous(pod: PodSummary) -> bool:
 
 
 def bound_tail(lines: Iterable[str], max_lines: int, max_bytes: int = TAIL_BYTES) -> list[str]:
-    """The last lines within ``max_lines`` (at most MAX_TAIL_LINES) and ``max_bytes`` (UTF-8), each line cut to
-    LINE_CHARS; rank 0's result marker lines (``@task.mpi``: its return value) are never quoted."""
+    """The last lines within the bounds, never rank 0's result marker lines (``@task.mpi``: its return value)."""
     kept: list[str] = []
     budget = max_bytes
     for line in reversed([ln for ln in lines if MARKER not in ln]):
@@ -212,7 +206,6 @@ def bound_tail(lines: Iterable[str], max_lines: int, max_bytes: int = TAIL_BYTES
 
 
 def tail_entry(pod: PodSummary, lines: list[str] | None, note: str | None = None) -> dict:
-    """A tail as it travels (plain JSON)."""
     return {"pod": pod.name, "role": pod.role, "container": pod.container, "lines": lines or [],
             "note": clip(note)}
 
@@ -230,7 +223,8 @@ def explain(failure: dict | None, error_tail_lines: int = ERROR_TAIL_LINES) -> l
     lines = [f"cause: {cause}" for cause in failure.get("causes") or []]
     for tail in failure.get("tails") or []:
         shown = (tail.get("lines") or [])[-error_tail_lines:] if error_tail_lines else []
-        where = f"{tail.get('role')} {tail.get('pod')}" + (f" (container {tail['container']})" if tail.get("container") else "")
+        container = f" (container {tail['container']})" if tail.get("container") else ""
+        where = f"{tail.get('role')} {tail.get('pod')}{container}"
         if tail.get("note"):
             lines.append(f"log of {where}: {tail['note']}")
         elif shown:

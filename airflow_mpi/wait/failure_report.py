@@ -1,14 +1,12 @@
 """Gathering why a wait ended "failed": the pods' last states and the failed pods' last log lines.
 
-Run by the monitor once the verdict is "failed", on the wait's own subscription to the watch hub (no listing,
-no polling); wait/failure_causes.py names the causes, this module only observes, at the right moments:
+Run by the monitor on the wait's own subscription to the watch hub (no listing, no polling); wait/failure_causes.py
+names the causes, this module only observes, at the right moments:
 
-* at the verdict, the log tails of the failed workers, of the workers the ``cleanPodPolicy`` is about to
-  delete (once deleted, a pod's log is gone: kubeflow/mpi-operator#461) and of the failed launcher;
-* then, on the hub's change notifications, the ends of those workers: on a cgroup v1 node a rank killed for
-  exceeding the memory limit leaves sshd running, and the container shows ``OOMKilled`` only when the
-  clean-up stops it (the hub keeps a deleted pod's last state for its waits). Bounded by the pods' grace
-  period (``settle_deadline``) and the wait's deadline; with ``cleanPodPolicy: None`` nothing is awaited.
+* at the verdict, the log tails of the failed workers, of the workers the ``cleanPodPolicy`` is about to delete
+  (once deleted, a pod's log is gone: kubeflow/mpi-operator#461) and of the failed launcher;
+* then, on the hub's change notifications, the ends of those workers (an OOM kill on cgroup v1 shows only then:
+  wait/failure_causes.py), within the pods' grace period and the wait's deadline.
 
 Diagnostics never mask the failure: every read is bounded in time and its error becomes a note.
 """
@@ -58,8 +56,7 @@ class FailureReport:
         self.hook, self.namespace, self.sub = hook, namespace, sub
         self.clean_pod_policy = clean_pod_policy
         self.tail_lines = max(int(tail_lines or 0), 0)
-        self.now = now
-        self.deadline = deadline
+        self.now, self.deadline = now, deadline
         self._reads: dict[str, asyncio.Task] = {}
         self._roles: dict[str, str] = {}
 
@@ -81,7 +78,7 @@ class FailureReport:
         while True:
             workers = self._workers()
             for pod in workers:
-                if fc.pod_cause(pod):  # failed since the verdict (an OOM kill shows at its end): read it while it exists
+                if fc.pod_cause(pod):  # failed since the verdict (an OOM kill shows at its end): read it now
                     self._read(pod)
             live = {p.metadata.name for p in self.sub.pods()}
             until = fc.settle_deadline([p for p in fc.awaited_workers(workers, self.clean_pod_policy)

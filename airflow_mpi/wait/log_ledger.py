@@ -1,18 +1,17 @@
 """Exactly-once launcher logs across a triggerer failover: the log position is kept in the task log itself.
 
-A trigger's log position (``LogState``) travels only at defer time, so a triggerer that dies mid-stream takes
-it along, and a checkpoint beside the log (an annotation, a database row) cannot be exactly-once: a kill between
-"line written" and "checkpoint written" repeats or loses the lines in between. So every launcher line the
-trigger emits carries, as a structured field of its record, the cursor position *after* it
-(``<stream>@<seconds>.<nanoseconds>#<count at that timestamp>``), every attempt header its stream key.
-Airflow 3's triggerer appends each trigger's records, one write each, as JSON lines to ``<task
-log>.trigger.<triggerer job id>.log``: a kill loses only a suffix, so the greatest position in the try's files
-is the position after the last line the log holds. On start the trigger reads them back (in a thread, a
+A trigger's log position (``LogState``) travels only at defer time, so a triggerer that dies mid-stream takes it along,
+and a checkpoint beside the log (an annotation, a database row) cannot be exactly-once: a kill between "line written"
+and "checkpoint written" repeats or loses the lines in between. So every launcher line the trigger emits carries, as a
+structured field of its record, the cursor position *after* it (``<stream>@<seconds>.<nanoseconds>#<count>``), every
+attempt header its stream key. Airflow 3's triggerer appends each trigger's records, one write each, as JSON lines
+to ``<task log>.trigger.<triggerer job id>.log``: a kill loses only a suffix, so the greatest position in the try's
+files is the position after the last line the log holds. On start the trigger reads them back (in a thread, a
 position per stream in memory) and resumes from there or from the defer-time position, whichever is further.
 
-Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a shared
-``base_log_folder``); with remote logging alone (uploaded when a trigger ends, never by a killed triggerer) or
-on Airflow 2 (plain-text trigger logs), the defer-time position is used: lines may repeat, never get lost.
+Where it cannot hold: the dead triggerer's file must be readable here (same machine, or a shared ``base_log_folder``);
+with remote logging alone (uploaded when a trigger ends, never by a killed triggerer) or on Airflow 2 (plain-text
+trigger logs), the defer-time position is used: lines may repeat, never get lost.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ def _parse_mark(mark: str) -> tuple[str, list[int] | None]:
 
 
 def _newer(a: list[int], b: list[int]) -> bool:
-    """Is position ``a`` further along its stream than ``b``? (positions grow along a stream)"""
     return (a[0], a[1], a[2]) > (b[0], b[1], b[2])
 
 
@@ -72,9 +70,8 @@ def ledger_from_records(records: Iterable[dict]) -> dict:
 
 
 def records_from_lines(lines: Iterable[str | bytes]) -> Iterator[dict]:
-    """The JSON records of a structured (JSON lines) log file, one at a time (a long log is never held whole);
-    anything else, such as a line cut short by a kill, is skipped: a record that is not whole was not written, so
-    its line is read again."""
+    """The JSON records of a JSON lines log file, one at a time; anything else, such as a line cut short by a kill,
+    is skipped: a record that is not whole was not written, so its line is read again."""
     for line in lines:
         try:
             record = json.loads(line)
@@ -120,8 +117,7 @@ def _trigger_log_files(ti: Any) -> list[Path]:
 
 def read_back(ti: Any) -> dict:
     """The log state the trigger log files of ``ti``'s try hold (``LogState.to_dict`` form). Streams the files:
-    its memory is the ledger's (a position per launcher stream), whatever the logs' length. Blocking file I/O:
-    the trigger runs it in a thread (``resume_state_off_loop``)."""
+    its memory is the ledger's (a position per launcher stream), whatever the logs' length."""
 
     def records() -> Iterator[dict]:
         for path in _trigger_log_files(ti):
@@ -144,8 +140,7 @@ def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]
 
 
 async def resume_state_off_loop(ti: Any, deferred_state: dict | None, warn: Callable[..., None]) -> dict | None:
-    """:func:`resume_state` in a worker thread: a long task log is read without holding up the triggerer's other
-    triggers (they share its event loop)."""
+    """:func:`resume_state` in a thread, not holding up the triggerer's other triggers (they share its event loop)."""
     return await asyncio.to_thread(resume_state, ti, deferred_state, warn)
 
 

@@ -1,14 +1,13 @@
 """The launcher's log in the task log, attempt after attempt, each line exactly once.
 
-A follow stream is open only while the launcher container runs and one of the event loop's
-``MAX_FOLLOW_STREAMS`` slots is free (hundreds of waits in one triggerer would otherwise hold hundreds of
-streams, and the kubelet runs out of watchers). Some log servers (kwok) keep a follow stream open after the
-container ended: once the hub shows the pod not running, the stream gets ``FOLLOW_GRACE`` to end, then the rest
-is read without following (the cursor drops what the two reads share). A kubelet, the other way round, ends
-the stream before the pod's status says the container stopped: the status gets ``EOF_SETTLE`` to arrive
-before the container is followed again. An answer line without a timestamp (``timestamps=true`` prefixes
-every line the container wrote) is the log server's error text: reported once, retried with backoff, never
-printed as launcher output.
+A follow stream is open only while the launcher container runs and one of the event loop's ``MAX_FOLLOW_STREAMS`` slots
+is free (hundreds of waits in one triggerer would otherwise hold hundreds of streams, and the kubelet runs out of
+watchers). Some log servers (kwok) keep a follow stream open after the container ended: once the hub shows the pod not
+running, the stream gets ``FOLLOW_GRACE`` to end, then the rest is read without following (the cursor drops what the two
+reads share). A kubelet, the other way round, ends the stream before the pod's status says the container stopped: the
+status gets ``EOF_SETTLE`` to arrive before the container is followed again. An answer line without a timestamp
+(``timestamps=true`` prefixes every line the container wrote) is the log server's error text: reported once, retried
+with backoff, never printed as launcher output.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from typing import Any, Protocol
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
-from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.wait.logs import LogCursor, LogStream, attempt_header, format_stamp
 from airflow_mpi.wait.summaries import pod_summary
 
@@ -43,7 +41,6 @@ _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _follow_slots() -> asyncio.Semaphore:
-    """The follow-stream semaphore of the running event loop."""
     return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_FOLLOW_STREAMS))
 
 
@@ -245,9 +242,8 @@ class LogPump:
             await self._settle(stream, finished)
 
     async def _settle(self, stream: LogStream, finished: asyncio.Event) -> None:
-        """After the log server ended a follow: until the pod's status says the container stopped (the next pass
-        reads the rest without following), for at most ``EOF_SETTLE``, rather than following an ended container
-        again. No line is lost if it still runs: the next follow starts from the cursor."""
+        """After the log server ended a follow: until the pod's status says the container stopped, for at most
+        ``EOF_SETTLE``. No line is lost if it still runs: the next follow starts from the cursor."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + EOF_SETTLE
         while not finished.is_set() and await self._running(stream) and (left := deadline - loop.time()) > 0:

@@ -1,15 +1,14 @@
 """The launcher's log streams: which exist, in attempt order, and how far each was printed, exactly once.
 
-Every launcher attempt is either a new pod (restartPolicy Never: the Job controller creates one per attempt
-and keeps the failed ones) or a restarted container in the same pod (OnFailure: only the immediately previous
-container's log is still retrievable, with ``previous=True``).
+Every launcher attempt is either a new pod (restartPolicy Never: the Job controller creates one per attempt and keeps
+the failed ones) or a restarted container in the same pod (OnFailure: only the immediately previous container's log is
+still retrievable, with ``previous=True``).
 
-Logs are always read with ``timestamps=True``. A follow stream can break at any time (API server restart,
-triggerer hand-over, a deferrable task resuming in a new process); the reader then asks again with
-``sinceTime`` = the last timestamp it printed. ``sinceTime`` has one-second precision on the wire, so the
-answer repeats lines already printed: the cursor remembers, per stream, the last timestamp printed and how
-many lines carried exactly that timestamp, and drops the repeats. The cursor is plain data so it can travel
-in a trigger event.
+Logs are always read with ``timestamps=True``. A follow stream can break at any time (API server restart, triggerer
+hand-over, a deferrable task resuming in a new process); the reader then asks again with ``sinceTime`` = the last
+timestamp it printed. ``sinceTime`` has one-second precision on the wire, so the answer repeats lines already printed:
+the cursor remembers, per stream, the last timestamp printed and how many lines carried exactly that timestamp, and
+drops the repeats. The cursor is plain data so it can travel in a trigger event.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from airflow_mpi.hooks.answers import split_timestamp
+from airflow_mpi.hooks.requests import format_since_time
 
 if TYPE_CHECKING:
     from airflow_mpi.wait.progress import PodSummary
@@ -55,7 +55,6 @@ def launcher_streams(pods: list[PodSummary]) -> list[LogStream]:
 
 
 def attempt_header(number: int, max_attempts: int | None, stream: LogStream) -> str:
-    """The line that opens one attempt's log section in the task log."""
     of = f" of {max_attempts}" if max_attempts else ""
     restart = f", container restart {stream.restart}" if stream.restart else ""
     lost = ("" if stream.retrievable
@@ -63,13 +62,13 @@ def attempt_header(number: int, max_attempts: int | None, stream: LogStream) -> 
     return f"========== launcher attempt {number}{of}, pod {stream.pod}{restart}{lost} =========="
 
 
-def _format_since(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _since(seconds: int) -> str:
+    return format_since_time(datetime.fromtimestamp(seconds, tz=timezone.utc))
 
 
 def format_stamp(stamp: tuple[int, int]) -> str:
     """A log timestamp as the kubelet writes it (RFC 3339, nanoseconds)."""
-    return f"{_format_since(stamp[0])[:-1]}.{stamp[1]:09d}Z"
+    return f"{_since(stamp[0])[:-1]}.{stamp[1]:09d}Z"
 
 
 @dataclass
@@ -80,12 +79,10 @@ class _Position:
 
 class LogPass:
     """One read of one stream; drops the lines an earlier read of the same stream printed, and sees when the
-    server no longer has the last of them.
-
-    A resumed read from ``sinceTime`` must answer the last line printed again before any newer one. A kubelet
-    serves only the container's current log file, so once it rotated that line away (``containerLogMaxSize``)
-    the answer starts later: lines between the two may be gone, and :attr:`gap` says from when to when (a follow
-    stream, by contrast, carries on across a rotation)."""
+    server no longer has the last of them. A resumed read from ``sinceTime`` must answer the last line printed again
+    before any newer one. A kubelet serves only the container's current log file, so once it rotated that line away
+    (``containerLogMaxSize``) the answer starts later: lines between the two may be gone, and :attr:`gap` says from
+    when to when (a follow stream, by contrast, carries on across a rotation)."""
 
     def __init__(self, position: _Position | None, on_emit) -> None:
         self._previous = position
@@ -124,7 +121,7 @@ class LogCursor:
     def since_time(self, key: str) -> str | None:
         """The ``sinceTime`` to resume ``key`` with (None: read from the start)."""
         position = self._positions.get(key)
-        return _format_since(position.stamp[0]) if position else None
+        return _since(position.stamp[0]) if position else None
 
     def position(self, key: str) -> list[int] | None:
         """``[seconds, nanoseconds, lines at that timestamp]`` after the last line printed of ``key``."""

@@ -4,8 +4,7 @@ watch hub (wait/watch_hub.py):
 
 * the *watcher* asks :func:`airflow_mpi.wait.progress.assess` whether the wait is over after every change of
   the job or its pods, and every ``poll_interval`` (timeouts advance without events), reading the hub's cache;
-* the *log pump* (wait/log_pump.py) follows the launcher's log, attempt after attempt, exactly once across
-  reconnects, restarts of the reader and deferral hand-overs.
+* the *log pump* (wait/log_pump.py) follows the launcher's log, each line exactly once.
 
 A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
 subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
@@ -42,7 +41,8 @@ def utcnow() -> datetime:
 
 
 class _ListedPods:
-    """Drain only (nothing is followed): one listing per pass, no watch."""
+    """Drain only (nothing is followed): one listing per pass, no watch. A drain runs with its finish flag set, so
+    the pump never awaits :meth:`wait_change`: it is there for wait/log_pump.py ``PodSource``."""
 
     version = 0
 
@@ -66,8 +66,7 @@ class JobMonitor:
     namespace: str
     _: KW_ONLY
     emit: Callable[[str], None]
-    # launcher lines and attempt headers with their log position (wait/log_ledger.py): the trigger logs the
-    # mark beside the text so that a successor can read its position back from the task log
+    # launcher lines and attempt headers with their log position (wait/log_ledger.py)
     emit_marked: Callable[[str, str], None] | None = None
     submitted_at: datetime
     deadline: datetime | None = None
@@ -139,19 +138,12 @@ class JobMonitor:
     def result(self, verdict: Verdict) -> dict:
         state = self.last_state  # None: the job was never read
         return {
-            "status": verdict.outcome,
-            "message": verdict.message,
-            "warnings": verdict.warnings,
-            "name": self.name,
-            "namespace": self.namespace,
-            "uid": self.uid,
+            "status": verdict.outcome, "message": verdict.message, "warnings": verdict.warnings,
+            "name": self.name, "namespace": self.namespace, "uid": self.uid,
             **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
-            "job_message": getattr(state, "message", None),
-            "launcher_pods": self.launcher_pod_names,
-            "launcher_attempts": self.launcher_attempts,
-            "launcher_exit_codes": self.launcher_exit_codes,
-            "log_state": self.logs.to_dict(),
-            "failure": self.failure,
+            "job_message": getattr(state, "message", None), "launcher_pods": self.launcher_pod_names,
+            "launcher_attempts": self.launcher_attempts, "launcher_exit_codes": self.launcher_exit_codes,
+            "log_state": self.logs.to_dict(), "failure": self.failure,
         }
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
@@ -182,12 +174,10 @@ class JobMonitor:
 
     # ---------------------------------------------------------------- watcher
     async def _watch(self, sub: watch_hub.Subscription) -> Verdict:
-        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``.
-
-        One GET first: it tells this job's incarnation (uid) apart from an earlier one of the same name
-        that the cache may still hold, and covers a job created after the hub's last event. Like the hub's
-        watches, it rides out an API server restart (one began between a create and this GET in a CI run).
-        """
+        """Assess after every change of the job or its pods (the hub's cache) and every ``poll_interval``. One GET
+        first: it tells this job's incarnation (uid) apart from an earlier one of the same name that the cache may
+        still hold, and covers a job created after the hub's last event. Like the hub's watches, it rides out an API
+        server restart (one began between a create and this GET in a CI run)."""
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")

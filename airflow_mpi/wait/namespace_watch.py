@@ -45,7 +45,6 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
 
 
 def _model(api_client: Any, kind: str, obj: dict) -> Any:
-    """A pod as a slim ``V1Pod``, an MPIJob as a slim dict (metadata and status); events stay dicts."""
     if kind == PODS:
         return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
     if kind == MPIJOBS:
@@ -56,14 +55,9 @@ def _model(api_client: Any, kind: str, obj: dict) -> Any:
 async def list_objects(
     hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
 ) -> tuple[list, str]:
-    """All objects of ``kind`` (matching the selectors) and the list's resourceVersion."""
     async with hook.get_conn() as api_client:
         method, kwargs = _request(hook, api_client, kind, namespace, **_selectors(label_selector, field_selector))
-        resp = await hook.open_stream(method, _preload_content=False, **kwargs)
-        try:
-            data = json.loads(await resp.read() or b"{}")
-        finally:
-            resp.release()
+        data = await hook.read_json(await hook.open_stream(method, _preload_content=False, **kwargs))
         items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
         return items, (data.get("metadata") or {}).get("resourceVersion")
 
@@ -73,10 +67,7 @@ async def watch_objects(
     resource_version: str | None = None, timeout_seconds: int = 290,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
     """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
-    the first item, ``OPEN``: the API server accepted the watch.
-
-    :raises WatchExpired: 410 Gone (list again).
-    """
+    the first item, ``OPEN``: the API server accepted the watch. 410 Gone raises WatchExpired (list again)."""
     extra: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
                              "_request_timeout": watch_request_timeout(timeout_seconds), "_preload_content": False,
                              **_selectors(label_selector, field_selector)}
@@ -107,7 +98,6 @@ class NamespaceRequests:
         self.hook = hook
 
     def watch_identity(self) -> tuple:
-        """Hooks with equal identities reach the same cluster as the same user: they share a watch hub."""
         return client_pool.identity(self.hook)
 
     async def list_objects(self, kind: str, namespace: str, **selectors: str) -> tuple[list, str]:

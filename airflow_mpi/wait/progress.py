@@ -1,5 +1,5 @@
-"""Deciding, from what the cluster reports, whether a wait is over and why (pure functions over plain summaries
-of the MPIJob, its pods and its events). A wait fails fast where waiting longer cannot help:
+"""Deciding, from summaries of the MPIJob, its pods and its events, whether a wait is over and why (pure). A wait
+fails fast where waiting longer cannot help:
 
 * the mpi-operator has no admission webhook: an invalid MPIJob only gets a ``ValidationError`` Warning event
   and never a ``Created`` condition;
@@ -28,7 +28,7 @@ EXPLAINED = ("failed", WORKER_FAILED)
 
 @dataclass(frozen=True)
 class PodSummary:
-    """What the waiter needs to know about one pod (built by the hooks from API objects)."""
+    """What the waiter needs to know about one pod (wait/summaries.py)."""
 
     name: str
     role: str  # "launcher" | "worker"
@@ -66,9 +66,8 @@ class EventSummary:
 
 @dataclass(frozen=True)
 class Verdict:
-    """``outcome`` is None while the wait goes on."""
-
-    # None | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout" | "worker_failed" | "target"
+    # None while the wait goes on | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout"
+    # | "worker_failed" | "target"
     outcome: str | None
     message: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -122,7 +121,6 @@ def assess(
     state: JobState, pods: list[PodSummary], events: list[EventSummary], *, now: datetime, submitted_at: datetime,
     timeouts: Timeouts, target_condition: str | None = None, current_conditions: set[str] | None = None,
 ) -> Verdict:
-    """Decide whether waiting on this MPIJob is over (and how it ended)."""
     warnings = _warning_lines(events)
     if state.terminal:
         return Verdict("success" if state.succeeded else "failed", state.describe(), warnings)

@@ -44,7 +44,8 @@ def _ended(main: Any) -> dict[str, Any]:
                       termination_message=clip(getattr(terminated, "message", None)))
     last = getattr(getattr(main, "last_state", None), "terminated", None)
     if last is not None:
-        fields.update(last_terminated_reason=getattr(last, "reason", None), last_exit_code=getattr(last, "exit_code", None))
+        fields.update(last_terminated_reason=getattr(last, "reason", None),
+                      last_exit_code=getattr(last, "exit_code", None))
     return fields
 
 
@@ -53,7 +54,8 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     metadata, status, spec = pod.metadata, pod.status, pod.spec
     containers = list(getattr(spec, "containers", None) or [])
     name = container or (containers[0].name if containers else None)
-    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in (getattr(status, "conditions", None) or []))
+    conditions = getattr(status, "conditions", None) or []
+    scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in conditions)
     main = _main_status(pod, name)
     state = waiting_reason = waiting_message = None
     exit_code = None
@@ -68,24 +70,13 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     deletion = getattr(metadata, "deletion_timestamp", None)
     grace = getattr(spec, "termination_grace_period_seconds", None)
     return PodSummary(
-        name=metadata.name,
-        role=pod_role(pod),
-        created=metadata.creation_timestamp,
-        phase=getattr(status, "phase", None),
-        scheduled=scheduled,
-        container=name,
+        name=metadata.name, role=pod_role(pod), created=metadata.creation_timestamp,
+        phase=getattr(status, "phase", None), scheduled=scheduled, container=name,
         restart_count=int(getattr(main, "restart_count", 0) or 0) if main is not None else 0,
-        state=state,
-        waiting_reason=waiting_reason,
-        waiting_message=waiting_message,
-        exit_code=exit_code,
-        pod_reason=getattr(status, "reason", None),
-        pod_message=clip(getattr(status, "message", None)),
-        memory_limit=_memory_limit(spec, name),
-        deleting=deletion is not None,
-        deletion_deadline=deletion,
-        grace_period=float(grace) if grace is not None else None,
-        **_ended(main),
+        state=state, waiting_reason=waiting_reason, waiting_message=waiting_message, exit_code=exit_code,
+        pod_reason=getattr(status, "reason", None), pod_message=clip(getattr(status, "message", None)),
+        memory_limit=_memory_limit(spec, name), deleting=deletion is not None, deletion_deadline=deletion,
+        grace_period=float(grace) if grace is not None else None, **_ended(main),
     )
 
 
@@ -118,10 +109,9 @@ def _slim_container(container: dict) -> dict:
 
 
 def slim_pod(pod: dict) -> dict:
-    """A pod (API dict) cut to what :func:`pod_summary`, :func:`pod_role` and the hooks' orderings read, keeping
-    the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of their size (volumes, env,
-    probes, managedFields and annotations go). What a failure's cause needs stays, bounded: how containers ended
-    (termination messages cut), the pod's reason and message (an eviction), memory limits, the grace period."""
+    """A pod (API dict) cut to what :func:`pod_summary` (a failure's cause included, bounded), :func:`pod_role` and
+    the hooks' orderings read, keeping the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of
+    their size (volumes, env, probes, managedFields and annotations go)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     slim_spec: dict[str, Any] = {"containers": [_slim_container(c) for c in spec.get("containers") or []]}
     for key in ("nodeName", "terminationGracePeriodSeconds"):
@@ -139,16 +129,14 @@ def slim_pod(pod: dict) -> dict:
 
 
 def slim_mpijob(job: dict) -> dict:
-    """An MPIJob (API dict) cut to what a wait reads of it (:func:`~airflow_mpi.jobspec.status.job_state`: metadata
-    and status): its spec (pod templates with their commands, env and volumes) and annotations (kubectl's
-    last-applied copy of the whole manifest) go, a large part of each of the thousand jobs a triggerer may keep."""
+    """An MPIJob (API dict) cut to its metadata and status (what ``job_state`` reads): its spec and annotations
+    (kubectl's last-applied manifest) are a large part of each of the thousand jobs a triggerer may keep."""
     meta = job.get("metadata") or {}
     return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
             "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}
 
 
 def event_summary(event: dict) -> EventSummary:
-    """Summarise an event as the hooks return it (an API dict)."""
     involved = event.get("involvedObject") or {}
     return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
                         message=event.get("message") or "", object_name=involved.get("name") or "",

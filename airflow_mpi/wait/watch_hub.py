@@ -1,17 +1,16 @@
 """One shared watch of MPIJobs and one of their pods per (connection, namespace) and event loop.
 
-A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost connections and
-API requests in proportion (issue 11). The hub is an informer: it lists each kind once, then watches from the
-list's resourceVersion with bookmarks (a renewal resumes without a re-list), re-lists once for everybody after
-410 Gone, and resumes after a dropped connection. Every wait subscribes to its job's name and awaits changes
-of that job or its pods; nobody polls. The hub closes its watches when the last subscriber leaves.
+A triggerer runs hundreds of waits in one event loop; a watch and pod listings per wait cost connections and API
+requests in proportion (issue 11). The hub is an informer: it lists each kind once, then watches from the list's
+resourceVersion with bookmarks (a renewal resumes without a re-list), re-lists once for everybody after 410 Gone, and
+resumes after a dropped connection. Every wait subscribes to its job's name and awaits changes of that job or its pods;
+nobody polls. The hub closes its watches when the last subscriber leaves.
 
-MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the
-existence of the operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5,
-not every pod of the namespace), events by field selector: only the ValidationError events of MPIJobs, the one
-event that ends a wait before its job is Created (1,000 jobs queued for the mpi-operator would otherwise each
-list their events). Where the identity may not watch events (RBAC of an older release), that watch stops and
-the waits list events themselves.
+MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the existence of the
+operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
+namespace), events by field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before
+its job is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
+may not watch events (RBAC of an older release), that watch stops and the waits list events themselves.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ def _involved(event: dict) -> dict:
 
 
 def _slim(obj: Any) -> Any:
-    """The object without its managedFields: nothing here reads them, and they are a large part of every pod
-    and MPIJob the hub keeps (one of each per wait, hundreds per triggerer)."""
+    """Without its managedFields: nothing here reads them, and they are a large part of every object the hub keeps."""
     if isinstance(obj, dict):
         (obj.get("metadata") or {}).pop("managedFields", None)
     elif getattr(obj, "metadata", None) is not None:
@@ -72,8 +70,7 @@ class Subscription:
     """One wait's view of the hub: its job, its pods, and a change counter to await."""
 
     def __init__(self, hub: WatchHub, name: str) -> None:
-        self.hub = hub
-        self.name = name
+        self.hub, self.name = hub, name
         self.version = 0
         self.deleted_uids: set[str] = set()
         # deleted pods of the job as last seen: a failed try's cause may show only there (wait/failure_causes.py)
@@ -86,10 +83,8 @@ class Subscription:
         self._event = asyncio.Event()
 
     async def wait_change(self, seen: int, timeout: float) -> int:
-        """Return the change counter once it differs from ``seen`` (or after ``timeout`` seconds).
-
-        :raises: the hub's error once it gave up watching (not transient, or an outage too long).
-        """
+        """The change counter once it differs from ``seen`` (or after ``timeout`` seconds); raises the hub's error
+        once it gave up watching (not transient, or an outage too long)."""
         if self.hub.error is not None:
             raise self.hub.error
         if self.version == seen:
@@ -110,11 +105,10 @@ class Subscription:
         return [self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods]
 
     def launcher_pods(self) -> list[Any]:
-        """Launcher pods, newest first (as the hooks return them)."""
         return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
 
     async def launchers(self) -> list[Any]:
-        """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``: a drain lists them instead)."""
+        """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``)."""
         return self.launcher_pods()
 
     def worker_pods(self, *, with_gone: bool = False) -> list[Any]:
@@ -200,7 +194,7 @@ class WatchHub:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> int:
-        """Remove ``sub``; returns how many subscribers are left."""
+        """How many subscribers are left."""
         subs = self.subscribers.get(sub.name, set())
         subs.discard(sub)
         if not subs:
@@ -263,8 +257,7 @@ class WatchHub:
             self._apply(kind, "ADDED", obj)
 
     def _stop_watching_events(self, err: BaseException) -> None:
-        """The identity may list but not watch events (a role from before the hub watched them): the waits list
-        their jobs' events themselves, as before."""
+        """The identity may list but not watch events (a role from before the hub watched them)."""
         log.warning("may not watch events in %s (%s): each wait lists its job's events instead; grant `watch` on "
                     "events (deploy/rbac.yaml) to spare the API server", self.namespace, describe_error(err))
         self.watches_events = False
@@ -300,7 +293,7 @@ class WatchHub:
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
                     outage = None
-                    if event_type in ("OPEN", "BOOKMARK"):  # the watch is open; a bookmark: the version to resume from
+                    if event_type in ("OPEN", "BOOKMARK"):  # accepted; a bookmark: the version to resume from
                         self._bump(f"{kind}_{'opened' if event_type == 'OPEN' else 'bookmarks'}")
                         continue
                     self._bump(f"{kind}_events")
@@ -321,7 +314,8 @@ class WatchHub:
                     self._fail(err)
                     return
                 if outage.failures == 1:
-                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace, describe_error(err))
+                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace,
+                                describe_error(err))
                 await asyncio.sleep(delay)
 
 
@@ -330,8 +324,7 @@ _HUBS: dict[tuple, WatchHub] = {}
 
 
 def _requests_of(hook: Any) -> Any:
-    """The hub's list/watch requests: a hook's own (``list_objects``/``watch_objects``, the test doubles), else
-    wait/namespace_watch.py on the async hook."""
+    """The hub's list/watch requests: a hook's own (the test doubles), else wait/namespace_watch.py's."""
     if hasattr(hook, "list_objects"):
         return hook
     from airflow_mpi.wait.namespace_watch import NamespaceRequests
@@ -346,9 +339,8 @@ def hubs() -> list[WatchHub]:
 
 @contextlib.asynccontextmanager
 async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
-    """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed;
-    the hub stops once its last subscriber left. Hooks reaching the same cluster as the same identity
-    (``watch_identity``) share a hub; a hub serves the waits of one event loop only."""
+    """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed. Hooks
+    reaching the same cluster as the same identity (``watch_identity``) share a hub, within one event loop."""
     identity: Callable[[], Any] | None = getattr(_requests_of(hook), "watch_identity", None)
     key = live_key(_HUBS, identity() if identity is not None else id(hook), namespace)
     hub = _HUBS.get(key)
