@@ -8,6 +8,9 @@ configurable.  Binaries are built with ``go build -trimpath -ldflags='-s -w'`` (
 upstream release builds set) into ``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/.cache/airflow-mpi``), where
 ``<key>`` hashes the Go version, the build recipe and every ``go.mod``/``go.sum``/``*.go`` of ours: a second build
 with the same pins is a no-op.
+
+Add-ons (``ADDONS``: Kueue) are built only when a cluster asks for them, each into ``bin/<name>-<key>`` with a key of
+its own (its module, tools and data), so that adding or re-pinning one never invalidates the main build.
 """
 
 from __future__ import annotations
@@ -68,6 +71,28 @@ CRDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Addon:
+    """Tools built on demand into their own cache directory, plus data files read from their module."""
+
+    name: str
+    tools: tuple[Tool, ...]
+    # dest name -> (module dir, module path, file or directory inside the module)
+    data: tuple[tuple[str, tuple[str, str, str]], ...]
+
+
+KUEUE = Addon(
+    "kueue",
+    (Tool("kueue", "kueue", "sigs.k8s.io/kueue/cmd/kueue"),),
+    (
+        # CRDs (bases/) and the patches that turn on their conversion webhook (kustomization.yaml lists them)
+        ("crd", ("kueue", "sigs.k8s.io/kueue", "config/components/crd")),
+        ("webhook-manifests.yaml", ("kueue", "sigs.k8s.io/kueue", "config/components/webhook/manifests.yaml")),
+    ),
+)
+ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE,)}
+_ADDON_MODULES = frozenset(t.module for a in ADDONS.values() for t in a.tools)
+
 # kwok's own node stages (node-initialize, heartbeat with lease), read from the kwok module like the CRDs.
 # (Data files: copied into the bin dir when missing; not part of the build key.)
 NODE_STAGES: dict[str, tuple[str, str, str]] = {
@@ -102,8 +127,10 @@ def _go_version(go: str) -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def modules() -> list[str]:
-    return sorted(p.name for p in GO_DIR.iterdir() if (p / "go.mod").is_file())
+def modules(addons: bool = True) -> list[str]:
+    """Our Go module directories (``addons=False``: those of the main build only)."""
+    found = sorted(p.name for p in GO_DIR.iterdir() if (p / "go.mod").is_file())
+    return found if addons else [m for m in found if m not in _ADDON_MODULES]
 
 
 PINNED_MODULES = (
@@ -113,13 +140,15 @@ PINNED_MODULES = (
     "github.com/kubeflow/mpi-operator",
     "github.com/kubeflow/training-operator",
     "github.com/coredns/coredns",
+    "sigs.k8s.io/kueue",
 )
 
 
-def pinned_versions() -> dict[str, str]:
-    """Version of each upstream project, read from our go.mod files (tool modules show as `// indirect`)."""
+def pinned_versions(mods: list[str] | None = None) -> dict[str, str]:
+    """Version of each upstream project, read from our go.mod files (tool modules show as `// indirect`);
+    ``mods``: those module directories only (default: the main build's)."""
     out: dict[str, str] = {}
-    for mod in modules():
+    for mod in modules(addons=False) if mods is None else mods:
         for raw in (GO_DIR / mod / "go.mod").read_text().splitlines():
             parts = raw.split("//")[0].replace("require", " ").split()
             if len(parts) == 2 and parts[0] in PINNED_MODULES and parts[1].startswith("v"):
@@ -143,7 +172,7 @@ def _module_info(go: str, moddir: str, module_path: str) -> dict:
 
 def _version_ldflags(go: str, mod: str) -> str:
     """`-X` stamps that upstream release builds set (kwokctl reads `<binary> --version` to pick flags)."""
-    versions = pinned_versions()
+    versions = pinned_versions(modules())
     if mod == "kubernetes":
         res = subprocess.run(
             [go, "list", "-m", "-json", "k8s.io/kubernetes"], cwd=GO_DIR / mod, check=True, capture_output=True, text=True
@@ -168,6 +197,14 @@ def _version_ldflags(go: str, mod: str) -> str:
         if kube:
             flags.append(f"-X sigs.k8s.io/kwok/pkg/consts.KubeVersion={kube.lstrip('v')}")
         return " ".join(flags)
+    if mod == "kueue":  # what upstream's Makefile stamps (the commit is not known from the module)
+        res = subprocess.run(
+            [go, "list", "-m", "-json", "sigs.k8s.io/kueue"], cwd=GO_DIR / mod, check=True, capture_output=True, text=True
+        )
+        info = json.loads(res.stdout)
+        date = (info.get("Time") or "1970-01-01T00:00:00Z")[:19] + "Z"
+        pkg = "sigs.k8s.io/kueue/pkg/version"
+        return f"-X {pkg}.GitVersion={info['Version']} -X {pkg}.BuildDate={date}"
     return ""
 
 
@@ -178,23 +215,43 @@ def build_key(go: str | None = None) -> str:
     h.update(repr((RECIPE, BUILD_FLAGS, LDFLAGS)).encode())
     h.update(repr(TOOLS).encode())
     h.update(repr(sorted(CRDS.items())).encode())
-    for mod in modules():
+    _hash_modules(h, modules(addons=False))
+    return h.hexdigest()[:16]
+
+
+def _hash_modules(h, mods: list[str]) -> None:
+    for mod in mods:
         names = ["go.mod", "go.sum", *sorted(p.name for p in (GO_DIR / mod).glob("*.go"))]
         for name in names:
             p = GO_DIR / mod / name
             h.update(f"{mod}/{name}\0".encode())
             if p.exists():
                 h.update(p.read_bytes())
+
+
+def addon_key(name: str, go: str | None = None) -> str:
+    """Like ``build_key`` for one add-on: the Go version, the recipe, its tools, data and module files."""
+    go = go or go_binary()
+    addon = ADDONS[name]
+    h = hashlib.sha256()
+    h.update(_go_version(go).encode())
+    h.update(repr((RECIPE, BUILD_FLAGS, LDFLAGS)).encode())
+    h.update(repr(addon).encode())
+    _hash_modules(h, sorted({t.module for t in addon.tools}))
     return h.hexdigest()[:16]
+
+
+def addon_dir(name: str, key: str | None = None) -> Path:
+    return cache_root() / "bin" / f"{name}-{key or addon_key(name)}"
 
 
 def bin_dir(key: str | None = None) -> Path:
     return cache_root() / "bin" / (key or build_key())
 
 
-def is_built(path: Path | None = None) -> bool:
+def is_built(path: Path | None = None, tools: tuple[Tool, ...] = TOOLS) -> bool:
     path = path or bin_dir()
-    return (path / _COMPLETE).is_file() and all((path / t.binary).is_file() for t in TOOLS)
+    return (path / _COMPLETE).is_file() and all((path / t.binary).is_file() for t in tools)
 
 
 def _log(msg: str) -> None:
@@ -241,7 +298,48 @@ def build(force: bool = False, verbose: bool = True) -> Path:
         return _build_locked(go, key, final, verbose)
 
 
-def _build_locked(go: str, key: str, final: Path, verbose: bool) -> Path:
+def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
+    """Build one add-on (``ADDONS``; unless cached) and return its directory: binaries and data.
+
+    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``) names a directory built earlier (the node
+    container gets the host's, mounted).
+    """
+    addon = ADDONS[name]
+    prebuilt = os.environ.get(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR")
+    if prebuilt:
+        if not is_built(Path(prebuilt), addon.tools):
+            raise RuntimeError(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR={prebuilt} does not hold a complete build")
+        return Path(prebuilt)
+    go = go_binary()
+    key = addon_key(name, go)
+    final = addon_dir(name, key)
+    if not force and is_built(final, addon.tools):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / ".build.lock", "w") as lock:
+        if verbose:
+            _log(f"building {final.name} (a cold build takes minutes) ...")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and is_built(final, addon.tools):
+            return final
+        return _build_locked(go, final.name, final, verbose, addon.tools, lambda path: _copy_addon_data(go, addon, path))
+
+
+def _copy_addon_data(go: str, addon: Addon, path: Path) -> None:
+    for dest, (mod, module_path, rel) in addon.data:
+        src = _module_dir(go, mod, module_path) / rel
+        if src.is_dir():
+            shutil.copytree(src, path / dest)
+        else:
+            shutil.copyfile(src, path / dest)
+    # module cache files are read-only: keep the copies writable so that prune() can delete them
+    for p in path.rglob("*"):
+        p.chmod(p.stat().st_mode | 0o200)
+
+
+def _build_locked(
+    go: str, key: str, final: Path, verbose: bool, tools: tuple[Tool, ...] = TOOLS, add_data=None
+) -> Path:
     tmp = final.parent / f".{key}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -254,21 +352,21 @@ def _build_locked(go: str, key: str, final: Path, verbose: bool) -> Path:
     started = time.monotonic()
     try:
         by_module: dict[str, list[Tool]] = {}
-        for tool in TOOLS:
+        for tool in tools:
             by_module.setdefault(tool.module, []).append(tool)
-        for mod, tools in by_module.items():
+        for mod, mod_tools in by_module.items():
             t0 = time.monotonic()
             if verbose:
-                _log(f"go build ({mod}): {', '.join(t.binary for t in tools)}")
+                _log(f"go build ({mod}): {', '.join(t.binary for t in mod_tools)}")
             # One `go build` per module: packages shared by its binaries are compiled once.
             # With several packages and -o <dir>/, each main package lands as <dir>/<last path element>.
             outdir = tmp / f".out-{mod}"
             outdir.mkdir()
             ldflags = f"{LDFLAGS} {_version_ldflags(go, mod)}".strip()
             cmd = [go, "build", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(outdir) + os.sep]
-            cmd += [t.package for t in tools]
+            cmd += [t.package for t in mod_tools]
             subprocess.run(cmd, cwd=GO_DIR / mod, env=env, check=True)
-            for tool in tools:
+            for tool in mod_tools:
                 produced = outdir / tool.package.rstrip("/").split("/")[-1]
                 if tool.package == "go.etcd.io/etcd/server/v3":
                     produced = outdir / "server"
@@ -279,7 +377,7 @@ def _build_locked(go: str, key: str, final: Path, verbose: bool) -> Path:
                 produced.rename(tmp / tool.binary)
             outdir.rmdir()
             timings[mod] = round(time.monotonic() - t0, 1)
-        _ensure_data(go, tmp)
+        (add_data or (lambda path: _ensure_data(go, path)))(tmp)
         total = round(time.monotonic() - started, 1)
         (tmp / _COMPLETE).write_text(
             json.dumps(
@@ -287,7 +385,7 @@ def _build_locked(go: str, key: str, final: Path, verbose: bool) -> Path:
                     "key": key,
                     "go": _go_version(go),
                     "flags": [*BUILD_FLAGS, f"-ldflags={LDFLAGS}"],
-                    "versions": pinned_versions(),
+                    "versions": pinned_versions(sorted({t.module for t in tools})),
                     "seconds": timings,
                     "total_seconds": total,
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -319,7 +417,7 @@ def _ensure_data(go: str, path: Path) -> None:
 def prune() -> list[Path]:
     """Delete cached builds other than the current one, except those a running cluster still uses."""
     current = bin_dir()
-    in_use = {current.resolve()}
+    in_use = {current.resolve(), *(addon_dir(name).resolve() for name in ADDONS)}
     clusters = cache_root() / "clusters"
     if clusters.is_dir():
         for state in clusters.glob("*/state.json"):
@@ -327,8 +425,10 @@ def prune() -> list[Path]:
                 st = json.loads(state.read_text())
             except ValueError:
                 continue
-            if st.get("phase") in ("starting", "running") and st.get("bin_dir"):
-                in_use.add(Path(st["bin_dir"]).resolve())
+            if st.get("phase") in ("starting", "running"):
+                for k in ("bin_dir", *(f"{name}_bin_dir" for name in ADDONS)):
+                    if st.get(k):
+                        in_use.add(Path(st[k]).resolve())
     removed = []
     root = cache_root() / "bin"
     for d in root.iterdir() if root.is_dir() else []:
