@@ -20,10 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build and cache the binaries (no-op when cached)")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
     b.add_argument("--prune", action="store_true", help="delete other cached builds (not used by running clusters)")
+    b.add_argument("--kueue", action="store_true", help="also build Kueue (otherwise built when a cluster first asks for it)")
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     up.add_argument("--nodes", type=int, default=None)
+    up.add_argument("--kueue", action="store_true", help="also run Kueue with its queues (localcluster/kueue.py)")
     for name, help_ in (
         ("down", "stop a cluster and delete its data (component logs are kept)"),
         ("status", "show a cluster's state"),
@@ -40,12 +42,14 @@ def main(argv: list[str] | None = None) -> int:
                     "like the mpi-operator's own images; also: horovod)")
     nd.add_argument("--name", default="real")
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
+    nd.add_argument("--kueue", action="store_true", help="up: also run Kueue with its queues")
     sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
     sv.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     sv.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     sv.add_argument("--images-dir", default="/images", help="where exporter containers leave images to import")
     sv.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig for other containers here")
     sv.add_argument("--server", default="https://kube:6443", help="API address written into --kubeconfig-out")
+    sv.add_argument("--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)")
     args = p.parse_args(argv)
 
     try:
@@ -53,13 +57,16 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             path = _build.build(force=args.force)
             print(path)
-            print(f"# {time.monotonic() - t0:.1f}s; versions: {json.dumps(_build.pinned_versions())}", file=sys.stderr)
+            if args.kueue:
+                print(_build.build_addon("kueue", force=args.force))
+            versions = _build.pinned_versions(_build.modules(addons=args.kueue))
+            print(f"# {time.monotonic() - t0:.1f}s; versions: {json.dumps(versions)}", file=sys.stderr)
             if args.prune:
                 for d in _build.prune():
                     print(f"# removed {d}", file=sys.stderr)
         elif args.cmd == "up":
             kw = {} if args.nodes is None else {"nodes": args.nodes}
-            c = LocalCluster(args.name, args.api_version, **kw).start()
+            c = LocalCluster(args.name, args.api_version, kueue=args.kueue, **kw).start()
             print(c.kubeconfig_path)
             print(f"export KUBECONFIG={c.kubeconfig_path}")
         elif args.cmd == "down":
@@ -75,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "node":
             from . import node_container as nc
 
-            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes)
+            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue)
             if args.action == "image":
                 print(nc.build_image())
             elif args.action == "mpi-images":
@@ -99,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 images_dir=Path(args.images_dir),
                 kubeconfig_out=Path(args.kubeconfig_out) if args.kubeconfig_out else None,
                 server=args.server,
+                kueue=args.kueue,
             )
         elif args.cmd == "list":
             for n in list_clusters():

@@ -1,7 +1,8 @@
 """A local Kubernetes cluster made of real upstream components, with simulated (kwok) nodes.
 
     etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok controller   (kwokctl, binary runtime)
-    + the mpi-operator (v2beta1 clusters) as a local process with the cluster's kubeconfig.
+    + the mpi-operator (v2beta1 clusters) as a local process with the cluster's kubeconfig
+    + Kueue (``kueue=True`` only; see localcluster/kueue.py), a local process too.
 
 NODES ARE SIMULATED: no container runs.  kwok plays the kubelet on every node; pod statuses follow the kwok
 Stages of ``localcluster/stages.py`` steered by ``localcluster/behaviour.py``.  Log lines are files that tests
@@ -12,10 +13,12 @@ Layout (``$AIRFLOW_MPI_CACHE``, default ``~/.cache/airflow-mpi``)::
     bin/<key>/                  binaries + CRDs + kwok node stages (localcluster.build)
     clusters/<name>/state.json  what `status` reports (ports, pids, versions)
     clusters/<name>/kubeconfig  admin kubeconfig (also printed by `python -m localcluster kubeconfig`)
-    clusters/<name>/logs/       component logs + mpi-operator.log (symlinks to the live files while running,
+    bin/kueue-<key>/            Kueue's binary, CRDs and webhook manifests (built only when a cluster asks for it)
+    clusters/<name>/logs/       component logs + mpi-operator.log, kueue.log (symlinks to the live files while running,
                                 copies after stop: kept for post-mortem until the next start of that name)
     clusters/<name>/pod-logs/   CRI log files served for pods (set_launcher_logs)
     clusters/<name>/kwok/       kwokctl's workdir (KWOK_WORKDIR): pki, etcd data, pids, live logs
+    clusters/<name>/kueue/      Kueue's configuration and webhook certificates
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import yaml
 
 from . import behaviour as bh
 from . import build as _build
+from . import kueue as _kueue
 from . import stages as _stages
 
 API_V2BETA1 = "v2beta1"
@@ -158,7 +162,8 @@ class ClusterPaths:
 
 class LocalCluster(ClusterPaths):
     """One local cluster.  ``api_version`` "v2beta1": mpi-operator CRD + the real mpi-operator process;
-    "v1": the training-operator's kubeflow.org/v1 MPIJob CRD only (no controller)."""
+    "v1": the training-operator's kubeflow.org/v1 MPIJob CRD only (no controller).  ``kueue=True`` (v2beta1):
+    Kueue too, with its queues (localcluster/kueue.py); built on first use."""
 
     def __init__(
         self,
@@ -172,6 +177,7 @@ class LocalCluster(ClusterPaths):
         apiserver_port: int | None = None,
         apiserver_sans: Sequence[str] = (),
         extra_args: Sequence[str] = (),
+        kueue: bool = False,
     ) -> None:
         if api_version not in API_VERSIONS:
             raise ValueError(f"api_version must be one of {API_VERSIONS}, not {api_version!r}")
@@ -188,6 +194,9 @@ class LocalCluster(ClusterPaths):
         self.apiserver_port = apiserver_port
         self.apiserver_sans = tuple(apiserver_sans)
         self.extra_args = tuple(extra_args)  # kwokctl --extra-args values: "<component>=<flag>=<value>"
+        if kueue and api_version != API_V2BETA1:
+            raise ValueError("kueue=True needs api_version v2beta1 (Kueue's MPIJob integration is kubeflow.org/v2beta1)")
+        self.kueue = kueue
         self._api_client = None
 
     # ------------------------------------------------------------------ paths
@@ -219,6 +228,14 @@ class LocalCluster(ClusterPaths):
     def operator_pid_file(self) -> Path:
         return self.state_dir / "mpi-operator.pid"
 
+    @property
+    def kueue_dir(self) -> Path:
+        return self.state_dir / "kueue"
+
+    @property
+    def kueue_pid_file(self) -> Path:
+        return self.state_dir / "kueue.pid"
+
     def _info(self, msg: str) -> None:
         if self.verbose:
             _log(f"{self.name}: {msg}")
@@ -248,6 +265,7 @@ class LocalCluster(ClusterPaths):
             raise ClusterError(f"no local cluster named {name!r} (state dir {probe.state_dir})")
         c = cls(name, state.get("api_version", API_V2BETA1), nodes=state.get("nodes", bh.NODE_COUNT), verbose=verbose)
         c.run_operator = state.get("run_operator", c.run_operator)
+        c.kueue = state.get("kueue", False)
         return c
 
     # ------------------------------------------------------------------ env / tools
@@ -314,6 +332,7 @@ class LocalCluster(ClusterPaths):
         """Build (if needed) and start the cluster; returns self.  An existing cluster of that name is replaced."""
         t0 = time.monotonic()
         bin_dir = _build.build(verbose=self.verbose)
+        kueue_bin_dir = _build.build_addon("kueue", verbose=self.verbose) if self.kueue else None
         if self.read_state() or self.kwokctl_cluster_dir.exists():
             self._info("replacing an existing cluster of that name")
             self.stop(keep_logs=False)
@@ -326,8 +345,10 @@ class LocalCluster(ClusterPaths):
             api_version=self.api_version,
             nodes=self.nodes,
             run_operator=self.run_operator,
+            kueue=self.kueue,
             bin_dir=str(bin_dir),
-            versions=_build.pinned_versions(),
+            kueue_bin_dir=str(kueue_bin_dir) if kueue_bin_dir else None,
+            versions=_build.pinned_versions(_build.modules(addons=self.kueue)),
             phase="starting",
         )
         try:
@@ -336,6 +357,8 @@ class LocalCluster(ClusterPaths):
             self._setup(bin_dir, timeout)
             if self.run_operator:
                 self.start_mpi_operator()
+            if self.kueue:
+                self.start_kueue()
         except BaseException:
             self._info(f"start failed; stopping it. Component logs: {self.logs_dir}")
             with contextlib.suppress(Exception):
@@ -430,6 +453,14 @@ class LocalCluster(ClusterPaths):
         crd = yaml.safe_load(_build.crd_path(self.api_version, bin_dir).read_text())
         ext.create_custom_resource_definition(crd)
         _wait(lambda: self._crd_established(ext, crd["metadata"]["name"]), timeout, "MPIJob CRD")
+        if self.kueue:
+            self._prepare_kueue(timeout)
+            # The garbage collector discovers new CRDs every 30 s (hard-coded); until it watches the MPIJob and
+            # Kueue kinds a deleted MPIJob keeps its Workload, and so its quota. A controller manager started now
+            # finds them at once (as if the CRDs had been installed before the control plane started).
+            self.stop_component("kube-controller-manager")
+            self.start_component("kube-controller-manager")
+            self._write_state(components={n: self._component_pid(n) for n in self._component_names()})
         self._create_nodes(client.CoreV1Api(api), timeout)
 
     @staticmethod
@@ -505,6 +536,7 @@ class LocalCluster(ClusterPaths):
 
     def stop(self, keep_logs: bool = True) -> None:
         """Stop every process of the cluster and delete its data (component logs are kept in ``logs_dir``)."""
+        self.stop_kueue()
         self.stop_mpi_operator()
         if keep_logs:
             with contextlib.suppress(Exception):
@@ -664,11 +696,7 @@ class LocalCluster(ClusterPaths):
 
     # ------------------------------------------------------------------ mpi-operator
     def _operator_pid(self) -> int | None:
-        try:
-            pid = int(self.operator_pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return self._supervisor_pid(self.operator_pid_file)
 
     def start_mpi_operator(self, timeout: float = 60) -> int:
         """Run the real mpi-operator binary against the cluster (all namespaces); returns the supervisor pid.
@@ -766,7 +794,11 @@ class LocalCluster(ClusterPaths):
         _wait(check, timeout, "the mpi-operator to take its leader lease", interval=0.25)
 
     def stop_mpi_operator(self) -> None:
-        pid = self._operator_pid()
+        self._stop_supervised(self.operator_pid_file)
+
+    def _stop_supervised(self, pid_file: Path) -> None:
+        """SIGTERM the process group of a supervisor loop (SIGKILL after 15 s) and forget its pid file."""
+        pid = self._supervisor_pid(pid_file)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
@@ -778,7 +810,15 @@ class LocalCluster(ClusterPaths):
             while _pid_alive(pid):
                 time.sleep(0.05)
         with contextlib.suppress(FileNotFoundError):
-            self.operator_pid_file.unlink()
+            pid_file.unlink()
+
+    @staticmethod
+    def _supervisor_pid(pid_file: Path) -> int | None:
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
 
     @staticmethod
     def _pgroup_alive(pgid: int) -> bool:
@@ -789,6 +829,196 @@ class LocalCluster(ClusterPaths):
         except ProcessLookupError:
             return False
         return True
+
+    # ------------------------------------------------------------------ Kueue
+    def _kueue_pid(self) -> int | None:
+        return self._supervisor_pid(self.kueue_pid_file)
+
+    # Run in a private mount namespace (unshare): a tmpfs-backed overlay on /etc gives Kueue the metrics certificate
+    # directory it hard-codes (localcluster/kueue.py), bind mounts under /etc (a container's hosts, resolv.conf)
+    # are carried over; then the same restart loop as the mpi-operator's.
+    _KUEUE_SCRIPT = r"""
+set -e
+mnt=$1 certs=$2; shift 2
+mount -t tmpfs -o size=4m,mode=0700 tmpfs "$mnt"
+i=0
+for p in $KEEP_MOUNTS; do
+  i=$((i + 1)); if [ -d "$p" ]; then mkdir "$mnt/keep$i"; else : > "$mnt/keep$i"; fi
+  mount --bind "$p" "$mnt/keep$i"
+done
+mkdir "$mnt/upper" "$mnt/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$mnt/upper,workdir=$mnt/work" /etc
+i=0
+for p in $KEEP_MOUNTS; do i=$((i + 1)); mount --bind "$mnt/keep$i" "$p"; done
+mkdir -p METRICS_CERT_DIR
+cp "$certs/tls.crt" "$certs/tls.key" METRICS_CERT_DIR/
+set +e
+trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0' TERM INT
+while :; do "$@" & pid=$!; wait "$pid"; echo "[localcluster] kueue exited with $?, restarting" >&2; sleep 1; done
+""".replace("METRICS_CERT_DIR", _kueue.METRICS_CERT_DIR)
+
+    def start_kueue(self, timeout: float = 120) -> int:
+        """Run the real Kueue controller against the cluster; returns the supervisor pid.
+
+        First start: makes the webhook CA and serving certificate and installs Kueue's CRDs (``start()`` does
+        that early, see ``_wait_garbage_collector_knows_kueue``), starts the process (webhooks on
+        ``127.0.0.1:<free port>``, health probes on another, metrics off, leader election off), waits for its
+        ``/readyz`` (webhook server listening), installs the webhook configurations, creates the ResourceFlavor,
+        WorkloadPriorityClasses and ClusterQueue, and waits for the ClusterQueue to be Active and for the garbage
+        collector to handle Kueue's kinds. A later start (after ``stop_kueue()``) reuses ports, certificates, objects.
+        """
+        from kubernetes import client
+
+        if self._kueue_pid() is not None:
+            return self._kueue_pid()
+        proc_state = self.read_state().get("kueue_process") or self._prepare_kueue(timeout)
+        data_dir = Path(proc_state["binary"]).parent
+        api = self.api_client()
+        mnt = self.kueue_dir / "mnt"  # an empty directory here; a tmpfs inside Kueue's mount namespace
+        mnt.mkdir(parents=True, exist_ok=True)
+        unshare = ["unshare", "--mount", "--propagation", "private"]
+        if os.geteuid() != 0:  # unprivileged: a user namespace too (overlay there needs Linux >= 5.11)
+            unshare[1:1] = ["--user", "--map-root-user"]
+        env = dict(os.environ)
+        env.pop("KUBECONFIG", None)  # controller-runtime prefers --kubeconfig, but be sure
+        env["KEEP_MOUNTS"] = " ".join(self._mounts_under("/etc"))
+        with open(proc_state["log"], "ab") as log:
+            proc = subprocess.Popen(
+                [*unshare, "/bin/sh", "-c", self._KUEUE_SCRIPT, "kueue", str(mnt), str(self.kueue_dir / "certs"),
+                 proc_state["binary"], *proc_state["args"]],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )  # fmt: skip
+        self.kueue_pid_file.write_text(str(proc.pid))
+        self.wait_kueue_ready(timeout)
+        if not proc_state["installed"]:
+            ca = (self.kueue_dir / "certs" / "ca.crt").read_bytes()
+            adm = client.AdmissionregistrationV1Api(api)
+            for hooks in _kueue.webhook_configurations(data_dir, proc_state["webhook"], ca):
+                if hooks["kind"] == "MutatingWebhookConfiguration":
+                    adm.create_mutating_webhook_configuration(hooks)
+                else:
+                    adm.create_validating_webhook_configuration(hooks)
+            # through Kueue's webhooks: proves the API server reaches them
+            _wait(lambda: _kueue.create_queues(api) or True, timeout, "Kueue's queues (through its webhooks)", interval=0.5)
+            _wait(lambda: _kueue.cluster_queue_active(api), timeout, f"ClusterQueue {_kueue.CLUSTER_QUEUE} Active")
+            self._wait_garbage_collector_knows_kueue(timeout)
+            proc_state["installed"] = True
+            self._write_state(kueue_process=proc_state)
+        self._info(f"Kueue ready (webhooks {proc_state['webhook']}, ClusterQueue {_kueue.CLUSTER_QUEUE} Active)")
+        return proc.pid
+
+    def _prepare_kueue(self, timeout: float) -> dict:
+        """Ports, certificates, configuration and CRDs of Kueue (before its process starts); returns its state."""
+        from kubernetes import client
+
+        data_dir = Path(self.read_state().get("kueue_bin_dir") or _build.build_addon("kueue", verbose=self.verbose))
+        api = self.api_client()
+        cert_dir = self.kueue_dir / "certs"
+        ca = _kueue.make_certificates(cert_dir)
+        webhook_port, health_port = _pick_port(), _pick_port()
+        url = f"https://127.0.0.1:{webhook_port}"
+        ext = client.ApiextensionsV1Api(api)
+        with contextlib.suppress(client.exceptions.ApiException):
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
+        crds = _kueue.crds(data_dir, url, ca)
+        for crd in crds:
+            ext.create_custom_resource_definition(crd)
+        _wait(lambda: all(self._crd_established(ext, c["metadata"]["name"]) for c in crds), timeout, "Kueue CRDs")
+        config = self.kueue_dir / "config.yaml"
+        config.write_text(
+            yaml.safe_dump(_kueue.configuration(webhook_port=webhook_port, health_port=health_port, cert_dir=cert_dir))
+        )
+        proc_state = {
+            "binary": str(data_dir / "kueue"),
+            "args": [f"--config={config}", f"--kubeconfig={self.kubeconfig_path}"],
+            "webhook": url,
+            "health": f"http://127.0.0.1:{health_port}",
+            "log": str(self.logs_dir / "kueue.log"),
+            "installed": False,
+        }
+        self._write_state(kueue_process=proc_state)
+        return proc_state
+
+    def _wait_garbage_collector_knows_kueue(self, timeout: float) -> None:
+        """Wait until kube-controller-manager's garbage collector handles Kueue's kinds.
+
+        It discovers new CRDs every 30 s (hard-coded); until then a deleted MPIJob's Workload is not removed, so its
+        quota is not freed (``_setup`` restarts the controller manager after installing the CRDs, so this is quick).
+        Probe: a WorkloadPriorityClass owned by a ClusterRole; once the role is deleted the collector deletes the
+        class as soon as it watches Kueue's kinds (installed after the MPIJob CRD).
+        """
+        from kubernetes import client
+
+        api = self.api_client()
+        rbac = client.RbacAuthorizationV1Api(api)
+        co = client.CustomObjectsApi(api)
+        name = "airflow-mpi-gc-probe"
+        t0 = time.monotonic()
+        owner = rbac.create_cluster_role({"metadata": {"name": name}, "rules": []})
+        ref = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": owner.metadata.uid}
+        probe = {"apiVersion": f"{_kueue.GROUP}/{_kueue.VERSION}", "kind": "WorkloadPriorityClass",
+                 "metadata": {"name": name, "ownerReferences": [ref]}, "value": 0}  # fmt: skip
+        co.create_cluster_custom_object(_kueue.GROUP, _kueue.VERSION, "workloadpriorityclasses", probe)
+        rbac.delete_cluster_role(name)
+
+        def gone() -> bool:
+            try:
+                co.get_cluster_custom_object(_kueue.GROUP, _kueue.VERSION, "workloadpriorityclasses", name)
+            except client.exceptions.ApiException as exc:
+                if exc.status == 404:
+                    return True
+                raise
+            return False
+
+        _wait(gone, timeout, "the garbage collector to watch Kueue's kinds (it discovers new CRDs every 30 s)", interval=0.5)
+        self._info(f"garbage collector handles Kueue's kinds (waited {time.monotonic() - t0:.1f}s)")
+
+    @staticmethod
+    def _mounts_under(top: str) -> list[str]:
+        """Mount points below ``top`` in this process's mount namespace (e.g. Docker's /etc/hosts in a container)."""
+        out = []
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/mountinfo").read_text().splitlines():
+                point = line.split()[4]
+                if point.startswith(top.rstrip("/") + "/") and "\\" not in point:
+                    out.append(point)
+        return out
+
+    def kueue_ready(self) -> bool:
+        """Kueue's ``/readyz``: its webhook server is listening."""
+        import urllib.request
+
+        url = (self.read_state().get("kueue_process") or {}).get("health")
+        if not url or self._kueue_pid() is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def wait_kueue_ready(self, timeout: float = 120) -> None:
+        log = self.logs_dir / "kueue.log"
+
+        def check():
+            if self._kueue_pid() is None:
+                raise ClusterError(f"Kueue is not running; see {log}")
+            return self.kueue_ready()
+
+        _wait(check, timeout, f"Kueue's /readyz (log: {log})", interval=0.25)
+
+    def stop_kueue(self) -> None:
+        """Stop the Kueue process (its webhooks stay installed: MPIJob creates fail until it is back, as in a
+        cluster whose Kueue is down)."""
+        self._stop_supervised(self.kueue_pid_file)
+
+    def create_local_queue(self, namespace: str, name: str = _kueue.LOCAL_QUEUE) -> dict:
+        """A LocalQueue (default ``user-queue``) in ``namespace`` feeding the ClusterQueue ``cluster-queue``."""
+        return _kueue.create_local_queue(self.api_client(), namespace, name)
 
     # ------------------------------------------------------------------ logs
     def set_launcher_logs(
@@ -871,6 +1101,7 @@ class LocalCluster(ClusterPaths):
             "kubeconfig": str(self.kubeconfig_path) if self.kubeconfig_path.exists() else None,
             "components": comps,
             "mpi_operator_pid": self._operator_pid(),
+            "kueue": state.get("kueue") and {"pid": self._kueue_pid(), **(state.get("kueue_process") or {})},
             "logs": str(self.logs_dir),
             "versions": state.get("versions", {}),
             "simulated_nodes": f"{state.get('nodes', self.nodes)} x (cpu {bh.NODE_CPU}, memory {bh.NODE_MEMORY}, "

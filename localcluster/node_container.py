@@ -32,6 +32,7 @@ IMAGE_REPO = "airflow-mpi/kube"
 LABEL = "airflow-mpi.localcluster"
 NODE_STATE = "/var/lib/airflow-mpi/clusters/node"  # LocalCluster("node") inside the container
 READY_LINE = "[localcluster.serve] ready in"
+KUEUE_DIR = "/opt/localcluster/kueue"  # where the host's Kueue build is mounted in the node container
 
 
 def _log(msg: str) -> None:
@@ -137,10 +138,11 @@ class NodeCluster(ClusterPaths):
 
     kind = "real-node"
 
-    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0) -> None:
+    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0, kueue: bool = False) -> None:
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
+        self.kueue = kueue  # Kueue's build (made on this host) is mounted read-only, not part of the image
         self.container = f"airflow-mpi-{name}"
 
     def _volumes(self) -> list[str]:
@@ -152,6 +154,10 @@ class NodeCluster(ClusterPaths):
 
     def start(self, timeout: float = 300) -> NodeCluster:
         tag = build_image()
+        kueue_args: list[str] = []
+        if self.kueue:
+            kueue_dir = _build.build_addon("kueue")
+            kueue_args = ["-v", f"{kueue_dir}:{KUEUE_DIR}:ro", "-e", f"AIRFLOW_MPI_KUEUE_BIN_DIR={KUEUE_DIR}"]
         self.remove()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -159,8 +165,8 @@ class NodeCluster(ClusterPaths):
             "run", "-d", "--name", self.container, "--hostname", self.name, "--privileged", "--init",
             "--label", f"{LABEL}={self.name}",
             *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet")) for arg in ("-v", f"{vol}:{path}")),
-            "-p", "127.0.0.1::6443",
-            tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}",
+            "-p", "127.0.0.1::6443", *kueue_args,
+            tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}", *(["--kueue"] if self.kueue else []),
         )  # fmt: skip
         try:
             self._await_ready(timeout)
@@ -169,7 +175,8 @@ class NodeCluster(ClusterPaths):
             self.collect_logs()
             raise
         (self.state_dir / "state.json").write_text(
-            json.dumps({"name": self.name, "kind": self.kind, "image": tag, "api_version": self.api_version, "phase": "running"})
+            json.dumps({"name": self.name, "kind": self.kind, "image": tag, "api_version": self.api_version,
+                        "kueue": self.kueue, "phase": "running"})  # fmt: skip
         )
         _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
         return self

@@ -71,7 +71,9 @@ def _inline(entry: dict, key: str) -> None:
         entry[f"{key}-data"] = base64.b64encode(Path(entry.pop(key)).read_bytes()).decode()
 
 
-def serve(*, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str) -> int:
+def serve(
+    *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False
+) -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
@@ -87,6 +89,7 @@ def serve(*, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out
         apiserver_sans=sans,
         # the node's name resolves nowhere (no DNS for nodes): reach its kubelet by address
         extra_args=["kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname"],
+        kueue=kueue,
     )
     cluster.start()
     node = RealNode(
