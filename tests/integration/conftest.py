@@ -12,6 +12,9 @@ Environment:
 * ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a local cluster started with ``python -m localcluster up --name name``
   (left running at the end), which makes repeated runs start instantly.
 * ``AIRFLOW_MPI_CACHE``: where binaries and cluster state live (default ``~/.cache/airflow-mpi``).
+
+``kueue_cluster`` (module scope, only for the modules that ask for it) is a third local cluster that runs Kueue too
+(localcluster/kueue.py); it is not available against ``AIRFLOW_MPI_KUBECONFIG``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ REUSE_NAME = os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None
 # cluster; clusters of dead sessions (killed runs) are reaped at the next start.
 SESSION_V2_NAME = f"it-v2beta1-{os.getpid()}"
 SESSION_V1_NAME = f"it-v1-{os.getpid()}"
+SESSION_KUEUE_NAME = f"it-kueue-{os.getpid()}"
 ARTIFACTS = REPO / ".artifacts" / "integration"
 SIMULATION_SKIP_REASON = (
     "needs the local cluster's simulated pods (kwok stages, served log lines, API server restarts); "
@@ -90,34 +94,34 @@ def _reap_stale_sessions() -> None:
     from localcluster.cluster import LocalCluster, list_clusters
 
     for name in list_clusters():
-        m = re.fullmatch(r"it-(?:v2beta1|v1)-(\d+)", name)
+        m = re.fullmatch(r"it-(?:v2beta1|v1|kueue)-(\d+)", name)
         if m and not _alive(int(m.group(1))):
             LocalCluster(name, verbose=False).stop(keep_logs=False)
 
 
-def _local(name: str, api_version: str):
+def _local(name: str, api_version: str, kueue: bool = False):
     """Start (or reuse) a local cluster; yields it; stops it at the end unless reused.
 
-    Component logs end up in .artifacts/integration/<v2beta1|v1>/ (and in the cluster's state dir)."""
+    Component logs end up in .artifacts/integration/<v2beta1|v1|kueue>/ (and in the cluster's state dir)."""
     from localcluster.cluster import LocalCluster
 
     _reap_stale_sessions()
 
-    if REUSE_NAME and api_version == "v2beta1":
+    if REUSE_NAME and api_version == "v2beta1" and not kueue:
         c = LocalCluster.existing(REUSE_NAME)
         if not c.is_running():
             pytest.fail(f"AIRFLOW_MPI_CLUSTER_NAME={REUSE_NAME}: that local cluster is not running", pytrace=False)
         c.simulated = True
         yield c
         return
-    c = LocalCluster(name, api_version)
+    c = LocalCluster(name, api_version, kueue=kueue)
     c.simulated = True
     try:
         c.start()
         yield c
     finally:
         c.stop()
-        dest = ARTIFACTS / api_version
+        dest = ARTIFACTS / ("kueue" if kueue else api_version)
         shutil.rmtree(dest, ignore_errors=True)
         if c.logs_dir.is_dir():
             shutil.copytree(c.logs_dir, dest)
@@ -142,6 +146,42 @@ def v1_cluster():
         yield RealCluster(REAL_V1_KUBECONFIG, "v1")
         return
     yield from _local(SESSION_V1_NAME, "v1")
+
+
+@pytest.fixture(scope="module")
+def kueue_cluster():
+    """v2beta1 local cluster with Kueue: ResourceFlavor ``default-flavor``, ClusterQueue ``cluster-queue`` (cpu 2,
+    memory 2Gi, preemption within the queue by priority), WorkloadPriorityClasses ``low`` and ``high``.
+    One per test module that uses it (stopped after the module)."""
+    if REAL_KUBECONFIG:
+        pytest.skip("needs the local cluster's Kueue and its queues; AIRFLOW_MPI_KUBECONFIG points to another cluster")
+    yield from _local(SESSION_KUEUE_NAME, "v2beta1", kueue=True)
+
+
+@pytest.fixture
+def kueue_namespace(kueue_cluster, request):
+    """A fresh namespace with the LocalQueue ``user-queue``. At teardown its MPIJobs are deleted and their Workloads
+    awaited gone, so that the next test finds the ClusterQueue's quota free."""
+    from kubernetes import client
+
+    from localcluster import kueue as lk
+    from localcluster.cluster import _wait
+
+    api = kueue_cluster.api_client()
+    name, core = _make_namespace(api, request)
+    kueue_cluster.create_local_queue(name)
+    yield name
+    co = client.CustomObjectsApi(api)
+    try:
+        co.delete_collection_namespaced_custom_object("kubeflow.org", "v2beta1", name, "mpijobs")
+        _wait(
+            lambda: not co.list_namespaced_custom_object(lk.GROUP, lk.VERSION, name, "workloads")["items"],
+            60,
+            f"the Workloads of {name} to be gone",
+            interval=0.5,
+        )
+    finally:
+        core.delete_namespace(name)
 
 
 @pytest.fixture(scope="session")
@@ -226,10 +266,7 @@ def real_node():
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     images = build_mpi_images()
-    for name in NodeCluster.names():  # node containers of test sessions that were killed
-        m = re.fullmatch(r"it-real-(\d+)", name)
-        if m and not _alive(int(m.group(1))):
-            NodeCluster(name).remove()
+    _reap_stale_nodes()
     node = NodeCluster(SESSION_REAL_NAME)
     try:
         node.start()
@@ -237,6 +274,37 @@ def real_node():
         yield node
     finally:
         dest = ARTIFACTS / "real-node"
+        shutil.rmtree(dest, ignore_errors=True)
+        node.collect_logs(dest)
+        node.stop(keep_logs=False)
+
+
+def _reap_stale_nodes() -> None:
+    from localcluster.node_container import NodeCluster
+
+    for name in NodeCluster.names():  # node containers of test sessions that were killed
+        m = re.fullmatch(r"it-real(?:kueue)?-(\d+)", name)
+        if m and not _alive(int(m.group(1))):
+            NodeCluster(name).remove()
+
+
+@pytest.fixture(scope="module")
+def kueue_real_node():
+    """A real-node cluster (as ``real_node``) that runs Kueue and its queues too, with the mpi-operator's own kind of
+    Open MPI image (``openmpi-upstream``) loaded. One per test module; logs in .artifacts/integration/real-node-kueue/."""
+    if REAL_KUBECONFIG:
+        pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
+    from localcluster.node_container import NodeCluster, build_mpi_images
+
+    images = build_mpi_images(["openmpi-upstream"])
+    _reap_stale_nodes()
+    node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True)
+    try:
+        node.start()
+        node.load_images(images)
+        yield node
+    finally:
+        dest = ARTIFACTS / "real-node-kueue"
         shutil.rmtree(dest, ignore_errors=True)
         node.collect_logs(dest)
         node.stop(keep_logs=False)
