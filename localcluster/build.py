@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,19 +284,28 @@ def build(force: bool = False, verbose: bool = True) -> Path:
     go = go_binary()
     key = build_key(go)
     final = bin_dir(key)
-    if not force and is_built(final):
+
+    def cached() -> bool:
+        if force or not is_built(final):
+            return False
         _ensure_data(go, final)
+        return True
+
+    return _build_once(final, cached, lambda: _build_locked(go, key, final, verbose),
+                       f"building {key} (cold builds take tens of minutes on 2 cores) ..." if verbose else None)
+
+
+def _build_once(final: Path, cached: Callable[[], bool], build: Callable[[], Path], message: str | None) -> Path:
+    """``final`` if ``cached()``, else ``build()`` under the cache's lock: parallel test sessions wait for, then
+    reuse, the first one's build."""
+    if cached():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    # one build at a time per cache (parallel test sessions wait for, then reuse, the first one's build)
     with open(final.parent / ".build.lock", "w") as lock:
-        if verbose:
-            _log(f"building {key} (cold builds take tens of minutes on 2 cores) ...")
+        if message:
+            _log(message)
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force and is_built(final):
-            _ensure_data(go, final)
-            return final
-        return _build_locked(go, key, final, verbose)
+        return final if cached() else build()
 
 
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
@@ -313,16 +323,11 @@ def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     go = go_binary()
     key = addon_key(name, go)
     final = addon_dir(name, key)
-    if not force and is_built(final, addon.tools):
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / ".build.lock", "w") as lock:
-        if verbose:
-            _log(f"building {final.name} (a cold build takes minutes) ...")
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force and is_built(final, addon.tools):
-            return final
-        return _build_locked(go, final.name, final, verbose, addon.tools, lambda path: _copy_addon_data(go, addon, path))
+    return _build_once(
+        final, lambda: not force and is_built(final, addon.tools),
+        lambda: _build_locked(go, final.name, final, verbose, addon.tools,
+                              lambda path: _copy_addon_data(go, addon, path)),
+        f"building {final.name} (a cold build takes minutes) ..." if verbose else None)
 
 
 def _copy_addon_data(go: str, addon: Addon, path: Path) -> None:

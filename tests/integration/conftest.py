@@ -265,15 +265,18 @@ def real_node():
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.node_container import NodeCluster, build_mpi_images
 
-    images = build_mpi_images()
+    yield from _node_session(NodeCluster(SESSION_REAL_NAME), build_mpi_images(), ARTIFACTS / "real-node")
+
+
+def _node_session(node, images, dest: Path):
+    """Start ``node`` (after reaping the nodes of killed sessions), load ``images``, yield it; collect its logs
+    into ``dest`` and remove it at the end."""
     _reap_stale_nodes()
-    node = NodeCluster(SESSION_REAL_NAME)
     try:
         node.start()
         node.load_images(images)
         yield node
     finally:
-        dest = ARTIFACTS / "real-node"
         shutil.rmtree(dest, ignore_errors=True)
         node.collect_logs(dest)
         node.stop(keep_logs=False)
@@ -291,23 +294,15 @@ def _reap_stale_nodes() -> None:
 @pytest.fixture(scope="module")
 def kueue_real_node():
     """A real-node cluster (as ``real_node``) that runs Kueue and its queues too, with the mpi-operator's own kind of
-    Open MPI image (``openmpi-upstream``) loaded. One per test module; logs in .artifacts/integration/real-node-kueue/."""
+    Open MPI image (``openmpi-upstream``) loaded. One per test module; logs in
+    .artifacts/integration/real-node-kueue/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     images = build_mpi_images(["openmpi-upstream"])
-    _reap_stale_nodes()
     node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True)
-    try:
-        node.start()
-        node.load_images(images)
-        yield node
-    finally:
-        dest = ARTIFACTS / "real-node-kueue"
-        shutil.rmtree(dest, ignore_errors=True)
-        node.collect_logs(dest)
-        node.stop(keep_logs=False)
+    yield from _node_session(node, images, ARTIFACTS / "real-node-kueue")
 
 
 @pytest.fixture(scope="session")
