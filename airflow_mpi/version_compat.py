@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSkipException
-from airflow.providers.common.compat.sdk import BaseOperator, BaseSensorOperator, TaskDeferred, Variable, conf
+from airflow.providers.common.compat.sdk import (
+    AirflowException, AirflowFailException, BaseOperator, BaseSensorOperator, TaskDeferred, Variable, conf,
+)
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 

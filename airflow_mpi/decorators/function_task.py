@@ -20,8 +20,9 @@ from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.function_task.function_call import (
     call_secret_data, call_secret_name, check_function, check_source, mount_call_secret, pickle_arguments, rank_command,
 )
-from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines
-from airflow_mpi.function_task.rank_result import nonce_digest, parse_result, result_digest_of
+from airflow_mpi.function_task.rank_result import (
+    RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines, nonce_digest, parse_result, result_digest_of,
+)
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 

@@ -8,8 +8,9 @@ from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.precedence import BASE_MANIFEST, DEFAULT, PARAMETER, Resolved, Setting, build_manifest
-from airflow_mpi.jobspec.precedence import resolve, validate
+from airflow_mpi.jobspec.precedence import (
+    BASE_MANIFEST, DEFAULT, PARAMETER, Resolved, Setting, build_manifest, resolve, validate,
+)
 from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, Defaults
 
 __all__ = [

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from airflow_mpi.jobspec.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
-from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from airflow_mpi.jobspec.naming import (
+    DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
+)
 from airflow_mpi.jobspec.status import job_state
 
 # Task instance states after which no try of it runs again on its own.

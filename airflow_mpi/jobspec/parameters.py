@@ -15,8 +15,10 @@ from typing import Any
 
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.fields import HOROVOD_FIELDS, JOB, PARAMETERS, REPLICA, RUN_POLICY, SCHEDULING, as_int, rows
-from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy, parameters, role_parameter
+from airflow_mpi.jobspec.fields import (
+    HOROVOD_FIELDS, JOB, PARAMETERS, REPLICA, RUN_POLICY, SCHEDULING, MPIJobSpec, ReplicaSpec, RunPolicy,
+    SchedulingPolicy, as_int, parameters, role_parameter, rows,
+)
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import Resolved, resolve
 from airflow_mpi.jobspec.spec import ROLES, Defaults, LauncherCommand

@@ -18,14 +18,15 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder
-from airflow_mpi.jobspec.fields import manifest_path
+from airflow_mpi.jobspec.fields import (
+    REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder, manifest_path,
+)
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
-    API_V1, API_V2BETA1, CLUSTER_DOMAIN, DEFAULT_CONTAINER_NAMES, INTEL, LAUNCHER_REPLICA, MPICH,
-    MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_SSHD_COMMAND, MPIUSER_UID, OPENMPI, ROLES, SSHD_LISTENING_CHECK,
-    WAIT_FOR_WORKERS_READY, WORKER_REPLICA, Defaults,
+    API_V1, API_V2BETA1, CLUSTER_DOMAIN, DEFAULT_CONTAINER_NAMES, INTEL, LAUNCHER_REPLICA, MPICH, MPIUSER_SSHD_COMMAND,
+    MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI, ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY,
+    WORKER_REPLICA, Defaults,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 

@@ -15,15 +15,17 @@ from typing import Any
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import FIELDS, JOB, RUN_POLICY, SCHEDULING, Field, field_of, rows
-from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
+from airflow_mpi.jobspec.fields import (
+    FIELDS, JOB, RUN_POLICY, SCHEDULING, Field, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy, field_of, rows,
+)
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
-from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, API_VERSIONS, KIND, MANAGED_BY, RESTART_POLICIES, Defaults
-from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE
-from airflow_mpi.jobspec.spec import LAUNCHER_REPLICA, ROLES, WAIT_FOR_WORKERS_READY, WORKER_REPLICA
+from airflow_mpi.jobspec.spec import (
+    API_V1, API_V2BETA1, API_VERSIONS, CONFIG_MOUNT_PATH, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE, KIND,
+    LAUNCHER_REPLICA, MANAGED_BY, RESTART_POLICIES, ROLES, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, Defaults,
+)
 
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
 # The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)

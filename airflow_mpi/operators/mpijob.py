@@ -35,8 +35,10 @@ from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
-from airflow_mpi.operators.task_params import TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values
-from airflow_mpi.operators.task_params import placeholder_identity, settings_explained, task_instance_id, typed
+from airflow_mpi.operators.task_params import (
+    TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values, placeholder_identity, settings_explained,
+    task_instance_id, typed,
+)
 from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator
 from airflow_mpi.wait.deferral import not_before_text
 from airflow_mpi.wait.progress import Timeouts
