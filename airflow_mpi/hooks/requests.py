@@ -25,6 +25,9 @@ MPIJOB_PLURAL = "mpijobs"
 MPIJOB_KIND = "MPIJob"
 # the kinds the watch hub lists and watches per namespace (wait/watch_hub.py, wait/namespace_watch.py)
 MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
+# Kueue's Workloads (one per queued job), watched only where a job carries Kueue's queue label; v1beta2 is served
+# from Kueue v0.15, v1beta1 by the releases before it
+WORKLOADS, KUEUE_GROUP, KUEUE_VERSIONS = "workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1")
 CUSTOM_OBJECTS, CORE_V1 = "CustomObjectsApi", "CoreV1Api"  # the client API classes a request goes to
 
 # pod labels set by the operators

@@ -22,7 +22,7 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
     API_V1, API_V2BETA1, CLEAN_POD_POLICIES, DISCOVER_HOSTS_SCRIPT, GPU_RESOURCE, IMAGE_PULL_POLICIES,
-    LAUNCHER_CREATION_POLICIES, LAUNCHER_REPLICA, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
+    KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, LAUNCHER_CREATION_POLICIES, LAUNCHER_REPLICA, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
 )
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
@@ -75,6 +75,11 @@ def _ssh_path(value: object) -> str | None:
     return None if ok else "must be an absolute path (the operator mounts the SSH keys there)"
 
 
+def _label_named_object(value: object) -> str | None:
+    """The name of a Kueue object (a DNS-1123 subdomain) that a label holds (so at most 63 characters)."""
+    return rules.dns1123_subdomain(value) or rules.label_value(value)
+
+
 def env_list(env: dict | list) -> list:
     """EnvVar dicts from the ``{"NAME": "value"}`` shorthand (values stringified) or a list as given."""
     if isinstance(env, dict):
@@ -117,6 +122,11 @@ FIELDS: tuple[Field, ...] = (
     Field("namespace", JOB, str, ("metadata", "namespace"), templated=True, check=rules.dns1123_label),
     Field("labels", JOB, dict[str, str], ("metadata", "labels"), templated="json"),
     Field("annotations", JOB, dict[str, str], ("metadata", "annotations"), templated="json"),
+    # Kueue's labels: its MPIJob integration (kubeflow.org/mpijob) is v2beta1's; a v1 job would not be queued at all
+    Field("queue_name", JOB, str, ("metadata", "labels", KUEUE_QUEUE_LABEL), V2, templated=True,
+          check=_label_named_object),
+    Field("workload_priority_class", JOB, str, ("metadata", "labels", KUEUE_PRIORITY_LABEL), V2, templated=True,
+          check=_label_named_object),
     Field("unique_name_suffix", JOB, bool, default=True, coerce=as_bool),
     Field("base_manifest", JOB, dict | str | os.PathLike, templated="yaml"),
     Field("slots_per_worker", JOB, int, ("spec", "slotsPerWorker"), templated=True, coerce=as_int,

@@ -36,6 +36,10 @@ MANAGED_BY = {
     API_V1: ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"),
 }
 
+# Kueue (kueue.x-k8s.io): the LocalQueue an MPIJob waits in, and its WorkloadPriorityClass (labels Kueue reads)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"  # the controllers' (root runs sshd and mpirun)
 # The mpi-operator's unprivileged convention (its build/base image and examples/v2beta1/pi): user mpiuser (uid 1000)

@@ -34,6 +34,8 @@ _SPEC, _RUN_POLICY, _SCHEDULING = (
     for parent in (("spec",), ("spec", "runPolicy"), ("spec", "runPolicy", "schedulingPolicy"))
 )
 _CLEAN_POD_POLICY = field_of("clean_pod_policy", RUN_POLICY)
+# rows held in one label each (Kueue's): their values are checked under the parameter's name
+_LABEL_ROWS = tuple(f for f in FIELDS if f.path[:2] == ("metadata", "labels") and len(f.path) == 3)
 # spec keys -> (the name errors use, the one API version that has it)
 _SPEC_KEYS = {
     "runPolicy": ("run_policy", None),
@@ -171,6 +173,10 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     if metadata.get("namespace") is not None:
         _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
+    labels = metadata.get("labels")
+    for row in _LABEL_ROWS if isinstance(labels, dict) else ():
+        if labels.get(row.path[-1]) is not None:
+            _passes(errors, row, labels[row.path[-1]])
     check_annotations(errors, "annotations", metadata.get("annotations"))
     _check_spec_fields(errors, manifest, api)
     policy = job.get("runPolicy")

@@ -234,7 +234,8 @@ class MPIJobOperator(BaseOperator):
 
         return await monitor_with(
             self.hook, name, namespace, emit=self._launcher_log(), submitted_at=submitted_at,
-            timeouts=Timeouts(self.startup_timeout, self.schedule_timeout), poll_interval=self.poll_interval,
+            timeouts=Timeouts(self.startup_timeout, self.schedule_timeout, self.queue_timeout),
+            poll_interval=self.poll_interval,
             get_logs=self.get_logs, max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
             tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
             **kwargs,
@@ -258,7 +259,7 @@ class MPIJobOperator(BaseOperator):
             name=name, namespace=namespace, api_version=self.api_version, kubernetes_conn_id=self.kubernetes_conn_id,
             connection=self.hook.connection_settings(), submitted_at=submitted_at.isoformat(),
             poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout, get_logs=self.get_logs,
+            schedule_timeout=self.schedule_timeout, queue_timeout=self.queue_timeout, get_logs=self.get_logs,
             max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
             result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,

@@ -12,11 +12,12 @@ from typing import Any
 
 from airflow_mpi.wait.failure_causes import explain
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED
+from airflow_mpi.wait.queueing import QUEUE_TIMEOUT
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 ON_FINISH_ACTIONS = ("keep", "delete_succeeded", "delete")
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
-ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", WORKER_FAILED)
+ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", QUEUE_TIMEOUT, WORKER_FAILED)
 # Outcomes no Airflow retry can fix.
 PERMANENT = ("invalid",)
 

@@ -46,6 +46,7 @@ TASK_FIELDS: tuple[Field, ...] = (
           check=_seconds(True)),
     Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number,
           check=_seconds(True)),
+    Field("queue_timeout", TASK, float | None, default=None, templated=True, coerce=as_number, check=_seconds(True)),
     Field("on_finish_action", TASK, str, default="delete_succeeded", templated=True,
           check=one_of(ON_FINISH_ACTIONS)),
     Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number,

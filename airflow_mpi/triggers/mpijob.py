@@ -38,6 +38,7 @@ class MPIJobTrigger(BaseTrigger):
     poll_interval: float = 10.0
     startup_timeout: float | None = 120.0
     schedule_timeout: float | None = 300.0
+    queue_timeout: float | None = None
     target_condition: str | None = None
     owns_job: bool = True
     get_logs: bool = True
@@ -78,7 +79,8 @@ class MPIJobTrigger(BaseTrigger):
                     hook, self.name, self.namespace, emit=emit, emit_marked=emit_marked, log_state=log_state,
                     submitted_at=datetime.fromisoformat(self.submitted_at),
                     deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
-                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout), poll_interval=self.poll_interval,
+                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout, self.queue_timeout),
+                    poll_interval=self.poll_interval,
                     get_logs=self.get_logs, max_attempts=self.max_attempts, target_condition=self.target_condition,
                     owns_job=self.owns_job, uid=self.uid, tail_lines=self.tail_lines,
                 ).run()

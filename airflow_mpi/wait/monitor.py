@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks.retries import through_outage
+from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
@@ -28,6 +29,7 @@ from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_pump import LogPump, LogState
 from airflow_mpi.wait.logs import LogStream, launcher_streams
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
+from airflow_mpi.wait.queueing import QueueTracker
 from airflow_mpi.wait.summaries import event_summary, pod_summary
 
 log = logging.getLogger(__name__)
@@ -87,12 +89,15 @@ class JobMonitor:
     launcher_pod_names: list[str] = field(default_factory=list, init=False)
     launcher_attempts: int = field(default=0, init=False)
     launcher_exit_codes: list[int] = field(default_factory=list, init=False)  # of ended launchers, oldest first
+    queue: QueueTracker = field(init=False)  # its time in a Kueue queue (wait/queueing.py)
+    _log_pump: LogPump | None = field(default=None, init=False)
     _uncreated_events: list = field(default_factory=list, init=False)
     _uncreated_listed: datetime | None = field(default=None, init=False)
     _uncreated_gap: float = field(default=UNCREATED_EVENTS_GAP[0], init=False)
 
     def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
+        self.queue = QueueTracker(self.name, self.timeouts.queue_timeout)
         if self.emit_marked is None:
             self.emit_marked = lambda message, _mark: self.emit(message)
 
@@ -101,7 +106,8 @@ class JobMonitor:
         """Wait for a verdict, stream logs meanwhile; returns the result payload."""
         async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
             finished = asyncio.Event()
-            pump = asyncio.create_task(self._pump(sub).run(finished)) if self.get_logs else None
+            self._log_pump = self._pump(sub) if self.get_logs else None
+            pump = asyncio.create_task(self._log_pump.run(finished)) if self._log_pump else None
             try:
                 verdict = await self._watch(sub)
                 finished.set()  # the pump drains the launcher log meanwhile
@@ -143,7 +149,7 @@ class JobMonitor:
             **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
             "job_message": getattr(state, "message", None), "launcher_pods": self.launcher_pod_names,
             "launcher_attempts": self.launcher_attempts, "launcher_exit_codes": self.launcher_exit_codes,
-            "log_state": self.logs.to_dict(), "failure": self.failure,
+            "log_state": self.logs.to_dict(), "failure": self.failure, "evictions": self.queue.evictions,
         }
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
@@ -191,7 +197,7 @@ class JobMonitor:
             if job_uid and job_uid in sub.deleted_uids or not job_uid and sub.deleted_uids:
                 return Verdict("deleted", "it was deleted while the task waited")
             obj = sub.job(job_uid) or obj
-            verdict = await self._assess(obj, sub, job_uid)
+            verdict = await self._queueing(obj, sub, job_uid) or await self._assess(obj, sub, job_uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
@@ -203,6 +209,19 @@ class JobMonitor:
         if self.deadline is not None:
             timeout = min(timeout, max((self.deadline - utcnow()).total_seconds(), 0.05))
         return timeout
+
+    async def _queueing(self, obj: dict, sub: watch_hub.Subscription, uid: str | None) -> Verdict | None:
+        """Say what Kueue does with the job (queued, admitted, evicted); a verdict once queue_timeout is over."""
+        visible = False
+        if KUEUE_QUEUE_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
+            visible = await sub.watch_workloads()
+        evictions = self.queue.evictions
+        lines, verdict = self.queue.observe(obj, sub.workload(uid) if visible else None, utcnow(), visible=visible)
+        for line in lines:
+            self.emit(line)
+        if self._log_pump is not None and self._log_pump.max_attempts and self.queue.evictions > evictions:
+            self._log_pump.max_attempts += self.queue.evictions - evictions  # a re-admission starts it over
+        return verdict
 
     async def _assess(self, obj: dict, sub: watch_hub.Subscription, uid: str | None = None) -> Verdict:
         """Events are listed only when they can change the verdict: ValidationError before Created, the

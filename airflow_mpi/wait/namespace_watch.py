@@ -1,8 +1,10 @@
-"""List and watch all MPIJobs, MPIJob pods or MPIJob events of a namespace: the requests behind the watch hub.
+"""List and watch all MPIJobs, MPIJob pods, MPIJob events or Kueue Workloads of a namespace: the requests behind the
+watch hub.
 
 What comes back is what the hub keeps, hundreds of each per triggerer, so it is cut to what its readers read:
 MPIJobs to their metadata and status (``summaries.slim_mpijob``, dicts as the hooks return them), pods to the
-fields ``pod_summary`` reads (``summaries.slim_pod``, as ``V1Pod``); events stay dicts. Watches always ask for
+fields ``pod_summary`` reads (``summaries.slim_pod``, as ``V1Pod``), Workloads to what wait/queueing.py reads
+(``summaries.slim_workload``); events stay dicts. Watches always ask for
 bookmarks, so a renewal resumes from the latest version even when nothing of ours changed.
 """
 
@@ -17,8 +19,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks import client_pool
 from airflow_mpi.hooks.answers import WatchDecoder, aiter_lines
-from airflow_mpi.hooks.requests import EVENTS, MPIJOBS, PODS, watch_request_timeout
-from airflow_mpi.wait.summaries import slim_mpijob, slim_pod
+from airflow_mpi.hooks.requests import (
+    EVENTS, KUEUE_GROUP, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS, watch_request_timeout,
+)
+from airflow_mpi.wait.summaries import slim_mpijob, slim_pod, slim_workload
 
 
 class _Body:
@@ -28,15 +32,20 @@ class _Body:
         self.data = data
 
 
-def _request(hook: Any, api_client: Any, kind: str, namespace: str, **kwargs: Any) -> tuple[Any, dict]:
+def _request(hook: Any, api_client: Any, kind: str, namespace: str, version: str | None = None,
+             **kwargs: Any) -> tuple[Any, dict]:
     if kind == MPIJOBS:
         api = async_client.CustomObjectsApi(api_client)
         return api.list_namespaced_custom_object, hook.custom_object_args(namespace, **kwargs)
+    if kind == WORKLOADS:
+        return async_client.CustomObjectsApi(api_client).list_namespaced_custom_object, {
+            "group": KUEUE_GROUP, "version": version or KUEUE_VERSIONS[0], "namespace": namespace,
+            "plural": WORKLOADS, **kwargs}
     if kind == PODS:
         return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
     if kind == EVENTS:
         return async_client.CoreV1Api(api_client).list_namespaced_event, {"namespace": namespace, **kwargs}
-    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r}, {PODS!r} or {EVENTS!r}")
+    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r}, {PODS!r}, {EVENTS!r} or {WORKLOADS!r}")
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
@@ -49,14 +58,16 @@ def _model(api_client: Any, kind: str, obj: dict) -> Any:
         return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
     if kind == MPIJOBS:
         return slim_mpijob(obj)
-    return obj
+    return slim_workload(obj) if kind == WORKLOADS else obj
 
 
 async def list_objects(
-    hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+    hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None,
+    version: str | None = None,
 ) -> tuple[list, str]:
     async with hook.get_conn() as api_client:
-        method, kwargs = _request(hook, api_client, kind, namespace, **_selectors(label_selector, field_selector))
+        method, kwargs = _request(hook, api_client, kind, namespace, version,
+                                  **_selectors(label_selector, field_selector))
         data = await hook.read_json(await hook.open_stream(method, _preload_content=False, **kwargs))
         items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
         return items, (data.get("metadata") or {}).get("resourceVersion")
@@ -64,7 +75,7 @@ async def list_objects(
 
 async def watch_objects(
     hook: Any, kind: str, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None,
-    resource_version: str | None = None, timeout_seconds: int = 290,
+    resource_version: str | None = None, timeout_seconds: int = 290, version: str | None = None,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
     """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
     the first item, ``OPEN``: the API server accepted the watch. 410 Gone raises WatchExpired (list again)."""
@@ -75,7 +86,7 @@ async def watch_objects(
         extra["resource_version"] = resource_version
     decoder = WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
     async with hook.get_conn() as api_client:
-        method, kwargs = _request(hook, api_client, kind, namespace, **extra)
+        method, kwargs = _request(hook, api_client, kind, namespace, version, **extra)
         try:
             resp = await hook.open_stream(method, **kwargs)
         except ApiException as e:

@@ -67,7 +67,7 @@ class EventSummary:
 @dataclass(frozen=True)
 class Verdict:
     # None while the wait goes on | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout"
-    # | "worker_failed" | "target"
+    # | "worker_failed" | "target" | "queue_timeout"
     outcome: str | None
     message: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -81,6 +81,7 @@ class Verdict:
 class Timeouts:
     startup_timeout: float | None = 120.0  # seconds until the job must be Created
     schedule_timeout: float | None = 300.0  # seconds a pod may stay unscheduled / not started
+    queue_timeout: float | None = None  # seconds a job may wait in a Kueue queue at a stretch (wait/queueing.py)
 
 
 def _warning_lines(events: list[EventSummary]) -> list[str]:

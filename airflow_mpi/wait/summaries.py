@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.hooks.requests import JOB_ROLE_LABEL, LAUNCHER, REPLICA_TYPE_LABEL, WORKER
+from airflow_mpi.hooks.requests import JOB_NAME_LABEL, JOB_ROLE_LABEL, LAUNCHER, MPIJOB_KIND, REPLICA_TYPE_LABEL, WORKER
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
@@ -136,8 +136,55 @@ def slim_mpijob(job: dict) -> dict:
             "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}
 
 
+def slim_workload(workload: dict) -> dict:
+    """A Kueue Workload cut to what wait/queueing.py and the hub read: its owner, queue, conditions and admission."""
+    meta, status = workload.get("metadata") or {}, workload.get("status") or {}
+    admission = status.get("admission") or {}
+    owners = [{key: ref.get(key) for key in ("apiVersion", "kind", "name", "uid")}
+              for ref in meta.get("ownerReferences") or []]
+    slim_admission = {"clusterQueue": admission.get("clusterQueue"),
+                      "podSetAssignments": [{"name": a.get("name"), "flavors": a.get("flavors") or {}}
+                                            for a in admission.get("podSetAssignments") or []]}
+    return {"metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
+            "spec": {"queueName": (workload.get("spec") or {}).get("queueName")},
+            "status": {"conditions": status.get("conditions") or [], **({"admission": slim_admission} if admission else {})}}
+
+
 def event_summary(event: dict) -> EventSummary:
     involved = event.get("involvedObject") or {}
     return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
                         message=event.get("message") or "", object_name=involved.get("name") or "",
                         count=int(event.get("count") or 1))
+
+
+# ---------------------------------------------------------------------- metadata the watch hub indexes by
+def object_meta(obj: Any) -> tuple[str | None, str | None, dict]:
+    """name, uid, labels of a dict (MPIJob, event) or a client model (pod)."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") or {}
+        return meta.get("name"), meta.get("uid"), meta.get("labels") or {}
+    meta = obj.metadata
+    return meta.name, getattr(meta, "uid", None), meta.labels or {}
+
+
+def involved_object(event: dict) -> dict:
+    return event.get("involvedObject") or {}
+
+
+def without_managed_fields(obj: Any) -> Any:
+    """Without its managedFields: nothing here reads them, and they are a large part of every object the hub keeps."""
+    if isinstance(obj, dict):
+        (obj.get("metadata") or {}).pop("managedFields", None)
+    elif getattr(obj, "metadata", None) is not None:
+        obj.metadata.managed_fields = None
+    return obj
+
+
+def job_of_pod(pod: Any) -> str | None:
+    return object_meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
+
+
+def owner_mpijob(workload: dict | None) -> dict:
+    """The MPIJob owning a Workload (its ownerReference), or {}."""
+    refs = ((workload or {}).get("metadata") or {}).get("ownerReferences") or []
+    return next((r for r in refs if r.get("kind") == MPIJOB_KIND), {})

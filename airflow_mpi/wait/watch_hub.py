@@ -10,7 +10,9 @@ MPIJobs are watched unfiltered (a sensor may wait for a job this provider did no
 operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
 namespace), events by field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before
 its job is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
-may not watch events (RBAC of an older release), that watch stops and the waits list events themselves.
+may not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
+Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py); where they may not be (RBAC,
+no Kueue), that watch stops and the waits go on without them.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from typing import Any
 
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
-from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, MPIJOB_KIND, MPIJOBS, PODS
+from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, KUEUE_VERSIONS, MPIJOB_KIND, MPIJOBS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.wait.progress import VALIDATION_ERROR
-from airflow_mpi.wait.summaries import pod_role
+from airflow_mpi.wait.summaries import (
+    involved_object, job_of_pod, object_meta, owner_mpijob, pod_role, without_managed_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,32 +42,6 @@ SELECTORS: dict[str, dict[str, str]] = {
     EVENTS: {"field_selector": f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"},
 }
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
-
-
-def _meta(obj: Any) -> tuple[str | None, str | None, dict]:
-    """name, uid, labels of a dict (MPIJob, event) or a client model (pod)."""
-    if isinstance(obj, dict):
-        meta = obj.get("metadata") or {}
-        return meta.get("name"), meta.get("uid"), meta.get("labels") or {}
-    meta = obj.metadata
-    return meta.name, getattr(meta, "uid", None), meta.labels or {}
-
-
-def _involved(event: dict) -> dict:
-    return event.get("involvedObject") or {}
-
-
-def _slim(obj: Any) -> Any:
-    """Without its managedFields: nothing here reads them, and they are a large part of every object the hub keeps."""
-    if isinstance(obj, dict):
-        (obj.get("metadata") or {}).pop("managedFields", None)
-    elif getattr(obj, "metadata", None) is not None:
-        obj.metadata.managed_fields = None
-    return obj
-
-
-def _job_of_pod(pod: Any) -> str | None:
-    return _meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
 
 
 class Subscription:
@@ -97,7 +75,7 @@ class Subscription:
     def job(self, uid: str | None = None) -> dict | None:
         """The cached MPIJob (only the incarnation ``uid`` when given)."""
         obj = self.hub.jobs.get(self.name)
-        if obj is not None and uid and _meta(obj)[1] != uid:
+        if obj is not None and uid and object_meta(obj)[1] != uid:
             return None
         return obj
 
@@ -118,13 +96,21 @@ class Subscription:
         gone = [p for name, p in self.gone_pods.items() if name not in names] if with_gone else []
         return sort_workers(p for p in live + gone if pod_role(p) == "worker")
 
+    async def watch_workloads(self) -> bool:
+        """Have the hub watch Kueue Workloads (once listed, or refused); whether it does."""
+        return await self.hub.watch_workloads()
+
+    def workload(self, uid: str | None) -> dict | None:
+        """The Workload Kueue made for the job incarnation ``uid``."""
+        return self.hub.workloads.get(self.hub.workload_of.get(uid or "", ""))
+
     def validation_events(self, uid: str | None = None) -> list[dict] | None:
         """The job's ValidationError events (of the incarnation ``uid`` when given), oldest first; None when the
         hub does not watch events (the caller lists them)."""
         if not self.hub.watches_events:
             return None
         events = self.hub.invalid_events.get(self.name, {}).values()
-        return sorted((e for e in events if not uid or _involved(e).get("uid") in (None, uid)),
+        return sorted((e for e in events if not uid or involved_object(e).get("uid") in (None, uid)),
                       key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
@@ -140,11 +126,15 @@ class WatchHub:
         self.pods_by_job: dict[str, set[str]] = {}
         self.invalid_events: dict[str, dict[str, dict]] = {}  # job name -> event name -> ValidationError event
         self.watches_events = True  # False once the identity was refused a watch of events
+        self.workloads: dict[str, dict] = {}  # Kueue Workloads of MPIJobs by name; workload_of: job uid -> name
+        self.workload_of: dict[str, str] = {}
+        self.watches_workloads: bool | None = None  # None: not asked yet; False: refused, or no Kueue
+        self.workload_version = KUEUE_VERSIONS[0]
         self.subscribers: dict[str, set[Subscription]] = {}
         self.error: BaseException | None = None
         self.stats: Counter = Counter()  # lists, watches, relists (410), bookmarks, events per kind
-        self.synced = {kind: asyncio.Event() for kind in KINDS}
-        self.resource_versions: dict[str, str | None] = dict.fromkeys(KINDS)
+        self.synced = {kind: asyncio.Event() for kind in (*KINDS, WORKLOADS)}
+        self.resource_versions: dict[str, str | None] = dict.fromkeys((*KINDS, WORKLOADS))
         self._ready = asyncio.Event()
         self._tick = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -173,7 +163,7 @@ class WatchHub:
             raise self.error
 
     def _check_ready(self) -> None:
-        if self.error is not None or all(e.is_set() for e in self.synced.values()):
+        if self.error is not None or all(self.synced[kind].is_set() for kind in KINDS):
             self._ready.set()
 
     def _bump(self, key: str) -> None:
@@ -187,6 +177,16 @@ class WatchHub:
             if self.error is not None:
                 raise self.error
             await self._tick.wait()
+
+    async def watch_workloads(self) -> bool:
+        """Start the Workloads' watch on first use and wait for its first list (or its refusal)."""
+        if self.watches_workloads is None:
+            self.watches_workloads = True
+            self._tasks.append(asyncio.create_task(self._run(WORKLOADS), name=f"watch-hub-{WORKLOADS}"))
+        await self.synced[WORKLOADS].wait()
+        if self.error is not None:
+            raise self.error
+        return bool(self.watches_workloads)
 
     def subscribe(self, name: str) -> Subscription:
         sub = Subscription(self, name)
@@ -212,26 +212,35 @@ class WatchHub:
 
     def _apply(self, kind: str, event_type: str, obj: Any) -> None:
         """One watched or listed object into the cache; the waits on its job are told."""
-        obj = _slim(obj)
-        name, uid, _ = _meta(obj)
+        obj = without_managed_fields(obj)
+        name, uid, _ = object_meta(obj)
         deleted = event_type == "DELETED"
         if kind == EVENTS:
-            job = _involved(obj).get("name") or ""
+            job = involved_object(obj).get("name") or ""
             if deleted:
                 self.invalid_events.get(job, {}).pop(name, None)
             else:
                 self.invalid_events.setdefault(job, {})[name] = obj
+        elif kind == WORKLOADS:
+            owner = owner_mpijob(obj if not deleted else self.workloads.get(name))
+            job = owner.get("name")
+            if deleted:
+                self.workloads.pop(name, None)
+                self.workload_of.pop(owner.get("uid") or "", None)
+            elif owner:
+                self.workloads[name] = obj
+                self.workload_of[owner.get("uid") or ""] = name
         elif kind == MPIJOBS:
             job = name
             if not deleted:
                 self.jobs[name] = obj
             else:
-                if self.jobs.get(name) is not None and _meta(self.jobs[name])[1] == uid:
+                if self.jobs.get(name) is not None and object_meta(self.jobs[name])[1] == uid:
                     del self.jobs[name]
                 for sub in self.subscribers.get(name or "", ()):
                     sub.deleted_uids.add(uid or "")
         else:
-            job = _job_of_pod(obj) or _job_of_pod(self.pods.get(name))
+            job = job_of_pod(obj) or job_of_pod(self.pods.get(name))
             if not deleted:
                 self.pods[name] = obj
                 if job:
@@ -247,9 +256,11 @@ class WatchHub:
         """A (re-)list: what it no longer holds was deleted meanwhile, the rest is as listed."""
         if kind == EVENTS:
             cached = {name: e for events in self.invalid_events.values() for name, e in events.items()}
+        elif kind == WORKLOADS:
+            cached = dict(self.workloads)
         else:
             cached = dict(self.jobs if kind == MPIJOBS else self.pods)
-        listed = {_meta(obj)[0] for obj in items}
+        listed = {object_meta(obj)[0] for obj in items}
         for name, obj in cached.items():
             if name not in listed:
                 self._apply(kind, "DELETED", obj)
@@ -267,18 +278,31 @@ class WatchHub:
         self._check_ready()
         self._notify_all()
 
+    def _stop_watching_workloads(self, err: BaseException) -> None:
+        """No Workloads to watch (no Kueue: 404) or not allowed to (403): the waits go on without them."""
+        log.warning("cannot watch Kueue Workloads in %s (%s): the task log says when a job is queued, not why; grant "
+                    "list and watch on workloads.kueue.x-k8s.io (deploy/rbac.yaml)", self.namespace, describe_error(err))
+        self.watches_workloads = False
+        self.workloads, self.workload_of = {}, {}
+        self._bump("workloads_refused")
+        self.synced[WORKLOADS].set()
+        self._notify_all()
+
     def _fail(self, err: BaseException) -> None:
         self.error = err
         self._ready.set()
+        self.synced[WORKLOADS].set()
         self._tick.set()
         self._notify_all()
 
     # ------------------------------------------------------------------ list + watch
     async def _run(self, kind: str) -> None:
-        selector = SELECTORS.get(kind, {})
+        selector: dict[str, str] = SELECTORS.get(kind, {})
         outage: Outage | None = None  # failures in a row since the last event (hooks/retries.py)
         while True:
             try:
+                if kind == WORKLOADS:
+                    selector = {"version": self.workload_version}
                 if self.resource_versions[kind] is None:
                     items, rv = await self.requests.list_objects(kind, self.namespace, **selector)
                     self._bump(f"{kind}_lists")
@@ -306,12 +330,22 @@ class WatchHub:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # API unreachable, restarting, 5xx: resume from the last version
-                if kind == EVENTS and outage is None and getattr(err, "status", None) == 403:
+                status = getattr(err, "status", None)
+                if kind == EVENTS and outage is None and status == 403:
                     self._stop_watching_events(err)
+                    return
+                if kind == WORKLOADS and status == 404 and self.workload_version != KUEUE_VERSIONS[-1]:
+                    self.workload_version = KUEUE_VERSIONS[KUEUE_VERSIONS.index(self.workload_version) + 1]
+                    continue  # an older Kueue
+                if kind == WORKLOADS and outage is None and status in (403, 404):
+                    self._stop_watching_workloads(err)
                     return
                 outage = outage or Outage()
                 if (delay := outage.next_delay(err)) is None:
-                    self._fail(err)
+                    if kind == WORKLOADS:  # never worth failing the waits for
+                        self._stop_watching_workloads(err)
+                    else:
+                        self._fail(err)
                     return
                 if outage.failures == 1:
                     log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace,

@@ -13,7 +13,7 @@ Environment:
   (left running at the end), which makes repeated runs start instantly.
 * ``AIRFLOW_MPI_CACHE``: where binaries and cluster state live (default ``~/.cache/airflow-mpi``).
 
-``kueue_cluster`` (module scope, only for the modules that ask for it) is a third local cluster that runs Kueue too
+``kueue_cluster`` (session scope, started only when a test asks for it) is a third local cluster that runs Kueue too
 (localcluster/kueue.py); it is not available against ``AIRFLOW_MPI_KUBECONFIG``.
 """
 
@@ -148,11 +148,11 @@ def v1_cluster():
     yield from _local(SESSION_V1_NAME, "v1")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kueue_cluster():
     """v2beta1 local cluster with Kueue: ResourceFlavor ``default-flavor``, ClusterQueue ``cluster-queue`` (cpu 2,
     memory 2Gi, preemption within the queue by priority), WorkloadPriorityClasses ``low`` and ``high``.
-    One per test module that uses it (stopped after the module)."""
+    One per session (each test gets its own namespace and LocalQueue: ``kueue_namespace``)."""
     if REAL_KUBECONFIG:
         pytest.skip("needs the local cluster's Kueue and its queues; AIRFLOW_MPI_KUBECONFIG points to another cluster")
     yield from _local(SESSION_KUEUE_NAME, "v2beta1", kueue=True)

@@ -70,12 +70,16 @@ class FakeAsyncHook:
     watch_versions: list = field(default_factory=list)
     lists: list = field(default_factory=list)  # kinds listed by the watch hub, in order
     events_watch_forbidden: bool = False  # the identity may list events but not watch them (an older role)
+    workloads: list = field(default_factory=list)  # Kueue Workloads of the namespace
+    workloads_refused: dict = field(default_factory=dict)  # Kueue API version -> the status its requests get
+    workload_versions: list = field(default_factory=list)  # the version of each Workload list, in order
 
     # The watch hub's view: assigning job_obj / launchers / workers is a change its watches report.
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
-        if name in ("job_obj", "launchers", "workers"):
-            for event in self.__dict__.get("_watchers", {}).get("mpijobs" if name == "job_obj" else "pods", []):
+        if name in ("job_obj", "launchers", "workers", "workloads"):
+            kind = {"job_obj": "mpijobs", "workloads": "workloads"}.get(name, "pods")
+            for event in self.__dict__.get("_watchers", {}).get(kind, []):
                 event.set()
 
     async def _changed(self, kind):
@@ -99,8 +103,13 @@ class FakeAsyncHook:
         return [e for e in self.events if e.get("reason") == "ValidationError"
                 and e["involvedObject"].get("kind", "MPIJob") == "MPIJob"]
 
-    async def list_objects(self, kind, namespace, label_selector=None, field_selector=None):
+    async def list_objects(self, kind, namespace, label_selector=None, field_selector=None, version=None):
         self.lists.append(kind)
+        if kind == "workloads":
+            self.workload_versions.append(version)
+            if version in self.workloads_refused:
+                raise ApiException(status=self.workloads_refused[version], reason="refused")
+            return list(self.workloads), "1"
         if kind == "pods":
             return self._pods(), "1"
         if kind == "events":
@@ -108,7 +117,12 @@ class FakeAsyncHook:
         return ([self.job_obj] if self.job_obj else []), (self.job_obj or {}).get("metadata", {}).get("resourceVersion", "1")
 
     async def watch_objects(self, kind, namespace, *, label_selector=None, field_selector=None, resource_version=None,
-                            timeout_seconds=60):
+                            timeout_seconds=60, version=None):
+        if kind == "workloads":
+            await self._changed("workloads")
+            for workload in self.workloads:
+                yield "MODIFIED", workload, "1"
+            return
         if kind == "events":
             if self.events_watch_forbidden:
                 raise ApiException(status=403, reason="Forbidden")

@@ -11,7 +11,7 @@ from kubernetes_asyncio.client import ApiClient
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.wait.namespace_watch import _Body
 from airflow_mpi.wait.summaries import pod_role, pod_summary, slim_mpijob, slim_pod
-from airflow_mpi.wait.watch_hub import _meta
+from airflow_mpi.wait.summaries import object_meta as _meta
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 
 

@@ -1,0 +1,162 @@
+"""What the task log says about an MPIJob waiting in a Kueue queue, and when the wait gives up on it (pure).
+
+Kueue's webhook stores a job that has the ``kueue.x-k8s.io/queue-name`` label suspended; the mpi-operator then
+reports it Created and Suspended and makes no pods, until Kueue admits its Workload (``status.admission``: the
+ClusterQueue and the flavors) and resumes it. Kueue may later evict it (``Evicted``: preempted, its flavor gone, ...):
+the job is suspended again, the mpi-operator deletes its launcher and workers, and once re-admitted the program
+starts over (a launcher attempt that ``backoffLimit`` does not count).
+
+The startup and schedule timeouts never see that time: the job is Created while queued, and its pods only exist once
+admitted. ``queue_timeout`` bounds each stretch of queueing on its own; ``execution_timeout`` bounds everything.
+The Workload is the one the watch hub keeps (wait/watch_hub.py); without it (no ``watch`` on workloads, or no Kueue)
+the lines say what the MPIJob alone tells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
+from airflow_mpi.wait.progress import Verdict
+
+QUEUE_TIMEOUT = "queue_timeout"  # the verdict's outcome
+_PREVIOUSLY = "Previously: "  # Kueue's prefix of an Evicted condition it reset on re-admission
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An RFC 3339 timestamp of the API (``...Z``), or None."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _condition(obj: dict | None, kind: str) -> dict:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def _true(condition: dict) -> bool:
+    return str(condition.get("status")) == "True"
+
+
+def _seconds(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def flavors(workload: dict | None) -> str:
+    """The flavors of the admission: ``default-flavor``, or per pod set and resource where they differ."""
+    assignments = (((workload or {}).get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    per_set = {a.get("name"): a.get("flavors") or {} for a in assignments}
+    names = {name for assigned in per_set.values() for name in assigned.values()}
+    if len(names) <= 1:
+        return next(iter(names), "none")
+    return "; ".join(f"{pod_set}: " + ", ".join(f"{res}={name}" for res, name in sorted(assigned.items()))
+                     for pod_set, assigned in per_set.items())
+
+
+@dataclass
+class QueueTracker:
+    """Follows one job's queueing; :meth:`observe` returns the lines to log and, past ``queue_timeout``, a verdict."""
+
+    name: str
+    queue_timeout: float | None = None
+    queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
+    evictions: int = 0
+    _said: tuple | None = field(default=None, init=False)  # the last queued line's content
+    _admitted_at: str | None = field(default=None, init=False)  # QuotaReserved's transition last reported
+    _evicted_at: str | None = field(default=None, init=False)  # Evicted's transition last seen
+    _requeued: bool = field(default=False, init=False)  # an eviction was reported since the last admission
+    _evicted_messages: set = field(default_factory=set, init=False)
+    _suspended_said: bool = field(default=False, init=False)
+
+    def observe(self, job: dict, workload: dict | None, now: datetime, *,
+                visible: bool = True) -> tuple[list[str], Verdict | None]:
+        """``visible``: the Workloads of the namespace are watched (else ``workload`` is always None)."""
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        local_queue = labels.get(KUEUE_QUEUE_LABEL)
+        suspended = _true(_condition(job, "Suspended"))
+        if local_queue is None:
+            if suspended and not self._suspended_said:
+                self._suspended_said = True
+                return [f"MPIJob {self.name} is suspended (runPolicy.suspend is true): waiting until it is resumed"], None
+            return [], None
+        lines = self._eviction(workload)
+        if suspended:
+            lines += self._queued(job, workload, local_queue, visible)
+            return lines, self._timeout(workload, local_queue, now)
+        if _true(_condition(workload, "QuotaReserved")) or (workload is None and self.queued_since is not None):
+            lines += self._admission(job, workload, now)
+        return lines, None
+
+    # ------------------------------------------------------------------ transitions
+    def _eviction(self, workload: dict | None) -> list[str]:
+        """An eviction not reported yet: Evicted is True, or was reset by a re-admission after an eviction the wait
+        did not see (both can happen between two looks at the cache)."""
+        evicted = _condition(workload, "Evicted")
+        stamp = evicted.get("lastTransitionTime")
+        if not stamp or stamp == self._evicted_at:
+            return []
+        self._evicted_at = stamp
+        message = str(evicted.get("message") or "")
+        if not _true(evicted):  # reset at a re-admission
+            if self._admitted_at is None or self._requeued or not message.startswith(_PREVIOUSLY):
+                return []  # reported already, or nothing was running to evict
+            message = message[len(_PREVIOUSLY):]
+        self.evictions += 1
+        self._evicted_messages = {evicted.get("message"), message}
+        self.queued_since = parse_time(stamp) if _true(evicted) else None
+        self._said, self._requeued = None, True
+        reason = evicted.get("reason") if _true(evicted) else "Evicted"
+        return [f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
+                "stops its launcher and workers, and the program starts over once Kueue admits the job again"]
+
+    def _queued(self, job: dict, workload: dict | None, local_queue: str, visible: bool) -> list[str]:
+        if self.queued_since is None:
+            self.queued_since = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+        reserved = _condition(workload, "QuotaReserved")
+        if _true(reserved):
+            return []  # admitted: about to be resumed
+        cluster_queue = ((workload or {}).get("status") or {}).get("admission", {}).get("clusterQueue")
+        why = reserved.get("message")
+        if self._requeued and why in self._evicted_messages:
+            why = "waiting to be admitted again"  # the eviction's own message, just said
+        why = why or ("waiting for Kueue to admit it" if visible else
+                                          "waiting to be resumed (its Kueue Workload is not visible: grant list and "
+                                          "watch on workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)")
+        said = (local_queue, cluster_queue, why)
+        if said == self._said:
+            return []
+        self._said = said
+        where = f"LocalQueue {local_queue}" + (f" (ClusterQueue {cluster_queue})" if cluster_queue else "")
+        return [f"MPIJob {self.name} is queued by Kueue in {where}: {why}"]
+
+    def _admission(self, job: dict, workload: dict | None, now: datetime) -> list[str]:
+        reserved = _condition(workload, "QuotaReserved")
+        stamp = reserved.get("lastTransitionTime") or "unknown"
+        if stamp == self._admitted_at:
+            return []
+        since = self.queued_since  # unknown after an eviction the wait did not see
+        if since is None and self._admitted_at is None:
+            since = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+        at = parse_time(reserved.get("lastTransitionTime")) or now
+        self._admitted_at, self.queued_since, self._said, self._requeued = stamp, None, None, False
+        queued = f" after {_seconds(max((at - since).total_seconds(), 0.0))} in the queue" if since else ""
+        if workload is None:
+            return [f"MPIJob {self.name} was admitted (resumed){queued}"]
+        cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
+        return [f"MPIJob {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
+                f"{flavors(workload)}{queued}"]
+
+    def _timeout(self, workload: dict | None, local_queue: str, now: datetime) -> Verdict | None:
+        if self.queue_timeout is None or self.queued_since is None or _true(_condition(workload, "QuotaReserved")):
+            return None
+        if (now - self.queued_since).total_seconds() < self.queue_timeout:
+            return None
+        why = (self._said or (None, None, "not admitted"))[2]
+        return Verdict(QUEUE_TIMEOUT, f"MPIJob {self.name} was not admitted by Kueue within queue_timeout="
+                                      f"{self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted")
