@@ -24,9 +24,10 @@ from airflow_mpi.jobspec.fields import (
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
-    API_V1, API_V2BETA1, CLUSTER_DOMAIN, DEFAULT_CONTAINER_NAMES, INTEL, LAUNCHER_REPLICA, MPICH, MPIUSER_SSHD_COMMAND,
-    MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI, ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY,
-    WORKER_REPLICA, Defaults,
+    API_V1, API_V2BETA1, CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
+    KUEUE_QUEUE_LABEL, LAUNCHER_REPLICA, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
+    ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT,
+    Defaults,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 
@@ -143,6 +144,8 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     errors.raise_if_any()
     if spec.launch is not None:
         _put_launcher_command(manifest, spec)
+    if spec.defaults is not None:
+        _launcher_waits_for_workers(manifest, settings)
     return Resolved(manifest, settings)
 
 
@@ -248,6 +251,28 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
         return
     launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
     settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)
+
+
+def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting]) -> None:
+    """A job stored suspended (Kueue's queue label, or ``suspend``) under the default WaitForWorkersReady: its
+    launcher gets an init container that waits until every worker is Ready (spec.WORKERS_DNS_WAIT_SCRIPT), as the
+    policy promises and mpi-operator v0.8.2 does not keep for such jobs (kubeflow/mpi-operator#615)."""
+    policy = settings.get("launcher_creation_policy")
+    job = manifest["spec"]
+    labels = manifest.get("metadata", {}).get("labels") or {}
+    suspended = KUEUE_QUEUE_LABEL in labels or (job.get("runPolicy") or {}).get("suspend") is True
+    pod = pod_spec(manifest, LAUNCHER_REPLICA)
+    init = pod.get("initContainers") or []
+    if (policy is None or policy.source != DEFAULT or policy.value != WAIT_FOR_WORKERS_READY or not suspended
+            or job.get("runLauncherAsWorker") is True or any(c.get("name") == WORKERS_DNS_WAIT for c in init)):
+        return
+    main = pod["containers"][0]
+    waiter = {"name": WORKERS_DNS_WAIT, "image": main.get("image"), "command": ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT],
+              **{key: deepcopy(main[key]) for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
+              "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}
+    pod["initContainers"] = [waiter, *init]
+    settings["launcher.wait_for_workers"] = Setting(
+        "an init container waits until the workers are Ready (a suspended job's launcher, mpi-operator#615)", DEFAULT)
 
 
 def _merged(filled: MPIJobSpec, base: dict) -> dict:

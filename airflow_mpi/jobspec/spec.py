@@ -60,6 +60,28 @@ SSHD_LISTENING_CHECK = (
 CONFIG_MOUNT_PATH = "/etc/mpi"  # ConfigMap <name>-config, mounted by both operators
 HOSTFILE = CONFIG_MOUNT_PATH + "/hostfile"
 DISCOVER_HOSTS_SCRIPT = CONFIG_MOUNT_PATH + "/discover_hosts.sh"
+# The launcher of a job stored suspended (Kueue queues it) is created before its workers, and once resumed starts at
+# once, whatever WaitForWorkersReady says (mpi-operator v0.8.2, kubeflow/mpi-operator#615): its ssh would race the
+# workers' DNS records. An init container waits for them: a worker's record exists once the worker is Ready, i.e.
+# its sshd listens (the job's Service does not publish addresses that are not ready). Hosts from the hostfile the
+# mpi-operator mounts; an image with neither getent nor nslookup is not held (as before).
+WORKERS_DNS_WAIT = "wait-for-workers"
+WORKERS_DNS_WAIT_SECONDS = 300
+WORKERS_DNS_WAIT_SCRIPT = f"""\
+command -v getent >/dev/null || command -v nslookup >/dev/null || {{ echo "{WORKERS_DNS_WAIT}: no getent or nslookup \
+in the image: not waiting"; exit 0; }}
+deadline=$(( $(date +%s) + {WORKERS_DNS_WAIT_SECONDS} ))
+for host in $(sed 's/[ :].*//' {HOSTFILE} 2>/dev/null); do
+  until getent hosts "$host" >/dev/null 2>&1 || nslookup "$host" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after {WORKERS_DNS_WAIT_SECONDS} s" >&2; exit 1
+    fi
+    sleep 1
+  done
+done
+"""
+CONFIG_VOLUME = "mpi-job-config"  # the mpi-operator's volume of CONFIG_MOUNT_PATH
+
 DEFAULT_CONTAINER_NAMES = {
     API_V2BETA1: {LAUNCHER_REPLICA: "launcher", WORKER_REPLICA: "worker"},
     API_V1: {LAUNCHER_REPLICA: "mpi", WORKER_REPLICA: "mpi"},

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.needs_simulation
 
 REQUESTS = {"requests": {"cpu": "500m", "memory": "256Mi"}}
 QUEUED = f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}"
-ADMITTED = re.compile(rf"was admitted by Kueue: ClusterQueue {lk.CLUSTER_QUEUE}, flavor default-flavor after (\S+) in the queue")
+ADMITTED = re.compile(rf"was admitted by Kueue: ClusterQueue {lk.CLUSTER_QUEUE}, flavor default-flavor after (.+?) in the queue")
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_three_jobs_for_a_quota_of_two_queue_and_all_succeed(kueue_conn, kueue_n
     admitted = [ln for ln in lines if ADMITTED.search(ln)]
     assert len(admitted) == 1 and lines[-1] == admitted[0], lines
     waited = ADMITTED.search(admitted[0]).group(1)
-    assert waited != "0s", admitted  # it waited for one of the first two to finish
+    assert re.fullmatch(r"\d+s", waited) and waited != "0s", admitted  # it waited for one of the first two to finish
     order = logs["third"].lines
     assert order.index(lines[0]) < order.index(admitted[0]) < order.index(LINES[0])
     assert logs["third"].payload_lines() == LINES

@@ -22,12 +22,15 @@ from airflow_mpi.jobspec import (
     MPIJobValidationError,
     Mpirun,
     ReplicaSpec,
+    RunPolicy,
     TaskIdentity,
     resolve,
 )
 from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
-from airflow_mpi.jobspec.spec import MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK
+from airflow_mpi.jobspec.spec import (
+    MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT,
+)
 
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
 
@@ -201,3 +204,65 @@ def test_a_dns_config_of_the_base_manifest_is_kept_as_it_is():
     base["spec"]["mpiImplementation"] = "MPICH"
     base["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["dnsConfig"] = dns
     assert launcher_pod(resolved(base, namespace="team-a"))["dnsConfig"] == dns
+
+
+QUEUED = {"kueue.x-k8s.io/queue-name": "user-queue"}
+
+
+@pytest.mark.parametrize("kwargs", [{"labels": QUEUED}, {"run_policy": RunPolicy(suspend=True)}])
+def test_a_launcher_of_a_job_stored_suspended_waits_for_its_workers_in_an_init_container(kwargs):
+    """mpi-operator v0.8.2 starts such a launcher at once when the job is resumed (kubeflow/mpi-operator#615)."""
+    result = resolved(**kwargs)
+    (waiter,) = launcher_pod(result)["initContainers"]
+    launcher = main(result, "Launcher")
+    assert waiter["name"] == WORKERS_DNS_WAIT and waiter["image"] == launcher["image"] == "img"
+    assert waiter["command"] == ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT]
+    assert waiter["securityContext"] == launcher["securityContext"] == {"runAsUser": 1000}
+    assert waiter["volumeMounts"] == [{"name": "mpi-job-config", "mountPath": "/etc/mpi"}]
+    assert result.settings["launcher.wait_for_workers"].source == DEFAULT
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},  # created running: WaitForWorkersReady holds the launcher
+    {"labels": QUEUED, "launcher_creation_policy": "WaitForWorkersReady"},  # the user's own choice: as written
+    {"labels": QUEUED, "launcher_creation_policy": "AtStartup"},
+    {"labels": QUEUED, "run_launcher_as_worker": True},
+])
+def test_no_init_container_where_the_launcher_needs_none_or_the_user_chose(kwargs):
+    result = resolved(**kwargs)
+    assert "initContainers" not in launcher_pod(result)
+    assert "launcher.wait_for_workers" not in result.settings
+
+
+def _waiter_script(tmp_path) -> str:
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("job-worker-0.job.ns.svc slots=2\njob-worker-1.job.ns.svc:2\n")
+    return WORKERS_DNS_WAIT_SCRIPT.replace("/etc/mpi/hostfile", str(hostfile))
+
+
+def _tools(tmp_path, names) -> str:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in names:
+        (tools / name).symlink_to(shutil.which(name))
+    return str(tools)
+
+
+def test_the_init_container_waits_until_every_worker_resolves(tmp_path):
+    """A fake getent resolves each worker only from its second lookup on: the script looks again until all do."""
+    path = _tools(tmp_path, ["sed", "date", "sleep", "cat"])
+    asked = tmp_path / "asked"
+    getent = tmp_path / "bin" / "getent"
+    getent.write_text(f'#!/bin/sh\necho "$2" >> {asked}\n[ "$(grep -c "^$2$" {asked})" -ge 2 ]\n')
+    getent.chmod(0o755)
+    (tmp_path / "bin" / "grep").symlink_to(shutil.which("grep"))
+    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path)], env={"PATH": path}, timeout=30)
+    assert done.returncode == 0
+    assert asked.read_text().split() == ["job-worker-0.job.ns.svc"] * 2 + ["job-worker-1.job.ns.svc"] * 2
+
+
+def test_an_image_without_getent_or_nslookup_is_not_held(tmp_path):
+    path = _tools(tmp_path, ["sed", "date", "sleep"])
+    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path)], env={"PATH": path}, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "no getent or nslookup in the image: not waiting" in done.stdout
