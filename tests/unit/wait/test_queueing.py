@@ -126,3 +126,22 @@ def test_flavors_are_named_per_pod_set_and_resource_only_where_they_differ():
     mixed = workload(admitted={"launcher": {"cpu": "cpu-nodes"}, "worker": {"cpu": "gpu-nodes", "nvidia.com/gpu": "a100"}})
     assert flavors(mixed) == "launcher: cpu=cpu-nodes; worker: cpu=gpu-nodes, nvidia.com/gpu=a100"
     assert flavors(None) == "none"
+
+
+def test_the_hubs_slim_workload_keeps_everything_the_lines_are_made_of():
+    from airflow_mpi.wait.summaries import owner_mpijob, slim_workload
+
+    raw = admitted_wl(75, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 75))
+    raw["metadata"].update(uid="w1", managedFields=[{"manager": "kueue"}] * 50, ownerReferences=[
+        {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "u1", "controller": True}])
+    raw["spec"] = {"queueName": "user-queue", "podSets": [{"name": "launcher", "template": {"spec": {}}}] * 2}
+    raw["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {"cpu": "500m"}
+    slim = slim_workload(raw)
+    assert "managedFields" not in slim["metadata"] and "podSets" not in slim["spec"]
+    assert owner_mpijob(slim) == {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "u1"}
+    seen = []
+    for workload in (raw, slim):
+        tracker = QueueTracker("job")
+        tracker.observe(mpijob(True), PENDING_WL, at(2))
+        seen.append(tracker.observe(mpijob(False), workload, at(76)))
+    assert seen[0] == seen[1] and "flavor default-flavor after 1m15s" in seen[1][0][0]
