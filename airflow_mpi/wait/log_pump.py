@@ -35,6 +35,7 @@ FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its con
 EOF_SETTLE = 2.0
 FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
 RETRY_DELAY = 1.0  # first delay after a failed read, doubled up to MAX_RETRY_DELAY
+DRAIN_PASS_GAP = 1.0  # seconds between the last reads of a launcher still running after the wait ended (or a change)
 MAX_RETRY_DELAY = 30.0
 
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -122,6 +123,8 @@ class LogPump:
                 continue
             if not finished.is_set():
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished)
+            else:  # draining a launcher that still runs: read again once it changed, or a little later
+                await self.pods.wait_change(seen, DRAIN_PASS_GAP)
 
     def _tell_unread(self, streams: list[LogStream]) -> None:
         """Say so in the task log when launcher output can no longer be read: its pod is gone (cleanPodPolicy,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from datetime import datetime, timedelta, timezone
@@ -553,3 +554,18 @@ async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs
     result = await asyncio.wait_for(task, 30)
     assert result["status"] == "invalid" and "slotsPerWorker: bad" in result["message"]
     assert listed == ["job"]
+
+
+async def test_a_drain_of_a_launcher_that_still_runs_reads_again_at_a_steady_pace_not_back_to_back():
+    """A drain (the wait is over: a sensor's target condition, ``attach_logs``) finds the launcher still running:
+    it reads its log again once a second or when the pod changes, until the container ends."""
+    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a"]}
+    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")),
+                         launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    lines: list[str] = []
+    drain = asyncio.create_task(monitor(hook, lines).drain_logs())
+    await asyncio.sleep(1.5)
+    hook.launchers = [pod("job-launcher-a", state="terminated", phase="Succeeded")]
+    await asyncio.wait_for(drain, 5)
+    assert [ln for ln in lines if not ln.startswith("=")] == ["a"]
+    assert 2 <= len(hook.log_requests) <= 4, hook.log_requests  # was: hundreds of reads in that time
