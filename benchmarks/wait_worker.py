@@ -1,7 +1,8 @@
 """One process running N waits at once, as a triggerer does (started by benchmarks/waits.py).
 
 Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once every wait runs, ``{"event": name, "t": ..., "status": ...}``
-per finished wait, ``{"lag_ms": [...], "lines": {...}}`` at the end (event-loop lag samples; P3 line counts).
+per finished wait, ``{"lag_ms": [...], "lines": {...}, "hubs": [...]}`` at the end (event-loop lag samples; P3 line
+counts; this provider's watch hubs: what they listed and watched).
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
         --out FILE [--logs] [--seconds S] [--collect-lines]
@@ -97,6 +98,7 @@ async def main(args) -> None:
     await asyncio.sleep(0)
     _print({"started": time.time()})
     done, pending = await asyncio.wait(waits, timeout=args.seconds)
+    hubs = _hub_stats() if args.side == "provider" else None  # before the waits leave (the last one closes a hub)
     if os.environ.get("BENCH_TRACEMALLOC"):
         _dump_allocations(os.environ["BENCH_TRACEMALLOC"])
     for task in pending:
@@ -105,7 +107,16 @@ async def main(args) -> None:
     lag_task.cancel()
     lines = {"distinct": len(collected), "total": sum(collected.values()),
              "doubled": sum(1 for c in collected.values() if c > 1)} if collected is not None else None
-    _print({"lag_ms": sorted(lag), "lines": lines, "finished": len(done)})
+    _print({"lag_ms": sorted(lag), "lines": lines, "finished": len(done), "hubs": hubs})
+
+
+def _hub_stats() -> list[dict]:
+    """What each watch hub of this process asked of the API server since it started: lists, watches (a renewal
+    counts again), re-lists after 410 Gone, events and bookmarks by kind, and the jobs it cached."""
+    from airflow_mpi.wait import watch_hub
+
+    return [{"namespace": hub.namespace, "jobs": len(hub.jobs), "pods": len(hub.pods),
+             "workloads": len(hub.workloads), "stats": dict(sorted(hub.stats.items()))} for hub in watch_hub.hubs()]
 
 
 def _dump_allocations(path: str, top: int = 40) -> None:
