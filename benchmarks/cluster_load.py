@@ -157,14 +157,16 @@ def running_main_containers(api: client.ApiClient, namespace: str) -> int:
                if s.name in ("launcher", "base") and s.state and s.state.running)
 
 
-def wait_running(api: client.ApiClient, namespace: str, count: int, stall: float = 45) -> int:
+def wait_running(api: client.ApiClient, namespace: str, count: int, stall: float = 45, timeout: float = 900) -> int:
     """Main containers running in ``namespace`` once ``count`` run, or once their number stopped growing for
-    ``stall`` seconds (the simulated nodes hold about 440 pods: beyond, pods stay Pending)."""
-    best, since = -1, time.time()
+    ``stall`` seconds (the simulated nodes hold about 440 pods: beyond, pods stay Pending), or after ``timeout``.
+    The stall is counted from the first one running: on a busy machine the mpi-operator took over 45 s to make the
+    first pods of 300 jobs."""
+    best, since, start = 0, time.time(), time.time()
     while (running := running_main_containers(api, namespace)) < count:
         if running > best:
             best, since = running, time.time()
-        elif time.time() - since > stall:
+        elif best and time.time() - since > stall or time.time() - start > timeout:
             return running
         time.sleep(2)
     return running
