@@ -138,14 +138,24 @@ class Queue:
         reserved = [(lk.condition(w, "QuotaReserved") or {}).get("status") for w in items]
         return reserved.count("True"), reserved.count("False")
 
-    def settled(self, api: client.ApiClient, jobs: int, timeout: float = 600) -> tuple[int, int]:
-        """(admitted, queued) once every job has a Workload that Kueue either admitted or left queued, and the
-        admitted ones' launchers run (else after ``timeout``)."""
-        deadline = time.time() + timeout
+    def settled(self, api: client.ApiClient, jobs: int, timeout: float = 900, quiet: float = 10) -> tuple[int, int]:
+        """(admitted, queued) once nothing changes: every job has a Workload that Kueue admitted or left queued, the
+        admitted ones' launchers run, the mpi-operator has marked every job Created (the queued ones Suspended too)
+        and no MPIJob changed for ``quiet`` seconds (else after ``timeout``)."""
+        deadline, last, since = time.time() + timeout, None, time.time()
         while True:
             admitted, queued = self.workloads(api)
-            running = running_main_containers(api, self.namespace)
-            if admitted + queued >= jobs and running >= admitted or time.time() > deadline:
+            listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                "kubeflow.org", "v2beta1", self.namespace, "mpijobs")["items"]
+            versions = sorted(j["metadata"]["resourceVersion"] for j in listed)
+            if versions != last:
+                last, since = versions, time.time()
+            conditions = [{c["type"] for c in (j.get("status") or {}).get("conditions") or [] if c["status"] == "True"}
+                          for j in listed]
+            ready = (admitted + queued >= jobs and running_main_containers(api, self.namespace) >= admitted
+                     and sum("Created" in c for c in conditions) >= jobs
+                     and sum("Suspended" in c for c in conditions) >= queued)
+            if ready and time.time() - since >= quiet or time.time() > deadline:
                 return admitted, queued
             time.sleep(2)
 

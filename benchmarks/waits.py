@@ -215,15 +215,19 @@ def p2_kueue(cluster, api, n: int, queued: int, window: float, settle: float) ->
     queue = load.Queue(namespace, admitted=n - queued)
     queue.create(api)
     names = [f"p2-{i:04d}" for i in range(n)]
+    start = time.time()
     load.create(api, namespace, "provider", names, bh.RUN, queue=queue)
     admitted, waiting = queue.settled(api, n)
+    settled_s = time.time() - start
     running = load.running_main_containers(api, namespace)
-    print(f"P2 N={n} {KUEUE}: {admitted} admitted ({running} launchers running), {waiting} queued", flush=True)
+    print(f"P2 N={n} {KUEUE}: {admitted} admitted ({running} launchers running), {waiting} queued, "
+          f"settled {settled_s:.0f} s after the first create", flush=True)
     worker_log = Path(tempfile.mkstemp(prefix="bench-kueue-", suffix=".log")[1])
     result = measure(cluster, api, "provider", namespace, names, True, window, settle, worker_log=worker_log)
     text = worker_log.read_text()
     after = queue.workloads(api)
     result.update({"running": running, "admitted": admitted, "queued": waiting, "admitted_queued_after": after,
+                   "settled_s": settled_s,
                    "quota": {"cluster_queue_cpu_m": queue.admitted * 2 * queue.pod_cpu_milli,
                              "pod_cpu_m": queue.pod_cpu_milli},
                    "log_lines": {kind: text.count(marker) for kind, marker in KUEUE_LINES.items()}})
