@@ -138,7 +138,7 @@ class Queue:
         reserved = [(lk.condition(w, "QuotaReserved") or {}).get("status") for w in items]
         return reserved.count("True"), reserved.count("False")
 
-    def settled(self, api: client.ApiClient, jobs: int, timeout: float = 900, quiet: float = 10) -> tuple[int, int]:
+    def settled(self, api: client.ApiClient, jobs: int, timeout: float = 1200, quiet: float = 10) -> tuple[int, int]:
         """(admitted, queued) once nothing changes: every job has a Workload that Kueue admitted or left queued, the
         admitted ones' launchers run, the mpi-operator has marked every job Created (the queued ones Suspended too)
         and no MPIJob changed for ``quiet`` seconds (else after ``timeout``)."""

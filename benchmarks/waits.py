@@ -170,14 +170,13 @@ def measure(cluster, api, side: str, namespace: str, names: list[str], logs: boo
                     log=worker_log)
     worker.wait_for("started")
     time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
-    cpu0, req0, busy0 = worker.cpu(), load.request_counts(api), psutil.cpu_times()
-    time.sleep(window)
-    cpu1, req1, busy1 = worker.cpu(), load.request_counts(api), psutil.cpu_times()
+    cpu0, req0, busy0, t0 = worker.cpu(), load.request_counts(api), psutil.cpu_times(), time.time()
+    idle_lag = _sleep_sampling(window)
+    cpu1, req1, busy1, t1 = worker.cpu(), load.request_counts(api), psutil.cpu_times(), time.time()
     open_requests = load.long_running(api)
     tcp_end = worker.connections()
     end = worker.finish()
     requests = {k: req1.get(k, 0) - req0.get(k, 0) for k in req1 if req1.get(k, 0) - req0.get(k, 0) > 0}
-    lag = end["lag_ms"] or [0.0]
     return {
         "cpu_per_min": (cpu1 - cpu0) * 60 / window,
         "peak_rss_mib": worker.peak_rss / 2**20,
@@ -186,12 +185,30 @@ def measure(cluster, api, side: str, namespace: str, names: list[str], logs: boo
         "requests": requests,
         "requests_per_job_hour": sum(requests.values()) / len(names) * 3600 / window,
         "open_long_running": open_requests,
-        "lag_p99_ms": lag[int(len(lag) * 0.99) - 1] if len(lag) > 1 else lag[0],
+        "lag_p99_ms": _p99(end["lag_ms"]),  # the worker's whole life, startup included (as P2 always measured)
+        "window_lag_p99_ms": _p99([ms for t, ms in end["lag_samples"] if t0 <= t <= t1]),
+        "idle_lag_p99_ms": _p99(idle_lag),
         # the machine's cores busy in the window, in CPU s per minute, this process's share included (shared machine)
         "machine_cpu_per_min": (_busy(busy1) - _busy(busy0)) * 60 / window,
         "loadavg_end": os.getloadavg()[0],
         **({"hubs": end["hubs"]} if end.get("hubs") is not None else {}),
     }
+
+
+def _p99(samples: list[float]) -> float:
+    lag = sorted(samples) or [0.0]
+    return lag[int(len(lag) * 0.99) - 1] if len(lag) > 1 else lag[0]
+
+
+def _sleep_sampling(seconds: float) -> list[float]:
+    """Sleep ``seconds`` in steps of 0.1 s, as the worker's lag probe does: how late each step woke, ms. This idle
+    process's lag, in the same window as the worker's, is the machine's share of it (other work on its cores)."""
+    samples, end = [], time.monotonic() + seconds
+    while (now := time.monotonic()) < end:
+        step = min(0.1, end - now)
+        time.sleep(step)
+        samples.append((time.monotonic() - now - step) * 1000)
+    return samples
 
 
 def _busy(times) -> float:
