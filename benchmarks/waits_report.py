@@ -206,8 +206,8 @@ def _p2_kueue(results: dict) -> list[str]:
         lines += [f"## P2 under Kueue: {n} waits, {r['admitted']} admitted and {r['queued']} queued, nothing changing "
                   f"({entry['window']:.0f} s window)", "",
                   f"Run {entry['date']} at {entry['commit']} on {entry['machine']}; load average at the start "
-                  f"{entry['load']}: **shared machine**, other work ran on its 2 cores (the last row: all of the "
-                  f"machine's busy CPU in each window). Command: `{entry['command']}` (settle {entry['settle']:.0f} s).",
+                  f"{entry['load']}: **shared machine**, other work ran on its 2 cores (the row \"machine's cores busy\": "
+                  f"all of its busy CPU in each window). Command: `{entry['command']}` (settle {entry['settle']:.0f} s).",
                   "",
                   f"Every job carries the queue label of a LocalQueue feeding a ClusterQueue of its own with "
                   f"{r['quota']['cluster_queue_cpu_m']}m of cpu; each job's launcher and worker request "
