@@ -1,7 +1,8 @@
 """One process running N waits at once, as a triggerer does (started by benchmarks/waits.py).
 
 Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once every wait runs, ``{"event": name, "t": ..., "status": ...}``
-per finished wait, ``{"lag_ms": [...], "lines": {...}}`` at the end (event-loop lag samples; P3 line counts).
+per finished wait, ``{"lag_ms": [...], "lag_samples": [[t, ms], ...], "lines": {...}, "hubs": [...]}`` at the end
+(event-loop lag samples, sorted, and as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
         --out FILE [--logs] [--seconds S] [--collect-lines]
@@ -81,22 +82,26 @@ async def _one(args, name: str, collected: Counter | None) -> None:
         raise
 
 
-async def _lag(samples: list[float]) -> None:
+async def _lag(samples: list[float], at: list[float]) -> None:
+    """Event-loop lag samples (ms) and when each was taken (wall clock, to pick a window's)."""
     loop = asyncio.get_running_loop()
     while True:
         start = loop.time()
         await asyncio.sleep(0.1)
         samples.append((loop.time() - start - 0.1) * 1000)
+        at.append(time.time())
 
 
 async def main(args) -> None:
     collected: Counter | None = Counter() if args.collect_lines else None
     lag: list[float] = []
-    lag_task = asyncio.create_task(_lag(lag))
+    lag_at: list[float] = []
+    lag_task = asyncio.create_task(_lag(lag, lag_at))
     waits = [asyncio.create_task(_one(args, name, collected)) for name in args.names.split(",")]
     await asyncio.sleep(0)
     _print({"started": time.time()})
     done, pending = await asyncio.wait(waits, timeout=args.seconds)
+    hubs = _hub_stats() if args.side == "provider" else None  # before the waits leave (the last one closes a hub)
     if os.environ.get("BENCH_TRACEMALLOC"):
         _dump_allocations(os.environ["BENCH_TRACEMALLOC"])
     for task in pending:
@@ -105,7 +110,17 @@ async def main(args) -> None:
     lag_task.cancel()
     lines = {"distinct": len(collected), "total": sum(collected.values()),
              "doubled": sum(1 for c in collected.values() if c > 1)} if collected is not None else None
-    _print({"lag_ms": sorted(lag), "lines": lines, "finished": len(done)})
+    _print({"lag_ms": sorted(lag), "lag_samples": [[round(t, 3), round(ms, 3)] for t, ms in zip(lag_at, lag)],
+            "lines": lines, "finished": len(done), "hubs": hubs})
+
+
+def _hub_stats() -> list[dict]:
+    """What each watch hub of this process asked of the API server since it started: lists, watches (a renewal
+    counts again), re-lists after 410 Gone, events and bookmarks by kind, and the jobs it cached."""
+    from airflow_mpi.wait import watch_hub
+
+    return [{"namespace": hub.namespace, "jobs": len(hub.jobs), "pods": len(hub.pods),
+             "workloads": len(hub.workloads), "stats": dict(sorted(hub.stats.items()))} for hub in watch_hub.hubs()]
 
 
 def _dump_allocations(path: str, top: int = 40) -> None:

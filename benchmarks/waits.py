@@ -12,6 +12,12 @@ Starts (or reuses) a local cluster (real API server and mpi-operator, simulated 
   requests by verb and its open long-running requests (watches, log follows);
 * P3 log throughput: one launcher writing ``--p3-lines`` lines over ``--p3-seconds``: lines lost or doubled.
 
+``--kueue-queued Q`` makes P2 "P2 under Kueue" (a cluster with Kueue, by default ``bench-waits-kueue``): each N's jobs
+carry a Kueue queue label, their ClusterQueue has quota for exactly N - Q of them, so N - Q are admitted (running,
+logs followed) and Q stay queued (suspended, their Workloads QuotaReserved=False); the same figures as P2, plus the
+hub's own lists and watches and the task log's queued / admitted lines. Plain P2 of this provider at the same N
+follows on the same cluster (``--no-baseline``: not). Typical: ``--n 300 --kueue-queued 280 --skip p1,p3``.
+
 ``--real-node NAME`` instead measures P1 on a real node (benchmarks/p1_real.py: real containers, a real kubelet
 serving the launcher's log), merged into ``--previous``'s results.
 
@@ -46,7 +52,7 @@ class Worker:
     """benchmarks/wait_worker.py in a process of its own; samples its RSS and TCP connections."""
 
     def __init__(self, side: str, namespace: str, names: list[str], kubeconfig: str, *, logs: bool,
-                 seconds: float, collect_lines: bool = False) -> None:
+                 seconds: float, collect_lines: bool = False, log: Path | None = None) -> None:
         self.out = Path(tempfile.mkstemp(prefix="bench-waits-", suffix=".jsonl")[1])
         cmd = [sys.executable, "-m", "benchmarks.wait_worker", "--side", side, "--namespace", namespace,
                "--names", ",".join(names), "--kubeconfig", kubeconfig, "--seconds", str(seconds),
@@ -54,8 +60,9 @@ class Worker:
         # KUBECONFIG too: the peer's async hook reads the default kubeconfig when its connection is not set
         env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": kubeconfig}
         self.stderr = self.out.with_suffix(".stderr")
-        with open(self.stderr, "w") as err:  # stdout: the waits' own log lines, as a triggerer writes them
-            self.popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        # stdout: the waits' own log lines, as a triggerer writes them (kept in ``log`` when given)
+        with open(self.stderr, "w") as err, open(log or os.devnull, "w") as out:
+            self.popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
         self.proc = psutil.Process(self.popen.pid)
         self.peak_rss = 0
         self.peak_conns = 0
@@ -150,31 +157,101 @@ def p2(cluster, api, n: int, window: float, settle: float, sides: tuple[str, ...
         load.create(api, namespace, side, names, bh.RUN)
         running = load.wait_running(api, namespace, n)
         print(f"P2 N={n} {label}: {running} of {n} main containers running", flush=True)
-        # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
-        worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window + 15)
-        worker.wait_for("started")
-        time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
-        cpu0, req0 = worker.cpu(), load.request_counts(api)
-        time.sleep(window)
-        cpu1, req1 = worker.cpu(), load.request_counts(api)
-        open_requests = load.long_running(api)
-        tcp_end = worker.connections()
-        end = worker.finish()
-        requests = {k: req1.get(k, 0) - req0.get(k, 0) for k in req1 if req1.get(k, 0) - req0.get(k, 0) > 0}
-        lag = end["lag_ms"] or [0.0]
-        results[label] = {
-            "cpu_per_min": (cpu1 - cpu0) * 60 / window,
-            "peak_rss_mib": worker.peak_rss / 2**20,
-            "tcp": worker.peak_conns,
-            "tcp_end": tcp_end,
-            "requests": requests,
-            "requests_per_job_hour": sum(requests.values()) / n * 3600 / window,
-            "open_long_running": open_requests,
-            "lag_p99_ms": lag[int(len(lag) * 0.99) - 1] if len(lag) > 1 else lag[0],
-            "running": running,
-        }
+        results[label] = {**measure(cluster, api, side, namespace, names, logs, window, settle), "running": running}
         print(f"P2 N={n} {label}: {json.dumps(results[label])}", flush=True)
     return results
+
+
+def measure(cluster, api, side: str, namespace: str, names: list[str], logs: bool, window: float, settle: float,
+            worker_log: Path | None = None) -> dict:
+    """P2's figures: ``names`` waited on in one process, over ``window`` seconds once ``settle`` seconds passed."""
+    # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
+    worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window + 15,
+                    log=worker_log)
+    worker.wait_for("started")
+    time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
+    cpu0, req0, busy0, t0 = worker.cpu(), load.request_counts(api), psutil.cpu_times(), time.time()
+    idle_lag = _sleep_sampling(window)
+    cpu1, req1, busy1, t1 = worker.cpu(), load.request_counts(api), psutil.cpu_times(), time.time()
+    open_requests = load.long_running(api)
+    tcp_end = worker.connections()
+    end = worker.finish()
+    requests = {k: req1.get(k, 0) - req0.get(k, 0) for k in req1 if req1.get(k, 0) - req0.get(k, 0) > 0}
+    return {
+        "cpu_per_min": (cpu1 - cpu0) * 60 / window,
+        "peak_rss_mib": worker.peak_rss / 2**20,
+        "tcp": worker.peak_conns,
+        "tcp_end": tcp_end,
+        "requests": requests,
+        "requests_per_job_hour": sum(requests.values()) / len(names) * 3600 / window,
+        "open_long_running": open_requests,
+        "lag_p99_ms": _p99(end["lag_ms"]),  # the worker's whole life, startup included (as P2 always measured)
+        "window_lag_p99_ms": _p99([ms for t, ms in end["lag_samples"] if t0 <= t <= t1]),
+        "idle_lag_p99_ms": _p99(idle_lag),
+        # the machine's cores busy in the window, in CPU s per minute, this process's share included (shared machine)
+        "machine_cpu_per_min": (_busy(busy1) - _busy(busy0)) * 60 / window,
+        "loadavg_end": os.getloadavg()[0],
+        **({"hubs": end["hubs"]} if end.get("hubs") is not None else {}),
+    }
+
+
+def _p99(samples: list[float]) -> float:
+    lag = sorted(samples) or [0.0]
+    return lag[int(len(lag) * 0.99) - 1] if len(lag) > 1 else lag[0]
+
+
+def _sleep_sampling(seconds: float) -> list[float]:
+    """Sleep ``seconds`` in steps of 0.1 s, as the worker's lag probe does: how late each step woke, ms. This idle
+    process's lag, in the same window as the worker's, is the machine's share of it (other work on its cores)."""
+    samples, end = [], time.monotonic() + seconds
+    while (now := time.monotonic()) < end:
+        step = min(0.1, end - now)
+        time.sleep(step)
+        samples.append((time.monotonic() - now - step) * 1000)
+    return samples
+
+
+def _busy(times) -> float:
+    """CPU seconds the machine's cores spent not idle."""
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+KUEUE = "provider, logs on, under Kueue"
+KUEUE_LINES = {"queued": "is queued by Kueue", "admitted": "was admitted by Kueue", "evicted": "was evicted by Kueue",
+               "not visible": "Workload is not visible"}
+
+
+def p2_kueue(cluster, api, n: int, queued: int, window: float, settle: float) -> dict:
+    """P2 with every job in a Kueue queue: ``n - queued`` admitted (running), ``queued`` suspended by Kueue (their
+    Workloads QuotaReserved=False), in a ClusterQueue of their own sized for exactly ``n - queued`` jobs."""
+    from localcluster import behaviour as bh
+
+    namespace = f"bench-p2-kueue-{uuid.uuid4().hex[:6]}"
+    load.ensure_namespace(api, namespace)
+    cluster.set_launcher_logs(namespace, [f"line {i}" for i in range(20)])
+    queue = load.Queue(namespace, admitted=n - queued)
+    queue.create(api)
+    names = [f"p2-{i:04d}" for i in range(n)]
+    start = time.time()
+    load.create(api, namespace, "provider", names, bh.RUN, queue=queue)
+    admitted, waiting = queue.settled(api, n)
+    settled_s = time.time() - start
+    running = load.running_main_containers(api, namespace)
+    print(f"P2 N={n} {KUEUE}: {admitted} admitted ({running} launchers running), {waiting} queued, "
+          f"settled {settled_s:.0f} s after the first create", flush=True)
+    worker_log = Path(tempfile.mkstemp(prefix="bench-kueue-", suffix=".log")[1])
+    result = measure(cluster, api, "provider", namespace, names, True, window, settle, worker_log=worker_log)
+    text = worker_log.read_text()
+    after = queue.workloads(api)
+    result.update({"running": running, "admitted": admitted, "queued": waiting, "admitted_queued_after": after,
+                   "settled_s": settled_s,
+                   "quota": {"cluster_queue_cpu_m": queue.admitted * 2 * queue.pod_cpu_milli,
+                             "pod_cpu_m": queue.pod_cpu_milli},
+                   "log_lines": {kind: text.count(marker) for kind, marker in KUEUE_LINES.items()}})
+    print(f"P2 N={n} {KUEUE}: {json.dumps(result)}", flush=True)
+    delete_namespace(api, namespace, wait=300)  # the namespace controller's lists must not fall in the next window
+    queue.delete(api)
+    return result
 
 
 def p3(cluster, api, lines: int, seconds: float) -> dict:
@@ -204,10 +281,21 @@ def p3(cluster, api, lines: int, seconds: float) -> dict:
             "doubled": got["doubled"], "cpu_s": cpu1 - cpu0, "seconds": seconds}
 
 
-def delete_namespace(api, namespace: str) -> None:
+def delete_namespace(api, namespace: str, wait: float = 0) -> None:
+    """Delete ``namespace``; ``wait``: for at most that many seconds until it is gone (its name free again)."""
     from kubernetes import client
 
-    client.CoreV1Api(api).delete_namespace(namespace)
+    core = client.CoreV1Api(api)
+    core.delete_namespace(namespace)
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        try:
+            core.read_namespace(namespace)
+        except client.exceptions.ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        time.sleep(2)
 
 
 def machine() -> str:
@@ -219,13 +307,19 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", default="10,100,300", help="numbers of concurrent waits (P2)")
-    parser.add_argument("--cluster", default="bench-waits", help="local cluster name (started when not running)")
+    parser.add_argument("--cluster", help="local cluster name (started when not running; default bench-waits, "
+                        "bench-waits-kueue with --kueue-queued)")
     parser.add_argument("--window", type=float, default=60.0, help="P2 measuring window, seconds")
     parser.add_argument("--settle", type=float, default=10.0, help="P2 seconds after start before measuring")
     parser.add_argument("--p1-runs", type=int, default=5)
     parser.add_argument("--p3-lines", type=int, default=50_000)
     parser.add_argument("--p3-seconds", type=float, default=60.0)
     parser.add_argument("--sides", default="provider,peer", help="P2: which waits to measure")
+    parser.add_argument("--kueue-queued", type=int, metavar="Q",
+                        help="P2 under Kueue instead: each N's jobs in a Kueue queue with quota for N - Q of them "
+                        "(admitted, running), Q queued (this provider's waits only; a cluster with Kueue)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="with --kueue-queued: not followed by plain P2 (provider) at each N on the same cluster")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument("--previous", help="results JSON of an earlier run: its parts not rerun are kept")
@@ -236,14 +330,19 @@ def main() -> None:
         return _real_node(args)
     from localcluster.cluster import LocalCluster
 
-    cluster = _running(args.cluster) or LocalCluster(args.cluster).start()
+    kueue = args.kueue_queued is not None
+    name = args.cluster or ("bench-waits-kueue" if kueue else "bench-waits")
+    cluster = _running(name) or LocalCluster(name, "v2beta1", kueue=kueue).start()
+    if kueue and not cluster.kueue:
+        sys.exit(f"--kueue-queued: the running cluster {name!r} has no Kueue (python -m localcluster down {name})")
     api = cluster.api_client()
     skip = set(filter(None, args.skip.split(",")))
     parts = [p for p in ("p1", "p3", "p2") if p not in skip]
     results = json.loads(Path(args.previous).read_text()) if args.previous else {}
     results.setdefault("runs", []).append(
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {', '.join(parts)}"
-        + (f" (N={args.n}, {args.sides})" if "p2" in parts else ""))
+        + (f" (N={args.n}, {f'under Kueue, {args.kueue_queued} queued' if kueue else args.sides})"
+           if "p2" in parts else ""))
     results.update({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
                     "window": args.window})
     if "p1" not in skip:
@@ -251,12 +350,27 @@ def main() -> None:
     if "p3" not in skip:
         results["p3"] = p3(cluster, api, args.p3_lines, args.p3_seconds)
         print(f"P3: {results['p3']}", flush=True)
-    if "p2" not in skip:
+    if "p2" not in skip and kueue:
+        results.setdefault("p2_kueue", {}).update(
+            {str(n): _under_kueue(cluster, api, n, args, results) for n in map(int, args.n.split(","))})
+    elif "p2" not in skip:
         results.setdefault("p2", {}).update(
             {str(n): {**results.get("p2", {}).get(str(n), {}),
                       **p2(cluster, api, n, args.window, args.settle, tuple(args.sides.split(",")))}
              for n in map(int, args.n.split(","))})
     _save(results, Path(args.out))
+
+
+def _under_kueue(cluster, api, n: int, args: argparse.Namespace, results: dict) -> dict:
+    """P2 under Kueue at ``n``, then (unless --no-baseline) plain P2 of this provider at ``n`` on the same cluster,
+    back to back; both namespaces are deleted after (the baseline's pods fill the simulated nodes)."""
+    entry = {"date": results["date"], "commit": _commit(), "machine": results["machine"], "load": _load(),
+             "window": args.window, "settle": args.settle, "command": _command(),
+             KUEUE: p2_kueue(cluster, api, n, args.kueue_queued, args.window, args.settle)}
+    if not args.no_baseline:
+        entry.update(p2(cluster, api, n, args.window, args.settle, ("provider",)))
+        delete_namespace(api, "bench-p2-provider", wait=300)
+    return entry
 
 
 def _real_node(args: argparse.Namespace) -> None:
@@ -284,6 +398,22 @@ def _save(results: dict, out: Path) -> None:
 
     write_report(results, out)
     print(f"wrote {out} and {raw}")
+
+
+def _commit() -> str:
+    """The checkout's commit (``+`` when its tracked files differ from it)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode
+    return head.strip() + ("+" if dirty else "")
+
+
+def _load() -> str:
+    """The machine's load average when the run started (other work shares its cores)."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
+
+
+def _command() -> str:
+    return "python -m benchmarks.waits " + " ".join(sys.argv[1:])
 
 
 def _running(name: str):

@@ -150,6 +150,99 @@ def _p1_real(real: dict | None) -> list[str]:
                     "the launcher's last line reached the task log in a run (1 with logs on, 0 off).", ""]
 
 
+KUEUE = "provider, logs on, under Kueue"
+
+
+def _watches(r: dict) -> str:
+    return ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in sorted(r["open_long_running"].items())
+                     if k.startswith("WATCH")) or "none"
+
+
+def _hub_requests(r: dict) -> str:
+    """The hubs' own count of their lists and watches (a renewal is a watch, a 410 a relist), by kind."""
+    out = []
+    for hub in r.get("hubs") or []:
+        stats = hub["stats"]
+        kinds = sorted({k.rsplit("_", 1)[0] for k in stats if k.endswith(("_lists", "_watches"))})
+        out.append("; ".join(f"{kind} {stats.get(f'{kind}_lists', 0)} list / {stats.get(f'{kind}_watches', 0)} watch"
+                             + (f" / {stats[f'{kind}_relists']} relist" if stats.get(f"{kind}_relists") else "")
+                             for kind in kinds))
+    return f"{len(r.get('hubs') or [])} hub: " + " | ".join(out) if r.get("hubs") else "-"
+
+
+P2_ROWS = (
+    ("CPU s / min (the waiting process)", lambda r: f"{r['cpu_per_min']:.2f}"),
+    ("peak RSS MiB", lambda r: f"{r['peak_rss_mib']:.0f}"),
+    ("TCP conns peak / end", lambda r: f"{r['tcp']} / {r.get('tcp_end', '?')}"),
+    ("reads / job / hour", lambda r: f"{r['requests_per_job_hour']:.1f}"),
+    ("reads in the window by verb", lambda r: ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["requests"].items()))
+     or "none"),
+    ("open watches", _watches),
+    ("open log follows", lambda r: f"{r['open_long_running'].get('CONNECT pods/log', 0):.0f}"),
+    ("loop lag p99 ms (the worker's whole life, startup included, as in the P2 table)",
+     lambda r: f"{r['lag_p99_ms']:.1f}"),
+    ("loop lag p99 ms in the window", lambda r: f"{r['window_lag_p99_ms']:.1f}" if "window_lag_p99_ms" in r else "-"),
+    ("an idle process's lag p99 ms, same window (the machine's share)",
+     lambda r: f"{r['idle_lag_p99_ms']:.1f}" if "idle_lag_p99_ms" in r else "-"),
+    ("the hub's lists and watches since it started", _hub_requests),
+    ("machine's cores busy, CPU s / min (2 cores: 120)",
+     lambda r: f"{r['machine_cpu_per_min']:.0f}" if "machine_cpu_per_min" in r else "-"),
+)
+
+
+def _p2_kueue(results: dict) -> list[str]:
+    """P2 under Kueue, against plain P2 at the same N: run right after on the same cluster, and in the P2 table."""
+    lines = []
+    for n, entry in (results.get("p2_kueue") or {}).items():
+        r = entry[KUEUE]
+        same = entry.get(PROVIDER)
+        earlier = (results.get("p2") or {}).get(n, {}).get(PROVIDER)
+        columns = [(f"under Kueue: {r['admitted']} admitted, {r['queued']} queued", r)]
+        if same:
+            columns.append((f"plain P2, same cluster, right after ({same['running']} of {n} running)", same))
+        if earlier:
+            columns.append((f"plain P2, the P2 table above ({earlier.get('running', n)} running)", earlier))
+        after = r.get("admitted_queued_after") or ["?", "?"]
+        lines += [f"## P2 under Kueue: {n} waits, {r['admitted']} admitted and {r['queued']} queued, nothing changing "
+                  f"({entry['window']:.0f} s window)", "",
+                  f"Run {entry['date']} at {entry['commit']} on {entry['machine']}; load average at the start "
+                  f"{entry['load']}: **shared machine**, other work ran on its 2 cores (the row \"machine's cores busy\": "
+                  f"all of its busy CPU in each window). Command: `{entry['command']}` (settle {entry['settle']:.0f} s).",
+                  "",
+                  f"Every job carries the queue label of a LocalQueue feeding a ClusterQueue of its own with "
+                  f"{r['quota']['cluster_queue_cpu_m']}m of cpu; each job's launcher and worker request "
+                  f"{r['quota']['pod_cpu_m']}m, so exactly {r['admitted']} jobs fit: Kueue admitted them (their "
+                  f"launchers ran, {r['running']} followed, logs on) and kept the other {r['queued']} suspended, their "
+                  f"Workloads QuotaReserved=False ({after[0]} admitted and {after[1]} queued at the end of the window). "
+                  "The waits: this provider's trigger, logs on, as in P2, in one process.", "",
+                  "| | " + " | ".join(title for title, _ in columns) + " |", "|---|" + "---|" * len(columns)]
+        lines += [f"| {label} | " + " | ".join(cell(c) for _, c in columns) + " |" for label, cell in P2_ROWS]
+        said = r.get("log_lines") or {}
+        lines += [f"| task-log lines: queued / admitted / evicted / Workload not visible | "
+                  f"{said.get('queued', 0)} / {said.get('admitted', 0)} / {said.get('evicted', 0)} / "
+                  f"{said.get('not visible', 0)} |" + " |" * (len(columns) - 1), ""]
+        lines += [f"- {note}" for note in entry.get("notes") or []] + [""] * bool(entry.get("notes"))
+    return lines
+
+
+def _key(heading: str) -> str:
+    return heading.split("(")[0].split(":")[0].strip()
+
+
+def _hand_written(out: Path, generated: list[str]) -> list[str]:
+    """The sections of the report at ``out`` that this generator does not write (added by hand), to keep."""
+    if not out.exists():
+        return []
+    keys = {_key(line) for line in generated if line.startswith("## ")}
+    kept, keep = [], False
+    for line in out.read_text().splitlines():
+        if line.startswith("## "):
+            keep = _key(line) not in keys
+        if keep:
+            kept.append(line)
+    return kept + [""] * bool(kept)
+
+
 def write_report(results: dict, out: Path) -> None:
     png = out.with_name(out.stem + "-waits.png")
     if "p2" in results:
@@ -199,7 +292,9 @@ def write_report(results: dict, out: Path) -> None:
                   "| lines written | seconds | printed | lost | doubled | CPU s of the waiting process |",
                   "|---|---|---|---|---|---|",
                   f"| {r['written']} | {r['seconds']:.0f} | {r['printed']} | {r['lost']} | {r['doubled']} | {r['cpu_s']:.2f} |", ""]
-    out.write_text("\n".join(lines) + "\n")
+    lines += _p2_kueue(results)
+    lines += _hand_written(out, lines)  # e.g. a comparison of two commits: not in the results, kept as it was
+    out.write_text("\n".join(lines).rstrip("\n") + "\n")
     if "p2" in results:
         plot(results, png)
 
