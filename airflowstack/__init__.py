@@ -1,8 +1,10 @@
-"""Dev-only harness (not installed with the provider): PostgreSQL + Airflow 3 services for e2e tests and the demo."""
+"""Dev-only harness (not installed with the provider): PostgreSQL + Airflow 3 services for e2e tests and the demo;
+an S3-compatible server for remote logging."""
 
 from airflowstack._proc import Background, Service, StackError, free_port, wait_until
 from airflowstack.client import AirflowClient, ApiError
 from airflowstack.postgres import Postgres
+from airflowstack.s3 import S3Server
 from airflowstack.stack import AirflowStack, kubernetes_connection
 
 __all__ = [
@@ -11,6 +13,7 @@ __all__ = [
     "AirflowStack",
     "ApiError",
     "Postgres",
+    "S3Server",
     "Service",
     "StackError",
     "free_port",

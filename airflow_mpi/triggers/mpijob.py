@@ -102,10 +102,17 @@ class MPIJobTrigger(BaseTrigger):
         task_instance = getattr(self, "task_instance", None)
         if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
-        from airflow_mpi.wait.log_ledger import marked_emitter, resume_state_off_loop
+        from airflow_mpi.wait.log_ledger import line_mark, marked_emitter, resume_state_off_loop
 
-        state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning)
-        return state, marked_emitter()
+        handed_over: list[str] = []
+        state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning, handed_over)
+        emit_marked = marked_emitter()
+        if handed_over:  # the positions now in remote storage, marked in this triggerer's file for a successor
+            for stream, position in (state or {}).get("cursor", {}).items():
+                emit_marked(f"Launcher log {stream}: logged up to here by a previous triggerer, whose trigger log "
+                            f"({', '.join(handed_over)}) this triggerer uploaded; resuming after it",
+                            line_mark(stream, position))
+        return state, emit_marked
 
     async def _hold(self) -> None:
         """Wait until ``not_before`` (an absolute time: a restarted triggerer waits only what is left)."""
