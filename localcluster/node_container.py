@@ -32,7 +32,6 @@ IMAGE_REPO = "airflow-mpi/kube"
 LABEL = "airflow-mpi.localcluster"
 NODE_STATE = "/var/lib/airflow-mpi/clusters/node"  # LocalCluster("node") inside the container
 READY_LINE = "[localcluster.serve] ready in"
-KUEUE_DIR = "/opt/localcluster/kueue"  # where the host's Kueue build is mounted in the node container
 
 
 def _log(msg: str) -> None:
@@ -51,19 +50,20 @@ def ensure_docker() -> None:
     subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True)
 
 
-def image_tag(bin_dir: Path) -> str:
-    """Tag from the binaries' build key plus everything else that goes into the image."""
-    h = hashlib.sha256(bin_dir.name.encode())
+def image_tag(bin_dir: Path, kueue_dir: Path) -> str:
+    """Tag from the build keys of the binaries and of Kueue plus everything else that goes into the image."""
+    h = hashlib.sha256(f"{bin_dir.name}\0{kueue_dir.name}".encode())
     for path in [DOCKERFILE, *sorted((REPO / "localcluster").glob("*.py"))]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
 
 
 def build_image(verbose: bool = True) -> str:
-    """Build images/kube from the cached binaries (no-op when that tag exists); returns the tag."""
+    """Build images/kube from the cached binaries and Kueue build (no-op when that tag exists); returns the tag."""
     ensure_docker()
     bin_dir = _build.build(verbose=verbose)
-    tag = image_tag(bin_dir)
+    kueue_dir = _build.build_addon("kueue", verbose=verbose)
+    tag = image_tag(bin_dir, kueue_dir)
     if docker("image", "inspect", tag, check=False).returncode == 0:
         docker("tag", tag, f"{IMAGE_REPO}:local")  # the name docker-compose.yaml runs
         return tag
@@ -71,6 +71,7 @@ def build_image(verbose: bool = True) -> str:
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     shutil.copytree(bin_dir, context / "bin", copy_function=os.link)  # hard links: no copy of ~400 MB
+    shutil.copytree(kueue_dir, context / "kueue", copy_function=os.link)
     shutil.copytree(
         REPO / "localcluster", context / "localcluster", ignore=shutil.ignore_patterns("__pycache__", "*.sum")
     )
@@ -142,7 +143,7 @@ class NodeCluster(ClusterPaths):
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
-        self.kueue = kueue  # Kueue's build (made on this host) is mounted read-only, not part of the image
+        self.kueue = kueue  # serve --kueue: runs the Kueue build the image carries
         self.container = f"airflow-mpi-{name}"
 
     def _volumes(self) -> list[str]:
@@ -154,10 +155,6 @@ class NodeCluster(ClusterPaths):
 
     def start(self, timeout: float = 300) -> NodeCluster:
         tag = build_image()
-        kueue_args: list[str] = []
-        if self.kueue:
-            kueue_dir = _build.build_addon("kueue")
-            kueue_args = ["-v", f"{kueue_dir}:{KUEUE_DIR}:ro", "-e", f"AIRFLOW_MPI_KUEUE_BIN_DIR={KUEUE_DIR}"]
         self.remove()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -165,7 +162,7 @@ class NodeCluster(ClusterPaths):
             "run", "-d", "--name", self.container, "--hostname", self.name, "--privileged", "--init",
             "--label", f"{LABEL}={self.name}",
             *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet")) for arg in ("-v", f"{vol}:{path}")),
-            "-p", "127.0.0.1::6443", *kueue_args,
+            "-p", "127.0.0.1::6443",
             tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}", *(["--kueue"] if self.kueue else []),
         )  # fmt: skip
         try:
