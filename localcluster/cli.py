@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig for other containers here")
     sv.add_argument("--server", default="https://kube:6443", help="API address written into --kubeconfig-out")
     sv.add_argument("--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)")
+    sv.add_argument("--local-queue", action="append", default=[], metavar="NAMESPACE",
+                    help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable")
     args = p.parse_args(argv)
 
     try:
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 kubeconfig_out=Path(args.kubeconfig_out) if args.kubeconfig_out else None,
                 server=args.server,
                 kueue=args.kueue,
+                local_queues=args.local_queue,
             )
         elif args.cmd == "list":
             for n in list_clusters():

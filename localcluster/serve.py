@@ -2,7 +2,8 @@
 
 Starts, in this container, a whole cluster: the control plane and the mpi-operator of a
 :class:`~localcluster.cluster.LocalCluster` serving the API on all interfaces, plus one real node
-(:class:`~localcluster.realnode.RealNode`: containerd, kubelet, CoreDNS) and, optionally, kwok nodes beside it.
+(:class:`~localcluster.realnode.RealNode`: containerd, kubelet, CoreDNS) and, optionally, kwok nodes beside it and
+Kueue (``--kueue``: its queues, plus a LocalQueue ``user-queue`` in each ``--local-queue`` namespace).
 Imports the images that exporter containers left in ``--images-dir``, writes a kubeconfig for other containers,
 then marks itself ready (``READY_FILE``, the compose healthcheck) and keeps every process alive until SIGTERM,
 when it stops the pods, the node and the control plane in that order.
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from .cluster import LocalCluster
+from . import kueue as _kueue
+from .cluster import LocalCluster, _wait
 from .image_archive import exported_archive
 from .realnode import RealNode, node_ip
 
@@ -71,9 +73,35 @@ def _inline(entry: dict, key: str) -> None:
         entry[f"{key}-data"] = base64.b64encode(Path(entry.pop(key)).read_bytes()).decode()
 
 
+def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: float = 60) -> None:
+    """A LocalQueue ``user-queue`` (feeding ``cluster-queue``) in each namespace, created if missing; returns once
+    Kueue reports each Active (a job sent to it from then on is queued, never "LocalQueue doesn't exist")."""
+    from kubernetes import client
+
+    api = cluster.api_client()
+    core = client.CoreV1Api(api)
+    co = client.CustomObjectsApi(api)
+    for ns in namespaces:
+        for create in (lambda: core.create_namespace({"metadata": {"name": ns}}), lambda: cluster.create_local_queue(ns)):
+            try:
+                create()
+            except client.exceptions.ApiException as exc:
+                if exc.status != 409:  # already there (the default namespace, or a restart)
+                    raise
+
+        def active(ns: str = ns) -> bool:
+            lq = co.get_namespaced_custom_object(_kueue.GROUP, _kueue.VERSION, ns, "localqueues", _kueue.LOCAL_QUEUE)
+            return (_kueue.condition(lq, "Active") or {}).get("status") == "True"
+
+        _wait(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
+
+
 def serve(
-    *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False
+    *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False,
+    local_queues: list[str] | None = None,
 ) -> int:
+    if local_queues and not kueue:
+        raise ValueError("--local-queue needs --kueue")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
@@ -100,6 +128,9 @@ def serve(
         cluster.logs_dir,
     )
     try:
+        if local_queues:
+            create_local_queues(cluster, local_queues)
+            _log(f"Kueue: LocalQueue {_kueue.LOCAL_QUEUE} Active in {', '.join(local_queues)}")
         node.start()
         refs = import_exported_images(node, images_dir)
         if refs:
