@@ -1,10 +1,12 @@
 """The users' stack: docker-compose.yaml, started as a user starts it (`docker compose up -d --wait`).
 
 One stack for this package's tests (down before the other suites run), under its own compose project name
-(``airflow-mpi-test-<pid>``) and UI port, so it never touches a user's own `airflow-mpi` stack; stacks of dead sessions are removed at the next start. The node
-image comes from this machine's cached build of the pinned Go modules (``localcluster.node_container``, the same
-Dockerfile's final stage as compose's own build) so the Go toolchain does not run twice; every other image is
-built by compose. Teardown is `docker compose down -v`.
+(``airflow-mpi-test-<pid>``), UI port and image tag (``AIRFLOW_MPI_TAG=test-<pid>`` for the Airflow, Postgres and
+node images), so it never touches a user's own `airflow-mpi` stack nor runs another worktree's images; stacks and
+tags of dead sessions are removed at the next start. The node image comes from this machine's cached build of the
+pinned Go modules and Kueue (``localcluster.node_container``, the same Dockerfile's final stage as compose's own
+build) so the Go toolchain does not run twice; every other image is built by compose. Teardown is
+`docker compose down -v`, then the session's tags are removed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ if str(REPO) not in sys.path:  # airflowstack/ and localcluster/ are dev-only fo
 from airflowstack import AirflowClient, free_port, wait_until  # noqa: E402
 
 PROJECT = f"airflow-mpi-test-{os.getpid()}"
+TAG = f"test-{os.getpid()}"  # docker-compose.yaml's AIRFLOW_MPI_TAG for this session
+DAGS = ["mpi_pi", "mpi_pi_queued"]
+LAST = "test_down_v_leaves_nothing_behind"  # takes the stack down: runs after every other test of the package
 NODE_KUBECONFIG = "/run/airflow-mpi/kubeconfig"  # written by localcluster/serve.py inside the kube service
 ARTIFACTS = REPO / ".artifacts" / "compose"
 
@@ -56,17 +61,38 @@ class ComposeStack:
         return c
 
 
+def pytest_collection_modifyitems(items):
+    """``LAST`` after the package's other tests (in their order), whatever order the files were given in."""
+    here = Path(__file__).resolve().parent
+    ours = [i for i, item in enumerate(items) if Path(item.path).resolve().is_relative_to(here)]
+    for i, item in zip(ours, sorted((items[i] for i in ours), key=lambda item: item.name == LAST)):
+        items[i] = item
+
+
+def _dead(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def _reap_stale_projects() -> None:
+    """Stacks and image tags of test sessions that are gone."""
     res = subprocess.run(["docker", "compose", "ls", "-a", "--format", "json"], capture_output=True, text=True)
     for project in json.loads(res.stdout or "[]"):
         m = re.fullmatch(r"airflow-mpi-test-(\d+)", project["Name"])
-        if m and int(m.group(1)) != os.getpid():
-            try:
-                os.kill(int(m.group(1)), 0)
-                continue
-            except ProcessLookupError:
-                subprocess.run(["docker", "compose", "-p", project["Name"], "down", "-v", "--remove-orphans"],
-                               capture_output=True)
+        if m and _dead(int(m.group(1))):
+            subprocess.run(["docker", "compose", "-p", project["Name"], "down", "-v", "--remove-orphans"],
+                           capture_output=True)
+    res = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "airflow-mpi/*"],
+                         capture_output=True, text=True)
+    stale = [ref for ref in res.stdout.split() if (m := re.fullmatch(r"airflow-mpi/[^:]+:test-(\d+)", ref))
+             and _dead(int(m.group(1)))]
+    if stale:
+        subprocess.run(["docker", "image", "rm", *stale], capture_output=True)
 
 
 def _image_ids(docker, names: set[str]) -> dict[str, str]:
@@ -74,8 +100,9 @@ def _image_ids(docker, names: set[str]) -> dict[str, str]:
 
 
 def _remove_replaced(docker, before: dict[str, str], after: dict[str, str]) -> None:
-    """Remove exactly the images this build replaced (every provider change rebuilds the Airflow image: 711 MB
-    each left dangling otherwise); one still used by a container stays, and no other image is touched."""
+    """Remove exactly the images this build replaced under the shared tags (the MPI images; left dangling
+    otherwise); one still used by a container stays, and no other image is touched. The session's own tags
+    (Airflow: 711 MB, rebuilt by every provider change) go at teardown."""
     from python_on_whales.exceptions import DockerException
 
     for name, old in before.items():
@@ -92,30 +119,36 @@ def compose_stack():
 
     from localcluster.node_container import build_image
 
-    build_image()  # ensures Docker (scripts/docker-setup) and tags airflow-mpi/kube:local
+    kube_image = build_image()  # ensures Docker (scripts/docker-setup); the node image of this worktree
     _reap_stale_projects()
     port = free_port()
     os.environ["AIRFLOW_MPI_UI_PORT"] = str(port)  # compose interpolates it into the api-server's published port
+    os.environ["AIRFLOW_MPI_TAG"] = TAG  # ... and this into the names of the images it builds and runs
     docker = DockerClient(compose_files=[REPO / "docker-compose.yaml"], compose_project_name=PROJECT)
     services = docker.compose.config().services
+    docker.image.tag(kube_image, services["kube"].image)
     built_by_compose = [s for s in services if s != "kube"]
     images = {services[s].image for s in built_by_compose}
-    before = _image_ids(docker, images)
-    docker.compose.build(services=built_by_compose)
-    _remove_replaced(docker, before, _image_ids(docker, images))
+    ours = {services[s].image for s in services if services[s].image.endswith(f":{TAG}")}
+    shared = images - ours  # the MPI images: the example DAGs name them
+    before = _image_ids(docker, shared)
     stack = ComposeStack(docker, port)
     try:
+        docker.compose.build(services=built_by_compose)
+        _remove_replaced(docker, before, _image_ids(docker, shared))
         docker.compose.up(detach=True, wait=True)
         probe = stack.client()
         try:
-            probe.wait_for_dags(["mpi_pi"], timeout=180)
+            probe.wait_for_dags(DAGS, timeout=180)
         finally:
             probe.close()
         yield stack
     finally:
         stack.save_logs()
         docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
+        subprocess.run(["docker", "image", "rm", *sorted(ours)], capture_output=True)  # untag; unused layers go
         os.environ.pop("AIRFLOW_MPI_UI_PORT", None)
+        os.environ.pop("AIRFLOW_MPI_TAG", None)
 
 
 @pytest.fixture(scope="package")
