@@ -31,8 +31,8 @@ third: the quota, not the node, holds it back. **samples** per rank keep each jo
 8 s a rank on an idle core), long enough for the third job to find the first two still running.
 
 **queue_timeout** (seconds, 0: none) fails a task whose job waited longer than that in the queue.
-`retries` become the MPIJob's launcher retries (`backoffLimit`): a launcher that starts together with its
-workers, as one that waited in the queue does, can lose the race for their DNS names (see the README).
+Once admitted, each job runs as `mpi_pi`'s does, once: its launcher waits for its workers (see the README,
+"Running under Kueue").
 
 **Needs** Kueue with a LocalQueue of that name in the connection's namespace (docker-compose.yaml's
 cluster has `user-queue` in `default`) and the mpi-operator (`kubeflow.org/v2beta1`); the role of
@@ -99,7 +99,6 @@ with DAG(
                             "limits": {"memory": "512Mi"}},
         worker_resources={"requests": {"cpu": "{{ params.worker_cpu_millicores }}m", "memory": "128Mi"},
                           "limits": {"memory": "512Mi"}},
-        retries=2,
         poll_interval=5,
     ).expand(name=job_names())
 
