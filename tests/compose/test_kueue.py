@@ -19,7 +19,7 @@ DAG = "mpi_pi_queued"
 JOBS, WORKERS = 3, 2  # 3 x (200m + 2 x 300m): the quota (cpu 2) admits two of them at a time
 QUEUED = re.compile(r"MPIJob (\S+) is queued by Kueue in LocalQueue user-queue(?: \(ClusterQueue [^)]+\))?: (.+)")
 ADMITTED = re.compile(r"MPIJob (\S+) was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor"
-                      r"(?: after (?:(\d+)m)?(\d+)s in the queue)?")
+                      r" after (?:less than 1s|(?:(\d+)m)?(\d+)s) in the queue")
 NO_QUOTA = "insufficient unused quota for cpu in flavor default-flavor"
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) ranks")
@@ -38,11 +38,14 @@ class Job:
     def count(self, pattern: re.Pattern) -> int:
         return sum(1 for line in self.lines if pattern.search(line))
 
+    def queued_for_quota(self) -> tuple[int, re.Match] | None:
+        """The line saying its job is queued for want of quota (an earlier one may say only that it is queued)."""
+        return next(((i, m) for i, line in enumerate(self.lines) if (m := QUEUED.search(line)) and NO_QUOTA in m[2]),
+                    None)
+
     def waited_for_quota(self) -> bool:
         """Logged "queued ... insufficient unused quota" for its job, then that job's admission."""
-        queued = next(((i, m) for i, line in enumerate(self.lines) if (m := QUEUED.search(line)) and NO_QUOTA in m[2]),
-                      None)
-        admitted = self.first(ADMITTED)
+        queued, admitted = self.queued_for_quota(), self.first(ADMITTED)
         return bool(queued and admitted and queued[0] < admitted[0] and queued[1][1] == admitted[1][1])
 
 
@@ -83,17 +86,17 @@ def test_every_queued_job_runs_its_mpi_program_once(queued_run):
         assert job.count(ADMITTED) == 1, "\n".join(job.lines[-60:])
         admitted_at, admitted = job.first(ADMITTED)
         names.add(admitted[1])
-        attempts = [m for line in job.lines if (m := ATTEMPT.search(line))]
-        assert [int(m[1]) for m in attempts] == list(range(1, len(attempts) + 1))  # each attempt's log streamed once
-        assert len({m[3] for m in attempts}) == len(attempts) and job.first(ATTEMPT)[0] > admitted_at
+        # one launcher, started after the admission (it waits for its workers: no attempt lost to their DNS names)
+        ((attempt_at, attempt),) = [(i, m) for i, line in enumerate(job.lines) if (m := ATTEMPT.search(line))]
+        assert attempt[1] == "1" and attempt_at > admitted_at, "\n".join(job.lines[-60:])
         ranks = [int(m[1]) for line in job.lines if (m := RANK_LINE.search(line))]
         assert sorted(ranks) == list(range(WORKERS)), "\n".join(job.lines[-60:])
         assert job.count(PI_LINE) == 1
         pi_at, pi = job.first(PI_LINE)
         assert admitted_at < pi_at and int(pi[2]) == WORKERS and math.isclose(float(pi[1]), math.pi, abs_tol=0.01)
     assert len(names) == JOBS  # one MPIJob per mapped task
-    assert [(r["condition"], r["job"].split("/")[1]) for r in queued_run.report] == [
-        ("Succeeded", name) for name in [job.first(ADMITTED)[1][1] for job in queued_run.jobs]
+    assert [(r["condition"], r["job"].split("/")[1], r["launcher_attempts"]) for r in queued_run.report] == [
+        ("Succeeded", job.first(ADMITTED)[1][1], 1) for job in queued_run.jobs
     ]
 
 
@@ -104,13 +107,13 @@ def test_the_quota_holds_a_job_in_the_queue_until_an_admitted_one_finishes(queue
     assert len(waited) <= JOBS - 2, _tails(queued_run)
     for job in waited:
         _, admitted = job.first(ADMITTED)
-        assert admitted[3] is not None and int(admitted[2] or 0) * 60 + int(admitted[3]) >= 1  # it did wait
+        assert admitted[3] is not None  # it did wait: a second or more, not "less than 1s"
 
 
 def test_the_ui_task_log_shows_the_job_queued_then_admitted(compose_stack, queued_run):
     job = next((j for j in queued_run.jobs if j.waited_for_quota()), None)
     assert job is not None, _tails(queued_run)
-    (_, queued), (_, admitted) = job.first(QUEUED), job.first(ADMITTED)
+    (_, queued), (_, admitted) = job.queued_for_quota(), job.first(ADMITTED)
     run_path = f"/dags/{DAG}/runs/{quote(queued_run.run_id, safe='')}"
     with chromium() as browser, logged_in_page(browser, compose_stack.base_url, "admin", "admin") as page:
         page.goto(f"/dags/{DAG}")  # the trigger form offers the queue by its name
