@@ -19,7 +19,7 @@ from airflow_mpi.sensors import MPIJobSensor
 from tests.unit.fakes import FakeSyncHook
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
-EXPECTED = {"mpi_pi", "horovod_train", "mpi_job_sensor", "mpi_function"}
+EXPECTED = {"mpi_pi", "mpi_pi_queued", "horovod_train", "mpi_job_sensor", "mpi_function"}
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 
 
@@ -128,6 +128,10 @@ def _resolve(dag, conf: dict) -> dict:
         ("horovod_train", "elastic", True, ["yes"]),
         ("mpi_job_sensor", "workers", 1, [0, 17]),
         ("mpi_function", "count", 10_000_000, [0, 10_000_001]),
+        ("mpi_pi_queued", "queue_name", "team-a", ["", "Team_A", "-a"]),
+        ("mpi_pi_queued", "jobs", 8, [0, 9]),
+        ("mpi_pi_queued", "worker_cpu_millicores", 2000, [49, 2001]),
+        ("mpi_pi_queued", "queue_timeout", 0, [-1, 86_401]),
         ("mpi_function", "workers", 16, [0, 17]),
         ("mpi_function", "mpi_implementation", "MPICH", ["Intel"]),
     ],
