@@ -1,5 +1,5 @@
 """Faults of the task's own process and of the cluster under a waiting task: SIGKILL of a non-deferrable task's
-process, a kube-apiserver restart, the eviction of a worker pod, and cleanPodPolicy All + ttlSecondsAfterFinished 0
+process, a kube-apiserver restart, the eviction of a worker pod, and cleanPodPolicy All + ttlSecondsAfterFinished 1
 racing the final log read. Measured like every fault (record.py); simulated nodes, real API server, mpi-operator
 and Airflow services.
 """
@@ -125,7 +125,7 @@ def test_clean_pod_policy_all_ttl_0_racing_the_final_read(client, cluster, custo
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("last"))
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     expected += numbered_lines("last")
-    run = record(results, f"cleanPodPolicy All + ttlSecondsAfterFinished 0 ({_mode(t)})", client, custom_api, t,
+    run = record(results, f"cleanPodPolicy All + ttlSecondsAfterFinished 1 ({_mode(t)})", client, custom_api, t,
                  run_id, expected, job)
     assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), run
 

@@ -4,7 +4,7 @@
 * ``e2e_fault_sync``: waits in the worker (non-deferrable), one Airflow retry 1 s after a lost try, so a killed
   task process is followed by a try that reattaches to the job it left; ``e2e_fault_sync_last_try``: no retry, the
   killed try is the last one and nothing of the task is left to delete its job;
-* ``e2e_fault_cleanup_sync`` / ``_deferred``: ``cleanPodPolicy: All`` + ``ttlSecondsAfterFinished: 0`` (the job's
+* ``e2e_fault_cleanup_sync`` / ``_deferred``: ``cleanPodPolicy: All`` + ``ttlSecondsAfterFinished: 1`` (0 is refused: the program could run twice) (the job's
   pods go as soon as it finishes, racing the final log read), one retry like ``e2e_fault_sync``.
 
 Jobs are kept after they finish (``on_finish_action="keep"``) so the suite can count them.
@@ -47,5 +47,5 @@ fault_dag("e2e_fault_sync", "faults: a non-deferrable MPIJob task with one retry
 fault_dag("e2e_fault_sync_last_try", "faults: a non-deferrable MPIJob task without retries.", deferrable=False)
 for _deferrable in (False, True):
     fault_dag(f"e2e_fault_cleanup_{'deferred' if _deferrable else 'sync'}",
-              "faults: cleanPodPolicy All + ttlSecondsAfterFinished 0 racing the final log read.",
-              deferrable=_deferrable, retries=1, clean_pod_policy="All", ttl_seconds_after_finished=0)
+              "faults: cleanPodPolicy All + ttlSecondsAfterFinished 1 racing the final log read.",
+              deferrable=_deferrable, retries=1, clean_pod_policy="All", ttl_seconds_after_finished=1)

@@ -624,7 +624,8 @@ ACCEPTED = [
     ("managed-by-v2-own", V2, run(managed_by="kubeflow.org/mpi-operator")),
     ("managed-by-v1-own", V1, run(managed_by="kubeflow.org/training-operator")),
     ("v1-suspend", V1, run(suspend=True)),
-    ("zero-run-policy", V2, run(ttl_seconds_after_finished=0, active_deadline_seconds=0, backoff_limit=0)),
+    ("zero-run-policy", V2, run(ttl_seconds_after_finished=1, active_deadline_seconds=0, backoff_limit=0)),
+    ("v1-ttl-zero", V1, run(ttl_seconds_after_finished=0)),  # training-operator deletes the whole job: no rerun
     (
         "min-available-whole-gang",
         V2,
@@ -789,3 +790,19 @@ def test_a_built_manifest_passes_check_manifest():
     errors = ErrorList()
     check_manifest(errors, raw_manifest())
     assert not len(errors)
+
+
+def test_a_v2beta1_launcher_ttl_of_zero_is_refused_with_why():
+    """mpi-operator v0.8.2 recreates a launcher Job deleted before it recorded the job's success: with TTL 0 the program
+    ran twice in a CI run (tests/faults, the cleanPodPolicy All scenario)."""
+    from airflow_mpi.jobspec import MPIJobSpec, MPIJobValidationError, ReplicaSpec, RunPolicy, build_manifest
+
+    spec = MPIJobSpec(name="pi", launcher=ReplicaSpec(image="img"), worker=ReplicaSpec(image="img"),
+                      run_policy=RunPolicy(ttl_seconds_after_finished=0))
+    with pytest.raises(MPIJobValidationError, match=r"ttl_seconds_after_finished=0: must be at least 1 on "
+                                                    r"kubeflow.org/v2beta1: .*the program runs twice"):
+        build_manifest(spec)
+    base = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {"runPolicy": {"ttlSecondsAfterFinished": 0}}}
+    with pytest.raises(MPIJobValidationError, match="ttl_seconds_after_finished=0"):
+        build_manifest(MPIJobSpec(name="pi", base_manifest=base, launcher=ReplicaSpec(image="img"),
+                                  worker=ReplicaSpec(image="img")))

@@ -59,7 +59,7 @@ VALID: dict[str, st.SearchStrategy] = {
     "tolerations": st.just([{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]),
     "clean_pod_policy": st.sampled_from(["None", "Running", "All"]),
     "backoff_limit": st.integers(0, 6),
-    "ttl_seconds_after_finished": st.integers(0, 3600),
+    "ttl_seconds_after_finished": st.integers(1, 3600),  # 0 is refused on v2beta1 (validation._launcher_ttl)
     "active_deadline_seconds": st.integers(1, 86400),
     "suspend": st.booleans(),
     "name": NAMES,
