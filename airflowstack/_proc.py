@@ -88,6 +88,23 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def start_on_free_port(name: str, host: str, start: Callable[[int], Service], ready: Callable[[], object], *,
+                       timeout: float, attempts: int = 5) -> Service:
+    """``start(port)`` on a port that was free a moment ago, until ``ready()`` (polled every 0.2 s); another port
+    when the first was taken between picking and binding it (up to ``attempts``)."""
+    last_error: Exception | None = None
+    for _attempt in range(attempts):
+        service = start(free_port(host))
+        try:
+            wait_until(ready, timeout=timeout, interval=0.2, what=f"{name} to accept connections",
+                       check=service.check_alive)
+            return service
+        except StackError as exc:
+            last_error = exc
+            service.stop()
+    raise StackError(f"{name} did not start: {last_error}")
+
+
 class Service:
     """One long-running command in its own process group, output appended to ``log_path``."""
 

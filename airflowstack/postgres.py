@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, free_port, run, wait_until
+from airflowstack._proc import Service, StackError, run, start_on_free_port
 
 
 def find_pg_bin() -> Path:
@@ -72,9 +72,9 @@ class Postgres:
         run(self._as_user([str(self.pg_bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
                            "-E", "UTF8", "--no-sync", "--no-instructions"]),
             env=self._env(), timeout=120, log_path=self.log_dir / "postgres-initdb.log", cwd="/")
-        last_error: Exception | None = None
-        for _attempt in range(5):  # the free port may be taken between picking and binding it
-            self.port = free_port(self.host)
+
+        def start(port: int) -> Service:
+            self.port = port
             argv = self._as_user([
                 str(self.pg_bin / "postgres"), "-D", str(self.data_dir), "-h", self.host, "-p", str(self.port),
                 "-k", str(self.base),
@@ -83,16 +83,11 @@ class Postgres:
                 "-c", "max_connections=200", "-c", "shared_buffers=64MB",
             ])
             # SIGINT is PostgreSQL's "fast" shutdown (SIGTERM would wait for every client to disconnect)
-            self.service = Service("postgres", argv, env=self._env(), log_path=self.log_dir / "postgres.log",
-                                   stop_signal=signal.SIGINT, stop_timeout=20, cwd="/").start()
-            try:
-                wait_until(self._ready, timeout=self.start_timeout, interval=0.2, what="PostgreSQL to accept connections",
-                           check=self.service.check_alive)
-                return self
-            except StackError as exc:
-                last_error = exc
-                self.service.stop()
-        raise StackError(f"PostgreSQL did not start: {last_error}")
+            return Service("postgres", argv, env=self._env(), log_path=self.log_dir / "postgres.log",
+                           stop_signal=signal.SIGINT, stop_timeout=20, cwd="/").start()
+
+        self.service = start_on_free_port("PostgreSQL", self.host, start, self._ready, timeout=self.start_timeout)
+        return self
 
     def _ready(self) -> bool:
         argv = [str(self.pg_bin / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", "postgres"]

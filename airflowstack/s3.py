@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, free_port, wait_until
+from airflowstack._proc import Service, start_on_free_port
 
 #: the Airflow connection that remote logging uses (``[logging] remote_log_conn_id``)
 CONN_ID = "remote_logs_s3"
@@ -49,19 +49,14 @@ class S3Server:
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> S3Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        last_error: Exception | None = None
-        for _attempt in range(5):  # the free port may be taken between picking and binding it
-            self.port = free_port(self.host)
-            self.service = Service("s3", [self.python, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
-                                   env=env, log_path=self.log_dir / "s3.log", stop_timeout=10).start()
-            try:
-                wait_until(self._ready, timeout=self.start_timeout, interval=0.2, what=f"moto's S3 at {self.endpoint_url}",
-                           check=self.service.check_alive)
-                return self
-            except StackError as exc:
-                last_error = exc
-                self.service.stop()
-        raise StackError(f"the S3 server did not start: {last_error}")
+
+        def start(port: int) -> Service:
+            self.port = port
+            return Service("s3", [self.python, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+                           env=env, log_path=self.log_dir / "s3.log", stop_timeout=10).start()
+
+        self.service = start_on_free_port("the S3 server", self.host, start, self._ready, timeout=self.start_timeout)
+        return self
 
     def _ready(self) -> bool:
         self.client().list_buckets()

@@ -87,3 +87,14 @@ def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str
     return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
                                message(client, t, run_id, ti, job["metadata"]["name"]), {job["metadata"]["uid"]},
                                outcome))
+
+
+def lines_while_triggerer_down(stack, cluster, stop, expected: list[str]) -> None:
+    """``stop(stack)`` stops the triggerer, a batch of launcher lines comes while it is down, it starts again (and
+    takes its triggers over); the batch joins ``expected``."""
+    stop(stack)
+    try:
+        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("while-down"))
+    finally:
+        stack.start_service("triggerer")
+    expected += numbered_lines("while-down")

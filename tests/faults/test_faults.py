@@ -22,17 +22,13 @@ from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from tests.e2e.conftest import NAMESPACE
-from tests.faults.scenario import DEFERRED, TASK_MPI, record, streamed, waiting_job
+from tests.faults.scenario import DEFERRED, TASK_MPI, lines_while_triggerer_down, record, streamed, waiting_job
 
 
 def test_triggerer_sigkill_and_restart_mid_wait(airflow_stack, client, cluster, custom_api, results, repeat):
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
-    airflow_stack.stop_service("triggerer", signal.SIGKILL)
-    try:
-        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("while-down"))
-    finally:
-        airflow_stack.start_service("triggerer")
-    expected += numbered_lines("while-down")
+    lines_while_triggerer_down(airflow_stack, cluster, lambda stack: stack.stop_service("triggerer", signal.SIGKILL),
+                               expected)
     streamed(client, DEFERRED, run_id, expected)
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, "triggerer SIGKILL + restart mid-wait", client, custom_api, DEFERRED, run_id, expected,

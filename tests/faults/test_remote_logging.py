@@ -45,7 +45,7 @@ import pytest
 from airflowstack import AirflowStack, S3Server
 from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
 from tests.e2e.conftest import NAMESPACE
-from tests.faults.scenario import DEFERRED, launcher_lines, record, streamed, waiting_job
+from tests.faults.scenario import DEFERRED, launcher_lines, lines_while_triggerer_down, record, streamed, waiting_job
 
 BUCKET = "airflow-logs"
 REMOTE_BASE = f"s3://{BUCKET}/logs"
@@ -174,12 +174,7 @@ def _failover(remote: Remote, cluster, custom_api, results, scenario: str, stop)
     in the log served from S3 exactly once; returns that log's sources."""
     client, stack = remote.client, remote.stack
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
-    stop(stack)
-    try:
-        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("while-down"))
-    finally:
-        stack.start_service("triggerer")
-    expected += numbered_lines("while-down")
+    lines_while_triggerer_down(stack, cluster, stop, expected)
     streamed(client, DEFERRED, run_id, expected)
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-restart"))
     expected += numbered_lines("after-restart")
