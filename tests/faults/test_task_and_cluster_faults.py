@@ -119,7 +119,7 @@ def test_worker_pod_eviction_mid_run(client, cluster, custom_api, results, repea
 
 @pytest.mark.parametrize("t", [CLEANUP_SYNC, CLEANUP_DEFERRED], ids=["sync", "deferrable"])
 def test_clean_pod_policy_all_ttl_0_racing_the_final_read(client, cluster, custom_api, results, repeat, t):
-    """The launcher prints its last lines as it exits; its pod (cleanPodPolicy All) and the job (TTL 0) go as soon
+    """The launcher prints its last lines as it exits; its pod (cleanPodPolicy All) and the job (TTL 1 s) go as soon
     as it finishes, racing the final read of the log: every line still reaches the task log, once."""
     run_id, job, expected = waiting_job(client, cluster, custom_api, t)
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("last"))
