@@ -142,7 +142,7 @@ def test_clean_pod_policy_all_ttl_0_job_ends_between_tries(airflow_stack, client
         cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("last"))
         finish_launcher(cluster.api_client(), NAMESPACE, name)
         wait_until(lambda: not _launcher_pods(cluster, name), timeout=TIMEOUT, what=f"the launcher pod of {name} gone")
-    run = record(results, "cleanPodPolicy All + TTL 0: job ends between tries (sync)", client, custom_api,
+    run = record(results, "cleanPodPolicy All + TTL 1: job ends between tries (sync)", client, custom_api,
                  CLEANUP_SYNC, run_id, expected + numbered_lines("last"), job, ("success", 2), every_try=True)
     assert (run.state, run.jobs, run.orphans, run.doubled, run.spurious) == ("success", 1, 0, 0, 0), run
     assert run.lost == len(numbered_lines("last")), run  # what the launcher printed after the kill, no more
