@@ -125,14 +125,21 @@ class WatchDecoder:
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
+def parse_api_time(text: Any) -> datetime | None:
+    """An RFC 3339 timestamp as the API writes it (``...Z``), or None (not given, or not a timestamp)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def _as_utc(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = parse_api_time(value)
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    if isinstance(value, str) and value:
-        try:
-            return _as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
-        except ValueError:
-            return _EPOCH
     return _EPOCH
 
 

@@ -17,21 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from airflow_mpi.hooks.answers import parse_api_time
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.wait.progress import Verdict
 
 QUEUE_TIMEOUT = "queue_timeout"  # the verdict's outcome
 _PREVIOUSLY = "Previously: "  # Kueue's prefix of an Evicted condition it reset on re-admission
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """An RFC 3339 timestamp of the API (``...Z``), or None."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _condition(obj: dict | None, kind: str) -> dict:
@@ -111,7 +102,7 @@ class QueueTracker:
             message = message[len(_PREVIOUSLY):]
         self.evictions += 1
         self._evicted_messages = {evicted.get("message"), message}
-        self.queued_since = parse_time(stamp) if _true(evicted) else None
+        self.queued_since = parse_api_time(stamp) if _true(evicted) else None
         self._said, self._requeued = None, True
         reason = evicted.get("reason") if _true(evicted) else "Evicted"
         return [f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
@@ -119,23 +110,20 @@ class QueueTracker:
 
     def _queued(self, job: dict, workload: dict | None, local_queue: str, visible: bool) -> list[str]:
         if self.queued_since is None:
-            self.queued_since = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+            self.queued_since = parse_api_time((job.get("metadata") or {}).get("creationTimestamp"))
         reserved = _condition(workload, "QuotaReserved")
         if _true(reserved):
             return []  # admitted: about to be resumed
-        cluster_queue = ((workload or {}).get("status") or {}).get("admission", {}).get("clusterQueue")
-        why = reserved.get("message")
+        why = reserved.get("message")  # (no ClusterQueue to name: Kueue clears the admission while not reserved)
         if self._requeued and why in self._evicted_messages:
             why = "waiting to be admitted again"  # the eviction's own message, just said
         why = why or ("waiting for Kueue to admit it" if visible else
-                                          "waiting to be resumed (its Kueue Workload is not visible: grant list and "
-                                          "watch on workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)")
-        said = (local_queue, cluster_queue, why)
-        if said == self._said:
+                      "waiting to be resumed (its Kueue Workload is not visible: grant list and watch on "
+                      "workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)")
+        if (local_queue, why) == self._said:
             return []
-        self._said = said
-        where = f"LocalQueue {local_queue}" + (f" (ClusterQueue {cluster_queue})" if cluster_queue else "")
-        return [f"MPIJob {self.name} is queued by Kueue in {where}: {why}"]
+        self._said = (local_queue, why)
+        return [f"MPIJob {self.name} is queued by Kueue in LocalQueue {local_queue}: {why}"]
 
     def _admission(self, job: dict, workload: dict | None, now: datetime) -> list[str]:
         reserved = _condition(workload, "QuotaReserved")
@@ -144,8 +132,8 @@ class QueueTracker:
             return []
         since = self.queued_since  # unknown after an eviction the wait did not see
         if since is None and self._admitted_at is None:
-            since = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-        at = parse_time(reserved.get("lastTransitionTime")) or now
+            since = parse_api_time((job.get("metadata") or {}).get("creationTimestamp"))
+        at = parse_api_time(reserved.get("lastTransitionTime")) or now
         self._admitted_at, self.queued_since, self._said, self._requeued = stamp, None, None, False
         queued = f" after {_seconds(max((at - since).total_seconds(), 0.0))} in the queue" if since else ""
         if workload is None:
@@ -159,6 +147,6 @@ class QueueTracker:
             return None
         if (now - self.queued_since).total_seconds() < self.queue_timeout:
             return None
-        why = (self._said or (None, None, "not admitted"))[2]
+        why = (self._said or (None, "not admitted"))[1]
         return Verdict(QUEUE_TIMEOUT, f"MPIJob {self.name} was not admitted by Kueue within queue_timeout="
                                       f"{self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted")
