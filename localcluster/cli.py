@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)")
     sv.add_argument("--local-queue", action="append", default=[], metavar="NAMESPACE",
                     help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable")
+    sv.add_argument("--container-log-max-size", default=None, metavar="QUANTITY",
+                    help="the kubelet's containerLogMaxSize (default: its own, 10Mi), e.g. 64Ki to rotate logs often")
     args = p.parse_args(argv)
 
     try:
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 server=args.server,
                 kueue=args.kueue,
                 local_queues=args.local_queue,
+                container_log_max_size=args.container_log_max_size,
             )
         elif args.cmd == "list":
             for n in list_clusters():

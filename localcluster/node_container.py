@@ -139,11 +139,13 @@ class NodeCluster(ClusterPaths):
 
     kind = "real-node"
 
-    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0, kueue: bool = False) -> None:
+    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0, kueue: bool = False,
+                 container_log_max_size: str | None = None) -> None:
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
         self.kueue = kueue  # serve --kueue: runs the Kueue build the image carries
+        self.container_log_max_size = container_log_max_size  # serve --container-log-max-size
         self.container = f"airflow-mpi-{name}"
 
     def _volumes(self) -> list[str]:
@@ -164,6 +166,7 @@ class NodeCluster(ClusterPaths):
             *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet")) for arg in ("-v", f"{vol}:{path}")),
             "-p", "127.0.0.1::6443",
             tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}", *(["--kueue"] if self.kueue else []),
+            *([f"--container-log-max-size={self.container_log_max_size}"] if self.container_log_max_size else []),
         )  # fmt: skip
         try:
             self._await_ready(timeout)
@@ -240,6 +243,23 @@ class NodeCluster(ClusterPaths):
             (self.state_dir / "state.json").unlink(missing_ok=True)  # logs stay; `localcluster list` forgets it
         else:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ faults (tests/integration/test_real_node_faults.py)
+    def kill_process(self, name: str, signal: str = "KILL") -> None:
+        """Signal the node's process ``name`` (kubelet, containerd, kube-apiserver...); serve's supervision loop starts
+        a dead one again within a second, as systemd or the kubelet (static pods) does on a node."""
+        docker("exec", self.container, "pkill", f"-{signal}", "-x", name)
+
+    def kill_container(self, container_id: str, signal: str = "KILL") -> None:
+        """Signal a pod container's first process from the node (a SIGKILL from inside its own PID namespace would be
+        ignored): the container exits as if its program had been killed. ``container_id``: a pod status's
+        ``containerID`` (``containerd://<id>``)."""
+        cid = container_id.split("://")[-1]
+        tasks = docker("exec", self.container, "ctr", "-n", "k8s.io", "tasks", "list").stdout.splitlines()
+        pids = [line.split()[1] for line in tasks[1:] if line.split()[:1] == [cid]]
+        if not pids:
+            raise ClusterError(f"no running task for container {cid} on {self.container}")
+        docker("exec", self.container, "kill", f"-{signal}", pids[0])
 
     @staticmethod
     def names() -> list[str]:

@@ -98,7 +98,7 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
 
 def serve(
     *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False,
-    local_queues: list[str] | None = None,
+    local_queues: list[str] | None = None, container_log_max_size: str | None = None,
 ) -> int:
     if local_queues and not kueue:
         raise ValueError("--local-queue needs --kueue")
@@ -126,6 +126,7 @@ def serve(
         cluster.pki_dir,
         cluster.state_dir / "node",
         cluster.logs_dir,
+        container_log_max_size,
     )
     try:
         if local_queues:

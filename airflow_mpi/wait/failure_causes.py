@@ -113,8 +113,10 @@ def pod_cause(pod: PodSummary) -> str | None:
     """One line naming why ``pod`` failed, or None when it did not (running, succeeded, ended by its deletion)."""
     evicted = pod.pod_reason == EVICTED or (pod.phase == "Failed" and pod.pod_reason)
     reason = (f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason) if evicted else None
+    # a disruption (an eviction through the API, a preemption) deletes the pod: not the job's clean-up
+    disrupted = f"disrupted ({pod.disruption})" if pod.disruption and not evicted else None
     # restarts: a worker restarted under a running MPI job broke it, even if it runs again
-    parts = [part for part in (reason, _ended_text(pod), _restarts_text(pod)) if part]
+    parts = [part for part in (reason, disrupted, _ended_text(pod), _restarts_text(pod)) if part]
     if not parts:
         return None
     return clip(f"{_container(pod)}: " + "; ".join(parts), 2 * MAX_TEXT)
@@ -129,12 +131,14 @@ def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
     return workers + launchers[:1]
 
 
-def causes(pods: Sequence[PodSummary]) -> list[str]:
-    """The cause lines of :func:`failed_pods`, at most MAX_CAUSES (the rest counted)."""
-    failed = failed_pods(pods)
-    lines = [pod_cause(p) or "" for p in failed[:MAX_CAUSES]]
-    if len(failed) > MAX_CAUSES:
-        lines.append(f"... and {len(failed) - MAX_CAUSES} more failed pods")
+def causes(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = ()) -> list[str]:
+    """The cause lines of :func:`failed_pods`, after those of the ``disrupted`` pods (seen with a DisruptionTarget
+    during the wait, perhaps replaced since by a pod of the same name: the disruption came first), at most
+    MAX_CAUSES (the rest counted)."""
+    named = list(dict.fromkeys(pod_cause(p) or "" for p in [*disrupted, *failed_pods(pods)] if pod_cause(p)))
+    lines = named[:MAX_CAUSES]
+    if len(named) > MAX_CAUSES:
+        lines.append(f"... and {len(named) - MAX_CAUSES} more failed pods")
     return lines
 
 

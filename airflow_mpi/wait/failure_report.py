@@ -104,7 +104,8 @@ class FailureReport:
                 self._read(pod)
             pods = fc.merge_observations(at_verdict, await self._settle(verdict_at)) + launchers
             tails = [await self._reads[p.name] for p in fc.failed_pods(pods) if p.name in self._reads]
-            return fc.report(fc.causes(pods), tails)
+            disrupted = [pod_summary(p) for p in self.sub.disrupted_pods.values()]
+            return fc.report(fc.causes(pods, disrupted), tails)
         finally:
             for task in self._reads.values():  # the reads of pods that did not fail (or all, when cancelled)
                 task.cancel()

@@ -53,6 +53,8 @@ class PodSummary:
     deleting: bool = False  # metadata.deletionTimestamp is set: the pod is being deleted
     deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: the end of its grace period
     grace_period: float | None = None  # spec.terminationGracePeriodSeconds
+    # the DisruptionTarget condition ("EvictionByEvictionAPI: Eviction API: evicting"): evicted, preempted, ...
+    disruption: str | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,18 @@ def _ended(main: Any) -> dict[str, Any]:
     return fields
 
 
+DISRUPTION_TARGET = "DisruptionTarget"  # set by whoever deletes a pod to disrupt it (Kubernetes >= 1.26)
+
+
+def disruption(pod: Any) -> str | None:
+    """``reason: message`` of the pod's DisruptionTarget condition (an eviction, a preemption, a taint, the kubelet
+    under pressure), None when nothing disrupts it: the mpi-operator's own deletions (clean-up) set none."""
+    for cond in getattr(getattr(pod, "status", None), "conditions", None) or []:
+        if cond.type == DISRUPTION_TARGET and cond.status == "True":
+            return clip(": ".join(part for part in (cond.reason, cond.message) if part)) or DISRUPTION_TARGET
+    return None
+
+
 def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     """Summarise a V1Pod; ``container`` names the MPI container (default: the first one)."""
     metadata, status, spec = pod.metadata, pod.status, pod.spec
@@ -76,7 +88,7 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
         state=state, waiting_reason=waiting_reason, waiting_message=waiting_message, exit_code=exit_code,
         pod_reason=getattr(status, "reason", None), pod_message=clip(getattr(status, "message", None)),
         memory_limit=_memory_limit(spec, name), deleting=deletion is not None, deletion_deadline=deletion,
-        grace_period=float(grace) if grace is not None else None, **_ended(main),
+        grace_period=float(grace) if grace is not None else None, disruption=disruption(pod), **_ended(main),
     )
 
 
@@ -108,6 +120,14 @@ def _slim_container(container: dict) -> dict:
     return {"name": container.get("name"), **({"resources": {"limits": {"memory": memory}}} if memory else {})}
 
 
+def _slim_condition(cond: dict) -> dict:
+    """Type and status; a DisruptionTarget's reason and message too (a failure's cause names them)."""
+    slim = {"type": cond.get("type"), "status": cond.get("status")}
+    if cond.get("type") == DISRUPTION_TARGET:
+        slim.update({key: clip(cond[key], MAX_TEXT) for key in ("reason", "message") if cond.get(key)})
+    return slim
+
+
 def slim_pod(pod: dict) -> dict:
     """A pod (API dict) cut to what :func:`pod_summary` (a failure's cause included, bounded), :func:`pod_role` and
     the hooks' orderings read, keeping the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of
@@ -119,7 +139,7 @@ def slim_pod(pod: dict) -> dict:
             slim_spec[key] = spec[key]
     slim_status: dict[str, Any] = {
         "phase": status.get("phase"),
-        "conditions": [{"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or []],
+        "conditions": [_slim_condition(c) for c in status.get("conditions") or []],
         "containerStatuses": [_slim_container_status(s) for s in status.get("containerStatuses") or []],
     }
     for key in ("reason", "message"):

@@ -31,7 +31,7 @@ from airflow_mpi.hooks.retries import Outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.wait.progress import VALIDATION_ERROR
 from airflow_mpi.wait.summaries import (
-    involved_object, job_of_pod, object_meta, owner_mpijob, pod_role, without_managed_fields,
+    disruption, involved_object, job_of_pod, object_meta, owner_mpijob, pod_role, without_managed_fields,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,17 @@ class Subscription:
         self.deleted_uids: set[str] = set()
         # deleted pods of the job as last seen: a failed try's cause may show only there (wait/failure_causes.py)
         self.gone_pods: dict[str, Any] = {}
+        # pods last seen with a DisruptionTarget (evicted, preempted...): the mpi-operator recreates a worker under
+        # the same name, and the disrupted one is often the cause of the failure that follows
+        self.disrupted_pods: dict[str, Any] = {}
         self._event = asyncio.Event()
+
+    def observe_pod(self, pod: Any, deleted: bool) -> None:
+        """Keep what a failure's cause may need of a pod of the job: its last state once deleted, or disrupted."""
+        if deleted:
+            self.gone_pods[pod.metadata.name] = pod
+        if disruption(pod):
+            self.disrupted_pods[pod.metadata.name] = pod
 
     def notify(self) -> None:
         self.version += 1
@@ -241,13 +251,13 @@ class WatchHub:
                     sub.deleted_uids.add(uid or "")
         else:
             job = job_of_pod(obj) or job_of_pod(self.pods.get(name))
+            for sub in self.subscribers.get(job or "", ()):  # kept while the wait lasts
+                sub.observe_pod(obj, deleted)
             if not deleted:
                 self.pods[name] = obj
                 if job:
                     self.pods_by_job.setdefault(job, set()).add(name)
             else:
-                for sub in self.subscribers.get(job or "", ()):  # its last state, kept while the wait lasts
-                    sub.gone_pods[name] = obj
                 self.pods.pop(name, None)
                 self.pods_by_job.get(job or "", set()).discard(name)
         self._notify(job)

@@ -260,12 +260,14 @@ SESSION_REAL_NAME = f"it-real-{os.getpid()}"
 def real_node():
     """A cluster whose node runs real containers (localcluster.node_container: control plane, mpi-operator,
     containerd + kubelet + CoreDNS in one privileged Docker container), with the Open MPI and MPICH images of
-    images/mpi loaded. Logs end up in .artifacts/integration/real-node/."""
+    images/mpi loaded. Its kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers'
+    streams cross rotations (test_real_node_faults.py). Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.node_container import NodeCluster, build_mpi_images
 
-    yield from _node_session(NodeCluster(SESSION_REAL_NAME), build_mpi_images(), ARTIFACTS / "real-node")
+    node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki")
+    yield from _node_session(node, build_mpi_images(), ARTIFACTS / "real-node")
 
 
 def _node_session(node, images, dest: Path):

@@ -20,9 +20,10 @@ from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
         restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job",
         reason=None, memory_limit=None, deletion=None, pod_reason=None, pod_message=None, last_terminated=None,
-        grace=None):
+        grace=None, disruption=None, uid=None):
     """A V1Pod as the hooks read it. ``reason``: the terminated state's; ``deletion``: the deletionTimestamp
-    (datetime); ``last_terminated``: (reason, exit code) of the previous container instance."""
+    (datetime); ``last_terminated``: (reason, exit code) of the previous container instance; ``disruption``:
+    (reason, message) of a DisruptionTarget condition."""
     container_state = NS(running=None, terminated=None, waiting=None)
     if state == "running":
         container_state.running = NS()
@@ -35,9 +36,11 @@ def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running"
     return NS(
         metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
                     creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc),
-                    deletion_timestamp=deletion, uid=f"uid-{name}"),
+                    deletion_timestamp=deletion, uid=uid or f"uid-{name}"),
         spec=NS(containers=[NS(name=container, resources=NS(limits=limits))], termination_grace_period_seconds=grace),
-        status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False")],
+        status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False"),
+                                           *([NS(type="DisruptionTarget", status="True", reason=disruption[0],
+                                                 message=disruption[1])] if disruption else [])],
                   reason=pod_reason, message=pod_message,
                   container_statuses=[NS(name=container, restart_count=restart_count, state=container_state,
                                          last_state=last)]

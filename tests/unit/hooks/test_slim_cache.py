@@ -54,6 +54,15 @@ def full_pod(name: str, *, role: str, state: dict, phase: str, restarts: int = 0
     }
 
 
+def evicted_pod(name: str) -> dict:
+    """A worker the Eviction API is deleting: its DisruptionTarget condition says why (a failure's cause)."""
+    pod = full_pod(name, role="worker", phase="Running", index="2", state={"running": {}})
+    pod["metadata"]["deletionTimestamp"] = "2026-11-23T10:02:00Z"
+    pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                                        "message": "Eviction API: evicting", "lastTransitionTime": "2026-11-23T10:01:30Z"})
+    return pod
+
+
 PODS = [
     full_pod("job-launcher-a", role="launcher", phase="Running", restarts=1,
              state={"running": {"startedAt": "2026-11-23T10:00:04Z"}}),
@@ -62,6 +71,7 @@ PODS = [
     full_pod("job-worker-1", role="worker", phase="Pending", index="1",
              state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}),
     full_pod("job-worker-0", role="worker", phase="Running", state={"running": {}}),
+    evicted_pod("job-worker-2"),
 ]
 
 
@@ -75,6 +85,8 @@ async def as_models(*objs: dict) -> list:
 async def test_the_slim_pod_reads_as_the_full_pod_does(raw):
     full, slim = await as_models(raw, slim_pod(raw))
     assert pod_summary(slim) == pod_summary(full)
+    assert pod_summary(slim).disruption == ("EvictionByEvictionAPI: Eviction API: evicting"
+                                            if raw["metadata"]["name"] == "job-worker-2" else None)
     assert pod_role(slim) == pod_role(full)
     assert slim.metadata.uid == full.metadata.uid and slim.metadata.labels == full.metadata.labels
 

@@ -52,6 +52,17 @@ def test_oom_on_cgroup_v1_names_the_limit_and_says_the_container_itself_lived_on
         "container was killed, the container itself ended with exit code 0")
 
 
+def test_a_disruption_is_a_cause_but_a_plain_deletion_by_the_clean_up_is_not():
+    cleaned = ended(exit_code=143, deleting=True, phase="Failed")
+    assert fc.pod_cause(cleaned) is None
+    evicted = replace(cleaned, disruption="EvictionByEvictionAPI: Eviction API: evicting")
+    assert fc.pod_cause(evicted) == ("worker pod pi-worker-1 (container worker): disrupted (EvictionByEvictionAPI: "
+                                     "Eviction API: evicting)")
+    # the replacement of the same name failed too: both named, the disruption first, a repeat once
+    failed = ended(exit_code=1, phase="Failed", terminated_reason="Error")
+    assert fc.causes([failed], [evicted, evicted]) == [fc.pod_cause(evicted), fc.pod_cause(failed)]
+
+
 def test_oom_of_the_main_process_names_limit_exit_code_and_signal():
     pod = ended(exit_code=137, terminated_reason="OOMKilled", memory_limit="1Gi", phase="Failed")
     assert fc.pod_cause(pod) == ("worker pod pi-worker-1 (container worker): OOMKilled: out of memory, memory limit "

@@ -144,6 +144,28 @@ async def test_a_worker_deleted_before_the_verdict_is_named_from_its_last_state(
     assert tail["pod"] == "job-worker-0" and tail["lines"] == [] and "HTTP 404" in tail["note"]
 
 
+async def test_an_evicted_worker_replaced_by_the_mpi_operator_is_the_first_cause():
+    """The Eviction API deletes worker 0 (DisruptionTarget set first), its sshd ends with the deletion's SIGTERM
+    (no cause by itself: the clean-up ends workers that way too), the mpi-operator creates a new pod of the same
+    name, and mpirun, having lost a rank, fails the launcher. The eviction is named before the launcher's exit."""
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"))
+    hook = Cluster(running, [worker("job-worker-0"), worker("job-worker-1")], LOGS)
+    run = asyncio.create_task(monitor(hook, tail_lines=5).run())
+    why = ("EvictionByEvictionAPI", "Eviction API: evicting")
+    deletion = NOW + timedelta(seconds=30)
+    hook.change("MODIFIED", worker("job-worker-0", disruption=why, deletion=deletion))
+    hook.change("DELETED", worker("job-worker-0", disruption=why, deletion=deletion, state="terminated",
+                                  exit_code=255, reason="Error", phase="Failed"))
+    hook.change("ADDED", worker("job-worker-0", uid="uid-job-worker-0-again"))
+    hook.change("ADDED", LAUNCHER)
+    await hook.changes.join()
+    hook.job_obj = failed_job(None)
+    causes = (await asyncio.wait_for(run, 10))["failure"]["causes"]
+    assert causes == ["worker pod job-worker-0 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: "
+                      "evicting)", "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: "
+                      "SIGKILL)"]
+
+
 async def test_a_worker_that_failed_by_itself_is_kept_and_read_and_no_tails_when_turned_off():
     failed = worker("job-worker-0", state="terminated", exit_code=255, reason="Error", phase="Failed")
     hook = Cluster(failed_job("Running"), [LAUNCHER, failed], LOGS)
