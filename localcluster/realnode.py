@@ -161,6 +161,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         corefile.write_text(
             f""".:53 {{
     errors
+    log . {{
+        class denial error
+    }}
     ready 127.0.0.1:8181
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
         kubeconfig {self.kubeconfig}

@@ -254,16 +254,16 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
 
 
 def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting]) -> None:
-    """A job stored suspended (Kueue's queue label, or ``suspend``) under the default WaitForWorkersReady: its
-    launcher gets an init container that waits until every worker is Ready (spec.WORKERS_DNS_WAIT_SCRIPT), as the
-    policy promises and mpi-operator v0.8.2 does not keep for such jobs (kubeflow/mpi-operator#615)."""
+    """Under the default WaitForWorkersReady the launcher gets an init container that waits until every worker's
+    name resolves (spec.WORKERS_DNS_WAIT_SCRIPT): the policy holds the launcher until the workers are Ready, but not
+    until the cluster DNS knows them. CoreDNS lags behind after an API server restart (seen on the real node: the
+    launcher's ssh failed "Could not resolve hostname" in 1 of 4 jobs created then), and a job stored suspended
+    (Kueue) gets its launcher at once when resumed (mpi-operator v0.8.2, kubeflow/mpi-operator#615)."""
     policy = settings.get("launcher_creation_policy")
     job = manifest["spec"]
-    labels = manifest.get("metadata", {}).get("labels") or {}
-    suspended = KUEUE_QUEUE_LABEL in labels or (job.get("runPolicy") or {}).get("suspend") is True
     pod = pod_spec(manifest, LAUNCHER_REPLICA)
     init = pod.get("initContainers") or []
-    if (policy is None or policy.source != DEFAULT or policy.value != WAIT_FOR_WORKERS_READY or not suspended
+    if (policy is None or policy.source != DEFAULT or policy.value != WAIT_FOR_WORKERS_READY
             or job.get("runLauncherAsWorker") is True or any(c.get("name") == WORKERS_DNS_WAIT for c in init)):
         return
     main = pod["containers"][0]
@@ -272,7 +272,8 @@ def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting]) ->
               "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}
     pod["initContainers"] = [waiter, *init]
     settings["launcher.wait_for_workers"] = Setting(
-        "an init container waits until the workers are Ready (a suspended job's launcher, mpi-operator#615)", DEFAULT)
+        "an init container waits until every worker's name resolves (WaitForWorkersReady does not wait for DNS)",
+        DEFAULT)
 
 
 def _merged(filled: MPIJobSpec, base: dict) -> dict:

@@ -99,6 +99,8 @@ class Job:
             lost += sum(1 for ln in wanted if not seen[ln])
             doubled += sum(n - 1 for n in seen.values() if n > 1)
         state = "failed" if isinstance(error, Exception) else "success"
+        if state != outcome:  # shown by pytest when the test fails: the task's error with its pods' last lines
+            print(f"{self.tag}: {state}, expected {outcome}:\n{error}")
         text = "; ".join([*str(error).splitlines()[:1], *(ln for ln in str(error).splitlines()
                                                             if ln.startswith("cause: "))][:2]) \
             if state == "failed" else "launcher succeeded"

@@ -3,7 +3,8 @@
 The examples are read from the pinned mpi-operator and training-operator modules (tests/unit/upstream.py),
 never copied here. The only additions allowed are the task instance's identity labels and annotations,
 the retries mapping where an example leaves it unset (backoffLimit = retries, launcher restartPolicy
-Never: both the task log and Resolved.settings call them defaults), and what a parameter asks for.
+Never: both the task log and Resolved.settings call them defaults), for v2beta1 the launcher waiting for its workers
+(their sshd, then their names in the DNS), and what a parameter asks for.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from airflow_mpi.jobspec import API_V1, DEFAULT
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
+from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT
 from airflow_mpi.operators.task_params import placeholder_identity
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
@@ -29,6 +31,18 @@ def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
     op = MPIJobOperator(task_id="example", base_manifest=text, **params)
     op.__dict__["hook"] = FakeSyncHook(namespace=None)  # no namespace configured on the connection
     return op, op.build_manifest({"run_id": RUN_ID})
+
+
+def with_dns_wait(expected: dict) -> dict:
+    """v2beta1: the launcher's init container that waits for the workers' names, in its main container's image."""
+    if expected["apiVersion"] != API_V1:
+        pod = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+        main = pod["containers"][0]
+        pod["initContainers"] = [{
+            "name": WORKERS_DNS_WAIT, "image": main["image"], "command": ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT],
+            **{key: main[key] for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
+            "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}]
+    return expected
 
 
 def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
@@ -47,7 +61,7 @@ def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
     metadata["annotations"] = {**metadata.get("annotations", {}), **identity.annotations()}
     expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = retries
     expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
-    return expected
+    return with_dns_wait(expected)
 
 
 @pytest.mark.parametrize("name", sorted(example_texts()))
@@ -56,7 +70,7 @@ def test_a_published_example_passes_through_unchanged(name):
     defaults = {field for field, setting in op._resolved.settings.items() if setting.source == DEFAULT}
     expected_defaults = {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
     if manifest["apiVersion"] != API_V1:
-        expected_defaults.add("launcher_creation_policy")
+        expected_defaults |= {"launcher_creation_policy", "launcher.wait_for_workers"}
         if "startupProbe" in manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]:
             expected_defaults.add("worker.startup_probe")
     assert defaults == expected_defaults  # nothing of the mpiuser convention: each example says its own
@@ -80,7 +94,7 @@ def test_explicit_parameters_change_only_what_they_name(name):
     expected_launcher.pop("args", None)  # program replaces the example's command line
     expected_launcher.pop("command", None)
     expected_launcher[line] = launcher[line]  # Intel/MPICH: in args, the image's entrypoint kept (as upstream's)
-    assert manifest == expected
+    assert manifest == with_dns_wait(expected)  # the waiter in the image the parameter gave
     np_flag = "-np" if manifest["spec"].get("mpiImplementation", "OpenMPI") == "OpenMPI" else "-n"
     assert launcher[line][0] == "mpirun" and launcher[line][launcher[line].index(np_flag) + 1] == "4"
     assert launcher[line][-1] == "/opt/app"
