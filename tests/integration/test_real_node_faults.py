@@ -13,6 +13,7 @@ the kubelet still holds for the launcher (a program the fault cut short). Each s
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -107,7 +108,19 @@ class Job:
         return results.add(Run(
             f"{scenario} ({'deferrable' if self.deferrable else 'sync'})", jobs=max(len(jobs), 1),
             orphans=len(live), lost=lost, doubled=doubled, state=state,
-            message=text.replace(self.name, "<job>").replace(namespace, "<ns>"), spurious=int(state != outcome)))
+            message=re.sub(r"-launcher-[a-z0-9]{5}\b", "-launcher-<pod>",
+                           text.replace(self.name, "<job>").replace(namespace, "<ns>")),
+            spurious=int(state != outcome)))
+
+    def failed(self, results: Results, scenario: str, k8s, namespace: str, record) -> Exception:
+        """A run the fault made fail, measured against the launcher's log as the kubelet keeps it (what the
+        program printed before the fault); its error."""
+        error = self.result()
+        (launcher,) = launcher_pods(k8s, namespace)
+        expected = [ln for ln in pod_log(k8s, namespace, launcher.metadata.name) if ln.startswith(self.tag)]
+        run_ = self.measure(results, scenario, k8s, namespace, record, expected, outcome="failed")
+        assert clean(run_) == (1, 0, 0, 0, 0), run_
+        return error
 
 
 def attempts(lines: list[str]) -> list[list[str]]:
@@ -192,12 +205,7 @@ def test_a_ranks_process_killed_fails_the_job_naming_the_rank(real_k8s, real_nam
               f" and b'{job.tag} rank' in open(f'/proc/{{p}}/cmdline', 'rb').read()]")
     stream(client.CoreV1Api(real_k8s).connect_get_namespaced_pod_exec, worker, real_namespace,
            command=["python3", "-c", killer], stderr=True, stdout=True, stdin=False, tty=False)
-    error = job.result()
-    (launcher,) = launcher_pods(real_k8s, real_namespace)
-    expected = [ln for ln in pod_log(real_k8s, real_namespace, launcher.metadata.name) if ln.startswith(job.tag)]
-    run_ = job.measure(results, "SIGKILL of a rank (worker 1's MPI process)", real_k8s, real_namespace, record,
-                       expected, outcome="failed")
-    assert clean(run_) == (1, 0, 0, 0, 0), run_
+    error = job.failed(results, "SIGKILL of a rank (worker 1's MPI process)", real_k8s, real_namespace, record)
     assert worker in str(error) and "signal 9" in str(error), error
 
 
@@ -232,11 +240,6 @@ def test_a_worker_evicted_fails_the_job(real_k8s, real_namespace, real_conn, rec
     client.CoreV1Api(real_k8s).create_namespaced_pod_eviction(
         f"{job.name}-worker-0", real_namespace,
         client.V1Eviction(metadata=client.V1ObjectMeta(name=f"{job.name}-worker-0", namespace=real_namespace)))
-    error = job.result()
-    (launcher,) = launcher_pods(real_k8s, real_namespace)
-    expected = [ln for ln in pod_log(real_k8s, real_namespace, launcher.metadata.name) if ln.startswith(job.tag)]
-    run_ = job.measure(results, "eviction of a worker pod (the job fails)", real_k8s, real_namespace, record,
-                       expected, outcome="failed")
-    assert clean(run_) == (1, 0, 0, 0, 0), run_
+    error = job.failed(results, "eviction of a worker pod (the job fails)", real_k8s, real_namespace, record)
     assert any(ln.startswith(f"cause: worker pod {job.name}-worker-0 (container ")
                and "disrupted (EvictionByEvictionAPI: " in ln for ln in str(error).splitlines()), error
