@@ -23,6 +23,7 @@ import sqlalchemy
 from sqlalchemy.pool import NullPool
 
 from airflowstack import AirflowStack, StackError, wait_until
+from airflowstack._proc import parent_pid
 from airflowstack.job_behaviour import RUN, finish_launcher, launcher_conf, numbered_lines, stamped_lines
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.status import job_state
@@ -73,11 +74,6 @@ class TaskProcess:
             return False
         return cmdline.startswith(self.title)
 
-    def parent(self) -> int | None:
-        with contextlib.suppress(OSError):
-            return int(Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        return None
-
     def kill(self) -> None:
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
@@ -93,10 +89,10 @@ def test_scheduler_sigkill_mid_wait(airflow_stack, client, cluster, custom_api, 
     (``BaseExecutor.run_workload`` -> ``sdk/execution_time/supervisor.py`` ``supervise_task``); the task process is
     forked into a process group of its own (``WatchedSubprocess.start``, ``new_process_group``). So the kill takes
     the supervisor and leaves the sync task's process running, re-parented to init, with nobody to write its log,
-    heartbeat for it or report its end. It is an Airflow 3 task process that can no longer do anything useful: the
-    provider's wait sees its parent change and exits at once without touching the job (operators/supervision.py;
-    before, it followed the job until the job ended, minutes later, and a SIGTERM or execution_timeout reaching it
-    there ran on_kill, deleting the job the next try reattaches to). The try stays ``running`` in the database: the
+    heartbeat for it or report its end. Such a process can do nothing useful any more: the provider's wait sees its
+    parent change and exits at once without touching the job (operators/supervision.py; before, it followed the job
+    until the job ended, minutes later, and a SIGTERM reaching it there, as systemd sends what is left of a service,
+    ran on_kill: the job was deleted and the next try made a second one). The try stays ``running`` in the database: the
     restarted scheduler's ``adopt_or_reset_orphaned_tasks`` (``jobs/scheduler_job_runner.py``, at its start, then
     every ``orphaned_tasks_check_interval``, 300 s) marks the old SchedulerJob failed once its heartbeat is
     ``scheduler_health_check_threshold`` (30 s) old and resets the task instances it had queued (state None, next
@@ -111,7 +107,7 @@ def test_scheduler_sigkill_mid_wait(airflow_stack, client, cluster, custom_api, 
     (scheduler, *_) = client.jobs("SchedulerJob")  # newest first: the running scheduler's
     try:
         airflow_stack.stop_service("scheduler", signal.SIGKILL)
-        assert orphan.parent() != orphan.supervisor, "the task process did not outlive its supervisor"
+        assert parent_pid(orphan.pid) != orphan.supervisor, "the task process did not outlive its supervisor"
         wait_until(lambda: not orphan.alive(), timeout=ORPHAN_EXIT_TIMEOUT, interval=0.2,
                    what=f"the orphaned task process {orphan.pid} to exit")
         assert [j["metadata"]["uid"] for j in live_jobs(custom_api, SYNC.dag, sync_run)] == \
