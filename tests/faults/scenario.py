@@ -43,6 +43,12 @@ def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number:
                interval=0.5, what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})", ignore=())
 
 
+def try_running(client, t: FaultTask, run_id: str, try_number: int) -> None:
+    """Wait until try ``try_number`` of the task runs (its log exists from then on: asked earlier, it is a 404)."""
+    wait_until(lambda: (lambda ti: ti["try_number"] == try_number and ti["state"] == "running")(
+        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {try_number} of {run_id} running")
+
+
 def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
     """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
     events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])

@@ -38,6 +38,7 @@ from tests.faults.scenario import (
     deemed_dead,
     record,
     streamed,
+    try_running,
     waiting_job,
     waiting_jobs,
 )
@@ -117,6 +118,7 @@ def test_scheduler_sigkill_mid_wait(airflow_stack, client, cluster, custom_api, 
     finally:
         orphan.kill()  # only if the guard failed (asserted above)
         airflow_stack.start_service("scheduler")
+    try_running(client, SYNC, sync_run, 2)  # reset by the new scheduler's first adoption check
     for t, (run_id, job, expected) in zip(tasks, waiting):
         expected += numbered_lines("while-down")
         streamed(client, t, run_id, expected, try_number=2 if t is SYNC else 1)
