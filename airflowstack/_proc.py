@@ -244,6 +244,35 @@ def parent_pid(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])  # the command may hold spaces and parentheses: after the last ")"
 
 
+def group_members(pgid: int) -> list[int]:
+    """The pids of process group ``pgid``'s members."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+def open_paths(pid: int) -> list[str]:
+    """The paths of the files process ``pid`` has open (empty when it is gone)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return []
+    paths = []
+    for fd in fds:
+        try:
+            paths.append(os.readlink(fd))
+        except OSError:
+            continue
+    return paths
+
+
 def descendant_titled(root: int, title: str) -> int | None:
     """The pid of a process under ``root`` whose command line (a title set with setproctitle) starts with ``title``."""
     for entry in Path("/proc").iterdir():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -92,6 +93,18 @@ class AirflowClient:
             return all(self.dag(d) is not None for d in dag_ids)
 
         _wait(probe, timeout, f"DAGs {dag_ids} to be parsed")
+
+    def jobs(self, job_type: str, *, state: str | None = "running",
+             started_after: datetime | None = None) -> list[dict]:
+        """The components' jobs of one type (``SchedulerJob``, ``TriggererJob``, ...), newest first: each process of a
+        component records one at its start (``id``, ``start_date``, ``latest_heartbeat``). A SIGKILLed process's job
+        stays ``running``, its heartbeat getting older."""
+        params: dict[str, Any] = {"job_type": job_type, "order_by": "-id", "limit": 100}
+        if state:
+            params["job_state"] = state
+        if started_after:
+            params["start_date_gt"] = started_after.isoformat()
+        return self.get("/api/v2/jobs", params=params).get("jobs", [])
 
     def variable(self, key: str) -> str | None:
         """An Airflow Variable's value, None when it does not exist."""

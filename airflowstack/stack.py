@@ -23,11 +23,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from airflowstack._proc import Service, StackError, descendant_titled, free_port, parent_pid, run, wait_until
+from airflowstack._proc import (
+    Service, StackError, descendant_titled, free_port, group_members, open_paths, parent_pid, run, wait_until,
+)
 from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+# the job a process of each heartbeating service records in the metadata database when it starts
+JOB_TYPES = {"scheduler": "SchedulerJob", "triggerer": "TriggererJob", "dag-processor": "DagProcessorJob"}
+# the log servers of a host's task processes and triggerer: a further process of a service needs ports of its own
+LOG_SERVER_PORTS = ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT")
 # the checkout this harness belongs to: its airflow_mpi is what the services must load (an editable install
 # of another checkout in the venv would otherwise win)
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -94,6 +100,7 @@ class AirflowStack:
         self.port: int | None = None
         self.postgres: Postgres | None = None
         self.services: dict[str, Service] = {}
+        self.kinds: dict[str, str] = {}  # each service's kind (one of SERVICES): itself, or what add_service copied
         self.env: dict[str, str] = {}
         self._clients: list[AirflowClient] = []
 
@@ -177,6 +184,7 @@ class AirflowStack:
                     self.service_kubeconfigs[name], self.namespace)}
             self.services[name] = Service(name, commands[name], env=env, log_path=self.log_dir / f"{name}.log",
                                           cwd=self.home, stop_timeout=20).start()
+            self.kinds[name] = name
         probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
         try:
             wait_until(probe_client.healthy, timeout=self.start_timeout, interval=0.5,
@@ -194,25 +202,62 @@ class AirflowStack:
             service.kill(sig)
 
     def start_service(self, name: str) -> None:
-        """Start a stopped service again; for a heartbeating one, wait for a heartbeat of the new process."""
+        """Start a stopped service again; for a heartbeating one, wait for the job its new process records (the
+        heartbeat of that very process, also when another process of the same kind runs: add_service)."""
         from datetime import datetime, timezone
 
         started = datetime.now(timezone.utc)
         self.services[name].start()
-        component = name.replace("-", "_")
-        probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
+        self._await_start(name, started)
 
-        def beating() -> bool:
-            health = probe_client.health().get(component) or {}
-            beats = [v for k, v in health.items() if k.startswith("latest_") and v]
-            fresh = not beats or datetime.fromisoformat(str(beats[0]).replace("Z", "+00:00")) > started
-            return health.get("status", "healthy") == "healthy" and fresh
+    def add_service(self, name: str, like: str) -> None:
+        """Start one more process of service ``like`` under ``name``, e.g. a second triggerer (Airflow's HA): the same
+        command and environment (metadata database, log folder: the same host), its own service log, and log
+        server ports of its own (two processes on one host cannot share one). stop() stops it with the others."""
+        from datetime import datetime, timezone
+
+        model = self.services[like]
+        env = {**model.env, **{variable: str(free_port()) for variable in LOG_SERVER_PORTS}}
+        self.services[name] = Service(name, model.argv, env=env, log_path=self.log_dir / f"{name}.log", cwd=self.home,
+                                      stop_timeout=model.stop_timeout)
+        self.kinds[name] = self.kinds[like]
+        started = datetime.now(timezone.utc)
+        self.services[name].start()
+        self._await_start(name, started)
+
+    def remove_service(self, name: str) -> None:
+        """Kill a service added by add_service (SIGKILL: nothing of it is waited for) and forget it."""
+        self.services.pop(name).kill()
+        self.kinds.pop(name, None)
+
+    def _await_start(self, name: str, started) -> None:
+        probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
+        job_type = JOB_TYPES.get(self.kinds[name])
+
+        def up() -> bool:
+            if job_type is None:  # the API server: answering
+                return bool(probe_client.health())
+            return bool(probe_client.jobs(job_type, started_after=started))
 
         try:
-            wait_until(beating, timeout=self.start_timeout, interval=0.5, what=f"{name} to heartbeat again",
-                       check=self.check_alive)
+            wait_until(up, timeout=self.start_timeout, interval=0.5, check=self.check_alive,
+                       what=f"{name} to start (its {job_type or 'health'})")
         finally:
             probe_client.close()
+
+    def service_holding(self, suffix: str) -> str | None:
+        """The running service one of whose processes has a file ending in ``suffix`` open: e.g. the triggerer
+        running a trigger, which writes its log to ``<task log>.trigger.<its job id>.log``."""
+        for name, service in self.services.items():
+            if service.alive() and any(path.endswith(suffix) for pid in group_members(service.pid)
+                                       for path in open_paths(pid)):
+                return name
+        return None
+
+    @property
+    def database_url(self) -> str:
+        """The metadata database's SQLAlchemy URL (what every service uses)."""
+        return self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
 
     @contextmanager
     def frozen(self, name: str) -> Iterator[None]:

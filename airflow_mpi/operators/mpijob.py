@@ -19,6 +19,7 @@ and connection to it. The Kubernetes clients are imported lazily: DAG files impo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
@@ -35,6 +36,7 @@ from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
+from airflow_mpi.operators.supervision import orphaned, supervisor_pid, until_orphaned
 from airflow_mpi.operators.task_params import (
     TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values, placeholder_identity, settings_explained,
     task_instance_id, typed,
@@ -79,6 +81,7 @@ class MPIJobOperator(BaseOperator):
             setattr(self, name, value)
         self._job: tuple[str, str, str | None] | None = None  # (name, namespace, uid) once created or attached
         self._resolved: Resolved | None = None  # of the last build_manifest
+        self._supervisor: int | None = None  # the Airflow 3 supervisor of this try's process (supervision.py)
         self._validate_at_parse_time()
 
     __init__.__signature__ = init_signature(_PARAMETERS)
@@ -153,6 +156,7 @@ class MPIJobOperator(BaseOperator):
         return MPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version)
 
     def execute(self, context: Any) -> dict:
+        self._supervisor = supervisor_pid()
         manifest = self.build_manifest(context)
         self._log_settings()
         self._log_manifest(manifest)
@@ -176,6 +180,7 @@ class MPIJobOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish."""
+        self._supervisor = supervisor_pid()
         self._task_settings()
         name, namespace = event["name"], event["namespace"]
         self._job = (name, namespace, event.get("uid"))
@@ -198,11 +203,17 @@ class MPIJobOperator(BaseOperator):
         """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed.
 
         Only a live job is deleted: a finished one holds nothing, and a Succeeded one is what a retry reattaches to, so
-        a spurious kill (Airflow's deferral race) never costs a rerun.
+        a spurious kill (Airflow's deferral race) never costs a rerun. A process whose Airflow supervisor died deletes
+        nothing: the kill is not Airflow's, and the next try reattaches to the job (supervision.py).
         """
         if self._job is None:
             return
         name, namespace, uid = self._job
+        if orphaned(self._supervisor):
+            with contextlib.suppress(OSError):  # the log's socket died with the supervisor
+                self.log.warning("Task killed after its Airflow supervisor died: MPIJob %s/%s kept for the next try",
+                                 namespace, name)
+            return
         outcome = self.hook.delete_live_mpijob(name, namespace, uid=uid)
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
@@ -232,14 +243,14 @@ class MPIJobOperator(BaseOperator):
                        **kwargs: Any) -> dict:
         from airflow_mpi.wait.monitor import monitor_with
 
-        return await monitor_with(
+        return await until_orphaned(monitor_with(
             self.hook, name, namespace, emit=self._launcher_log(), submitted_at=submitted_at,
             timeouts=Timeouts(self.startup_timeout, self.schedule_timeout, self.queue_timeout),
             poll_interval=self.poll_interval,
             get_logs=self.get_logs, max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
             tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
             **kwargs,
-        )  # fmt: skip
+        ), self._supervisor)  # fmt: skip
 
     def _launcher_log(self) -> Callable[[str], None]:
         """Where the launcher's log lines go (the decorators keep rank 0's result lines apart)."""

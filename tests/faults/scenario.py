@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from airflowstack import StackError, wait_until
 from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
@@ -41,6 +43,12 @@ def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number:
                interval=0.5, what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})", ignore=())
 
 
+def try_running(client, t: FaultTask, run_id: str, try_number: int) -> None:
+    """Wait until try ``try_number`` of the task runs (its log exists from then on: asked earlier, it is a 404)."""
+    wait_until(lambda: (lambda ti: ti["try_number"] == try_number and ti["state"] == "running")(
+        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {try_number} of {run_id} running")
+
+
 def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
     """The task's outcome as a user reads it: the last error its log carries (job name as <job>), else the state."""
     events = client.task_log_events(t.dag, run_id, t.task, ti["try_number"])
@@ -71,10 +79,11 @@ def waiting_jobs(client, cluster, custom_api, tasks: list[FaultTask]) -> list[tu
 
 
 def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],
-           job: dict, outcome: tuple[str, int] = ("success", 1), every_try: bool = False) -> Run:
+           job: dict, outcome: tuple[str, int] = ("success", 1), every_try: bool = False,
+           note: Callable[[], str] | None = None) -> Run:
     """Wait for the task's end and measure it: launcher lines in the log of its last try (``every_try``: in the
     logs of all its tries); ``job``: its first MPIJob, ``outcome``: the final state and try number the fault
-    implies."""
+    implies; ``note()``, asked once the run is over (e.g. what deleted the job), follows the message in brackets."""
     ti = wait_until(lambda: (lambda ti: ti if ti["state"] in ENDED and ti["try_number"] >= outcome[1] else None)(
         client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {outcome[1]} of {run_id} to end")
     if ti["state"] != "up_for_retry":  # orphans are counted once the run is over and its end's sweep is done
@@ -84,9 +93,9 @@ def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str
                        what=f"the jobs of {run_id} to be finished or deleted")
     tries = range(1, ti["try_number"] + 1) if every_try else [ti["try_number"]]
     lines = [line for n in tries for line in launcher_lines(client, t, run_id, n)]
-    return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected,
-                               message(client, t, run_id, ti, job["metadata"]["name"]), {job["metadata"]["uid"]},
-                               outcome))
+    text = message(client, t, run_id, ti, job["metadata"]["name"]) + (f" [{note()}]" if note else "")
+    return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected, text,
+                               {job["metadata"]["uid"]}, outcome))
 
 
 def lines_while_triggerer_down(stack, cluster, stop, expected: list[str]) -> None:
@@ -98,3 +107,17 @@ def lines_while_triggerer_down(stack, cluster, stop, expected: list[str]) -> Non
     finally:
         stack.start_service("triggerer")
     expected += numbered_lines("while-down")
+
+
+def deemed_dead(client, job_type: str, job_id: int, threshold: float) -> None:
+    """Wait until the job ``job_id`` of a killed component (``SchedulerJob``, ``TriggererJob``) has not heartbeaten for
+    ``threshold`` seconds: from then on Airflow deems that process gone (a scheduler resets the task instances it had
+    queued, a triggerer takes its triggers). An event on the clock, not a guess: the heartbeat is in the database."""
+
+    def age() -> float:
+        (job,) = [j for j in client.jobs(job_type, state=None) if j["id"] == job_id]
+        beat = datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00"))
+        return (datetime.now(timezone.utc) - beat).total_seconds()
+
+    wait_until(lambda: age() > threshold, timeout=threshold + TIMEOUT, interval=0.5,
+               what=f"{job_type} {job_id}'s last heartbeat to be {threshold:.0f} s old")

@@ -27,6 +27,7 @@ from tests.faults.scenario import (
     FaultTask,
     record,
     streamed,
+    try_running,
     waiting_job,
     waiting_jobs,
 )
@@ -51,8 +52,7 @@ def test_sigkill_of_a_sync_task_process_mid_wait(airflow_stack, client, cluster,
     whole launcher log into its own log and succeeds. No second MPIJob, nothing left running."""
     run_id, job, expected = waiting_job(client, cluster, custom_api, SYNC)
     _kill_task_process(airflow_stack, client, SYNC, run_id)
-    wait_until(lambda: (lambda t: t["try_number"] == 2 and t["state"] == "running")(
-        client.task_instance(SYNC.dag, run_id, SYNC.task)), timeout=TIMEOUT, what=f"try 2 of {run_id} running")
+    try_running(client, SYNC, run_id, 2)
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-kill"))
     expected += numbered_lines("after-kill")
     streamed(client, SYNC, run_id, expected, try_number=2)

@@ -664,3 +664,19 @@ def test_default_args_partial_expand_and_unknown_arguments_follow_the_signature(
             MPIJobOperator(task_id="u", image="i", bogus=1)
         with pytest.raises((TypeError, AirflowException), match="missing keyword argument 'program'"):
             HorovodJobOperator(task_id="np", image="i")
+
+
+def test_on_kill_in_a_task_process_whose_supervisor_died_keeps_the_job():
+    """A SIGTERM or an execution_timeout reaching a task process that outlived its Airflow 3 supervisor is not
+    Airflow killing the task: the next try reattaches to the live job, so it is kept (operators/supervision.py)."""
+    import os
+
+    op = make()
+    live = _existing(op, "Created", "Running")
+    op._job = (live["metadata"]["name"], "ns", None)
+    op._supervisor = os.getppid() + 1  # started under another parent: that supervisor died
+    op.on_kill()
+    assert op.hook.deleted == []
+    op._supervisor = os.getppid()  # still supervised: Airflow's kill
+    op.on_kill()
+    assert op.hook.deleted == [op._job[:2]]

@@ -1,0 +1,109 @@
+"""A task process that outlived its Airflow 3 supervisor decides nothing about its job (operators/supervision.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_mpi.operators.supervision import ORPHANED_EXIT_CODE, orphaned, supervisor_pid, until_orphaned
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class Exited(Exception):
+    """What the fake ``exit`` raises instead of ending the test process."""
+
+
+def _exit(code: int):
+    raise Exited(code)
+
+
+def test_no_supervisor_outside_a_forked_task_runner():
+    """Unit tests, ``dag.test()`` and Airflow 2 run no supervised task process: the guard stays off."""
+    assert supervisor_pid() is None
+    assert not orphaned(None)
+
+
+def test_the_supervisor_of_a_forked_task_runner_is_its_parent(monkeypatch):
+    comms = pytest.importorskip("airflow.sdk.execution_time.comms")
+    from airflow.sdk.execution_time import task_runner
+
+    import socket
+
+    left, right = socket.socketpair()
+    try:
+        monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms.CommsDecoder(socket=left), raising=False)
+        assert supervisor_pid() == os.getppid()
+    finally:
+        left.close()
+        right.close()
+
+
+def test_orphaned_once_the_parent_is_not_the_supervisor():
+    assert not orphaned(os.getppid())
+    assert orphaned(os.getppid() + 1)  # the parent changed: the supervisor died
+
+
+async def test_a_supervised_wait_returns_its_result():
+    async def wait():
+        await asyncio.sleep(0.05)
+        return "done"
+
+    assert await until_orphaned(wait(), os.getppid(), interval=0.01, exit=_exit) == "done"
+    assert await until_orphaned(wait(), None, interval=0.01, exit=_exit) == "done"
+
+
+async def test_a_supervised_wait_raises_what_the_wait_raises():
+    async def wait():
+        raise ValueError("job deleted")
+
+    with pytest.raises(ValueError, match="job deleted"):
+        await until_orphaned(wait(), os.getppid(), interval=0.01, exit=_exit)
+
+
+async def test_an_orphaned_wait_ends_the_process_and_stops_waiting():
+    cancelled = asyncio.Event()
+
+    async def wait():
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(Exited) as exited:
+        await until_orphaned(wait(), os.getppid() + 1, interval=0.01, exit=_exit)
+    assert exited.value.args == (ORPHANED_EXIT_CODE,)
+    await asyncio.sleep(0)
+    assert cancelled.is_set()
+
+
+def test_a_real_orphan_exits_within_a_check(tmp_path):
+    """A process whose parent dies (as a task process whose supervisor was SIGKILLed) is re-parented: its wait ends
+    within one check, with the exit code, and it does not wait for its 60 s job."""
+    marker = tmp_path / "exited"
+    script = f"""
+import asyncio, os, sys, time
+from airflow_mpi.operators.supervision import until_orphaned
+if os.fork() == 0:  # the task process
+    supervisor = os.getppid()
+    def exit(code):
+        open({str(marker)!r}, "w").write(str(code))
+        os._exit(code)
+    asyncio.run(until_orphaned(asyncio.sleep(60), supervisor, interval=0.05, exit=exit))
+    os._exit(0)
+time.sleep(0.5)  # the supervisor dies, its task process does not
+os._exit(0)
+"""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=30)
+    while not marker.exists() and time.monotonic() - started < 20:
+        time.sleep(0.05)
+    assert marker.read_text() == str(ORPHANED_EXIT_CODE)
+    assert time.monotonic() - started < 20
