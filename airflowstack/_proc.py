@@ -236,26 +236,24 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: f
     return cp.stdout
 
 
-def parent_pid(pid: int) -> int | None:
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command (state, ppid, pgrp, ...), None when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the command may hold spaces and parentheses: after the last ")"
+    return stat.rsplit(")", 1)[1].split()  # the command may hold spaces and parentheses: after the last ")"
+
+
+def parent_pid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def group_members(pgid: int) -> list[int]:
     """The pids of process group ``pgid``'s members."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                members.append(int(entry.name))
-    return members
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and int(fields[2]) == pgid]
 
 
 def open_paths(pid: int) -> list[str]:

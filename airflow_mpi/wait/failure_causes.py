@@ -135,7 +135,7 @@ def causes(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = ()) -> 
     """The cause lines of :func:`failed_pods`, after those of the ``disrupted`` pods (seen with a DisruptionTarget
     during the wait, perhaps replaced since by a pod of the same name: the disruption came first), at most
     MAX_CAUSES (the rest counted)."""
-    named = list(dict.fromkeys(pod_cause(p) or "" for p in [*disrupted, *failed_pods(pods)] if pod_cause(p)))
+    named = list(dict.fromkeys(cause for p in [*disrupted, *failed_pods(pods)] if (cause := pod_cause(p))))
     lines = named[:MAX_CAUSES]
     if len(named) > MAX_CAUSES:
         lines.append(f"... and {len(named) - MAX_CAUSES} more failed pods")
