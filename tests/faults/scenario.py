@@ -98,6 +98,14 @@ def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str
                                {job["metadata"]["uid"]}, outcome))
 
 
+def more_lines(client, cluster, t: FaultTask, run_id: str, expected: list[str], label: str,
+               try_number: int = 1) -> None:
+    """A batch of launcher lines ``label``: printed, added to ``expected``, awaited in the task log of ``try_number``."""
+    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines(label))
+    expected += numbered_lines(label)
+    streamed(client, t, run_id, expected, try_number)
+
+
 def lines_while_triggerer_down(stack, cluster, stop, expected: list[str]) -> None:
     """``stop(stack)`` stops the triggerer, a batch of launcher lines comes while it is down, it starts again (and
     takes its triggers over); the batch joins ``expected``."""

@@ -33,9 +33,9 @@ from tests.faults.scenario import (
     DEFERRED,
     SYNC,
     SYNC_LAST_TRY,
-    TIMEOUT,
     FaultTask,
     deemed_dead,
+    more_lines,
     record,
     streamed,
     try_running,
@@ -173,9 +173,7 @@ def test_triggerer_sigkill_with_a_second_triggerer_running(two_triggerers, clien
     streamed(client, DEFERRED, run_id, expected)
     survivor_id, survivor = _owner(client, stack, run_id)
     assert survivor_id != dead_id and survivor not in (None, owner), (dead_id, owner, survivor_id, survivor)
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-takeover"))
-    expected += numbered_lines("after-takeover")
-    streamed(client, DEFERRED, run_id, expected)
+    more_lines(client, cluster, DEFERRED, run_id, expected, "after-takeover")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, "triggerer SIGKILL with a second triggerer running (HA, no restart)", client, custom_api,
                  DEFERRED, run_id, expected, job)

@@ -16,13 +16,21 @@ from urllib.parse import quote
 
 from kubernetes import client as k8s
 
-from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
+from airflowstack.job_behaviour import finish_launcher, numbered_lines
 from airflow_mpi.function_task.function_call import CALL_KEY, RUNNER_KEY, call_secret_name, decode_call
 from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from tests.e2e.conftest import NAMESPACE
-from tests.faults.scenario import DEFERRED, TASK_MPI, lines_while_triggerer_down, record, streamed, waiting_job
+from tests.faults.scenario import (
+    DEFERRED,
+    TASK_MPI,
+    lines_while_triggerer_down,
+    more_lines,
+    record,
+    streamed,
+    waiting_job,
+)
 
 
 def test_triggerer_sigkill_and_restart_mid_wait(airflow_stack, client, cluster, custom_api, results, repeat):
@@ -68,9 +76,7 @@ def test_triggerer_sigkill_right_after_rank_0_result_lines(airflow_stack, client
     streamed(client, TASK_MPI, run_id, expected)  # the trigger has read past rank 0's marker lines
     airflow_stack.stop_service("triggerer", signal.SIGKILL)
     airflow_stack.start_service("triggerer")
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-restart"))
-    expected += numbered_lines("after-restart")
-    streamed(client, TASK_MPI, run_id, expected)
+    more_lines(client, cluster, TASK_MPI, run_id, expected, "after-restart")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, "triggerer SIGKILL right after rank 0's result lines (@task.mpi)", client, custom_api,
                  TASK_MPI, run_id, expected, job)

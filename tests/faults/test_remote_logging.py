@@ -43,9 +43,17 @@ import signal
 import pytest
 
 from airflowstack import AirflowStack, S3Server
-from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
+from airflowstack.job_behaviour import finish_launcher
 from tests.e2e.conftest import NAMESPACE
-from tests.faults.scenario import DEFERRED, launcher_lines, lines_while_triggerer_down, record, streamed, waiting_job
+from tests.faults.scenario import (
+    DEFERRED,
+    launcher_lines,
+    lines_while_triggerer_down,
+    more_lines,
+    record,
+    streamed,
+    waiting_job,
+)
 
 BUCKET = "airflow-logs"
 REMOTE_BASE = f"s3://{BUCKET}/logs"
@@ -109,9 +117,7 @@ def test_remote_log_holds_every_launcher_line_once(remote, cluster, custom_api, 
     the API server serves from S3 once the task has ended holds each line once."""
     client = remote.client
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("later"))
-    expected += numbered_lines("later")
-    streamed(client, DEFERRED, run_id, expected)
+    more_lines(client, cluster, DEFERRED, run_id, expected, "later")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, "remote logging (S3), no fault (deferrable)", client, custom_api, DEFERRED, run_id,
                  expected, job)
@@ -176,9 +182,7 @@ def _failover(remote: Remote, cluster, custom_api, results, scenario: str, stop)
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
     lines_while_triggerer_down(stack, cluster, stop, expected)
     streamed(client, DEFERRED, run_id, expected)
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-restart"))
-    expected += numbered_lines("after-restart")
-    streamed(client, DEFERRED, run_id, expected)
+    more_lines(client, cluster, DEFERRED, run_id, expected, "after-restart")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, scenario, client, custom_api, DEFERRED, run_id, expected, job)
     served = launcher_lines(client, DEFERRED, run_id)

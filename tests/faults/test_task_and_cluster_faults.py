@@ -25,6 +25,7 @@ from tests.faults.scenario import (
     SYNC_LAST_TRY,
     TIMEOUT,
     FaultTask,
+    more_lines,
     record,
     streamed,
     try_running,
@@ -53,9 +54,7 @@ def test_sigkill_of_a_sync_task_process_mid_wait(airflow_stack, client, cluster,
     run_id, job, expected = waiting_job(client, cluster, custom_api, SYNC)
     _kill_task_process(airflow_stack, client, SYNC, run_id)
     try_running(client, SYNC, run_id, 2)
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("after-kill"))
-    expected += numbered_lines("after-kill")
-    streamed(client, SYNC, run_id, expected, try_number=2)
+    more_lines(client, cluster, SYNC, run_id, expected, "after-kill", 2)
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     run = record(results, "SIGKILL of a sync task's process mid-wait (retries=1)", client, custom_api, SYNC, run_id,
                  expected, job, ("success", 2))
