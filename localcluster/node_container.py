@@ -261,6 +261,22 @@ class NodeCluster(ClusterPaths):
             raise ClusterError(f"no running task for container {cid} on {self.container}")
         docker("exec", self.container, "kill", f"-{signal}", pids[0])
 
+    def container_log_files(self, namespace: str, pod: str, container: str) -> list[list[str]]:
+        """What the kubelet wrote for a pod container, file by file, oldest first (rotated ``0.log.<time>[.gz]``,
+        then the live ``0.log``): CRI lines ``<time> <stream> <P|F> <text>``. Post-mortem evidence, read on the
+        node: the API serves only the newest file."""
+        script = (f"for f in /var/log/pods/{namespace}_{pod}_*/{container}/0.log*; do echo \"== $f\"; "
+                  'case "$f" in *.gz) zcat "$f" ;; *) cat "$f" ;; esac; done')
+        files: dict[str, list[str]] = {}
+        for line in docker("exec", self.container, "sh", "-c", script).stdout.splitlines():
+            if line.startswith("== "):
+                name = Path(line[3:]).name
+                files[name] = []
+            elif files:
+                files[name].append(line)
+        # 0.log.20261125-044931[.gz]: the rotation time orders them; the live file is the newest
+        return [files[n] for n in sorted(files, key=lambda n: (n == "0.log", n.removesuffix(".gz")))]
+
     @staticmethod
     def names() -> list[str]:
         """Names of the node clusters that have a container on this machine (running or not)."""

@@ -179,10 +179,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     def _log_rotation(self) -> dict:
         """A small ``containerLogMaxSize`` makes the kubelet rotate a chatty container's log every few seconds
         (checked every 3 s, its shortest interval), as a busy production node does with 10Mi: the fault suite's
-        follow streams cross rotations."""
+        follow streams cross rotations. Ten files keep a whole 3,000-line launcher log on the node, so a test can
+        compare what the kubelet wrote with what its followers were served."""
         if not self.container_log_max_size:
             return {}
-        return {"containerLogMaxSize": self.container_log_max_size, "containerLogMaxFiles": 3,
+        return {"containerLogMaxSize": self.container_log_max_size, "containerLogMaxFiles": 10,
                 "containerLogMonitorInterval": "3s"}
 
     # ------------------------------------------------------------------ processes

@@ -19,6 +19,7 @@ class Run:
     state: str
     message: str
     spurious: int = 0  # tries that failed without the fault causing it, or a final state other than the expected one
+    unserved: int = 0  # lines on the node the API never served (a rotated file's tail): not in ``lost``
 
 
 def jobs_of(custom_api, dag_id: str, run_id: str) -> list[dict]:
@@ -55,11 +56,12 @@ class Results:
 
     def markdown(self, date: str, repeat: int) -> str:
         rows = ["| scenario | runs | MPIJobs per task instance | orphans | lines lost | lines doubled "
-                "| spurious failures | final state: message |", "|---|---|---|---|---|---|---|---|"]
+                "| spurious failures | lines the kubelet never served | final state: message |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for scenario in dict.fromkeys(r.scenario for r in self.runs):
             runs = [r for r in self.runs if r.scenario == scenario]
             outcomes = sorted({f"{r.state}: {r.message}" for r in runs})
-            counts = [sum(getattr(r, column) for r in runs) for column in ("orphans", "lost", "doubled", "spurious")]
+            counts = [sum(getattr(r, column) for r in runs) for column in ("orphans", "lost", "doubled", "spurious", "unserved")]
             rows.append(f"| {scenario} | {len(runs)} | {sorted({r.jobs for r in runs})} | "
                         + " | ".join(map(str, counts)) + f" | {'<br>'.join(outcomes)} |")
         return (f"# Fault injection results\n\nRun of {date}, each scenario {repeat} times "
