@@ -49,7 +49,7 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
     return text[: limit - 1] + "…"
 
 
-def _signal_name(number: int) -> str | None:
+def signal_name(number: int) -> str | None:
     try:
         return signals.Signals(number).name
     except ValueError:
@@ -60,10 +60,10 @@ def exit_text(code: int | None, signal: int | None = None) -> str:
     """``exit code 137 (128 + 9: SIGKILL)``: shells and container runtimes report a death by signal N as 128 + N."""
     parts = []
     if code is not None:
-        by_signal = _signal_name(code - 128) if code > 128 else None
+        by_signal = signal_name(code - 128) if code > 128 else None
         parts.append(f"exit code {code}" + (f" (128 + {code - 128}: {by_signal})" if by_signal else ""))
     if signal:
-        parts.append(f"signal {signal}" + (f" ({_signal_name(signal)})" if _signal_name(signal) else ""))
+        parts.append(f"signal {signal}" + (f" ({signal_name(signal)})" if signal_name(signal) else ""))
     return ", ".join(parts)
 
 
@@ -131,11 +131,13 @@ def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
     return workers + launchers[:1]
 
 
-def causes(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = ()) -> list[str]:
+def causes(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = (), ranks: Sequence[str] = ()) -> list[str]:
     """The cause lines of :func:`failed_pods`, after those of the ``disrupted`` pods (seen with a DisruptionTarget
-    during the wait, perhaps replaced since by a pod of the same name: the disruption came first), at most
-    MAX_CAUSES (the rest counted)."""
-    named = list(dict.fromkeys(cause for p in [*disrupted, *failed_pods(pods)] if (cause := pod_cause(p))))
+    during the wait, perhaps replaced since by a pod of the same name: the disruption came first) and the ``ranks``
+    mpirun reports dead (wait/mpirun_report.py: more precise than the launcher's exit code), at most MAX_CAUSES (the
+    rest counted)."""
+    named = list(dict.fromkeys([*(cause for p in disrupted if (cause := pod_cause(p))), *ranks,
+                                *(cause for p in failed_pods(pods) if (cause := pod_cause(p)))]))
     lines = named[:MAX_CAUSES]
     if len(named) > MAX_CAUSES:
         lines.append(f"... and {len(named) - MAX_CAUSES} more failed pods")

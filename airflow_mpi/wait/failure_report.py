@@ -23,6 +23,7 @@ from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.answers import log_messages
 from airflow_mpi.wait.summaries import pod_summary
 from airflow_mpi.wait import failure_causes as fc
+from airflow_mpi.wait.mpirun_report import rank_ends
 from airflow_mpi.wait.progress import PodSummary
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class FailureReport:
             pods = fc.merge_observations(at_verdict, await self._settle(verdict_at)) + launchers
             tails = [await self._reads[p.name] for p in fc.failed_pods(pods) if p.name in self._reads]
             disrupted = [pod_summary(p) for p in self.sub.disrupted_pods.values()]
-            return fc.report(fc.causes(pods, disrupted), tails)
+            ranks = rank_ends([ln for tail in tails if tail["role"] == "launcher" for ln in tail["lines"]])
+            return fc.report(fc.causes(pods, disrupted, ranks), tails)
         finally:
             for task in self._reads.values():  # the reads of pods that did not fail (or all, when cancelled)
                 task.cancel()

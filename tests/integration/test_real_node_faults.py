@@ -217,8 +217,8 @@ def test_clean_pod_policy_all_and_ttl_with_real_exits(real_k8s, real_namespace, 
 def test_a_ranks_process_killed_fails_the_job_naming_the_rank(real_k8s, real_namespace, real_conn, record, results,
                                                               repeat):
     """SIGKILL of the MPI rank in worker 1 (a process of the worker container, sshd lives on): mpirun aborts the
-    job, the launcher fails, backoffLimit 0 ends the MPIJob Failed. The task fails; its error names the rank's
-    worker pod and the signal (mpirun's own words, in the launcher's last lines)."""
+    job, the launcher fails, backoffLimit 0 ends the MPIJob Failed. The task fails; its first cause names the rank,
+    its worker pod and the signal, as mpirun reports them in the launcher's last lines."""
     job = Job(real_namespace, "rank-killed", deferrable=False, count=2000, interval=0.05, ranks=2,
               on_finish_action="keep")
     job.streaming(record, at_least=20)
@@ -228,7 +228,8 @@ def test_a_ranks_process_killed_fails_the_job_naming_the_rank(real_k8s, real_nam
     stream(client.CoreV1Api(real_k8s).connect_get_namespaced_pod_exec, worker, real_namespace,
            command=["python3", "-c", killer], stderr=True, stdout=True, stdin=False, tty=False)
     error = job.failed(results, "SIGKILL of a rank (worker 1's MPI process)", real_k8s, real_namespace, record)
-    assert worker in str(error) and "signal 9" in str(error), error
+    first_cause = next(ln for ln in str(error).splitlines() if ln.startswith("cause: "))
+    assert re.fullmatch(rf"cause: rank 1 on {worker}\S*: signal 9 \(SIGKILL\), as mpirun reports it", first_cause), error
 
 
 def test_the_launchers_container_killed_with_a_retry_left(real_node, real_k8s, real_namespace, real_conn, record,

@@ -114,6 +114,18 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
     assert json.loads(json.dumps(result)) == result  # plain JSON: it travels in a trigger event
 
 
+async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_code():
+    """A rank killed as a process of its worker: the worker pod lives on, only mpirun's words name it."""
+    logs = {**LOGS, ("job-launcher-a", False): [
+        "2026-11-24T13:00:03Z mpirun noticed that process rank 1 with PID 0 on node job-worker-1 exited on signal 9 "
+        "(Killed)."]}
+    hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0"), worker("job-worker-1")], logs)
+    result = await asyncio.wait_for(monitor(hook).run(), 10)
+    assert result["failure"]["causes"] == [
+        "rank 1 on job-worker-1: signal 9 (SIGKILL), as mpirun reports it",
+        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
+
+
 async def test_with_clean_pod_policy_none_running_workers_are_not_awaited():
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0")], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)  # the clock is frozen: only no waiting ends this
