@@ -101,10 +101,11 @@ def test_failing_program_fails_the_task_with_its_exit_code_after_backoff_limit_a
     assert sum(ln.startswith("attempt on ") for ln in record.lines) == 2  # one line per attempt, none doubled
     first, *explained = str(failure.value).splitlines()
     assert first.endswith("launcher exit codes: 3, 3")
-    # the last attempt's pod, named with its cause, and the last lines of its log
-    assert explained[0] == f"cause: launcher pod {pods[-1].metadata.name} (container launcher): Error, exit code 3"
+    # the rank, as Open MPI's mpirun reports it; the last attempt's pod with its cause; the last lines of its log
+    assert explained[:2] == ["cause: rank 0: exit code 3, as mpirun reports it",
+                             f"cause: launcher pod {pods[-1].metadata.name} (container launcher): Error, exit code 3"]
     last_lines = pod_log(real_k8s, real_namespace, pods[-1].metadata.name)[-10:]
-    assert explained[1:] == [f"last {len(last_lines)} log lines of launcher {pods[-1].metadata.name} (container "
+    assert explained[2:] == [f"last {len(last_lines)} log lines of launcher {pods[-1].metadata.name} (container "
                              "launcher):", *(f"    {line}" for line in last_lines)]
 
 
