@@ -8,6 +8,12 @@ reads share). A kubelet, the other way round, ends the stream before the pod's s
 status gets ``EOF_SETTLE`` to arrive before the container is followed again. An answer line without a timestamp
 (``timestamps=true`` prefixes every line the container wrote) is the log server's error text: reported once, retried
 with backoff, never printed as launcher output.
+
+A kubelet's follow moves to the new file when it rotates the log (``containerLogMaxSize``), and containerd can still
+write a line it had read from the program into the renamed file after that: no API serves it again. A follow that
+ends is therefore checked against the first line of the container's current file (one small read): when that line is
+newer than the first the follow was served, the log rotated under it, and the task log says so, with where the node
+keeps the rotated files.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Any, Protocol
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
-from airflow_mpi.wait.logs import LogCursor, LogStream, attempt_header, format_stamp
+from airflow_mpi.wait.logs import LogCursor, LogPass, LogStream, attempt_header, format_stamp
 from airflow_mpi.wait.summaries import pod_summary
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,8 @@ FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail befor
 RETRY_DELAY = 1.0  # first delay after a failed read, doubled up to MAX_RETRY_DELAY
 DRAIN_PASS_GAP = 1.0  # seconds between the last reads of a launcher still running after the wait ended (or a change)
 MAX_RETRY_DELAY = 30.0
+ROTATION_PROBE_BYTES = 64  # enough of the current file for its first line's timestamp (36 bytes at most)
+ROTATION_PROBE_TIMEOUT = 15.0  # seconds that read may take (a kubelet that does not answer: nothing is said)
 
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -93,6 +101,7 @@ class LogPump:
     job_succeeded: Callable[[], bool] = lambda: False
     _reported: set[str] = field(default_factory=set, init=False)
     _ended: set[str] = field(default_factory=set, init=False)  # streams whose follow the log server ended itself
+    _rotation_said: set[str] = field(default_factory=set, init=False)  # streams whose rotation the task log told
 
     async def run(self, finished: asyncio.Event) -> None:
         failures = 0
@@ -162,8 +171,8 @@ class LogPump:
             if stream.finished:
                 self.logs.done.add(stream.key)
 
-    async def _consume(self, stream: LogStream, *, follow: bool) -> None:
-        log_pass = self.logs.cursor.new_pass(stream.key)
+    async def _consume(self, stream: LogStream, *, follow: bool, log_pass: LogPass | None = None) -> None:
+        log_pass = log_pass or self.logs.cursor.new_pass(stream.key)
         gap_said = False
         since_time = self.logs.cursor.since_time(stream.key)
         async for raw in self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
@@ -224,7 +233,8 @@ class LogPump:
         """Follow a running container until it stops (or the wait is over); the next pass reads the rest."""
         if not await self._slot(stream, finished):
             return
-        read = asyncio.create_task(self._consume(stream, follow=True))
+        log_pass = self.logs.cursor.new_pass(stream.key)
+        read = asyncio.create_task(self._consume(stream, follow=True, log_pass=log_pass))
         try:
             while not read.done():
                 seen = self.pods.version
@@ -238,8 +248,10 @@ class LogPump:
                 read.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await read
-        if not read.cancelled() and read.exception() is not None:
-            raise read.exception()
+        failed = None if read.cancelled() else read.exception()
+        await self._tell_rotation(stream, log_pass.first)
+        if failed is not None:
+            raise failed
         if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
             self._ended.add(stream.key)
             await self._settle(stream, finished)
@@ -251,3 +263,34 @@ class LogPump:
         deadline = loop.time() + EOF_SETTLE
         while not finished.is_set() and await self._running(stream) and (left := deadline - loop.time()) > 0:
             await self._wait(self.pods.wait_change(self.pods.version, left), finished)
+
+    async def _tell_rotation(self, stream: LogStream, first: tuple[int, int] | None) -> None:
+        """After a follow: say so once per stream when the log's current file starts after the first line the
+        follow was served, i.e. the kubelet rotated the file that line was in (see the module docstring). A failed
+        read says nothing (the pod may be gone): this only adds a warning, it never holds the wait up."""
+        if first is None or stream.key in self._rotation_said:
+            return
+        try:
+            current = await asyncio.wait_for(self._current_file_start(stream), ROTATION_PROBE_TIMEOUT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.debug("could not read the start of %s's current log file: %s", stream.pod, err)
+            return
+        if current is None or current <= first:
+            return
+        self._rotation_said.add(stream.key)
+        self.emit(f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "
+                  f"(containerLogMaxSize; its current file starts at {format_stamp(current)}). At a rotation the "
+                  "last line or two containerd writes to the old file can miss the follow, and the API serves only "
+                  "the current file: a line that seems missing is in the node's rotated files, "
+                  f"/var/log/pods/{self.namespace}_{stream.pod}_<pod uid>/{stream.container}/0.log.<time>)")
+
+    async def _current_file_start(self, stream: LogStream) -> tuple[int, int] | None:
+        """The timestamp of the first line of the container's current log file (None: it is empty)."""
+        lines = self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
+                                       limit_bytes=ROTATION_PROBE_BYTES)
+        async with contextlib.aclosing(lines):
+            async for raw in lines:
+                return split_timestamp(raw)[0]
+        return None

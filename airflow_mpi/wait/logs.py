@@ -91,12 +91,17 @@ class LogPass:
         self._checked = position is None
         #: ``(last stamp printed before, first stamp served now)`` when the answer skipped past the last line printed
         self.gap: tuple[tuple[int, int], tuple[int, int]] | None = None
+        #: the stamp of the first line this read was served (printed or dropped as a repeat): the log file it came
+        #: from was the current one when the read began
+        self.first: tuple[int, int] | None = None
 
     def accept(self, raw_line: str) -> str | None:
         """The message to print, or None when it was printed before."""
         stamp, message = split_timestamp(raw_line.rstrip("\n"))
         if stamp is None:
             return message  # nothing to de-duplicate on; never drop a line
+        if self.first is None:
+            self.first = stamp
         if self._previous is not None:
             if stamp < self._previous.stamp:
                 return None

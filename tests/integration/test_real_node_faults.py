@@ -164,7 +164,8 @@ def test_log_rotation_during_long_streams(real_node, real_k8s, real_namespace, r
     line was written there once, the log really rotated, and every line the kubelet served is in the task log
     once. What a follower cannot get is a rotated file's last line or two when containerd writes them after the
     kubelet moved its followers to the new file (containerd's old writer drains after the new file exists; the API
-    serves only the newest file): those are counted apart, and any other missing line fails the test."""
+    serves only the newest file): those are counted apart, and any other missing line fails the test. The task log
+    says, once per launcher, that its log rotated while followed and where the node keeps the rotated files."""
     jobs = [Job(real_namespace, f"rotated-{kind}", deferrable=kind == "deferred", count=3000, interval=0.004,
                 on_finish_action="keep") for kind in ("sync", "deferred")]
     for job in jobs:
@@ -177,6 +178,9 @@ def test_log_rotation_during_long_streams(real_node, real_k8s, real_namespace, r
         assert on_node == printed(job.tag, job.count), "the node did not keep each printed line once, in order"
         run_ = job.measure(results, "kubelet log rotation (64 KiB) during the stream", real_k8s, real_namespace,
                            record, printed(job.tag, job.count), unserved=rotation_tails(files[:-1], record.lines))
+        said = [ln for ln in record.lines if f"launcher log {launcher.metadata.name}/launcher/0: the kubelet rotated "
+                "this log while it was followed" in ln and "/var/log/pods/" in ln]
+        assert len(said) == 1, f"the task log said the rotation {len(said)} times"
         missing = [ln.split(" ", 5)[:5] for ln in on_node if ln not in set(record.lines)]
         bounds = [(f[0].split(" ", 5)[:5], f[-1].split(" ", 5)[:5]) for f in files if f]
         assert clean(run_) == (1, 0, 0, 0, 0), f"{run_}\nmissing: {missing}\nfiles (first, last): {bounds}"

@@ -70,6 +70,7 @@ class FakeAsyncHook:
     log_failures: dict = field(default_factory=dict)  # pod -> lines after which one read breaks
     deleted: list = field(default_factory=list)
     log_requests: list = field(default_factory=list)
+    log_probes: list = field(default_factory=list)  # reads of the current file's first bytes (limit_bytes alone)
     watch_versions: list = field(default_factory=list)
     lists: list = field(default_factory=list)  # kinds listed by the watch hub, in order
     events_watch_forbidden: bool = False  # the identity may list events but not watch them (an older role)
@@ -186,8 +187,14 @@ class FakeAsyncHook:
 
     async def read_pod_log(self, pod, namespace, *, container=None, since_time=None, previous=False,
                            follow=False, tail_lines=None, limit_bytes=None):
-        self.log_requests.append((pod, since_time, previous, follow))
         lines = self.logs.get((pod, previous), [])
+        if limit_bytes is not None and tail_lines is None and not (since_time or follow):
+            self.log_probes.append(pod)
+            text = "".join(f"{line}\n" for line in lines)[:limit_bytes]
+            for line in text.splitlines():
+                yield line
+            return
+        self.log_requests.append((pod, since_time, previous, follow))
         if since_time:
             lines = [ln for ln in lines if ln[:19] >= since_time[:19]]
         breaks_after = self.log_failures.pop(pod, None)

@@ -329,6 +329,59 @@ async def test_a_kubelet_ending_the_follow_before_the_status_says_so_is_not_foll
     assert [r[3] for r in hook.log_requests] == [True, False]  # followed once, then read the rest
 
 
+class RotatingFollow(KubeletFollow):
+    """A kubelet whose log rotates while it is followed (``rotate_to``: the current file's lines afterwards), and
+    whose reads of the current file's start may fail (``probe_error``)."""
+
+    rotate_to: list | None = None
+    probe_error: BaseException | None = None
+
+    async def read_pod_log(self, pod_name, namespace, *, follow=False, limit_bytes=None, **kw):
+        if limit_bytes is not None and self.probe_error is not None:
+            raise self.probe_error
+        async for line in super().read_pod_log(pod_name, namespace, follow=follow, limit_bytes=limit_bytes, **kw):
+            yield line
+        if follow and self.rotate_to is not None:
+            self.logs[(pod_name, False)] = self.rotate_to
+
+
+ROTATED_LOG = ["2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two", "2026-11-22T10:00:02Z three",
+               "2026-11-22T10:00:09.5Z four", "2026-11-22T10:00:10Z five"]
+
+
+def rotating(rotate_to=None, probe_error=None) -> RotatingFollow:
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    hook = RotatingFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                          logs={("job-launcher-a", False): list(ROTATED_LOG)})
+    hook.rotate_to, hook.probe_error = rotate_to, probe_error
+    return hook
+
+
+async def test_a_log_rotated_while_followed_is_said_once_with_where_the_node_keeps_the_old_file():
+    hook = rotating(rotate_to=ROTATED_LOG[3:])
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    shown = [ln for ln in lines if not ln.startswith("=")]
+    assert shown[:5] == ["one", "two", "three", "four", "five"] and len(shown) == 6
+    assert shown[5] == (
+        "(launcher log job-launcher-a/launcher/0: the kubelet rotated this log while it was followed "
+        "(containerLogMaxSize; its current file starts at 2026-11-22T10:00:09.500000000Z). At a rotation the last "
+        "line or two containerd writes to the old file can miss the follow, and the API serves only the current "
+        "file: a line that seems missing is in the node's rotated files, "
+        "/var/log/pods/ns_job-launcher-a_<pod uid>/launcher/0.log.<time>)")
+    assert hook.log_probes == ["job-launcher-a"]
+
+
+@pytest.mark.parametrize("probe_error", [None, ConnectionError("kubelet gone")], ids=["not-rotated", "probe-fails"])
+async def test_a_follow_of_a_log_not_seen_rotated_says_nothing_more(probe_error):
+    hook = rotating(probe_error=probe_error)
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five"]
+    assert hook.log_probes == ([] if probe_error else ["job-launcher-a"])
+    assert [r[3] for r in hook.log_requests] == [True, False]  # the probe is no read of the log itself
+
+
 async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_losing_lines(monkeypatch):
     import asyncio
 
