@@ -54,7 +54,7 @@ class Results:
         self.runs.append(run)
         return run
 
-    def markdown(self, date: str, repeat: int) -> str:
+    def markdown(self, date: str, repeat: int, source: str = "tests/faults", output: str = "faults.md") -> str:
         rows = ["| scenario | runs | MPIJobs per task instance | orphans | lines lost | lines doubled "
                 "| spurious failures | lines the kubelet never served | final state: message |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -65,4 +65,4 @@ class Results:
             rows.append(f"| {scenario} | {len(runs)} | {sorted({r.jobs for r in runs})} | "
                         + " | ".join(map(str, counts)) + f" | {'<br>'.join(outcomes)} |")
         return (f"# Fault injection results\n\nRun of {date}, each scenario {repeat} times "
-                "(`pytest tests/faults`; generated into .artifacts/faults/faults.md).\n\n" + "\n".join(rows) + "\n")
+                f"(`pytest {source}`; generated into .artifacts/faults/{output}).\n\n" + "\n".join(rows) + "\n")

@@ -47,7 +47,8 @@ def results():
     yield table
     (ARTIFACTS.parent / "faults").mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    (ARTIFACTS.parent / "faults" / "real-node.md").write_text(table.markdown(started, REPEAT))
+    (ARTIFACTS.parent / "faults" / "real-node.md").write_text(
+        table.markdown(started, REPEAT, "tests/integration/test_real_node_faults.py", "real-node.md"))
 
 
 def numbered(tag: str, count: int, interval: float) -> list[str]:
