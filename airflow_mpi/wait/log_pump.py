@@ -190,6 +190,11 @@ class LogPump:
                           "not following; lines printed in between, if any, are not in this log)")
             self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
 
+    async def _same_container(self, stream: LogStream) -> bool:
+        """Whether the pod's current container is still the one ``stream`` reads (not restarted since)."""
+        return any(pod.name == stream.pod and pod.restart_count == stream.restart
+                   for pod in map(pod_summary, await self.pods.launchers()))
+
     async def _running(self, stream: LogStream) -> bool:
         for pod in (pod_summary(p) for p in await self.pods.launchers()):
             if pod.name == stream.pod:
@@ -268,7 +273,7 @@ class LogPump:
         """After a follow: say so once per stream when the log's current file starts after the first line the
         follow was served, i.e. the kubelet rotated the file that line was in (see the module docstring). A failed
         read says nothing (the pod may be gone): this only adds a warning, it never holds the wait up."""
-        if first is None or stream.key in self._rotation_said:
+        if first is None or stream.key in self._rotation_said or not await self._same_container(stream):
             return
         try:
             current = await asyncio.wait_for(self._current_file_start(stream), ROTATION_PROBE_TIMEOUT)
@@ -277,7 +282,8 @@ class LogPump:
         except Exception as err:
             log.debug("could not read the start of %s's current log file: %s", stream.pod, err)
             return
-        if current is None or current <= first:
+        # a restarted container (restartPolicy OnFailure) has a newer file of its own: no rotation
+        if current is None or current <= first or not await self._same_container(stream):
             return
         self._rotation_said.add(stream.key)
         self.emit(f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "

@@ -372,6 +372,25 @@ async def test_a_log_rotated_while_followed_is_said_once_with_where_the_node_kee
     assert hook.log_probes == ["job-launcher-a"]
 
 
+async def test_a_container_restarted_after_its_follow_is_no_rotation():
+    """restartPolicy OnFailure: the container's new instance writes a newer file of its own; nothing is said."""
+
+    class Restarting(RotatingFollow):
+        def _report_exit(self, done):  # the container failed and runs again: its old log is the previous one
+            self.logs[("job-launcher-a", True)] = list(ROTATED_LOG)
+            self.logs[("job-launcher-a", False)] = ["2026-11-22T10:00:20Z again"]
+            self.launchers = [pod("job-launcher-a", state="terminated", restart_count=1)]
+            self.job_obj = done
+
+    running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
+    hook = Restarting(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
+                      logs={("job-launcher-a", False): list(ROTATED_LOG)})
+    hook.status_after = 0
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five", "again"]
+
+
 @pytest.mark.parametrize("probe_error", [None, ConnectionError("kubelet gone")], ids=["not-rotated", "probe-fails"])
 async def test_a_follow_of_a_log_not_seen_rotated_says_nothing_more(probe_error):
     hook = rotating(probe_error=probe_error)
