@@ -276,27 +276,32 @@ class LogPump:
         if first is None or stream.key in self._rotation_said or not await self._same_container(stream):
             return
         try:
-            current = await asyncio.wait_for(self._current_file_start(stream), ROTATION_PROBE_TIMEOUT)
+            start = await asyncio.wait_for(self._current_file_start(stream), ROTATION_PROBE_TIMEOUT)
         except asyncio.CancelledError:
             raise
         except Exception as err:
             log.debug("could not read the start of %s's current log file: %s", stream.pod, err)
             return
+        if start:  # an empty file after served lines: rotated after the last line (the container's last output)
+            current = split_timestamp(start)[0]
+            if current is None or current <= first:  # the log server's error text, or not rotated
+                return
         # a restarted container (restartPolicy OnFailure) has a newer file of its own: no rotation
-        if current is None or current <= first or not await self._same_container(stream):
+        if not await self._same_container(stream):
             return
         self._rotation_said.add(stream.key)
+        where = f"starts at {format_stamp(current)}" if start else "is empty"
         self.emit(f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "
-                  f"(containerLogMaxSize; its current file starts at {format_stamp(current)}). At a rotation the "
-                  "last line or two containerd writes to the old file can miss the follow, and the API serves only "
-                  "the current file: a line that seems missing is in the node's rotated files, "
+                  f"(containerLogMaxSize; its current file {where}). At a rotation the last line or two containerd "
+                  "writes to the old file can miss the follow, and the API serves only the current file: a line "
+                  "that seems missing is in the node's rotated files, "
                   f"/var/log/pods/{self.namespace}_{stream.pod}_<pod uid>/{stream.container}/0.log.<time>)")
 
-    async def _current_file_start(self, stream: LogStream) -> tuple[int, int] | None:
-        """The timestamp of the first line of the container's current log file (None: it is empty)."""
+    async def _current_file_start(self, stream: LogStream) -> str:
+        """The first bytes of the container's current log file, up to its first line's end ('' when empty)."""
         lines = self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
                                        limit_bytes=ROTATION_PROBE_BYTES)
         async with contextlib.aclosing(lines):
             async for raw in lines:
-                return split_timestamp(raw)[0]
-        return None
+                return raw
+        return ""

@@ -181,7 +181,7 @@ def test_log_rotation_during_long_streams(real_node, real_k8s, real_namespace, r
                            record, printed(job.tag, job.count), unserved=rotation_tails(files[:-1], record.lines))
         said = [ln for ln in record.lines if f"launcher log {launcher.metadata.name}/launcher/0: the kubelet rotated "
                 "this log while it was followed" in ln and "/var/log/pods/" in ln]
-        assert len(said) == 1, f"the task log said the rotation {len(said)} times"
+        assert len(said) == 1, f"the task log said the rotation {len(said)} times; lines per file: {list(map(len, files))}"
         missing = [ln.split(" ", 5)[:5] for ln in on_node if ln not in set(record.lines)]
         bounds = [(f[0].split(" ", 5)[:5], f[-1].split(" ", 5)[:5]) for f in files if f]
         assert clean(run_) == (1, 0, 0, 0, 0), f"{run_}\nmissing: {missing}\nfiles (first, last): {bounds}"

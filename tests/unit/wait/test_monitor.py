@@ -335,10 +335,14 @@ class RotatingFollow(KubeletFollow):
 
     rotate_to: list | None = None
     probe_error: BaseException | None = None
+    probe_answer: str | None = None  # what the read of the current file's start gets instead of the file
 
     async def read_pod_log(self, pod_name, namespace, *, follow=False, limit_bytes=None, **kw):
         if limit_bytes is not None and self.probe_error is not None:
             raise self.probe_error
+        if limit_bytes is not None and self.probe_answer is not None:
+            yield self.probe_answer
+            return
         async for line in super().read_pod_log(pod_name, namespace, follow=follow, limit_bytes=limit_bytes, **kw):
             yield line
         if follow and self.rotate_to is not None:
@@ -370,6 +374,25 @@ async def test_a_log_rotated_while_followed_is_said_once_with_where_the_node_kee
         "file: a line that seems missing is in the node's rotated files, "
         "/var/log/pods/ns_job-launcher-a_<pod uid>/launcher/0.log.<time>)")
     assert hook.log_probes == ["job-launcher-a"]
+
+
+async def test_a_log_rotated_after_its_last_line_is_said_too():
+    """The kubelet rotated the log once more after the container's last output: the current file is empty."""
+    hook = rotating(rotate_to=[])
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    shown = [ln for ln in lines if not ln.startswith("=")]
+    assert shown[:5] == ["one", "two", "three", "four", "five"] and len(shown) == 6
+    assert "the kubelet rotated this log while it was followed (containerLogMaxSize; its current file is empty)" \
+        in shown[5]
+
+
+async def test_an_error_text_instead_of_the_files_start_says_nothing():
+    hook = rotating()
+    hook.probe_answer = "unable to retrieve container logs for containerd://abc"
+    lines: list[str] = []
+    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five"]
 
 
 async def test_a_container_restarted_after_its_follow_is_no_rotation():
