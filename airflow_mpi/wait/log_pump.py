@@ -190,16 +190,16 @@ class LogPump:
                           "not following; lines printed in between, if any, are not in this log)")
             self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
 
-    async def _same_container(self, stream: LogStream) -> bool:
-        """Whether the pod's current container is still the one ``stream`` reads (not restarted since)."""
-        return any(pod.name == stream.pod and pod.restart_count == stream.restart
-                   for pod in map(pod_summary, await self.pods.launchers()))
-
-    async def _running(self, stream: LogStream) -> bool:
+    async def _container_state(self, stream: LogStream) -> str | None:
+        """The state of ``stream``'s container as the pods last showed it; None once the pod is gone or the
+        container restarted (a new instance is another stream)."""
         for pod in (pod_summary(p) for p in await self.pods.launchers()):
             if pod.name == stream.pod:
-                return pod.state == "running" and pod.restart_count == stream.restart
-        return False
+                return pod.state if pod.restart_count == stream.restart else None
+        return None
+
+    async def _running(self, stream: LogStream) -> bool:
+        return await self._container_state(stream) == "running"
 
     async def _wait(self, awaitable: Awaitable, finished: asyncio.Event, *others: asyncio.Task) -> None:
         """Until ``awaitable`` completes, ``finished`` is set or one of ``others`` is done."""
@@ -273,7 +273,7 @@ class LogPump:
         """After a follow: say so once per stream when the log's current file starts after the first line the
         follow was served, i.e. the kubelet rotated the file that line was in (see the module docstring). A failed
         read says nothing (the pod may be gone): this only adds a warning, it never holds the wait up."""
-        if first is None or stream.key in self._rotation_said or not await self._same_container(stream):
+        if first is None or stream.key in self._rotation_said:
             return
         try:
             start = await asyncio.wait_for(self._current_file_start(stream), ROTATION_PROBE_TIMEOUT)
@@ -287,7 +287,7 @@ class LogPump:
             if current is None or current <= first:  # the log server's error text, or not rotated
                 return
         # a restarted container (restartPolicy OnFailure) has a newer file of its own: no rotation
-        if not await self._same_container(stream):
+        if await self._container_state(stream) is None:
             return
         self._rotation_said.add(stream.key)
         where = f"starts at {format_stamp(current)}" if start else "is empty"
