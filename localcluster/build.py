@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import build_ledger
+
 GO_DIR = Path(__file__).resolve().parent / "go"
 LDFLAGS = "-s -w"
 BUILD_FLAGS = ("-trimpath",)
@@ -291,21 +293,27 @@ def build(force: bool = False, verbose: bool = True) -> Path:
         _ensure_data(go, final)
         return True
 
-    return _build_once(final, cached, lambda: _build_locked(go, key, final, verbose),
+    return _build_once("Go binaries (Kubernetes, etcd, kwok, mpi-operator, CoreDNS)", final, cached,
+                       lambda: _build_locked(go, key, final, verbose),
                        f"building {key} (cold builds take tens of minutes on 2 cores) ..." if verbose else None)
 
 
-def _build_once(final: Path, cached: Callable[[], bool], build: Callable[[], Path], message: str | None) -> Path:
+def _build_once(what: str, final: Path, cached: Callable[[], bool], build: Callable[[], Path],
+                message: str | None) -> Path:
     """``final`` if ``cached()``, else ``build()`` under the cache's lock: parallel test sessions wait for, then
-    reuse, the first one's build."""
-    if cached():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / ".build.lock", "w") as lock:
-        if message:
-            _log(message)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return final if cached() else build()
+    reuse, the first one's build (noted as cached, with the time it waited)."""
+    with build_ledger.timed(what) as entry:
+        if cached():
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(final.parent / ".build.lock", "w") as lock:
+            if message:
+                _log(message)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if cached():
+                return final
+            entry.built = True
+            return build()
 
 
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
@@ -324,7 +332,7 @@ def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     key = addon_key(name, go)
     final = addon_dir(name, key)
     return _build_once(
-        final, lambda: not force and is_built(final, addon.tools),
+        f"Go add-on {name}", final, lambda: not force and is_built(final, addon.tools),
         lambda: _build_locked(go, final.name, final, verbose, addon.tools,
                               lambda path: _copy_addon_data(go, addon, path)),
         f"building {final.name} (a cold build takes minutes) ..." if verbose else None)

@@ -19,11 +19,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 from . import build as _build
+from . import build_ledger
 from .cluster import API_V2BETA1, ClusterError, ClusterPaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +68,7 @@ def build_image(verbose: bool = True) -> str:
     tag = image_tag(bin_dir, kueue_dir)
     if docker("image", "inspect", tag, check=False).returncode == 0:
         docker("tag", tag, f"{IMAGE_REPO}:local")  # the name docker-compose.yaml runs
+        build_ledger.note("node image (images/kube)", False, 0)
         return tag
     context = _build.cache_root() / "images" / "kube-context"
     shutil.rmtree(context, ignore_errors=True)
@@ -80,6 +83,7 @@ def build_image(verbose: bool = True) -> str:
     docker("buildx", "build", "--load", "-q", "--build-arg", "BINARIES=prebuilt", "-f", str(DOCKERFILE), "-t", tag, "-t", f"{IMAGE_REPO}:local", str(context), timeout=1800)
     shutil.rmtree(context, ignore_errors=True)
     _log(f"built {tag} in {time.monotonic() - t0:.0f}s")
+    build_ledger.note("node image (images/kube)", True, time.monotonic() - t0)
     return tag
 
 
@@ -128,10 +132,31 @@ def build_mpi_images(targets: Sequence[str] = DEFAULT_MPI_TARGETS) -> list[str]:
     for target in targets:
         t0 = time.monotonic()
         with _build_lock(target):
+            before = image_id(IMAGE_TARGETS[target])
             docker("buildx", "build", "--load", "-q", *extra_ca_secret(), "-f", str(MPI_DOCKERFILE), "--target",
                    target, "-t", IMAGE_TARGETS[target], str(MPI_DOCKERFILE.parent), timeout=3600)  # fmt: skip
         _log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
+        build_ledger.note(f"image {IMAGE_TARGETS[target]}", image_id(IMAGE_TARGETS[target]) != before,
+                          time.monotonic() - t0)
     return [IMAGE_TARGETS[t] for t in targets]
+
+
+# image ref -> the background loads of it (NodeCluster.provide_images) in this process
+_PROVIDING: dict[str, list[Future]] = {}
+
+
+def await_image(ref: str, timeout: float = 3600) -> bool:
+    """Wait until every node of this process that is being given ``ref`` in the background has it; False when none
+    is. A failed build or load is raised here, in the test that needs the image."""
+    for future in _PROVIDING.get(ref, []):
+        future.result(timeout)
+    return ref in _PROVIDING
+
+
+def image_id(ref: str) -> str | None:
+    """The local image's id (None when there is none): a build that changed it built something."""
+    res = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
 
 
 class NodeCluster(ClusterPaths):
@@ -147,6 +172,7 @@ class NodeCluster(ClusterPaths):
         self.kueue = kueue  # serve --kueue: runs the Kueue build the image carries
         self.container_log_max_size = container_log_max_size  # serve --container-log-max-size
         self.container = f"airflow-mpi-{name}"
+        self._providing: list[Future] = []  # provide_images' loads
 
     def _volumes(self) -> list[str]:
         return [f"{self.container}-containerd", f"{self.container}-kubelet"]
@@ -222,6 +248,17 @@ class NodeCluster(ClusterPaths):
                 raise ClusterError(f"loading {ref} into {self.container}: {res.stderr.strip()}")
             _log(f"{self.name}: loaded {ref} ({time.monotonic() - t0:.1f}s)")
 
+    def provide_images(self, targets: Sequence[str]) -> None:
+        """Build (or find built) and load images/mpi ``targets`` into the node in a background thread, one after
+        the other in the given order, while the caller goes on; ``await_image`` waits for one. The tests that need
+        an image wait for it, so a session pays only for the loads that outrun its tests."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"images-{self.name}")
+        chain = [pool.submit(lambda t=t: self.load_images(build_mpi_images([t]))) for t in targets]
+        pool.shutdown(wait=False)
+        for target, future in zip(targets, chain):
+            _PROVIDING.setdefault(IMAGE_TARGETS[target], []).append(future)
+        self._providing += chain
+
     def collect_logs(self, dest: Path | None = None) -> Path:
         """Copy the component and node logs out of the container (post-mortem)."""
         dest = dest or self.logs_dir
@@ -232,7 +269,10 @@ class NodeCluster(ClusterPaths):
         return dest
 
     def stop(self, keep_logs: bool = True) -> None:
-        """Stop gracefully (serve stops pods, node, control plane), then remove the container and its volumes."""
+        """Stop gracefully (serve stops pods, node, control plane), then remove the container and its volumes;
+        background image loads not started yet are dropped."""
+        for future in self._providing:
+            future.cancel()
         if self.running():
             docker("stop", "-t", "60", self.container, check=False, timeout=120)
         if keep_logs and docker("inspect", self.container, check=False).returncode == 0:

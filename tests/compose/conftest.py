@@ -25,6 +25,7 @@ if str(REPO) not in sys.path:  # airflowstack/ and localcluster/ are dev-only fo
     sys.path.insert(0, str(REPO))
 
 from airflowstack import AirflowClient, free_port, wait_until  # noqa: E402
+from tests.compose.images import compose_build  # noqa: E402
 
 PROJECT = f"airflow-mpi-test-{os.getpid()}"
 TAG = f"test-{os.getpid()}"  # docker-compose.yaml's AIRFLOW_MPI_TAG for this session
@@ -134,7 +135,7 @@ def compose_stack():
     before = _image_ids(docker, shared)
     stack = ComposeStack(docker, port)
     try:
-        docker.compose.build(services=built_by_compose)
+        compose_build(built_by_compose, PROJECT, "compose images (Airflow, PostgreSQL, MPI)")
         _remove_replaced(docker, before, _image_ids(docker, shared))
         docker.compose.up(detach=True, wait=True)
         probe = stack.client()

@@ -81,6 +81,10 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.real_node)
             if REAL_KUBECONFIG and item.get_closest_marker("needs_simulation"):
                 item.add_marker(skip_sim)
+    # the real node's tests in REAL_NODE_ORDER (a stable sort: each module's own order stays), in their places
+    real = [i for i, item in enumerate(items) if item.get_closest_marker("real_node")]
+    for i, item in zip(real, sorted((items[i] for i in real), key=_real_node_rank)):
+        items[i] = item
 
 
 def _alive(pid: int) -> bool:
@@ -256,27 +260,45 @@ def kubernetes_default_conn(monkeypatch, least_privilege_kubeconfig, namespace) 
 SESSION_REAL_NAME = f"it-real-{os.getpid()}"
 
 
+# The real node's tests, first to last: those that run only images/mpi's Open MPI image (loaded before the first
+# test) come first, so that the other images load in the background meanwhile (NodeCluster.provide_images), in the
+# order of the modules that need them; Horovod's 2.9 GB image last. A module not named here runs in the middle.
+REAL_NODE_ORDER = ("test_real_node_faults", "test_real_failure_causes", "test_real_mpi", "test_task_mpi",
+                   "test_first_run", "test_kueue_real_node", "test_real_horovod")
+BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")
+
+
+def _real_node_rank(item) -> int:
+    name = Path(str(item.fspath)).stem
+    return REAL_NODE_ORDER.index(name) if name in REAL_NODE_ORDER else REAL_NODE_ORDER.index("test_first_run")
+
+
 @pytest.fixture(scope="session")
-def real_node():
+def real_node(request):
     """A cluster whose node runs real containers (localcluster.node_container: control plane, mpi-operator,
-    containerd + kubelet + CoreDNS in one privileged Docker container), with the Open MPI and MPICH images of
-    images/mpi loaded. Its kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers'
-    streams cross rotations (test_real_node_faults.py). Logs end up in .artifacts/integration/real-node/."""
+    containerd + kubelet + CoreDNS in one privileged Docker container). images/mpi's Open MPI image is loaded
+    before the first test; its other images (and Horovod's, when a Horovod test is collected) load in the
+    background meanwhile, and a test waits for the one it runs (``localcluster.node_container.await_image``). Its
+    kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers' streams cross rotations
+    (test_real_node_faults.py). Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki")
-    yield from _node_session(node, build_mpi_images(), ARTIFACTS / "real-node")
+    horovod = any(Path(str(item.fspath)).stem == "test_real_horovod" for item in request.session.items)
+    yield from _node_session(node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node",
+                             later=(*BACKGROUND_IMAGES, *(("horovod",) if horovod else ())))
 
 
-def _node_session(node, images, dest: Path):
-    """Start ``node`` (after reaping the nodes of killed sessions), load ``images``, yield it; collect its logs
-    into ``dest`` and remove it at the end."""
+def _node_session(node, images, dest: Path, later: tuple[str, ...] = ()):
+    """Start ``node`` (after reaping the nodes of killed sessions), load ``images``, give it the images/mpi targets
+    ``later`` in the background, yield it; collect its logs into ``dest`` and remove it at the end."""
     _reap_stale_nodes()
     try:
         node.start()
         node.load_images(images)
+        node.provide_images(later)
         yield node
     finally:
         shutil.rmtree(dest, ignore_errors=True)

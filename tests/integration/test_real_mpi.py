@@ -17,7 +17,7 @@ from kubernetes import client
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
-from localcluster.node_container import MPI_IMAGES
+from localcluster.node_container import MPI_IMAGES, await_image
 from tests.integration.test_cluster_smoke import watch_mpijob
 from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
 
@@ -28,7 +28,9 @@ IMPLEMENTATION = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
 def real_job(flavour: str = "openmpi") -> dict:
     """images/mpi's images follow the mpi-operator's conventions (mpiuser runs mpirun, the workers its sshd on 2222):
-    the operator's defaults are all they need (the launcher is created once every worker's sshd listens)."""
+    the operator's defaults are all they need (the launcher is created once every worker's sshd listens). Waits for
+    the image if the real node is still loading it."""
+    await_image(MPI_IMAGES[flavour])
     return {"image": MPI_IMAGES[flavour], "mpi_implementation": IMPLEMENTATION[flavour], "poll_interval": 2}
 
 

@@ -1,0 +1,38 @@
+"""What a test run built and what it found already built, so that its time means something.
+
+scripts/test points ``$AIRFLOW_MPI_BUILDS`` at a file; every builder of the test loop (the Go binaries, the Kueue
+add-on, the node image, the MPI and Horovod images, the compose images, and the shell steps of scripts/bootstrap and
+scripts/docker-setup) appends one line: what, ``built now`` or ``cached``, seconds. Unset, nothing is written. The
+end-of-run report (scripts/test_report.py) calls a run cold, partly cold or warm from these lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+BUILT, CACHED = "built now", "cached"
+
+
+def note(what: str, built: bool, seconds: float) -> None:
+    """One build's line (appends are atomic for lines this short: parallel lanes share the file)."""
+    path = os.environ.get("AIRFLOW_MPI_BUILDS")
+    if path:
+        with open(path, "a") as out:
+            out.write(f"{what}\t{BUILT if built else CACHED}\t{seconds:.0f}\n")
+
+
+class Timed:
+    """``with timed(what) as build: ... build.built = True``: notes the block's time and whether it built."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.built = what, False
+
+
+@contextlib.contextmanager
+def timed(what: str) -> Iterator[Timed]:
+    entry, t0 = Timed(what), time.monotonic()
+    yield entry
+    note(entry.what, entry.built, time.monotonic() - t0)

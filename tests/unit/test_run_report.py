@@ -1,0 +1,70 @@
+"""scripts/test_report.py: what the end of a test run says about its time, its builds and its counts."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test_report.py"
+spec = importlib.util.spec_from_file_location("test_report", SCRIPT)
+report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(report)
+
+VENV = "virtualenv .venv (the checkout's own)"
+
+
+def ledger(tmp_path: Path, *rows: tuple[str, str, int]) -> Path:
+    (tmp_path / "test-builds.tsv").write_text("".join(f"{w}\t{s}\t{n}\n" for w, s, n in rows))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("rows", "kind"), [
+    ([("Go binaries (k8s)", "built now", 900), ("image a", "built now", 60)], "cold"),
+    ([("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), ("image a", "built now", 60)], "partly cold"),
+    ([("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), (VENV, "built now", 70)], "warm"),
+])
+def test_a_run_is_cold_partly_cold_or_warm_by_what_it_built_the_checkouts_virtualenvs_aside(tmp_path, rows, kind):
+    built = report.builds(ledger(tmp_path, *rows) / "test-builds.tsv")
+    assert report.kind_of(built)[0] == kind
+
+
+def test_a_build_counts_its_building_steps_and_a_cached_one_its_longest_wait(tmp_path):
+    path = ledger(tmp_path, ("image a", "built now", 50), ("image a", "cached", 400), ("image a", "built now", 10),
+                  ("image b", "cached", 0), ("image b", "cached", 30)) / "test-builds.tsv"
+    assert report.builds(path) == {"image a": (True, 60), "image b": (False, 30)}
+
+
+def test_the_report_says_the_time_against_the_target_of_the_runs_kind_and_what_the_counts_are(tmp_path):
+    ledger(tmp_path, ("Go binaries (k8s)", "cached", 0), ("image a", "built now", 60))
+    case = '<testcase classname="m" name="{}">{}</testcase>'
+    for run, cases in {"unit": [("t1", ""), ("t2", "<skipped/>")], "af2-unit": [("t1", ""), ("t2", "<failure/>")],
+                       "real-node": [("r1", ""), ("r2", "<skipped/>")]}.items():
+        body = "".join(case.format(name, child) for name, child in cases)
+        (tmp_path / f"junit-{run}.xml").write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
+    out = io.StringIO()
+    report.report(tmp_path, total=26 * 60, out=out)
+    text = out.getvalue()
+    assert "run af2-unit: 1 passed, 1 failed" in text
+    assert "4 distinct tests; 2 of them are the unit tests run on Airflow 2.11 and 3; 1 ran real containers" in text
+    assert "== this run was partly cold: built now: image a ==" in text
+    assert "1,560 s (26.0 min): OVER the target of 25 min by 1.0 min" in text
+
+
+def test_the_go_build_step_notes_built_now_once_and_cached_for_a_second_caller(tmp_path, monkeypatch):
+    """localcluster/build.py's _build_once: the first caller builds (noted built now), a later one finds it built."""
+    from localcluster import build
+
+    monkeypatch.setenv("AIRFLOW_MPI_BUILDS", str(tmp_path / "test-builds.tsv"))
+    final = tmp_path / "bin" / "key"
+
+    def make() -> Path:
+        final.mkdir(parents=True)
+        return final
+
+    for _ in range(2):
+        assert build._build_once("Go binaries (t)", final, final.is_dir, make, None) == final
+    lines = (tmp_path / "test-builds.tsv").read_text().splitlines()
+    assert [ln.split("\t")[:2] for ln in lines] == [["Go binaries (t)", "built now"], ["Go binaries (t)", "cached"]]
