@@ -43,6 +43,7 @@ import yaml
 from . import behaviour as bh
 from . import build as _build
 from . import kueue as _kueue
+from . import ports as _ports
 from . import stages as _stages
 
 API_V2BETA1 = "v2beta1"
@@ -84,6 +85,11 @@ def cri_lines(lines: Iterable[str], start: float | None = None, step: float = 0.
         line = line.rstrip("\n")
         out.append(line if _CRI_LINE.match(line) else f"{_now_rfc3339nano(t + i * step)} stdout F {line}")
     return out
+
+
+# the kwokctl options naming every port its binary runtime would otherwise pick itself (localcluster/ports.py: why)
+KWOKCTL_PORTS = ("etcdPort", "etcdPeerPort", "kubeApiserverPort", "kwokControllerPort", "kubeControllerManagerPort",
+                 "kubeSchedulerPort")
 
 
 def _free_port(port: int, host: str = "0.0.0.0") -> bool:
@@ -376,9 +382,10 @@ class LocalCluster(ClusterPaths):
                 {
                     "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                     "kind": "KwokctlConfiguration",
-                    # every component (etcd, kube-apiserver, ...) listens on loopback only, on free ports
+                    # every component (etcd, kube-apiserver, ...) listens on loopback only, on ports claimed for it
                     "options": {
                         "bindAddress": self.bind_address,
+                        **dict(zip(KWOKCTL_PORTS, _ports.claim(len(KWOKCTL_PORTS), cache_root() / "ports.json"))),
                         **({"kubeApiserverPort": self.apiserver_port} if self.apiserver_port else {}),
                         **({"kubeApiserverCertSANs": list(self.apiserver_sans)} if self.apiserver_sans else {}),
                     },
