@@ -21,11 +21,53 @@ TOKEN_SECONDS = 3600
 
 WORKER_ROLE, SWEEPER_ROLE = "airflow-mpi", "airflow-mpi-sweeper"
 
+#: Every (apiGroup, resource, verb) the workers and the triggerer send, hence all that the shipped role
+#: ``airflow-mpi`` may grant. Written out rather than read from deploy/rbac.yaml, so that widening the file fails
+#: tests/integration/test_least_privilege.py; tests/unit/hooks/test_rbac_calls.py records what the hooks send and
+#: fails when the code needs a call not listed here, or no longer needs one that is.
+WORKER_CALLS = frozenset({
+    ("kubeflow.org", "mpijobs", "create"),  # MPIJobHook.create_mpijob
+    ("kubeflow.org", "mpijobs", "get"),  # get_mpijob (reattach, wait_for_deleted), create's adoption, live delete
+    ("kubeflow.org", "mpijobs", "list"),  # list_mpijobs (reattach by identity labels); the watch hub's list
+    ("kubeflow.org", "mpijobs", "watch"),  # the watch hub (wait/namespace_watch.py)
+    ("kubeflow.org", "mpijobs", "delete"),  # delete_mpijob, delete_live_mpijob: kill, timeouts, on_finish_action
+    ("", "pods", "list"),  # hooks/base.py _role_pods (launcher log, worker log tails); the watch hub's list
+    ("", "pods", "watch"),  # the watch hub
+    ("", "pods/log", "get"),  # hooks/requests.py LogRequest: launcher log (followed), worker tails, failure report
+    ("", "secrets", "create"),  # MPIJobHook.create_owned_secret: @task.mpi's function and arguments
+    ("", "events", "list"),  # AsyncMPIJobHook.job_events / pod_events; the watch hub's list
+    ("", "events", "watch"),  # the watch hub (ValidationError events)
+    ("kueue.x-k8s.io", "workloads", "list"),  # the watch hub, for a job with Kueue's queue label
+    ("kueue.x-k8s.io", "workloads", "watch"),  # the watch hub
+})
+
 
 def shipped_role(name: str = WORKER_ROLE) -> dict:
     """One of the shipped ClusterRoles: the workers' and triggerer's (default), or the sweeper's."""
     (role,) = [doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc and doc["metadata"]["name"] == name]
     return role
+
+
+def role_calls(role: dict) -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource, verb) triples a role's rules name (wildcards as written)."""
+    return {(group, resource, verb) for rule in role["rules"]
+            for group in rule.get("apiGroups", []) for resource in rule.get("resources", []) for verb in rule["verbs"]}
+
+
+def allowed_calls(api_client, namespace: str, calls) -> set[tuple[str, str, str]]:
+    """Those of ``calls`` the API server's authorizer allows the client's identity in ``namespace``
+    (SelfSubjectAccessReview; ``pods/log`` is resource ``pods``, subresource ``log``)."""
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(api_client)
+    allowed = set()
+    for group, resource, verb in calls:
+        name, _, subresource = resource.partition("/")
+        attrs = {"namespace": namespace, "group": group, "resource": name, "verb": verb,
+                 **({"subresource": subresource} if subresource else {})}
+        if authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}}).status.allowed:
+            allowed.add((group, resource, verb))
+    return allowed
 
 
 def apply_role(api_client, role: dict | None = None) -> str:

@@ -3,8 +3,9 @@ real (launcher and workers are containers, mpirun reaches the workers over SSH),
 the same through the operator, whose task log says why the job waited and when it was admitted.
 
 The same code path as the kwok cluster's Kueue (localcluster/kueue.py), inside the node container. Plain manifests
-and the kubernetes client only; the job is upstream's v2beta1 pi example (examples/v2beta1/pi/pi.yaml) with small
-requests so that it fits the ClusterQueue's quota (cpu 2) and the 2-core node.
+and the kubernetes client only; the job is written after upstream's v2beta1 pi example (examples/v2beta1/pi/pi.yaml)
+with small requests so that it fits the ClusterQueue's quota (cpu 2) and the 2-core node, on this project's
+look-alike of upstream's Open MPI image (``openmpi-upstream``: images/mpi/Dockerfile, its own pi program).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from airflow_mpi.operators import MPIJobOperator
 from localcluster import kueue as lk
 from localcluster.node_container import UPSTREAM_IMAGES
 from tests.integration.test_kueue_cluster import Jobs, _admitted, _true
+from tests.integration.test_kueue_operator import WorkloadHistory, assert_told_as_workloads, kueue_lines
 from tests.integration.test_operator import Background, Recorder, ctx
 
 pytestmark = pytest.mark.real_node
@@ -108,7 +110,8 @@ class LineSignal(Recorder):
 
 def test_the_operator_says_why_a_job_waits_then_runs_it_for_real_once_admitted(kueue_real_node, monkeypatch, tmp_path):
     """The LocalQueue does not exist yet when the task submits: Kueue holds the job (Inadmissible) and the task log says
-    so; once the queue exists the job is admitted and real ranks run, every launcher line once in the task log."""
+    so; once the queue exists the job is admitted and real ranks run, every launcher line once in the task log. The
+    task log's Kueue lines are checked against the Workload's versions, watched from before the job exists."""
     from tests.integration.least_privilege import apply_role, bound_service_account_kubeconfig, use_as_kubernetes_default
 
     api = kconfig.new_client_from_config(config_file=str(kueue_real_node.kubeconfig_path))
@@ -116,27 +119,31 @@ def test_the_operator_says_why_a_job_waits_then_runs_it_for_real_once_admitted(k
     ns = f"it-kueue-op-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
     try:
-        config = bound_service_account_kubeconfig(api, str(kueue_real_node.kubeconfig_path), ns, apply_role(api),
-                                                  tmp_path / "sa-kubeconfig")
-        use_as_kubernetes_default(monkeypatch, config, ns)
-        log = LineSignal(f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}: LocalQueue {lk.LOCAL_QUEUE} doesn't exist")
-        monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: log))
-        requests = {"requests": {"cpu": "300m", "memory": "128Mi"}}
-        op = MPIJobOperator(task_id="queued_pi", namespace=ns, image=UPSTREAM_IMAGES["openmpi-upstream"],
-                            program=["/home/mpiuser/pi"], workers=2, queue_name=lk.LOCAL_QUEUE, poll_interval=2,
-                            launcher_resources=requests, worker_resources=requests, on_finish_action="keep")
-        task = Background(op.execute, ctx("queued_pi"))
-        assert log.seen.wait(120), log.lines
-        lk.create_local_queue(api, ns)
-        xcom = task.result(300)
-        assert isinstance(xcom, dict) and xcom["condition"] == "Succeeded", (xcom, log.lines[-40:])
+        with WorkloadHistory(api, ns) as history:  # from before the job exists
+            config = bound_service_account_kubeconfig(api, str(kueue_real_node.kubeconfig_path), ns, apply_role(api),
+                                                      tmp_path / "sa-kubeconfig")
+            use_as_kubernetes_default(monkeypatch, config, ns)
+            log = LineSignal(f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}: "
+                             f"LocalQueue {lk.LOCAL_QUEUE} doesn't exist")
+            monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: log))
+            requests = {"requests": {"cpu": "300m", "memory": "128Mi"}}
+            op = MPIJobOperator(task_id="queued_pi", namespace=ns, image=UPSTREAM_IMAGES["openmpi-upstream"],
+                                program=["/home/mpiuser/pi"], workers=2, queue_name=lk.LOCAL_QUEUE, poll_interval=2,
+                                launcher_resources=requests, worker_resources=requests, on_finish_action="keep")
+            task = Background(op.execute, ctx("queued_pi"))
+            assert log.seen.wait(120), log.lines
+            lk.create_local_queue(api, ns)
+            xcom = task.result(300)
+            assert isinstance(xcom, dict) and xcom["condition"] == "Succeeded", (xcom, log.lines[-40:])
 
-        admitted = [ln for ln in log.lines if "was admitted by Kueue: ClusterQueue " + lk.CLUSTER_QUEUE in ln]
-        assert len(admitted) == 1 and log.lines.index(admitted[0]) > log.lines.index(next(
-            ln for ln in log.lines if log.text in ln))
-        (launcher,) = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
-        real = core.read_namespaced_pod_log(launcher.metadata.name, ns, _preload_content=False).data.decode().splitlines()
-        assert any(PI_LINE.match(line) for line in real), real
-        assert [ln for ln in log.lines if ln in set(real)] == real  # each launcher line once, in order
+            admitted = [ln for ln in log.lines if "was admitted by Kueue: ClusterQueue " + lk.CLUSTER_QUEUE in ln]
+            assert len(admitted) == 1 and log.lines.index(admitted[0]) > log.lines.index(next(
+                ln for ln in log.lines if log.text in ln))
+            (launcher,) = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
+            real = core.read_namespaced_pod_log(launcher.metadata.name, ns,
+                                                _preload_content=False).data.decode().splitlines()
+            assert any(PI_LINE.match(line) for line in real), real
+            assert [ln for ln in log.lines if ln in set(real)] == real  # each launcher line once, in order
+            assert_told_as_workloads(kueue_lines(log), history)
     finally:
         core.delete_namespace(ns)
