@@ -1,10 +1,19 @@
-"""A user's first run, on the real node: upstream's own examples and the README's parameters-only job succeed with
-images built the way upstream builds its images, with nothing but the operator's defaults, and runs never collide.
+"""A user's first run, on the real node: upstream's own example manifests and the README's parameters-only job
+succeed with nothing but the operator's defaults, and runs never collide.
+
+The images are not upstream's, nor built from its Dockerfiles: they are this project's look-alikes
+(images/mpi/Dockerfile targets ``openmpi-upstream``, ``mpich-upstream``, ``intel-upstream``;
+localcluster/node_container.py ``UPSTREAM_IMAGES``), written from the mpi-operator's documented behaviour (sshd on
+port 2222, ``mpiuser``, no mpirun wrapper, MPICH and Intel MPI waiting for DNS in an ENTRYPOINT). They run this
+project's pi program (images/mpi/pi.c, not upstream's pi.cc) on this project's MPI builds: Debian's Open MPI, as
+upstream's; MPICH 4.3.2 from PyPI's ``mpich`` wheel (upstream: Debian's mpich); Intel MPI 2021.16 from PyPI's
+``impi-rt`` (upstream: oneAPI's intel-oneapi-mpi). So this proves that upstream's manifests and the operator's
+defaults run MPI on images that behave like upstream's, not that upstream's published images do.
 
 The examples are upstream's files (read from the pinned mpi-operator module, tests/unit/upstream.py), changed only
-where the local node needs it: the image (the local upstream-faithful build), ``imagePullPolicy: Always`` (no
-registry here) and the CPU/memory limits (three 1-CPU pods do not fit a 2-core node). Upstream's ``name: pi`` stays
-``pi`` in every example: the operator makes it a prefix unique per task instance.
+where the local node needs it: the image (the look-alike above), ``imagePullPolicy: IfNotPresent`` (the image is
+loaded into the node; no registry here) and no CPU/memory requests or limits (three 1-CPU pods do not fit a 2-core
+node). Upstream's ``name: pi`` stays ``pi`` in every example: the operator makes it a prefix unique per task instance.
 
 Each launcher must succeed at its first attempt: the defaults start it once the workers' sshd listens, so it neither
 races their DNS records nor spends the task's retries (``backoffLimit`` = retries = 0 here). Every case runs once;
