@@ -31,7 +31,7 @@ import pytest
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, TaskDeferred
-from localcluster.node_container import UPSTREAM_IMAGES
+from localcluster.node_container import UPSTREAM_IMAGES, await_image
 from tests.integration.test_operator import Background, record, run_trigger  # noqa: F401
 from tests.integration.test_real_mpi import PI_LINE, launcher_pods
 from tests.unit.upstream import example
@@ -50,6 +50,8 @@ CASES = _ONCE if REPEAT == 1 else [
 
 
 def upstream_image(flavour: str) -> str:
+    """The look-alike of upstream's ``mpioperator/mpi-pi:<flavour>`` (see above), once the real node has it."""
+    await_image(UPSTREAM_IMAGES[f"{flavour}-upstream"])  # the real node may still be loading it
     return UPSTREAM_IMAGES[f"{flavour}-upstream"]
 
 
