@@ -14,6 +14,9 @@ import time
 from collections.abc import Iterator
 
 BUILT, CACHED = "built now", "cached"
+# marks what every fresh clone or code change builds anew (its virtualenvs, the provider layer of the compose image):
+# the report does not count it when it calls a run cold or warm
+CHECKOUT_OWN = "(the checkout's own)"
 
 
 def note(what: str, built: bool, seconds: float) -> None:

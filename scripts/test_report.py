@@ -18,7 +18,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts"
 # the README's targets (minutes), by what the run found built: nothing (cold), everything (warm), or in between
 # (the Go binaries built, as after scripts/demo on a fresh machine, but an image or add-on missing)
 TARGETS = {"cold": 40, "partly cold": 25, "warm": 15}
-# the build of the checkout's virtualenvs happens in every fresh clone (CI's too): not what makes a machine cold
+# what every fresh clone (CI's too) or code change builds anew (localcluster/build_ledger.py): not what makes a
+# machine cold
 CHECKOUT_OWN = "(the checkout's own)"
 GO_BINARIES = "Go binaries"
 # pytest runs whose tests run real containers (the real node's ranks, the compose stack)

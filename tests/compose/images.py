@@ -32,8 +32,12 @@ def compose_build(services: list[str], project: str, what: str, env: dict[str, s
     if res.returncode:
         raise RuntimeError(f"docker compose build failed ({res.returncode}):\n{res.stderr[-4000:]}")
     progress = res.stdout + res.stderr
-    steps = set(re.findall(r"^#(\d+) \[[^\]]* \d+/\d+\] (?:RUN|COPY|ADD) ", progress, re.M))
-    ran = steps & set(re.findall(r"^#(\d+) DONE ", progress, re.M))
+    steps = dict(re.findall(r"^#(\d+) \[[^\]]* \d+/\d+\] ((?:RUN|COPY|ADD) .*)$", progress, re.M))
+    ran = [steps[n] for n in set(re.findall(r"^#(\d+) DONE ", progress, re.M)) if n in steps]
+    # the steps that copy and install this checkout's provider (images/airflow/Dockerfile: /src) follow every change
+    # of the code, as the checkout's virtualenvs do: they alone do not make a run cold
+    if ran and all("/src" in step for step in ran):
+        what = f"{what}: this checkout's provider layer {build_ledger.CHECKOUT_OWN}"
     build_ledger.note(what, bool(ran), time.monotonic() - t0)
 
 

@@ -68,3 +68,32 @@ def test_the_go_build_step_notes_built_now_once_and_cached_for_a_second_caller(t
         assert build._build_once("Go binaries (t)", final, final.is_dir, make, None) == final
     lines = (tmp_path / "test-builds.tsv").read_text().splitlines()
     assert [ln.split("\t")[:2] for ln in lines] == [["Go binaries (t)", "built now"], ["Go binaries (t)", "cached"]]
+
+
+PROGRESS = """#5 [airflow-init 2/7] RUN apt-get update  && apt-get install -y python3
+#5 {apt}
+#9 [airflow-init 6/7] COPY airflow_mpi/ /src/airflow_mpi/
+#9 DONE 0.1s
+#10 [airflow-init 7/7] RUN --mount=type=cache,target=/root/.cache/pip pip install -q --no-deps /src && rm -rf /src
+#10 DONE 8.1s
+#11 exporting to image
+#11 DONE 1.0s
+"""
+
+
+@pytest.mark.parametrize(("apt", "what"), [
+    ("CACHED", "compose images: this checkout's provider layer (the checkout's own)"),
+    ("DONE 41.2s", "compose images"),
+])
+def test_a_compose_build_that_only_reinstalled_the_checkout_is_the_checkouts_own(tmp_path, monkeypatch, apt, what):
+    """tests/compose/images.py: BuildKit's plain progress tells the steps that ran from the cached ones."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from tests.compose import images
+
+    monkeypatch.setenv("AIRFLOW_MPI_BUILDS", str(tmp_path / "test-builds.tsv"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(
+        returncode=0, stdout="", stderr=PROGRESS.format(apt=apt)))
+    images.compose_build(["airflow-init"], "p", "compose images")
+    assert (tmp_path / "test-builds.tsv").read_text().split("\t")[:2] == [what, "built now"]
