@@ -145,12 +145,11 @@ def build_mpi_images(targets: Sequence[str] = DEFAULT_MPI_TARGETS) -> list[str]:
 _PROVIDING: dict[str, list[Future]] = {}
 
 
-def await_image(ref: str, timeout: float = 3600) -> bool:
-    """Wait until every node of this process that is being given ``ref`` in the background has it; False when none
-    is. A failed build or load is raised here, in the test that needs the image."""
+def await_image(ref: str, timeout: float = 3600) -> None:
+    """Wait until every node of this process that is being given ``ref`` in the background has it (no-op when
+    none is). A failed build or load is raised here, in the test that needs the image."""
     for future in _PROVIDING.get(ref, []):
         future.result(timeout)
-    return ref in _PROVIDING
 
 
 def image_id(ref: str) -> str | None:
@@ -287,7 +286,11 @@ class NodeCluster(ClusterPaths):
     # ------------------------------------------------------------------ faults (tests/integration/test_real_node_faults.py)
     def kill_process(self, name: str, signal: str = "KILL") -> None:
         """Signal the node's process ``name`` (kubelet, containerd, kube-apiserver...); serve's supervision loop starts
-        a dead one again within a second, as systemd or the kubelet (static pods) does on a node."""
+        a dead one again within a second, as systemd or the kubelet (static pods) does on a node. Waits first for the
+        images ``provide_images`` is loading: a killed containerd would cut a load short (``ctr: failed to ingest``),
+        a fault of the harness, not of the test."""
+        for future in self._providing:
+            future.result()
         docker("exec", self.container, "pkill", f"-{signal}", "-x", name)
 
     def kill_container(self, container_id: str, signal: str = "KILL") -> None:

@@ -261,10 +261,12 @@ SESSION_REAL_NAME = f"it-real-{os.getpid()}"
 
 
 # The real node's tests, first to last: those that run only images/mpi's Open MPI image (loaded before the first
-# test) come first, so that the other images load in the background meanwhile (NodeCluster.provide_images), in the
-# order of the modules that need them; Horovod's 2.9 GB image last. A module not named here runs in the middle.
-REAL_NODE_ORDER = ("test_real_node_faults", "test_real_failure_causes", "test_real_mpi", "test_task_mpi",
-                   "test_first_run", "test_kueue_real_node", "test_real_horovod")
+# test) come first, so that the other images (BACKGROUND_IMAGES) load in the background meanwhile
+# (NodeCluster.provide_images), in the order of the modules that need them. The fault suite kills containerd, which
+# would cut a load short: it comes after them (and NodeCluster.kill_process waits for the loads anyway). Horovod's
+# 2.9 GB image is loaded by its own module, last. A module not named here runs in the middle.
+REAL_NODE_ORDER = ("test_real_failure_causes", "test_real_mpi", "test_task_mpi", "test_first_run",
+                   "test_real_node_faults", "test_kueue_real_node", "test_real_horovod")
 BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")
 
 
@@ -274,11 +276,11 @@ def _real_node_rank(item) -> int:
 
 
 @pytest.fixture(scope="session")
-def real_node(request):
+def real_node():
     """A cluster whose node runs real containers (localcluster.node_container: control plane, mpi-operator,
     containerd + kubelet + CoreDNS in one privileged Docker container). images/mpi's Open MPI image is loaded
-    before the first test; its other images (and Horovod's, when a Horovod test is collected) load in the
-    background meanwhile, and a test waits for the one it runs (``localcluster.node_container.await_image``). Its
+    before the first test; its other images but Horovod's load in the background meanwhile, and a test waits for
+    the one it runs (``localcluster.node_container.await_image``). Its
     kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers' streams cross rotations
     (test_real_node_faults.py). Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
@@ -286,9 +288,7 @@ def real_node(request):
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki")
-    horovod = any(Path(str(item.fspath)).stem == "test_real_horovod" for item in request.session.items)
-    yield from _node_session(node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node",
-                             later=(*BACKGROUND_IMAGES, *(("horovod",) if horovod else ())))
+    yield from _node_session(node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES)
 
 
 def _node_session(node, images, dest: Path, later: tuple[str, ...] = ()):
