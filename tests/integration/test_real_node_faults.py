@@ -59,11 +59,16 @@ def results():
         table.markdown(started, REPEAT, "tests/integration/test_real_node_faults.py", "real-node.md"))
 
 
-def numbered(tag: str, count: int, interval: float) -> list[str]:
-    """A rank program: ``count`` lines, one every ``interval`` seconds, flushed each (a real program's stdout)."""
+def numbered(tag: str, count: int, interval: float, first_attempt: int | None = None) -> list[str]:
+    """A rank program: ``count`` lines, one every ``interval`` seconds, flushed each (a real program's stdout).
+    With ``first_attempt``, the first run of the program on its pod prints that many lines instead (a marker file
+    in the pod's /tmp tells; the workers outlive a launcher attempt): a stream long enough to be cut by a fault
+    however late the test sees it, then a short one for the retry."""
+    lines = (f"({count} if os.path.exists('/tmp/{tag}.ran') else (open('/tmp/{tag}.ran', 'w').close() or "
+             f"{first_attempt}))") if first_attempt else str(count)
     code = (f"import os, time; r = os.environ.get('OMPI_COMM_WORLD_RANK', '0'); "
             f"[(print('{tag} rank %s line %d ' % (r, i) + 'x' * {PAD}, flush=True), time.sleep({interval})) "
-            f"for i in range({count})]")
+            f"for i in range({lines})]")
     return ["python3", "-c", code]
 
 
@@ -75,12 +80,12 @@ class Job:
     """One task instance's operator on the real node, run in a thread as a worker (or the triggerer) runs it."""
 
     def __init__(self, namespace: str, tag: str, *, deferrable: bool, count: int, interval: float = 0.05,
-                 ranks: int = 1, **kwargs) -> None:
+                 ranks: int = 1, first_attempt: int | None = None, **kwargs) -> None:
         kwargs.setdefault("workers", ranks)
         kwargs.setdefault("on_finish_action", "keep")  # counted at the end: every MPIJob the task created
         self.tag, self.count, self.ranks, self.namespace = tag, count, ranks, namespace
-        self.op = real_operator(tag, namespace, program=numbered(tag, count, interval), deferrable=deferrable,
-                                **kwargs)
+        self.op = real_operator(tag, namespace, program=numbered(tag, count, interval, first_attempt),
+                                deferrable=deferrable, **kwargs)
         self.name = self.op.build_manifest(ctx(tag))["metadata"]["name"]
         self.deferrable = deferrable
         self._run = Background(run, self.op, deferrable)
@@ -364,8 +369,11 @@ def test_the_launchers_container_killed_with_a_retry_left(real_node, real_k8s, r
                                                           results, repeat):
     """SIGKILL of the launcher container's process (from the node: exit 137, restartPolicy Never): a failed attempt;
     ``retries=1`` (backoffLimit 1) gives a second launcher pod, whose log comes under its own header. Attempt 1's
-    lines up to the kill and all of attempt 2's, each once; the task succeeds."""
-    job = Job(real_namespace, "launcher-killed", deferrable=True, count=150, interval=0.03, retries=1)
+    lines up to the kill and all of attempt 2's, each once; the task succeeds. Attempt 1's program would print 1,000
+    lines (60 s, under the 64 KiB rotation for 30 s), so it still runs when the test kills it, however late the test
+    sees its 20th line (a CI run under load saw the 150-line program end first: no process to kill)."""
+    job = Job(real_namespace, "launcher-killed", deferrable=True, count=150, interval=0.06, retries=1,
+              first_attempt=1000)
     job.streaming(record, at_least=20)
     (first,) = launcher_pods(real_k8s, real_namespace)
     real_node.kill_container(pod(real_k8s, real_namespace, first.metadata.name).status.container_statuses[0]
@@ -374,7 +382,7 @@ def test_the_launchers_container_killed_with_a_retry_left(real_node, real_k8s, r
     first_pod, second_pod = launcher_pods(real_k8s, real_namespace)
     assert first_pod.status.container_statuses[0].state.terminated.exit_code == 137
     cut_short = [ln for ln in pod_log(real_k8s, real_namespace, first_pod.metadata.name) if ln.startswith(job.tag)]
-    assert 20 <= len(cut_short) < job.count
+    assert 20 <= len(cut_short) < 1000
     run_ = job.measure(results, "SIGKILL of the launcher's container, a retry left", real_k8s, real_namespace,
                        record, [], per_attempt=[cut_short, printed(job.tag, job.count)])
     assert clean(run_) == (1, 0, 0, 0, 0), run_
