@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator
 
@@ -17,6 +18,14 @@ BUILT, CACHED = "built now", "cached"
 # marks what every fresh clone or code change builds anew (its virtualenvs, the provider layer of the compose image):
 # the report does not count it when it calls a run cold or warm
 CHECKOUT_OWN = "(the checkout's own)"
+
+
+def steps_ran(progress: str) -> list[str]:
+    """The RUN, COPY and ADD steps a BuildKit build ran, from its plain progress (``#N DONE`` after the step's
+    header; a cached step says ``#N CACHED``). An image's id says less: the same tag built by compose and by buildx
+    differs in id with every layer cached."""
+    steps = dict(re.findall(r"^#(\d+) \[[^\]]* \d+/\d+\] ((?:RUN|COPY|ADD) .*)$", progress, re.M))
+    return [steps[n] for n in sorted(set(re.findall(r"^#(\d+) DONE ", progress, re.M)) & steps.keys())]
 
 
 def note(what: str, built: bool, seconds: float) -> None:

@@ -7,7 +7,6 @@ background at its start, so that Docker's build cache holds every layer when tes
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -24,16 +23,14 @@ OWN = ("postgres", "airflow-init")  # the services whose images carry AIRFLOW_MP
 
 def compose_build(services: list[str], project: str, what: str, env: dict[str, str] | None = None) -> None:
     """``docker compose build``, noted in the test run's build ledger: built now when any RUN, COPY or ADD step ran
-    (BuildKit's plain progress prints ``#N DONE`` for it, ``#N CACHED`` otherwise)."""
+    (build_ledger.steps_ran)."""
     t0 = time.monotonic()
     res = subprocess.run(["docker", "compose", "-f", str(REPO / "docker-compose.yaml"), "-p", project, "build",
                           *services], capture_output=True, text=True,
                          env={**os.environ, **(env or {}), "BUILDKIT_PROGRESS": "plain"})
     if res.returncode:
         raise RuntimeError(f"docker compose build failed ({res.returncode}):\n{res.stderr[-4000:]}")
-    progress = res.stdout + res.stderr
-    steps = dict(re.findall(r"^#(\d+) \[[^\]]* \d+/\d+\] ((?:RUN|COPY|ADD) .*)$", progress, re.M))
-    ran = [steps[n] for n in set(re.findall(r"^#(\d+) DONE ", progress, re.M)) if n in steps]
+    ran = build_ledger.steps_ran(res.stdout + res.stderr)
     # the steps that copy and install this checkout's provider (images/airflow/Dockerfile: /src) follow every change
     # of the code, as the checkout's virtualenvs do: they alone do not make a run cold
     if ran and all("/src" in step for step in ran):
