@@ -14,13 +14,14 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts"
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # localcluster/ (dev-only, not installed); build_ledger needs only the stdlib
+from localcluster.build_ledger import BUILT, CACHED, CHECKOUT_OWN  # noqa: E402 - what is built, what every clone rebuilds
+
+ARTIFACTS = REPO / ".artifacts"
 # the README's targets (minutes), by what the run found built: nothing (cold), everything (warm), or in between
 # (the Go binaries built, as after scripts/demo on a fresh machine, but an image or add-on missing)
 TARGETS = {"cold": 40, "partly cold": 25, "warm": 15}
-# what every fresh clone (CI's too) or code change builds anew (localcluster/build_ledger.py): not what makes a
-# machine cold
-CHECKOUT_OWN = "(the checkout's own)"
 GO_BINARIES = "Go binaries"
 # pytest runs whose tests run real containers (the real node's ranks, the compose stack)
 REAL_CONTAINER_RUNS = ("real-node", "compose")
@@ -37,7 +38,7 @@ def builds(path: Path) -> dict[str, tuple[bool, int]]:
     rows = [line.split("\t") for line in path.read_text().splitlines()] if path.exists() else []
     for what, state, seconds in (r for r in rows if len(r) == 3):
         entry = seen[what]
-        if state == "built now":
+        if state == BUILT:
             entry[0] = True
             entry[1] += int(seconds)
         entry[2] = max(entry[2], int(seconds))
@@ -84,7 +85,7 @@ def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout) -> None:
     built = builds(artifacts / "test-builds.tsv")
     say("== what this run built, and what it found built (waits for another step's build count as cached) ==")
     for what, (b, seconds) in sorted(built.items(), key=lambda kv: (not kv[1][0], kv[0])):
-        say(f"  {'built now' if b else 'cached':9s} {seconds:5d} s  {what}")
+        say(f"  {BUILT if b else CACHED:9s} {seconds:5d} s  {what}")
     runs = junit_cases(artifacts)
     if runs:
         say("== the tests: each pytest run, then distinct tests ==")
