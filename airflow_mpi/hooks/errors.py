@@ -8,7 +8,7 @@ import functools
 import json
 
 from airflow.providers.common.compat.sdk import AirflowException
-from airflow_mpi.jobspec.naming import LABEL_PREFIX, TRY_NUMBER_LABEL
+from airflow_mpi.jobspec.naming import LABEL_PREFIX, RAW_IDENTITY_KEYS, TRY_NUMBER_LABEL
 
 # identity keys of an MPIJob's owner: labels hold label-safe values, annotations the raw ones (jobspec/naming.py)
 _OWNER_KEYS = ("dag-id", "task-id", "run-id", "map-index", "try-number")
@@ -35,17 +35,24 @@ class MPIJobConflictError(MPIJobHookError):
     """An MPIJob of the same name exists and does not belong to the task instance creating it."""
 
     def __init__(self, name: str, namespace: str, existing_labels: dict | None = None,
-                 desired_labels: dict | None = None, existing_annotations: dict | None = None) -> None:
+                 desired_labels: dict | None = None, existing_annotations: dict | None = None,
+                 desired_annotations: dict | None = None) -> None:
         self.name, self.namespace = name, namespace
         self.existing_labels = dict(existing_labels or {})
         self.desired_labels = dict(desired_labels or {})
         self.existing_annotations = dict(existing_annotations or {})
+        self.desired_annotations = dict(desired_annotations or {})
         keys = sorted(k for k in set(self.existing_labels) | set(self.desired_labels)
                       if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL)
-        #: identity label -> (value on the existing object, value this task would set)
+        #: identity label (or, where the sanitised labels agree, raw identity annotation) -> (value on the existing
+        #: object, value this task would set)
         self.differences: dict[str, tuple[str | None, str | None]] = {
             k: (self.existing_labels.get(k), self.desired_labels.get(k)) for k in keys
             if self.existing_labels.get(k) != self.desired_labels.get(k)}
+        if not self.differences:
+            self.differences = {
+                f"annotation {k}": (self.existing_annotations.get(k), self.desired_annotations.get(k))
+                for k in RAW_IDENTITY_KEYS if self.existing_annotations.get(k) != self.desired_annotations.get(k)}
         self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
         if not any(k.startswith(LABEL_PREFIX) for k in self.desired_labels):
             why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
@@ -58,7 +65,7 @@ class MPIJobConflictError(MPIJobHookError):
 
     def __reduce__(self):
         return type(self), (self.name, self.namespace, self.existing_labels, self.desired_labels,
-                            self.existing_annotations)
+                            self.existing_annotations, self.desired_annotations)
 
 
 class WatchExpired(MPIJobHookError):

@@ -73,9 +73,9 @@ def adopt_or_raise(existing: dict, desired: dict) -> dict:
     meta, desired_meta = existing.get("metadata") or {}, desired.get("metadata") or {}
     name = desired_meta.get("name") or meta.get("name")
     namespace = desired_meta.get("namespace") or meta.get("namespace")
-    if not same_task(meta.get("labels"), desired_meta.get("labels")):
+    if not same_task(meta, desired_meta):
         raise MPIJobConflictError(name, namespace, meta.get("labels"), desired_meta.get("labels"),
-                                  meta.get("annotations"))
+                                  meta.get("annotations"), desired_meta.get("annotations"))
     log.info("MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it", namespace, name,
              (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"))
     if meta.get("deletionTimestamp"):

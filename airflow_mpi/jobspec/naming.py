@@ -140,13 +140,28 @@ def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (labels or {}).items() if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL}
 
 
+RAW_IDENTITY_KEYS = (DAG_ID_LABEL, TASK_ID_LABEL, RUN_ID_LABEL, MAP_INDEX_LABEL)
+
+
+def _raw_identity(annotations: dict[str, str] | None) -> tuple[str | None, ...]:
+    return tuple((annotations or {}).get(key) for key in RAW_IDENTITY_KEYS)
+
+
 def reattach_selector(labels: dict[str, str]) -> str:
-    """Label selector matching every try of the task instance these labels describe."""
+    """Label selector matching every try of the task instance these labels describe (and, labels being sanitised,
+    possibly another task instance's: ``same_task`` decides)."""
     identity = _task_identity(labels)
     return ",".join(f"{k}={v}" for k, v in sorted(identity.items()))
 
 
-def same_task(labels_a: dict[str, str] | None, labels_b: dict[str, str] | None) -> bool:
-    """True when both label sets name the same task instance (the try number may differ)."""
-    a, b = _task_identity(labels_a), _task_identity(labels_b)
-    return bool(a) and a == b
+def same_task(metadata_a: dict | None, metadata_b: dict | None) -> bool:
+    """True when both objects' metadata name the same task instance of the same deployment (the try may differ).
+
+    Labels are sanitised, so two raw values can share one label (``manual__2026-11-22T10:00:00+00:00`` and a run id
+    spelled like its sanitised form): the raw identity annotations must match too. An object without them (a job
+    of an older release, one made by hand) is never the same task: it is left alone.
+    """
+    a, b = metadata_a or {}, metadata_b or {}
+    labels_a, labels_b = _task_identity(a.get("labels")), _task_identity(b.get("labels"))
+    raw_a, raw_b = _raw_identity(a.get("annotations")), _raw_identity(b.get("annotations"))
+    return bool(labels_a) and labels_a == labels_b and None not in raw_a and raw_a == raw_b

@@ -47,7 +47,7 @@ def reattach(
         return None
     existing_labels = (existing.get("metadata") or {}).get("labels") or {}
     existing_name, existing_ns = existing["metadata"]["name"], existing["metadata"]["namespace"]
-    if not same_task(existing_labels, labels):
+    if not same_task(existing["metadata"], manifest["metadata"]):
         raise AirflowFailException(
             f"MPIJob {existing_ns}/{existing_name} already exists and is not this task instance's job in this "
             f"deployment ({DEPLOYMENT_LABEL}={existing_labels.get(DEPLOYMENT_LABEL)!r}, this deployment's is "

@@ -10,7 +10,7 @@ from kubernetes.client import V1Container, V1ObjectMeta, V1Pod, V1PodList, V1Pod
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from airflow_mpi.jobspec.naming import identity_labels
+from airflow_mpi.jobspec.naming import identity_annotations, identity_labels
 
 NOT_FOUND_OBJECT = json.dumps(
     {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
@@ -36,17 +36,24 @@ def labels_of(dag="dag", task="train", run="manual__2026-11-22T10:00:00+00:00", 
     return identity_labels(dag, task, run, map_index, try_number)
 
 
-def mpijob(name="job", namespace="ns", labels=None, rv="7", api_version="kubeflow.org/v2beta1"):
+def annotations_of(dag="dag", task="train", run="manual__2026-11-22T10:00:00+00:00", map_index=-1, try_number=1):
+    """The raw identity annotations (the default task instance's unless told otherwise)."""
+    return identity_annotations(dag, task, run, map_index, try_number)
+
+
+def mpijob(name="job", namespace="ns", labels=None, rv="7", api_version="kubeflow.org/v2beta1", annotations=None):
     return {
         "apiVersion": api_version,
         "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels or {}},
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels or {},
+                     "annotations": annotations if annotations is not None else annotations_of()},
         "spec": {"slotsPerWorker": 1},
     }
 
 
-def manifest(name="job", labels=None, namespace=None):
-    meta = {"name": name, "labels": labels if labels is not None else labels_of(try_number=2)}
+def manifest(name="job", labels=None, namespace=None, annotations=None):
+    meta = {"name": name, "labels": labels if labels is not None else labels_of(try_number=2),
+            "annotations": annotations if annotations is not None else annotations_of(try_number=2)}
     if namespace:
         meta["namespace"] = namespace
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": meta, "spec": {"slotsPerWorker": 1}}

@@ -11,6 +11,7 @@ from k8s_fakes import (
     NOT_FOUND_OBJECT,
     NOT_FOUND_URL,
     FakeResponse,
+    annotations_of,
     api_error,
     labels_of,
     manifest,
@@ -204,7 +205,7 @@ def test_create_409_of_another_task_raises_conflict_naming_job_and_owner(hook):
 
 def test_create_409_of_an_unmanaged_object_is_a_conflict(hook):
     hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
-    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels={"team": "x"})
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels={"team": "x"}, annotations={})
     with pytest.raises(MPIJobConflictError, match="no airflow-mpi.io identity labels"):
         hook.create_mpijob(manifest(), "ns")
 
@@ -575,3 +576,18 @@ def test_delete_live_of_another_incarnation_is_gone(hook):
     hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob(), "Created", rv="8")
     assert hook.delete_live_mpijob("job", "ns", uid="not-u1") == "gone"
     hook.custom_object_client.delete_namespaced_custom_object.assert_not_called()
+
+
+def test_create_409_of_a_run_whose_id_is_another_runs_sanitised_label_is_a_conflict(hook):
+    """Issue 32 item 2: the labels of both runs agree (sanitised), their raw run ids do not: never adopted."""
+    from airflow_mpi.jobspec.naming import sanitize_label_value
+
+    raw = "manual__2026-11-22T10:00:00+00:00"
+    crafted = sanitize_label_value(raw)
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(
+        labels=labels_of(run=raw), annotations=annotations_of(run=raw))
+    with pytest.raises(MPIJobConflictError) as info:
+        hook.create_mpijob(manifest(labels=labels_of(run=crafted), annotations=annotations_of(run=crafted)), "ns")
+    assert info.value.differences == {"annotation airflow-mpi.io/run-id": (raw, crafted)}
+    assert f"run_id={raw}" in str(info.value)

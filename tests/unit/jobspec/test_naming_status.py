@@ -3,6 +3,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_mpi.jobspec.naming import (
     TRY_NUMBER_LABEL,
@@ -16,6 +18,7 @@ from airflow_mpi.jobspec.naming import (
 from airflow_mpi.jobspec.status import job_state
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+RAW_RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -51,16 +54,41 @@ def test_sanitised_values_keep_distinct_inputs_distinct():
     assert sanitize_label_value("run:1") != sanitize_label_value("run+1")
 
 
+def _metadata(run_id, try_number=1, dag="d", task="t", map_index=-1):
+    return {"labels": identity_labels(dag, task, run_id, map_index, try_number),
+            "annotations": identity_annotations(dag, task, run_id, map_index, try_number)}
+
+
 def test_identity_labels_and_same_task_ignore_try_number():
-    first = identity_labels("d", "t", "manual__2026-11-22T10:00:00+00:00", -1, 1)
-    second = identity_labels("d", "t", "manual__2026-11-22T10:00:00+00:00", -1, 2)
-    assert first[TRY_NUMBER_LABEL] == "1" and second[TRY_NUMBER_LABEL] == "2"
+    first, second = _metadata(RAW_RUN_ID, 1), _metadata(RAW_RUN_ID, 2)
+    assert first["labels"][TRY_NUMBER_LABEL] == "1" and second["labels"][TRY_NUMBER_LABEL] == "2"
     assert same_task(first, second)
-    assert not same_task(first, identity_labels("d", "t", "other", -1, 1))
+    assert not same_task(first, _metadata("other"))
     assert not same_task({}, {})
-    assert "try-number" not in reattach_selector(first)
-    assert reattach_selector(first) == reattach_selector(second)
+    assert "try-number" not in reattach_selector(first["labels"])
+    assert reattach_selector(first["labels"]) == reattach_selector(second["labels"])
     assert identity_annotations("d", "t", "r:1", 2, 1)["airflow-mpi.io/run-id"] == "r:1"
+
+
+def test_a_run_id_spelled_like_another_runs_sanitised_label_is_not_that_run():
+    """Issue 32 item 2: the default allowed_run_id_pattern accepts a run id equal to the sanitised label of another
+    run's id; the labels then match, the raw annotations do not, and the job is not adopted."""
+    crafted = sanitize_label_value(RAW_RUN_ID)
+    assert crafted != RAW_RUN_ID and identity_labels("d", "t", crafted, -1, 1) == identity_labels(
+        "d", "t", RAW_RUN_ID, -1, 1)
+    assert not same_task(_metadata(RAW_RUN_ID), _metadata(crafted))
+
+
+def test_a_job_without_the_raw_identity_is_nobodys():
+    """A job of an older release, or one made by hand with copied labels, is never the same task."""
+    labels_only = {"labels": _metadata(RAW_RUN_ID)["labels"]}
+    assert not same_task(labels_only, _metadata(RAW_RUN_ID))
+    assert not same_task(_metadata(RAW_RUN_ID), labels_only)
+
+
+@given(st.text(min_size=1, max_size=80))
+def test_same_task_holds_exactly_when_the_raw_run_ids_are_equal(run_id):
+    assert same_task(_metadata(RAW_RUN_ID), _metadata(run_id)) == (run_id == RAW_RUN_ID)
 
 
 def _cond(t, status="True", reason=None, ts="2026-11-22T10:00:00Z"):

@@ -206,6 +206,22 @@ def test_job_of_another_task_is_not_adopted():
     assert op.hook.created == []
 
 
+def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_job(monkeypatch):
+    """Issue 32 item 2: run B's id is run A's sanitised label (the default allowed_run_id_pattern accepts it). B's job
+    name differs (names hash the raw ids), the selector fallback finds A's live job (labels agree): B must not stream,
+    report or delete it. It fails naming the owner, creating and deleting nothing."""
+    from airflow_mpi.jobspec.naming import sanitize_label_value
+
+    op = make()
+    a_job = _existing(op, "Created", "Running")
+    crafted = {"ti": NS(dag_id="dag", task_id="mpi", run_id=sanitize_label_value(RUN_ID), map_index=-1,
+                        try_number=1)}
+    assert op.build_manifest(crafted)["metadata"]["name"] != a_job["metadata"]["name"]
+    with pytest.raises(AirflowFailException, match="is not this task instance's job"):
+        op.execute(crafted)
+    assert op.hook.created == [] and op.hook.deleted == []
+
+
 def test_the_same_task_instance_of_another_deployment_is_never_adopted_or_deleted():
     """Staging and prod share a namespace and run ids: a job carrying another deployment's label under this
     task's name (or a rendered manifest, which carries none) fails the task, naming both deployments."""
