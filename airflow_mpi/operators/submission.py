@@ -40,8 +40,8 @@ def reattach(
     if existing is None:
         existing = hook.get_mpijob(name, namespace)
     if existing is None:
-        found = hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))
-        live = [j for j in found if not job_state(j).terminal]
+        found = hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))  # labels: a superset
+        live = [j for j in found if not job_state(j).terminal and same_task(j["metadata"], manifest["metadata"])]
         existing = live[0] if live else None
     if existing is None:
         return None

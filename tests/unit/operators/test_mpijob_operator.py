@@ -209,7 +209,7 @@ def test_job_of_another_task_is_not_adopted():
 def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_job(monkeypatch):
     """Issue 32 item 2: run B's id is run A's sanitised label (the default allowed_run_id_pattern accepts it). B's job
     name differs (names hash the raw ids), the selector fallback finds A's live job (labels agree): B must not stream,
-    report or delete it. It fails naming the owner, creating and deleting nothing."""
+    report or delete it. B runs its own job; A's is left alone."""
     from airflow_mpi.jobspec.naming import sanitize_label_value
 
     op = make()
@@ -217,9 +217,17 @@ def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_jo
     crafted = {"ti": NS(dag_id="dag", task_id="mpi", run_id=sanitize_label_value(RUN_ID), map_index=-1,
                         try_number=1)}
     assert op.build_manifest(crafted)["metadata"]["name"] != a_job["metadata"]["name"]
-    with pytest.raises(AirflowFailException, match="is not this task instance's job"):
-        op.execute(crafted)
-    assert op.hook.created == [] and op.hook.deleted == []
+    waited = []
+
+    async def fake_wait(name, *args, **kwargs):
+        waited.append(name)
+        return result(name=name)
+
+    monkeypatch.setattr(op, "_wait", fake_wait)
+    op.execute(crafted)
+    assert [m["metadata"]["annotations"]["airflow-mpi.io/run-id"] for m in op.hook.created] == [crafted["ti"].run_id]
+    assert waited == [op.hook.created[0]["metadata"]["name"]]
+    assert a_job["metadata"]["name"] not in [name for name, _ in op.hook.deleted]
 
 
 def test_the_same_task_instance_of_another_deployment_is_never_adopted_or_deleted():
