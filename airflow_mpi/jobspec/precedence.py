@@ -26,8 +26,8 @@ from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
     API_V1, API_V2BETA1, CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
     KUEUE_QUEUE_LABEL, LAUNCHER_REPLICA, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
-    ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT,
-    Defaults,
+    ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, WORKER_SSHD_START_SECONDS, WORKERS_DNS_WAIT,
+    Defaults, workers_dns_wait_script, workers_dns_wait_seconds,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 
@@ -37,7 +37,8 @@ CONTROLLER_DEFAULT = "controller default, not written"
 # ``program`` uses the same values).
 CONTROLLER_DEFAULTS = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
 # Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
-STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1, "failureThreshold": 60}
+STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1,
+                 "failureThreshold": WORKER_SSHD_START_SECONDS}
 # Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env var given as a
 # parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
@@ -145,7 +146,7 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     if spec.launch is not None:
         _put_launcher_command(manifest, spec)
     if spec.defaults is not None:
-        _launcher_waits_for_workers(manifest, settings)
+        _launcher_waits_for_workers(manifest, settings, spec.defaults)
     return Resolved(manifest, settings)
 
 
@@ -253,12 +254,13 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
     settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)
 
 
-def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting]) -> None:
+def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting], defaults: Defaults) -> None:
     """Under the default WaitForWorkersReady the launcher gets an init container that waits until every worker's
-    name resolves (spec.WORKERS_DNS_WAIT_SCRIPT): the policy holds the launcher until the workers are Ready, but not
-    until the cluster DNS knows them. CoreDNS lags behind after an API server restart (seen on the real node: the
-    launcher's ssh failed "Could not resolve hostname" in 1 of 4 jobs created then), and a job stored suspended
-    (Kueue) gets its launcher at once when resumed (mpi-operator v0.8.2, kubeflow/mpi-operator#615)."""
+    name resolves (spec.workers_dns_wait_script: as long as the task lets its workers start): the policy holds the
+    launcher until the workers are Ready, but not until the cluster DNS knows them. CoreDNS lags behind after an API
+    server restart (seen on the real node: the launcher's ssh failed "Could not resolve hostname" in 1 of 4 jobs
+    created then), and a job stored suspended (Kueue) gets its launcher at once when resumed (mpi-operator v0.8.2,
+    kubeflow/mpi-operator#615)."""
     policy = settings.get("launcher_creation_policy")
     job = manifest["spec"]
     pod = pod_spec(manifest, LAUNCHER_REPLICA)
@@ -267,12 +269,16 @@ def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting]) ->
             or job.get("runLauncherAsWorker") is True or any(c.get("name") == WORKERS_DNS_WAIT for c in init)):
         return
     main = pod["containers"][0]
-    waiter = {"name": WORKERS_DNS_WAIT, "image": main.get("image"), "command": ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT],
+    deadline = workers_dns_wait_seconds(defaults.schedule_timeout)
+    script = workers_dns_wait_script(deadline)
+    waiter = {"name": WORKERS_DNS_WAIT, "image": main.get("image"), "command": ["/bin/sh", "-c", script],
               **{key: deepcopy(main[key]) for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
               "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}
     pod["initContainers"] = [waiter, *init]
     settings["launcher.wait_for_workers"] = Setting(
-        "an init container waits until every worker's name resolves (WaitForWorkersReady does not wait for DNS)",
+        "an init container waits until every worker's name resolves (WaitForWorkersReady does not wait for DNS), "
+        + ("without a deadline (schedule_timeout=None)" if deadline is None else
+           f"for up to {deadline} s (schedule_timeout + {WORKER_SSHD_START_SECONDS} s for the workers' sshd)"),
         DEFAULT)
 
 

@@ -64,22 +64,44 @@ DISCOVER_HOSTS_SCRIPT = CONFIG_MOUNT_PATH + "/discover_hosts.sh"
 # once, whatever WaitForWorkersReady says (mpi-operator v0.8.2, kubeflow/mpi-operator#615): its ssh would race the
 # workers' DNS records. An init container waits for them: a worker's record exists once the worker is Ready, i.e.
 # its sshd listens (the job's Service does not publish addresses that are not ready). Hosts from the hostfile the
-# mpi-operator mounts; an image with neither getent nor nslookup is not held (as before).
+# mpi-operator mounts; an image with neither getent nor nslookup is not held (as before). How long it waits is the
+# task's to say (workers_dns_wait_seconds): the launcher fails for good when it gives up (backoffLimit 0).
 WORKERS_DNS_WAIT = "wait-for-workers"
-WORKERS_DNS_WAIT_SECONDS = 300
-WORKERS_DNS_WAIT_SCRIPT = f"""\
-command -v getent >/dev/null || command -v nslookup >/dev/null || {{ echo "{WORKERS_DNS_WAIT}: no getent or nslookup \
-in the image: not waiting"; exit 0; }}
-deadline=$(( $(date +%s) + {WORKERS_DNS_WAIT_SECONDS} ))
-for host in $(sed 's/[ :].*//' {HOSTFILE} 2>/dev/null); do
-  until getent hosts "$host" >/dev/null 2>&1 || nslookup "$host" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then
-      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after {WORKERS_DNS_WAIT_SECONDS} s" >&2; exit 1
-    fi
-    sleep 1
-  done
-done
-"""
+# Once scheduled, a worker's sshd gets this long to listen (the startup probe's failureThreshold x periodSeconds,
+# jobspec/precedence.py STARTUP_PROBE) before its container is restarted.
+WORKER_SSHD_START_SECONDS = 60
+
+
+def workers_dns_wait_seconds(schedule_timeout: float | None) -> int | None:
+    """How long the launcher waits for its workers' names: as long as the task lets a worker stay unscheduled
+    (``schedule_timeout``: past it, the task itself fails and deletes the job), plus the minute its sshd gets to start
+    once scheduled; the launcher's own image pull, which comes first, covers the workers' pull of the same image.
+    None (the task lets workers wait unscheduled for ever): no deadline either."""
+    return None if schedule_timeout is None else int(-(-schedule_timeout // 1)) + WORKER_SSHD_START_SECONDS
+
+
+def workers_dns_wait_script(deadline_seconds: int | None) -> str:
+    """The init container's shell script: until every hostfile host resolves; with ``deadline_seconds``, exit 1
+    naming the first host still unresolved once they have passed."""
+    lines = [
+        "command -v getent >/dev/null || command -v nslookup >/dev/null || "
+        f'{{ echo "{WORKERS_DNS_WAIT}: no getent or nslookup in the image: not waiting"; exit 0; }}',
+        *([] if deadline_seconds is None else [f"deadline=$(( $(date +%s) + {deadline_seconds} ))"]),
+        f"for host in $(sed 's/[ :].*//' {HOSTFILE} 2>/dev/null); do",
+        '  until getent hosts "$host" >/dev/null 2>&1 || nslookup "$host" >/dev/null 2>&1; do',
+        *([] if deadline_seconds is None else [
+            '    if [ "$(date +%s)" -ge "$deadline" ]; then',
+            f'      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after {deadline_seconds} s (the '
+            f'task\'s schedule_timeout + {WORKER_SSHD_START_SECONDS} s for its sshd)" >&2; exit 1',
+            "    fi",
+        ]),
+        "    sleep 1",
+        "  done",
+        "done",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 CONFIG_VOLUME = "mpi-job-config"  # the mpi-operator's volume of CONFIG_MOUNT_PATH
 
 DEFAULT_CONTAINER_NAMES = {
@@ -95,12 +117,15 @@ class Defaults:
     ``retries`` turns on the retries mapping (precedence.py): unless ``backoff_limit`` is given as a parameter,
     ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to ``Never``. ``namespace``
     is the connection's, or a function that looks it up (called only when needed). The name's default is the identity's.
+    ``schedule_timeout``: the task's, which bounds the launcher's wait for its workers (None: no bound).
     """
 
     workers: int | None = 1
     clean_pod_policy: str | None = "Running"  # the controllers' is "None": idle workers would hold their nodes
     retries: int | None = None
     namespace: str | Callable[[], str | None] | None = None
+    schedule_timeout: float | None = 300.0  # the task's (seconds a worker may stay unscheduled): the launcher's
+    # init container waits for the workers that long and their sshd's start (workers_dns_wait_seconds)
 
 
 class LauncherCommand(Protocol):

@@ -100,7 +100,7 @@ class MPIJobOperator(BaseOperator):
         return mpirun_launch(errors, values)
 
     def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: Any) -> Resolved:
-        defaults = Defaults(retries=self.retries or 0, namespace=namespace)
+        defaults = Defaults(retries=self.retries or 0, namespace=namespace, schedule_timeout=values["schedule_timeout"])
         return resolve_parameters(values, identity=identity, defaults=defaults, launch=self._launch)
 
     def _task_settings(self) -> dict[str, Any]:

@@ -29,20 +29,19 @@ from airflow_mpi.jobspec import (
 from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
 from airflow_mpi.jobspec.spec import (
-    MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT,
+    MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK, WORKERS_DNS_WAIT, workers_dns_wait_script,
 )
 
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
 
 
-def resolved(base_manifest=None, **kwargs):
+def resolved(base_manifest=None, defaults=Defaults(retries=0), **kwargs):
     kwargs.setdefault("name", None)
     kwargs.setdefault("identity", IDENTITY)
     if base_manifest is None:
         kwargs.setdefault("launcher", ReplicaSpec(image="img"))
         kwargs.setdefault("worker", ReplicaSpec(image="img", replicas=2))
-    return resolve(MPIJobSpec(base_manifest=base_manifest, defaults=Defaults(retries=0), launch=Mpirun(["/pi"]),
-                              **kwargs))
+    return resolve(MPIJobSpec(base_manifest=base_manifest, defaults=defaults, launch=Mpirun(["/pi"]), **kwargs))
 
 
 def main(result, role: str) -> dict:
@@ -218,7 +217,7 @@ def test_under_the_default_policy_the_launcher_waits_for_its_workers_names_in_an
     (waiter,) = launcher_pod(result)["initContainers"]
     launcher = main(result, "Launcher")
     assert waiter["name"] == WORKERS_DNS_WAIT and waiter["image"] == launcher["image"] == "img"
-    assert waiter["command"] == ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT]
+    assert waiter["command"] == ["/bin/sh", "-c", workers_dns_wait_script(300 + 60)]  # the task's default
     assert waiter["securityContext"] == launcher["securityContext"] == {"runAsUser": 1000}
     assert waiter["volumeMounts"] == [{"name": "mpi-job-config", "mountPath": "/etc/mpi"}]
     assert result.settings["launcher.wait_for_workers"].source == DEFAULT
@@ -235,10 +234,55 @@ def test_no_init_container_where_the_launcher_needs_none_or_the_user_chose(kwarg
     assert "launcher.wait_for_workers" not in result.settings
 
 
-def _waiter_script(tmp_path) -> str:
+def _waiter_script(tmp_path, deadline=360) -> str:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("job-worker-0.job.ns.svc slots=2\njob-worker-1.job.ns.svc:2\n")
-    return WORKERS_DNS_WAIT_SCRIPT.replace("/etc/mpi/hostfile", str(hostfile))
+    return workers_dns_wait_script(deadline).replace("/etc/mpi/hostfile", str(hostfile))
+
+
+@pytest.mark.parametrize(("schedule_timeout", "deadline"), [(1200.0, 1260), (0.5, 61), (None, None)])
+def test_the_launchers_wait_for_its_workers_follows_the_tasks_schedule_timeout(schedule_timeout, deadline):
+    """The task lets a worker stay unscheduled ``schedule_timeout`` s, then its sshd a minute to listen: the launcher
+    waits as long (a fixed 300 s failed, for good, a Kueue-admitted job whose workers took longer); None: for ever."""
+    result = resolved(defaults=Defaults(retries=0, schedule_timeout=schedule_timeout), labels=QUEUED)
+    (waiter,) = launcher_pod(result)["initContainers"]
+    assert waiter["command"] == ["/bin/sh", "-c", workers_dns_wait_script(deadline)]
+    script = waiter["command"][2]
+    assert (f"deadline=$(( $(date +%s) + {deadline} ))" in script) if deadline else ("deadline" not in script)
+    said = result.settings["launcher.wait_for_workers"].value
+    assert (f"for up to {deadline} s (schedule_timeout + 60 s" if deadline else "without a deadline") in said
+
+
+def _slow_workers(tmp_path, resolves_after: int) -> str:
+    """PATH of a getent that resolves a host from its ``resolves_after``-th lookup on, and a clock that moves an
+    hour per reading (no waiting in the test), with no-op sleep."""
+    path = _tools(tmp_path, ["sed", "grep", "cat"])
+    asked = tmp_path / "asked"
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    for name, body in (("getent", f'echo "$2" >> {asked}\n[ "$(grep -c "^$2$" {asked})" -ge {resolves_after} ]'),
+                       ("date", f'now=$(cat {clock}); echo $((now + 3600)) > {clock}; echo "$now"'),
+                       ("sleep", "exit 0")):
+        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    return path
+
+
+def test_without_a_deadline_the_init_container_waits_for_slow_workers(tmp_path):
+    """Workers Ready after hours (a large image pull, nodes being provisioned): the launcher still starts."""
+    path = _slow_workers(tmp_path, resolves_after=5)
+    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path, deadline=None)], env={"PATH": path}, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_with_a_deadline_the_init_container_gives_up_naming_the_worker_and_the_setting(tmp_path):
+    path = _slow_workers(tmp_path, resolves_after=5)
+    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path, deadline=7200)], env={"PATH": path}, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("wait-for-workers: worker job-worker-0.job.ns.svc not resolvable (not Ready) after "
+                                   "7200 s (the task's schedule_timeout + 60 s for its sshd)")
 
 
 def _tools(tmp_path, names) -> str:

@@ -14,7 +14,9 @@ import yaml
 from airflow_mpi.jobspec import (
     API_V1,
     API_V2BETA1,
+    Defaults,
     MPIJobSpec,
+    Mpirun,
     ReplicaSpec,
     RunPolicy,
     SchedulingPolicy,
@@ -187,6 +189,20 @@ def test_golden_v2beta1_merged_onto_base_file():
         run_policy=RunPolicy(backoff_limit=2),
     )
     assert_golden(build_manifest(spec), "v2beta1_merged.yaml")
+
+
+def test_golden_v2beta1_with_the_task_defaults():
+    """What the operator submits for parameters only: the defaults filled in, the launcher's init container waiting
+    for its workers as long as the task's schedule_timeout (+ a minute for their sshd) says."""
+    spec = MPIJobSpec(
+        name="pi",
+        namespace="ml",
+        launcher=ReplicaSpec(image="mpioperator/mpi-pi"),
+        worker=ReplicaSpec(replicas=2, image="mpioperator/mpi-pi"),
+        launch=Mpirun(["/home/mpiuser/pi"]),
+        defaults=Defaults(retries=0, schedule_timeout=900),
+    )
+    assert_golden(build_manifest(spec), "v2beta1_task_defaults.yaml")
 
 
 @pytest.mark.parametrize("factory", [full_v2beta1, full_v1])

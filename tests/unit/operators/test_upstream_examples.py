@@ -16,7 +16,7 @@ import pytest
 from airflow_mpi.jobspec import API_V1, DEFAULT
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
-from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, WORKERS_DNS_WAIT, WORKERS_DNS_WAIT_SCRIPT
+from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, WORKERS_DNS_WAIT, workers_dns_wait_script
 from airflow_mpi.operators.task_params import placeholder_identity
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
@@ -39,7 +39,8 @@ def with_dns_wait(expected: dict) -> dict:
         pod = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
         main = pod["containers"][0]
         pod["initContainers"] = [{
-            "name": WORKERS_DNS_WAIT, "image": main["image"], "command": ["/bin/sh", "-c", WORKERS_DNS_WAIT_SCRIPT],
+            "name": WORKERS_DNS_WAIT, "image": main["image"],
+            "command": ["/bin/sh", "-c", workers_dns_wait_script(360)],  # the task's default schedule_timeout + 60 s
             **{key: main[key] for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
             "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}]
     return expected
