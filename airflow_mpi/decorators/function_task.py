@@ -1,11 +1,20 @@
 """What ``@task.mpi`` and ``@task.horovod`` add to their operators: a Python function as the MPI program.
 
-The function's source and its rendered arguments (upstream XComs included), with a nonce made for this submission, go
-into a Secret created right after the MPIJob, owned by it and mounted into its pods (function_task/function_call.py);
-the ranks' command only names the mounted files. The launcher's log streams as for any MPIJob, minus rank 0's marker
-lines of that nonce, which carry its return value (function_task/rank_result.py) and become the task's XCom (also
-after a triggerer failover: ``_result``). Mixed in before Airflow's DecoratedOperator, as cncf.kubernetes'
-``@task.kubernetes`` mixes it into its pod operator.
+The function's source and its rendered arguments (upstream XComs included), with a nonce made for this submission,
+go into a Secret created right after the MPIJob, owned by it and mounted where the ranks run
+(function_task/function_call.py); the ranks' command only names the mounted files. The launcher's log streams as for
+any MPIJob, minus rank 0's marker lines of that nonce, which carry its return value (function_task/rank_result.py)
+and become the task's XCom (also after a triggerer failover: ``_result``). Mixed in before Airflow's
+DecoratedOperator, as cncf.kubernetes' ``@task.kubernetes`` mixes it into its pod operator.
+
+Job first, then its Secret: the Secret names its owner by uid, which exists only once the job does, and the role may
+only create secrets (no patch to add the owner later, which would let it rewrite any Secret of the namespace). A
+Secret made first, owned by nothing, would outlive a try that ends before the job, with the function and its
+arguments, where nobody could find or delete it. No order is without a window, so each one is closed where it can
+be: the job is recorded (operators/job_record.py) before it is created, so that the listener and the sweeps find it
+whatever happens next; a try that finds its task instance's job without its Secret replaces it
+(operators/submission.py: the Secret cannot be made again, it holds the nonce of the try that made the job); a
+Secret that could not be made deletes the job again, and if that delete fails too the job stays recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from airflow_mpi.function_task.function_call import (
 from airflow_mpi.function_task.rank_result import (
     RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines, nonce_digest, parse_result, result_digest_of,
 )
+from airflow_mpi.operators.job_record import record_job
+from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 
@@ -63,6 +74,7 @@ class FunctionTaskMixin:
         self._result_lines: list[str] = []
         self._digest: str | None = None
         self._call_secret: tuple[str, dict[str, str]] | None = None
+        self._context: Any = None  # of the last build_manifest: where the job is recorded
         reasons = check_function(self.python_callable, self.custom_operator_name)
         try:
             self._source = self.get_python_source()
@@ -90,6 +102,7 @@ class FunctionTaskMixin:
         """As MPIJobOperator's, with a fresh nonce and the call's Secret (made from the arguments as they are now:
         rendered, upstream XComs are values; offline, they are left out) mounted into the pods. The Secret itself is
         created with the job (``_create``); one too large is refused here, before anything is created."""
+        self._context = context
         nonce = secrets.token_urlsafe(24)
         data = call_secret_data(self._source, self.python_callable.__name__, self._arguments(), nonce)
         manifest = super().build_manifest(context)
@@ -100,23 +113,39 @@ class FunctionTaskMixin:
         return mount_call_secret(manifest, secret_name)
 
     def _create(self, manifest: dict) -> dict:
-        """Create the job, then its call's Secret, owned by it; without the Secret its pods would wait for ever,
-        so a refused Secret deletes the job again and fails the task, naming the cause."""
+        """Create the job, then its call's Secret, owned by it (module docstring: why in this order). The job is
+        recorded first, so that a try ending before the Secret leaves a job the next try and the sweeps find."""
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        if self._context is not None:
+            record_job(self._context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
         job = super()._create(manifest)
-        if result_digest_of(job) != result_digest_of(manifest):
-            return job  # adopted: a job of an earlier submission of this task instance, with its own Secret
-        name, data = self._call_secret
-        namespace = job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
+        if result_digest_of(job) != result_digest_of(manifest):  # adopted: a job of an earlier submission
+            return self._create(manifest) if dropped_without_call_secret(self.hook, self.log, job) else job
+        secret, data = self._call_secret
+        namespace = job["metadata"].get("namespace") or namespace
         try:
-            self.hook.create_owned_secret(name, namespace, data, job)
+            self.hook.create_owned_secret(secret, namespace, data, job)
         except Exception as err:
-            self.hook.delete_mpijob(job["metadata"]["name"], namespace, uid=job["metadata"].get("uid"))
-            raise AirflowFailException(
-                f"Could not create Secret {namespace}/{name}, which carries the function and its arguments to the "
-                f"ranks ({type(err).__name__}: {str(err)[:300]}); MPIJob {job['metadata']['name']} was deleted "
-                "again. The workers' role needs `create` on secrets (deploy/rbac.yaml)"
-            ) from err
+            self._drop(job, namespace, f"Could not create Secret {namespace}/{secret}, which carries the function "
+                                       f"and its arguments to the ranks ({failure_text(err)})", err)
         return job
+
+    def _drop(self, job: dict, namespace: str, failure: str, err: Exception) -> None:
+        """Delete a job whose Secret could not be made and fail the task; should the delete fail too, the job
+        stays recorded: the next try replaces it (submission.py), the sweeps delete it once the task instance ended."""
+        name = job["metadata"]["name"]
+        try:
+            self.hook.delete_mpijob(name, namespace, uid=job["metadata"].get("uid"))
+        except Exception as delete_err:
+            raise AirflowException(
+                f"{failure}; deleting MPIJob {namespace}/{name} again failed too ({failure_text(delete_err)}). Its "
+                "pods cannot start; it is recorded as this task instance's job: the next try replaces it, and the "
+                "orphan sweep deletes it once the task instance has ended"
+            ) from err
+        raise AirflowFailException(
+            f"{failure}; MPIJob {name} was deleted again. The workers' role needs `create` on secrets "
+            "(deploy/rbac.yaml)"
+        ) from err
 
     def _attached(self, job: dict) -> None:
         self._digest = result_digest_of(job)

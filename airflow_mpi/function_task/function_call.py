@@ -3,10 +3,11 @@
 The function travels as source (as cncf.kubernetes' ``@task.kubernetes`` does: it must be self-contained, importing
 what it uses inside its body), its arguments (upstream XComs included) as a pickle, together with this try's nonce
 (function_task/rank_result.py) in a Kubernetes Secret the operator makes with the job, owned by it (the garbage
-collector removes it with the job) and mounted read-only into its pods at ``CALL_MOUNT``: neither the function nor its
-arguments are in the MPIJob or pod specs, where anyone who may read those (the provider's own role included) would
-find them. Everything that can be found out before submission is checked here, naming the argument and the reason;
-what only the ranks can tell (a missing Python, a return value that is no JSON) comes back in rank 0's marker lines.
+collector removes it with the job) and mounted read-only at ``CALL_MOUNT`` only into the containers that run ranks
+(``mount_call_secret``): neither the function nor its arguments are in the MPIJob or pod specs, where anyone who may
+read those (the provider's own role included) would find them. Everything that can be found out before submission
+is checked here, naming the argument and the reason; what only the ranks can tell (a missing Python, a return value
+that is no JSON) comes back in rank 0's marker lines.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from typing import Any
 
 from airflow_mpi.function_task import rank_runner
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
+from airflow_mpi.jobspec.spec import WORKER_REPLICA
 
 PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
 # A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving
 # room for the runner and the object's metadata.
 MAX_CALL_BYTES = 768 * 1024
-CALL_MOUNT = "/etc/airflow-mpi/call"  # where the call's Secret is mounted in the launcher and the workers
+CALL_MOUNT = "/etc/airflow-mpi/call"  # where the call's Secret is mounted in the containers that run ranks
 CALL_KEY, RUNNER_KEY = "call", "runner.py"  # the Secret's keys: the encoded call, the ranks' program
 CALL_VOLUME = "airflow-mpi-call"
 # Module names that exist only where the DAG is parsed: the DAG file itself (Airflow imports it under an
@@ -136,17 +138,45 @@ def call_secret_name(job_name: str, nonce_digest: str) -> str:
 
 
 def mount_call_secret(manifest: dict, secret_name: str) -> dict:
-    """``manifest`` with the call's Secret mounted read-only into every container of both roles' pods (the ranks
-    run where mpirun reaches a worker: its sshd's container)."""
+    """``manifest`` with the call's Secret mounted read-only where the ranks run, and nowhere else: the main
+    container of the workers (mpirun reaches a worker through its sshd, training-operator v1 through ``kubectl exec``
+    into its first container: both the main one) and, when the launcher runs ranks too (``runLauncherAsWorker``),
+    the launcher's main container. mpirun, mpiexec and horovodrun only pass the file names on; sidecars, init
+    containers and a launcher that runs no rank never see the function or its arguments."""
     volume = {"name": CALL_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
     mount = {"name": CALL_VOLUME, "mountPath": CALL_MOUNT, "readOnly": True}
-    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+    launcher_runs_ranks = manifest["spec"].get("runLauncherAsWorker") is True
+    for role, replica in manifest["spec"]["mpiReplicaSpecs"].items():
         pod = replica["template"].setdefault("spec", {})
-        pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME] + [copy.deepcopy(volume)]
-        for container in pod["containers"]:
-            mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != CALL_VOLUME]
-            container["volumeMounts"] = [*mounts, dict(mount)]
+        volumes = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME]
+        for container in [*(pod.get("initContainers") or []), *pod["containers"]]:
+            if any(m.get("name") == CALL_VOLUME for m in container.get("volumeMounts") or []):
+                container["volumeMounts"] = [m for m in container["volumeMounts"] if m.get("name") != CALL_VOLUME]
+        if role == WORKER_REPLICA or launcher_runs_ranks:
+            main = pod["containers"][0]  # the main container comes first (jobspec/precedence.py _merged)
+            main["volumeMounts"] = [*(main.get("volumeMounts") or []), dict(mount)]
+            volumes.append(copy.deepcopy(volume))
+        if volumes or "volumes" in pod:
+            pod["volumes"] = volumes
     return manifest
+
+
+def mounted_call_secret(job: dict) -> str | None:
+    """The name of the call Secret ``job``'s workers mount (a ``@task.mpi`` job's), or None."""
+    pod = ((((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(WORKER_REPLICA) or {}).get("template") or {})
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if isinstance(volume, dict) and volume.get("name") == CALL_VOLUME:
+            name = (volume.get("secret") or {}).get("secretName")
+            return name if isinstance(name, str) else None
+    return None
+
+
+def lost_call_data() -> dict[str, str]:
+    """What a reattaching try puts into a job's call Secret found missing (operators/submission.py): the job is
+    deleted at once; should a rank start before that, it runs nothing of the function (which no try can restore:
+    the job's pods expect the nonce of the try that made it, never stored) and exits 1 saying why."""
+    reason = "airflow-mpi: this MPIJob lost its call Secret before it started; it is being replaced"
+    return {CALL_KEY: "", RUNNER_KEY: f"import sys\nsys.exit({reason!r})\n"}
 
 
 def decode_call(encoded: str) -> dict[str, Any]:

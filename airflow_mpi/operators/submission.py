@@ -3,6 +3,11 @@
 A new try reattaches to its task instance's live or Succeeded job instead of submitting a duplicate (the identity
 labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
 deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
+
+A ``@task.mpi`` job whose call Secret is missing is replaced too (``dropped_without_call_secret``): its pods cannot
+start without it (FailedMount, for ever: the job stays Created, outside ``startup_timeout``), and no try can make it
+again (it carries the nonce of the try that made the job, which was never stored). Whether it exists is asked by
+creating it (409: it does), owned by the job: the role has ``create`` on secrets, never ``get``.
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
-from airflow_mpi.jobspec.status import job_state
-from airflow_mpi.version_compat import AirflowFailException
+from airflow_mpi.jobspec.status import job_state, true_condition_types
+from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
 
@@ -65,12 +71,46 @@ def reattach(
         hook.delete_mpijob(existing_name, existing_ns, uid=existing["metadata"].get("uid"))
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
         return None
+    if not state.terminal and dropped_without_call_secret(hook, log, existing):
+        return None
     if state.succeeded:
         log.info("MPIJob %s already Succeeded: not running it again", existing_name)
     else:
         log.info("Reattaching to MPIJob %s (%s) instead of creating another", existing_name, state.describe())
     manifest["metadata"]["name"] = existing_name
     return existing
+
+
+def dropped_without_call_secret(hook: Any, log: logging.Logger, job: dict) -> bool:
+    """True when ``job`` (this task instance's, live) mounts a call Secret that does not exist: it was deleted then
+    (and waited out), so that a fresh job is submitted. A job not started yet only: a Running one's pods mounted it
+    (its workers are Ready, and mpi-operator starts the launcher after them), a person deleted it since."""
+    secret = mounted_call_secret(job)
+    if secret is None or "Running" in true_condition_types(job):
+        return False
+    name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
+    try:
+        hook.create_owned_secret(secret, namespace, lost_call_data(), job)
+    except Exception as err:
+        if getattr(err, "status", None) == 409:  # AlreadyExists: the job's own
+            return False
+        raise AirflowException(
+            f"Could not tell whether Secret {namespace}/{secret}, which MPIJob {name}'s pods mount, exists "
+            f"({failure_text(err)}): not following a job whose pods may never start"
+        ) from err
+    log.warning("MPIJob %s has no call Secret %s (the try that made it ended before creating it): its pods could "
+                "never start. Replacing it with a fresh one", name, secret)
+    hook.delete_mpijob(name, namespace, uid=uid)
+    hook.wait_for_deleted(name, namespace, timeout=DELETION_WAIT)
+    return True
+
+
+def failure_text(err: BaseException) -> str:
+    """``err`` in one line for a task's error: its type, HTTP status and the API server's message."""
+    from airflow_mpi.hooks.errors import error_message
+
+    status = getattr(err, "status", None)
+    return f"{type(err).__name__}{f' {status}' if status else ''}: {' '.join(error_message(err).split())[:300]}"
 
 
 def deleted_by_earlier_try(hook: Any, log: logging.Logger, payload: dict, job_try: int | None, try_number: int) -> bool:

@@ -220,6 +220,8 @@ class FakeSyncHook:
     def create_owned_secret(self, name, namespace, string_data, owner):
         if self.secret_error is not None:
             raise self.secret_error
+        if (namespace, name) in self.secrets:
+            raise ApiException(status=409, reason="AlreadyExists")
         self.secrets[(namespace, name)] = (string_data, owner["metadata"].get("uid"))
         return {"metadata": {"name": name, "namespace": namespace}}
 

@@ -26,7 +26,9 @@ from airflow_mpi.function_task.function_call import (
     check_function,
     check_source,
     decode_call,
+    lost_call_data,
     mount_call_secret,
+    mounted_call_secret,
     pickle_arguments,
     rank_command,
 )
@@ -158,19 +160,67 @@ def test_the_call_travels_in_the_secret_and_the_command_only_names_its_files():
     assert argv == ["/opt/py/bin/python", f"{CALL_MOUNT}/runner.py", f"{CALL_MOUNT}/call"]
 
 
-def test_the_secret_is_mounted_read_only_into_every_container_of_both_roles():
+def call_manifest(launcher_as_worker=None):
+    """Both roles: a main container, a sidecar (base manifest) and an init container; a volume of their own."""
     pod = {"template": {"spec": {"containers": [{"name": "main"}, {"name": "sidecar", "volumeMounts": [{"name": "x"}]}],
-                                 "volumes": [{"name": "x"}]}}}
-    manifest = {"spec": {"mpiReplicaSpecs": {"Launcher": pod, "Worker": copy.deepcopy(pod)}}}
-    mount_call_secret(manifest, "job-call-1")
-    mount_call_secret(manifest, "job-call-2")  # idempotent: the last Secret only
-    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+                                 "initContainers": [{"name": "init"}], "volumes": [{"name": "x"}]}}}
+    spec = {"mpiReplicaSpecs": {"Launcher": pod, "Worker": copy.deepcopy(pod)}}
+    return {"spec": {**spec, **({} if launcher_as_worker is None else {"runLauncherAsWorker": launcher_as_worker})}}
+
+
+def call_mounts(manifest):
+    """{role: [containers mounting the call volume]}, and each role's volume of it (or None)."""
+    mounts, volumes = {}, {}
+    for role, replica in manifest["spec"]["mpiReplicaSpecs"].items():
         spec = replica["template"]["spec"]
-        assert [v["name"] for v in spec["volumes"]] == ["x", "airflow-mpi-call"]
-        assert spec["volumes"][1]["secret"] == {"secretName": "job-call-2", "defaultMode": 0o444}
-        for container in spec["containers"]:
-            assert container["volumeMounts"][-1] == {"name": "airflow-mpi-call", "mountPath": CALL_MOUNT,
-                                                     "readOnly": True}
+        mounts[role] = [c["name"] for c in [*spec["initContainers"], *spec["containers"]]
+                        for m in c.get("volumeMounts") or [] if m["name"] == "airflow-mpi-call"]
+        volumes[role] = [v.get("secret") for v in spec.get("volumes") or [] if v["name"] == "airflow-mpi-call"]
+    return mounts, volumes
+
+
+@pytest.mark.parametrize("launcher_as_worker", [None, False])
+def test_the_secret_is_mounted_only_into_the_workers_main_container(launcher_as_worker):
+    manifest = mount_call_secret(call_manifest(launcher_as_worker), "job-call-1")
+    mount_call_secret(manifest, "job-call-2")  # idempotent: the last Secret only
+    mounts, volumes = call_mounts(manifest)
+    assert mounts == {"Launcher": [], "Worker": ["main"]}  # mpirun on the launcher only passes the file names on
+    assert volumes == {"Launcher": [], "Worker": [{"secretName": "job-call-2", "defaultMode": 0o444}]}
+    worker = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["volumeMounts"] == [{"name": "airflow-mpi-call", "mountPath": CALL_MOUNT,
+                                                         "readOnly": True}]
+    assert worker["containers"][1]["volumeMounts"] == [{"name": "x"}]  # the sidecar keeps its own, gets nothing
+    assert [v["name"] for v in worker["volumes"]] == ["x", "airflow-mpi-call"]
+
+
+def test_a_launcher_that_runs_ranks_too_gets_the_secret_in_its_main_container_only():
+    mounts, volumes = call_mounts(mount_call_secret(call_manifest(launcher_as_worker=True), "job-call-1"))
+    assert mounts == {"Launcher": ["main"], "Worker": ["main"]}
+    assert volumes["Launcher"] == volumes["Worker"] == [{"secretName": "job-call-1", "defaultMode": 0o444}]
+
+
+def test_a_base_manifests_mount_of_the_call_volume_in_a_sidecar_is_taken_away():
+    manifest = call_manifest()
+    sidecar = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][1]
+    sidecar["volumeMounts"].append({"name": "airflow-mpi-call", "mountPath": "/peek"})
+    assert call_mounts(mount_call_secret(manifest, "job-call-1"))[0] == {"Launcher": [], "Worker": ["main"]}
+
+
+def test_the_secret_a_job_mounts_is_read_back_from_its_workers_volume():
+    assert mounted_call_secret(mount_call_secret(call_manifest(), "job-call-1")) == "job-call-1"
+    assert mounted_call_secret(call_manifest()) is None and mounted_call_secret({}) is None
+
+
+def test_the_stand_in_for_a_lost_call_runs_nothing_and_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    data = lost_call_data()
+    for key, text in data.items():
+        (tmp_path / key).write_text(text)
+    argv = [w.replace(CALL_MOUNT, str(tmp_path)) for w in rank_command(python=sys.executable)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1 and "lost its call Secret" in done.stderr and done.stdout == ""
 
 
 def test_a_call_too_large_for_its_secret_is_refused_before_submission_naming_the_limit():
