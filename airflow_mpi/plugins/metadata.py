@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.jobspec.orphans import TaskKey
+from airflow_mpi.jobspec.orphans import TaskKey, TryState, state_text
 from airflow_mpi.operators.job_record import JOB_RECORD_KEYS, JOB_XCOM_KEY
 from airflow_mpi.version_compat import non_scoped_session
 
 
-def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
-    """The state of every task instance among ``keys`` that exists (a deleted DAG run's are absent)."""
+def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, TryState]:
+    """The state, try and (Airflow 3) id of every task instance among ``keys`` that exists (a deleted DAG run's are
+    absent): which try the state is about decides which jobs it may judge (jobspec/orphans.py)."""
     from sqlalchemy import select, tuple_
 
     from airflow.models.taskinstance import TaskInstance as TI
 
     columns = (TI.dag_id, TI.task_id, TI.run_id, TI.map_index)
+    ti_id = getattr(TI, "id", None)  # Airflow 3 only: a new UUID with each try
+    extra = (TI.state, TI.try_number) + ((ti_id,) if ti_id is not None else ())
     with non_scoped_session() as session:
-        rows = session.execute(select(*columns, TI.state).where(tuple_(*columns).in_([tuple(k) for k in keys])))
-        return {TaskKey(*row[:4]): None if row[4] is None else str(getattr(row[4], "value", row[4])) for row in rows}
+        rows = session.execute(select(*columns, *extra).where(tuple_(*columns).in_([tuple(k) for k in keys])))
+        return {TaskKey(*row[:4]): TryState(state_text(row[4]), row[5], str(row[6]) if len(row) > 6 else None)
+                for row in rows}
 
 
 def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:

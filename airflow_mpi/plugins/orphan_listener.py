@@ -21,7 +21,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_mpi.jobspec.orphans import FINISHED_TI_STATES, TaskKey
+from airflow_mpi.jobspec.orphans import FINISHED_TI_STATES, TaskKey, TryState, state_text
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 
 log = logging.getLogger(__name__)
@@ -32,10 +32,12 @@ DECORATOR_NAMES = frozenset({"@task.mpi", "@task.horovod"})
 
 @dataclass(frozen=True)
 class TaskFinished:
-    """A task instance reached a finished state (``state``: as the listener saw it, maybe not committed yet)."""
+    """A try of a task instance reached a finished state: ``seen`` is the state as the listener saw it (maybe not
+    committed yet) with the try it is about. The worker may get to it after a clear and a new try: it then judges
+    the jobs of its own try only (jobspec/orphans.py), never the new try's job of the same name."""
 
     key: TaskKey
-    state: str
+    seen: TryState
 
 
 @dataclass(frozen=True)
@@ -71,21 +73,20 @@ def handle(request: Any) -> list[str]:
     from airflow_mpi.plugins import metadata
 
     deployment = deployment_identity.in_database()
+    reported: dict[TaskKey, TryState] = {}
     if isinstance(request, TaskFinished):
         key = request.key
         records = [(k, r) for k, r in metadata.job_locations(key.dag_id, key.run_id, key.task_id) if k == key]
-
-        def states(keys: list[TaskKey]) -> dict[TaskKey, str | None]:
-            # this task instance's new state may not be committed yet: the listener's view wins
-            return {**metadata.task_instance_states(keys), key: request.state}
+        reported[key] = request.seen
     else:
         records = metadata.job_locations(request.dag_id, request.run_id)
-        states = metadata.task_instance_states
-    return sweep_places(records, deployment, states)
+    return sweep_places(records, deployment, metadata.task_instance_states, reported)
 
 
-def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: Any) -> list[str]:
-    """Sweep each place a record names once it is proven to hold that task instance's job."""
+def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: Any,
+                 reported: dict[TaskKey, TryState] | None = None) -> list[str]:
+    """Sweep each place a record names once it is proven to hold that task instance's job. ``states``: the
+    database's lookup; ``reported``: the state a finish request saw (hooks/orphan_sweep.sweep_namespace)."""
     from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, owns_place, sweep_namespace
 
     deadline = time.monotonic() + SWEEP_BUDGET
@@ -101,7 +102,7 @@ def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: A
                      place[0], record["name"], key, deployment)
             continue
         swept.add(place)
-        deleted += sweep_namespace(hook, place[0], deployment, states)
+        deleted += sweep_namespace(hook, place[0], deployment, states, reported)
     return deleted
 
 
@@ -109,12 +110,15 @@ WORKER = SweepWorker(handle)
 
 
 def submit_task(task_instance: Any) -> bool:
-    """Hand a finished MPI task instance of the server side (an ORM one) to the worker; True when queued."""
-    ti, state = task_instance, getattr(task_instance, "state", None)
-    state = None if state is None else str(getattr(state, "value", state))  # an enum or its text
+    """Hand a finished MPI task instance of the server side (an ORM one) to the worker, with the try it is about
+    (its number, and its id on Airflow 3: a job's labels and annotations say the same of the try that made it);
+    True when queued."""
+    ti, state = task_instance, state_text(getattr(task_instance, "state", None))
     if not type(ti).__module__.startswith("airflow.models") or state not in FINISHED_TI_STATES or not is_mpi_task(ti):
         return False
-    return WORKER.submit(TaskFinished(TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index), state))
+    ti_id, try_number = getattr(ti, "id", None), getattr(ti, "try_number", None)
+    seen = TryState(state, try_number if isinstance(try_number, int) else None, str(ti_id) if ti_id else None)
+    return WORKER.submit(TaskFinished(TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index), seen))
 
 
 @hookimpl

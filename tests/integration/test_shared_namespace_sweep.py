@@ -3,19 +3,22 @@ as the shipped sweeper role (deploy/rbac.yaml ``airflow-mpi-sweeper``) and delet
 
 The e2e module tests/e2e/test_shared_namespace.py runs the same with two real Airflow deployments; this one pins
 the sweep's rules down: the other deployment's job of the *same* dag/task/run, a rendered manifest applied by hand,
-a forged location and the role's limits.
+a forged location and the role's limits, and finish requests handled after a clear and the next try (names are per
+task instance, not per try).
 """
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace as NS
 
 import pytest
 from airflow.sdk import DAG
 from kubernetes import client
 
+from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, sweep_namespace
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
-from airflow_mpi.jobspec.orphans import TaskKey
+from airflow_mpi.jobspec.orphans import TaskKey, TryState
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.plugins.orphan_listener import sweep_places
 from tests.integration.least_privilege import (SWEEPER_ROLE, allowed_calls, apply_role,
@@ -33,14 +36,21 @@ def operator(namespace: str) -> MPIJobOperator:
                               workers=1, namespace=namespace, suspend=True)
 
 
-def manifest_of(deployment: str | None, namespace: str, monkeypatch) -> dict:
-    """The job a deployment's task instance KEY submits (None: ``airflow-mpi-render``'s offline manifest)."""
+def manifest_of(deployment: str | None, namespace: str, monkeypatch, key: TaskKey = KEY, try_number: int = 1) -> dict:
+    """The job try ``try_number`` of a deployment's task instance ``key`` submits (None: ``airflow-mpi-render``'s
+    offline manifest)."""
     op = operator(namespace)
     if deployment is None:
         return op.build_manifest({"run_id": "offline"})
     monkeypatch.setenv("AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID", deployment)
-    ti = NS(dag_id=KEY.dag_id, task_id=KEY.task_id, run_id=KEY.run_id, map_index=-1, try_number=1, id="uuid")
+    ti = NS(dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index,
+            try_number=try_number, id=ti_id(key, try_number))
     return op.build_manifest({"ti": ti})
+
+
+def ti_id(key: TaskKey, try_number: int) -> str:
+    """The id of one try of ``key`` (Airflow 3 gives each try a new UUID)."""
+    return f"ti-{key.map_index}-try-{try_number}"
 
 
 @pytest.fixture
@@ -66,7 +76,7 @@ def test_a_sweep_deletes_its_own_orphan_only(k8s, namespace, sweeper_conn, monke
               "api_version": f"{GROUP}/{VERSION}"}
 
     # prod's task failed: prod's sweep deletes prod's live job, nothing else
-    assert sweep_places([(KEY, record)], "prod", lambda keys: {KEY: "failed"}) == [names["prod"]]
+    assert sweep_places([(KEY, record)], "prod", lambda keys: {KEY: TryState("failed", 1, None)}) == [names["prod"]]
     left = {j["metadata"]["name"]: j for j in api.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                                                "mpijobs")["items"]}
     assert names["staging"] in left and names[None] in left
@@ -77,6 +87,60 @@ def test_a_sweep_deletes_its_own_orphan_only(k8s, namespace, sweeper_conn, monke
     assert sweep_places([(KEY, forged)], "prod", lambda keys: {}) == []
     assert {names["staging"], names[None]} <= {j["metadata"]["name"] for j in api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "mpijobs")["items"]}
+
+
+def test_stale_requests_after_a_clear_delete_their_own_tries_jobs_never_the_next_tries(k8s, namespace,
+                                                                                        sweeper_conn, monkeypatch):
+    """Issue 32, item 4. A mapped task's instances 0, 1, 2 were marked failed in try 1 and cleared before the sweeper
+    got to their requests. Instance 0's try 2 has made its job (same name; try 1's was deleted by its own
+    cleanup) and runs; instance 1's try 2 has not started, its try 1 job still runs; instance 2's try 1 job is
+    replaced by try 2's between the sweep's list and its delete."""
+    api = client.CustomObjectsApi(k8s)
+    mapped = [KEY._replace(map_index=i) for i in range(3)]
+    made = {}
+
+    def submit(key: TaskKey, try_number: int) -> dict:
+        made[key, try_number] = api.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "mpijobs", manifest_of("prod", namespace, monkeypatch, key, try_number))
+        return made[key, try_number]
+
+    def delete(job: dict) -> None:  # by its own try's cleanup (Background: gone at once, no finalizer to wait for)
+        api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "mpijobs", job["metadata"]["name"],
+                                            body=client.V1DeleteOptions(propagation_policy="Background"))
+
+    delete(submit(mapped[0], 1))
+    submit(mapped[0], 2)
+    submit(mapped[1], 1)
+    submit(mapped[2], 1)
+    assert len({made[k, 1]["metadata"]["name"] for k in mapped}) == 3
+    assert made[mapped[0], 2]["metadata"]["name"] == made[mapped[0], 1]["metadata"]["name"]  # one name, every try
+
+    database = {mapped[0]: TryState("running", 2, ti_id(mapped[0], 2)),  # committed; try 1's requests are stale
+                mapped[1]: TryState("scheduled", 2, ti_id(mapped[1], 2)),
+                mapped[2]: TryState("scheduled", 2, ti_id(mapped[2], 2))}
+
+    class ReplacedMeanwhile(BudgetedMPIJobHook):
+        def list_mpijobs(self, *args, **kwargs):
+            listed = super().list_mpijobs(*args, **kwargs)
+            if (mapped[2], 2) not in made:  # after the list, before the delete: try 2 of instance 2 starts
+                delete(made[mapped[2], 1])
+                submit(mapped[2], 2)
+            return listed
+
+    deleted = []
+    for key in mapped:  # the worker handles the queued requests in order, each sweeping the namespace
+        hook = (ReplacedMeanwhile if key == mapped[2] else BudgetedMPIJobHook)(
+            conn_id=sweeper_conn, api_version=f"{GROUP}/{VERSION}", deadline=time.monotonic() + 60)
+        deleted.append(sweep_namespace(hook, namespace, "prod", lambda keys: {k: database[k] for k in keys},
+                                       {key: TryState("failed", 1, ti_id(key, 1))}))
+
+    now = {j["metadata"]["uid"]: j for j in api.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                                              "mpijobs")["items"]}
+    newer = [made[k, 2]["metadata"]["uid"] for k in (mapped[0], mapped[2])]
+    assert [uid for uid in newer if uid not in now or now[uid]["metadata"].get("deletionTimestamp")] == []
+    assert deleted == [[], [made[mapped[1], 1]["metadata"]["name"]], []]  # the stale request's own try's job stops
+    own = made[mapped[1], 1]["metadata"]["uid"]
+    assert own not in now or now[own]["metadata"].get("deletionTimestamp")
 
 
 def test_the_sweeper_role_may_read_and_delete_mpijobs_and_nothing_else(k8s, kubeconfig, namespace, sweeper_conn,

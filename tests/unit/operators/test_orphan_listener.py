@@ -10,7 +10,7 @@ import pytest
 
 from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, SweepOverBudget, sweep_namespace
 from airflow_mpi.jobspec.naming import identity_annotations, identity_labels
-from airflow_mpi.jobspec.orphans import TaskKey
+from airflow_mpi.jobspec.orphans import TaskKey, TryState
 from airflow_mpi.plugins import metadata, orphan_listener
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 from tests.unit.fakes import FakeSyncHook
@@ -20,10 +20,12 @@ OURS, THEIRS = "tests-in-process", "other-deployment"
 LOCATION = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
 
 
-def add_job(hook, name, key, *conditions, deployment=OURS, namespace="ns"):
+def add_job(hook, name, key, *conditions, deployment=OURS, namespace="ns", try_number=1, ti_id=None):
+    """The job try ``try_number`` (id ``ti_id``) of task instance ``key`` made."""
     hook.jobs[(namespace, name)] = {
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "labels": identity_labels(*key, 1, deployment), "annotations": identity_annotations(*key, 1)},
+                     "labels": identity_labels(*key, try_number, deployment),
+                     "annotations": identity_annotations(*key, try_number, ti_id)},
         "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
     }
 
@@ -41,7 +43,7 @@ def test_sweep_deletes_only_this_deployments_live_jobs_of_finished_or_vanished_t
 
     def states(keys):
         asked.append(keys)
-        return {failed: "failed", running: "running", done: "failed"}
+        return {failed: TryState("failed", 1), running: TryState("running", 1), done: TryState("failed", 1)}
 
     assert sorted(sweep_namespace(hook, "ns", OURS, states)) == ["a", "c"]
     assert sorted(n for _, n in hook.jobs) == ["b", "e", "rendered", "theirs"]
@@ -63,9 +65,11 @@ class ServerTI:
 
     __module__ = "airflow.models.taskinstance"
 
-    def __init__(self, state, task_id="hold", operator="MPIJobOperator", custom_operator_name=None):
+    def __init__(self, state, task_id="hold", operator="MPIJobOperator", custom_operator_name=None, try_number=1,
+                 id=None):
         self.dag_id, self.task_id, self.run_id, self.map_index, self.state = "d", task_id, RUN, -1, state
         self.operator, self.custom_operator_name = operator, custom_operator_name
+        self.try_number, self.id = try_number, id
 
 
 @pytest.fixture
@@ -84,8 +88,10 @@ def cluster(monkeypatch):
     hook.locations = {TaskKey("d", "hold", RUN, -1): LOCATION}
     monkeypatch.setattr(metadata, "job_locations", lambda dag_id, run_id, task_id=None: [
         (k, v) for k, v in hook.locations.items() if k.dag_id == dag_id and task_id in (None, k.task_id)])
-    # the database still has the old state: the listener's own view of its task instance must win
-    monkeypatch.setattr(metadata, "task_instance_states", lambda keys: {k: "deferred" for k in keys})
+    # the database still has the old state: the listener's own view of its task instance's try must win
+    hook.db = {}
+    monkeypatch.setattr(metadata, "task_instance_states",
+                        lambda keys: {k: hook.db.get(k, TryState("deferred", 1)) for k in keys})
     hook.made = made
     return hook
 
@@ -99,6 +105,42 @@ def test_marking_a_deferred_task_failed_deletes_its_live_job_in_the_background(c
     assert orphan_listener.on_task_instance_failed(None, ServerTI("failed")) is None
     settle()
     assert cluster.jobs == {} and cluster.made == [("k8s", "kubeflow.org/v2beta1")]
+
+
+@pytest.mark.parametrize("new_id", ["0193-try-2", None], ids=["airflow-3", "airflow-2"])
+def test_a_request_still_queued_after_a_clear_spares_the_new_tries_job_and_its_own_tries_job_does_not(cluster,
+                                                                                                      new_id):
+    """Issue 32, item 4: try 1 was marked failed; its request waits in the queue while the task instance is cleared
+    and try 2 makes its job under the same name; the database says running."""
+    key = TaskKey("d", "hold", RUN, -1)
+    old_id = new_id and "0193-try-1"
+    cluster.db[key] = TryState("running", 2, new_id)
+    add_job(cluster, "j", key, "Created", "Running", try_number=2, ti_id=new_id)
+    stale = orphan_listener.TaskFinished(key, TryState("failed", 1, old_id))
+    assert orphan_listener.handle(stale) == [] and list(cluster.jobs) == [("ns", "j")]
+    # try 2 not started yet: the job try 1 made is still there, and stops as the mark asked
+    cluster.db[key] = TryState("scheduled", 2, new_id)
+    add_job(cluster, "j", key, "Created", "Running", try_number=1, ti_id=old_id)
+    assert orphan_listener.handle(stale) == ["j"] and cluster.jobs == {}
+
+
+def test_the_request_carries_the_try_its_task_instance_was_at(cluster, monkeypatch):
+    queued = []
+    monkeypatch.setattr(orphan_listener.WORKER, "submit", queued.append)
+    orphan_listener.on_task_instance_failed(None, ServerTI("failed", try_number=3, id="0193-uuid"))
+    orphan_listener.on_task_instance_success(None, ServerTI("success", try_number=2))  # Airflow 2: no id
+    key = TaskKey("d", "hold", RUN, -1)
+    assert queued == [orphan_listener.TaskFinished(key, TryState("failed", 3, "0193-uuid")),
+                      orphan_listener.TaskFinished(key, TryState("success", 2, None))]
+
+
+def test_a_job_listed_without_a_uid_is_not_deleted(cluster, caplog):
+    key = TaskKey("d", "hold", RUN, -1)
+    add_job(cluster, "j", key, "Created", "Running")
+    del cluster.jobs[("ns", "j")]["metadata"]["uid"]
+    cluster.db[key] = TryState("failed", 1)
+    assert sweep_namespace(cluster, "ns", OURS, metadata.task_instance_states) == []
+    assert list(cluster.jobs) == [("ns", "j")] and "without a uid" in caplog.text
 
 
 def test_decorated_tasks_are_mpi_tasks_and_plain_ones_cost_nothing(cluster, monkeypatch):
@@ -135,7 +177,7 @@ def test_a_finished_dag_run_deletes_the_live_job_of_a_task_failed_without_listen
     add_job(cluster, "j", hold, "Created", "Running")
     add_job(cluster, "k", retry, "Created", "Running")
     cluster.locations[retry] = {**LOCATION, "name": "k"}
-    monkeypatch.setattr(metadata, "task_instance_states", lambda keys: {hold: "failed", retry: "up_for_retry"})
+    cluster.db.update({hold: TryState("failed", 1), retry: TryState("up_for_retry", 1)})
     orphan_listener.on_dag_run_failed(NS(dag_id="d", run_id=RUN), "failed")
     settle()
     assert list(cluster.jobs) == [("ns", "k")] and len(cluster.made) == 1
