@@ -30,7 +30,7 @@ VARIABLE_DESCRIPTION = (
     "airflow-mpi: this deployment's identity on Kubernetes (label airflow-mpi.io/deployment). Its MPIJobs carry it; "
     "they are the only ones it reattaches to or deletes. Change it only to adopt another deployment's jobs."
 )
-_VALID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_VALID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")  # \Z: "$" lets a trailing newline through
 
 
 def new_identity() -> str:

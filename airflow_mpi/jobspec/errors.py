@@ -3,6 +3,11 @@
 Validation collects every violation it finds (fixing one bad field at a time through a DAG re-run is slow), so one
 error may carry several: ``field``/``value``/``reason`` are the first, ``errors`` all of them, and the message lists
 all, each as ``field=value!r: reason``.
+
+Errors are redacted when they are made, before anything can print them (a DAG's import error in the UI, a task log):
+the value of a field whose path names a sensitive-looking key (``labels.api_token``) or that is marked ``secret`` is
+``***``; other values and the reason go through ``redaction.redact_value``/``redact_string`` (URL passwords,
+``--token x`` in a command, ``password: x`` in a YAML snippet). ``value`` holds the redacted value too.
 """
 
 from __future__ import annotations
@@ -10,14 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from airflow_mpi.jobspec.redaction import MASK, names_a_secret, redact_string, redact_value
+
 
 class MPIJobValidationError(ValueError):
     """A field of an MPIJob spec (or its base manifest) that the operator or Kubernetes would reject."""
 
-    def __init__(self, field: str, value: Any, reason: str, *, errors: Iterable[MPIJobValidationError] = ()):
+    def __init__(
+        self, field: str, value: Any, reason: str, *, errors: Iterable[MPIJobValidationError] = (), secret: bool = False
+    ):
         self.field = field
-        self.value = value
-        self.reason = reason
+        self.value = MASK if secret or names_a_secret(field) else redact_value(value)
+        self.reason = redact_string(reason)
         self.errors: tuple[MPIJobValidationError, ...] = tuple(errors) or (self,)
         super().__init__("; ".join(f"{e.field}={e.value!r}: {e.reason}" for e in self.errors))
 
@@ -45,8 +54,9 @@ class ErrorList:
     def __init__(self) -> None:
         self.items: list[MPIJobValidationError] = []
 
-    def add(self, field: str, value: Any, reason: str) -> None:
-        self.items.append(MPIJobValidationError(field, value, reason))
+    def add(self, field: str, value: Any, reason: str, *, secret: bool = False) -> None:
+        """One violation; ``secret``: the value is one although the field's path does not say so (an EnvVar's)."""
+        self.items.append(MPIJobValidationError(field, value, reason, secret=secret))
 
     def mappings(
         self, path: str, value: Any, reason: str, item_reason: str, *, optional: bool = True

@@ -21,6 +21,7 @@ from airflow_mpi.jobspec.fields import (
 )
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import Resolved, resolve
+from airflow_mpi.jobspec.redaction import redact_value
 from airflow_mpi.jobspec.spec import ROLES, Defaults, LauncherCommand
 
 __all__ = ["as_int", "mpirun_launch", "resolve_parameters", "spec_from_parameters"]
@@ -157,7 +158,7 @@ def _attributed(error: MPIJobValidationError, given: Mapping[str, Any]) -> MPIJo
     """``error`` under the parameter's name when that parameter holds the offending value."""
     for path, param in _MODEL_PATHS.items():
         if (error.field == path or error.field.startswith((f"{path}.", f"{path}["))) and param in given:
-            if _holds(given[param], error.value):
+            if _holds(redact_value(given[param]), error.value):  # errors hold redacted values (errors.py)
                 return MPIJobValidationError(param + error.field[len(path):], error.value, error.reason)
     return error
 

@@ -17,6 +17,7 @@ from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import MAIN, POD, REPLICA, Field, rows
 from airflow_mpi.jobspec.quantity import parse_quantity, quantity_problem
+from airflow_mpi.jobspec.redaction import is_sensitive
 
 _STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _VALUE_FROM_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef", "fileKeyRef")
@@ -141,7 +142,8 @@ def _check_env(errors: ErrorList, prefix: str, env: Any) -> None:
             errors.add(f"{path}.name", var.get("name"), f"invalid environment variable name: {problem}")
         value, value_from = var.get("value"), var.get("valueFrom")
         if value is not None and not isinstance(value, str):
-            errors.add(f"{path}.value", value, "must be a string (quote numbers and booleans)")
+            errors.add(f"{path}.value", value, "must be a string (quote numbers and booleans)",
+                       secret=is_sensitive(str(var.get("name"))))
         if value and value_from is not None:
             errors.add(f"{path}.valueFrom", value_from, "may not be set together with a non-empty value")
         if value_from is not None:

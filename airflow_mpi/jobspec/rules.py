@@ -1,7 +1,9 @@
 """Kubernetes syntax rules (k8s.io/apimachinery/pkg/util/validation) and the CRDs' value rules as small predicates.
 
 Each returns the reason a value is invalid, or None. They are re-implemented (not imported)
-because the model must stay free of client libraries.
+because the model must stay free of client libraries. Every pattern must match the whole value (``fullmatch``):
+with ``re.match`` and ``$``, a trailing newline (an upstream XCom rendered from ``check_output``) would pass and
+reach the API server, whose Go patterns refuse it.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from collections.abc import Callable
 
 Rule = Callable[[object], "str | None"]
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-_CONFIG_MAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 _ALNUM_ENDS = "must consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric one"
 
@@ -72,7 +74,7 @@ def _matching(pattern: re.Pattern, maximum: int, reason: str) -> Rule:
             return "must be a string"
         if len(value) > maximum:
             return f"must be no more than {maximum} characters"
-        return None if pattern.match(value) else reason
+        return None if pattern.fullmatch(value) else reason
 
     return problem
 
@@ -106,7 +108,7 @@ def qualified_name(value: object) -> str | None:
         return "name part must be non-empty"
     if len(name) > LABEL_MAX:
         return f"name part must be no more than {LABEL_MAX} characters"
-    if not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.fullmatch(name):
         return f"name part {_ALNUM_ENDS}"
     return None
 
@@ -122,7 +124,7 @@ def env_var_name(value: object) -> str | None:
     """The portable env var name rule (clusters before RelaxedEnvironmentVariableValidation)."""
     if not isinstance(value, str):
         return "must be a string"
-    if not _ENV_VAR_NAME.match(value):
+    if not _ENV_VAR_NAME.fullmatch(value):
         return "must consist of letters, digits, '_', '-' or '.', and must not start with a digit"
     if value == "." or value.startswith(".."):
         return "must not be '.' or start with '..'"
@@ -133,7 +135,7 @@ def config_map_key(value: object) -> str | None:
     """Keys of ConfigMaps and Secrets (secretKeyRef.key / configMapKeyRef.key)."""
     if not isinstance(value, str):
         return "must be a string"
-    if not value or len(value) > SUBDOMAIN_MAX or not _CONFIG_MAP_KEY.match(value):
+    if not value or len(value) > SUBDOMAIN_MAX or not _CONFIG_MAP_KEY.fullmatch(value):
         return f"must be 1-{SUBDOMAIN_MAX} characters of letters, digits, '-', '_' or '.'"
     if value in (".", "..") or value.startswith(".."):
         return "must not be '.' or '..' or start with '..'"

@@ -806,3 +806,84 @@ def test_a_v2beta1_launcher_ttl_of_zero_is_refused_with_why():
     with pytest.raises(MPIJobValidationError, match="ttl_seconds_after_finished=0"):
         build_manifest(MPIJobSpec(name="pi", base_manifest=base, launcher=ReplicaSpec(image="img"),
                                   worker=ReplicaSpec(image="img")))
+
+
+# ---------------------------------------------------------------- redacted errors, whole-value validators
+
+
+def error_of(mutate) -> MPIJobValidationError:
+    spec = valid_spec()
+    mutate(spec)
+    with pytest.raises(MPIJobValidationError) as info:
+        validate(spec)
+    return info.value
+
+
+SECRET = "hunter2-Zq"
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (s(labels={"api_token": f"{SECRET} x"}), "labels.api_token"),  # invalid label value under a sensitive key
+        (s(labels={"example.com/vault-token": f"{SECRET}!"}), "labels.example.com/vault-token"),
+        (worker(labels={"db_password": f"{SECRET}\n"}), "worker.labels.db_password"),
+        (worker(env={"DB_PASSWORD": [SECRET]}), "worker.env.DB_PASSWORD"),
+        (worker(env=[{"name": "HF_TOKEN", "value": {"v": SECRET}}]), "worker.env[0].value"),  # no name in the path
+        (run(scheduling_policy={"api_key": SECRET}), "run_policy.scheduling_policy"),
+        (launcher(args=["--token", SECRET, 2]), "launcher.args"),
+        (base({"apiVersion": V2, "kind": "MPIJob", "spec": {"apiKey": SECRET}}), "spec.apiKey"),
+    ],
+)
+def test_validation_errors_never_show_a_sensitive_keys_value(mutate, field):
+    """MPIJobValidationError messages reach the UI's DAG import errors: a value under a sensitive-looking key (the
+    masker's notion) is masked before the error is raised, in the message, in .value and when pickled."""
+    error = error_of(mutate)
+    text = str(error) + repr([e.value for e in error.errors]) + str(pickle.loads(pickle.dumps(error)))
+    assert "Zq" not in text, text
+    assert f"{field}=" in str(error) and "***" in str(error), str(error)
+
+
+def test_the_value_of_a_key_that_only_looks_like_a_schema_name_is_kept():
+    """Kubernetes' own field names (a toleration's key, secretKeyRef.name) are not secrets: the error shows them."""
+    error = error_of(worker(tolerations=[{"key": "Bad Key", "operator": "Exists"}]))
+    assert "worker.tolerations[0].key='Bad Key'" in str(error)
+    error = error_of(worker(env=[{"name": "N", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k"}}}]))
+    assert "worker.env[0].valueFrom.secretKeyRef.name='Bad_Name'" in str(error)
+
+
+def test_a_base_manifest_that_does_not_parse_is_shown_redacted():
+    text = f"spec:\n  password: {SECRET}\n  runPolicy: [\n"
+    with pytest.raises(MPIJobValidationError) as info:
+        build_manifest(MPIJobSpec(name="j", base_manifest=text, launcher=ReplicaSpec(image="i"),
+                                  worker=ReplicaSpec(image="i")))
+    assert "Zq" not in str(info.value) and "base_manifest=" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "mutate, field, value",
+    [
+        (s(namespace="team-a\n"), "namespace", "team-a\n"),
+        (s(labels={"team": "hpc\n"}), "labels.team", "hpc\n"),
+        (worker(node_selector={"pool": "gpu\n"}), "worker.node_selector.pool", "gpu\n"),
+        (worker(resources={"limits": {"cpu": "2\n"}}), "worker.resources.limits.cpu", "2\n"),
+        (worker(service_account_name="runner\n"), "worker.service_account_name", "runner\n"),  # not masked
+        (worker(env=[{"name": "EPOCHS\n", "value": "2"}]), "worker.env[0].name", "EPOCHS\n"),
+    ],
+)
+def test_a_value_with_a_trailing_newline_is_refused_before_any_api_call(mutate, field, value):
+    """An upstream XCom rendered from check_output ends in a newline; re.match with "$" let it through."""
+    error = error_of(mutate)
+    assert (field, value) in [(e.field, e.value) for e in error.errors], str(error)
+
+
+def test_micro_and_nano_quantities_are_accepted():
+    spec = valid_spec()
+    worker(resources={"requests": {"cpu": "100u", "memory": "5n"}, "limits": {"cpu": "1", "memory": "1Gi"}})(spec)
+    validate(spec)
+
+
+def test_a_huge_exponent_is_refused_naming_the_parameter_and_the_value():
+    error = error_of(worker(resources={"limits": {"cpu": "1e999999999"}}))
+    assert str(error) == ("worker.resources.limits.cpu='1e999999999': is larger than the largest Kubernetes quantity "
+                          "(2^63-1 = 9223372036854775807)")

@@ -18,8 +18,10 @@ from airflow.providers.common.compat.sdk import mask_secret, redact
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
+from airflow_mpi.jobspec import redaction
+from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.redaction import MASK
-from airflow_mpi.operators.redaction import redacted_yaml
+from airflow_mpi.operators.redaction import airflow_sensitive_names, redacted_yaml
 
 GRUEN = "Grün\tgeheim-ß"
 
@@ -89,14 +91,14 @@ def test_a_masked_value_with_non_ascii_characters_and_a_tab_is_hidden_in_values_
 def test_url_credentials_and_bearer_tokens_are_masked_in_the_printed_manifest():
     job = carrying("plain")
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"] += [
-        {"name": "DSN", "value": "postgres://user:pw-ünïcode@host/db"},
+        {"name": "DATABASE_URL", "value": "postgres://user:pw-ünïcode@host/db"},
         {"name": "HEADERS", "value": "Authorization: Bearer tök\ten"},
     ]
     text = redacted_yaml(job)
     loaded = assert_hidden("tök", text)
     assert "pw-" not in text and "t\\xF6k" not in text
     env = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"]
-    assert env[-2:] == [{"name": "DSN", "value": f"postgres://user:{MASK}@host/db"},
+    assert env[-2:] == [{"name": "DATABASE_URL", "value": f"postgres://user:{MASK}@host/db"},
                         {"name": "HEADERS", "value": f"Authorization: Bearer {MASK}\ten"}]
 
 
@@ -116,3 +118,24 @@ def test_any_masked_text_appears_nowhere_in_the_printed_manifest(secret: str):
     with masked(secret):
         text = redacted_yaml(carrying(secret))
     assert_hidden(secret, text)
+
+
+def test_every_name_airflows_masker_hides_is_sensitive_to_the_model_too():
+    """The model's list must hold the installed Airflow's DEFAULT_SENSITIVE_FIELDS (it gained dsn, proxy, ...)."""
+    defaults = sys.modules[redact.__module__].DEFAULT_SENSITIVE_FIELDS
+    assert [name for name in defaults if not any(word in name for word in redaction.SENSITIVE_WORDS)] == []
+
+
+def test_a_name_the_deployment_declares_sensitive_is_masked_in_the_manifest_and_in_errors(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__SENSITIVE_VAR_CONN_NAMES", "corp_cred, other")
+    monkeypatch.setattr(redaction, "_extra_words", set(redaction._extra_words))
+    assert {"corp_cred", "other", "password"} <= airflow_sensitive_names()
+    redaction.add_sensitive_words(airflow_sensitive_names())
+    job = carrying("plain")
+    container = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    container["env"].append({"name": "CORP_CRED_A", "value": "c0rp"})
+    container["command"] += ["--corp-cred", "c0rp2"]
+    text = redacted_yaml(job)
+    assert "c0rp" not in text
+    error = MPIJobValidationError("labels.corp_cred", "c0rp bad", "invalid label value")
+    assert str(error) == "labels.corp_cred='***': invalid label value"
