@@ -8,8 +8,9 @@ from typing import Any
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.live_delete import live_delete
+from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
 from airflow_mpi.hooks.requests import (
-    CORE_V1, LAUNCHER, MPIJOB_PLURAL, Call, Steps, delete_call, get_call, pod_selectors, split_api_version,
+    LAUNCHER, MPIJOB_PLURAL, Call, Steps, delete_call, get_call, pod_selectors, split_api_version,
 )
 from airflow_mpi.hooks.retries import request_retrying
 from airflow_mpi.jobspec.spec import API_V2BETA1
@@ -63,15 +64,23 @@ class MPIJobHookBase:
         """Delete the MPIJob only while it is live (hooks/live_delete.py); returns the outcome."""
         return self._run(namespace, lambda ns: live_delete(self.custom_object_args(ns), name, uid, self.log))
 
+    def get_launcher_job(self, name: str, namespace: str | None = None) -> Any:
+        """The MPIJob's launcher batch/v1 Job ``<name>-launcher`` (v2beta1), or None (absent, or not readable):
+        whose pods are the launcher's (hooks/ownership.py)."""
+        return self._run(namespace, lambda ns: launcher_job_call(ns, name))
+
     def _role_pods(self, name: str, namespace: str | None, role: str) -> Any:
-        """The ``role`` pods of the MPIJob: launchers newest first (one per attempt), workers by replica index."""
-        return self._run(namespace, lambda ns: _pods_of_role(self.api_version, name, ns, role))
+        """The ``role`` pods the MPIJob's controllers made (hooks/ownership.py): launchers newest first (one per
+        attempt), workers by replica index. A pod that only carries its labels is named once in the log."""
+        sort = sort_newest_first if role == LAUNCHER else sort_workers
+        return self._run(namespace, lambda ns: role_pods(self.custom_object_args(ns), name,
+                                                         pod_selectors(self.api_version, name, role), sort,
+                                                         self._note_foreign))
 
-
-def _pods_of_role(api_version: str, name: str, namespace: str, role: str) -> Steps:
-    """Listed by the first of the role's ``pod_selectors`` that finds any."""
-    for selector in pod_selectors(api_version, name, role):
-        pods = yield Call(CORE_V1, "list_namespaced_pod", {"namespace": namespace, "label_selector": selector})
-        if pods.items:
-            return (sort_newest_first if role == LAUNCHER else sort_workers)(list(pods.items))
-    return []
+    def _note_foreign(self, pods: list[Any]) -> None:
+        noted: set[str] = self.__dict__.setdefault("_noted_foreign", set())
+        for pod in pods:
+            if pod.metadata.name not in noted:
+                noted.add(pod.metadata.name)
+                self.log.info("Ignoring pod %s: it carries the MPIJob's labels, but the MPIJob's controllers did not "
+                              "make it (someone else's pod: not read, not counted)", pod.metadata.name)

@@ -77,6 +77,7 @@ class FailureReport:
         """The workers once every awaited end was seen (or its time was up)."""
         seen = self.sub.version
         while True:
+            await self.sub.settle()
             workers = self._workers()
             for pod in workers:
                 if fc.pod_cause(pod):  # failed since the verdict (an OOM kill shows at its end): read it now
@@ -98,6 +99,7 @@ class FailureReport:
     async def gather(self) -> dict:
         """Causes and tails (plain, bounded JSON: failure_causes.report)."""
         verdict_at = self.now()
+        await self.sub.settle()
         at_verdict = self._workers()
         launchers = [pod_summary(p) for p in self.sub.launcher_pods()]
         try:
@@ -105,7 +107,7 @@ class FailureReport:
                 self._read(pod)
             pods = fc.merge_observations(at_verdict, await self._settle(verdict_at)) + launchers
             tails = [await self._reads[p.name] for p in fc.failed_pods(pods) if p.name in self._reads]
-            disrupted = [pod_summary(p) for p in self.sub.disrupted_pods.values()]
+            disrupted = [pod_summary(p) for p in self.sub.disrupted()]
             ranks = rank_ends([ln for tail in tails if tail["role"] == "launcher" for ln in tail["lines"]])
             return fc.report(fc.causes(pods, disrupted, ranks), tails)
         finally:

@@ -105,6 +105,7 @@ class JobMonitor:
     async def run(self) -> dict:
         """Wait for a verdict, stream logs meanwhile; returns the result payload."""
         async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
+            sub.uid, sub.on_ignored = self.uid, self._ignored
             finished = asyncio.Event()
             self._log_pump = self._pump(sub) if self.get_logs else None
             pump = asyncio.create_task(self._log_pump.run(finished)) if self._log_pump else None
@@ -127,7 +128,7 @@ class JobMonitor:
                     await asyncio.wait_for(pump, DRAIN_TIMEOUT)
                 except asyncio.TimeoutError:
                     self.emit("(stopped waiting for the rest of the launcher log)")
-            self._count_attempts(sub.launcher_pods())
+            self._count_attempts(await sub.launchers())
         return self.result(verdict)
 
     async def drain_logs(self) -> None:
@@ -135,6 +136,11 @@ class JobMonitor:
         finished = asyncio.Event()
         finished.set()
         await self._pump(_ListedPods(self.hook, self.name, self.namespace)).run(finished)
+
+    def _ignored(self, pod: str) -> None:
+        """A pod with the job's labels that its controllers did not make (hooks/ownership.py): said once, by name."""
+        self.emit(f"(ignoring pod {pod}: it carries MPIJob {self.name}'s labels, but the job's controllers did not "
+                  "make it: not followed, not counted)")
 
     def _pump(self, pods: Any) -> LogPump:
         return LogPump(self.hook, self.namespace, self.logs, pods, emit=self.emit, emit_marked=self.emit_marked,
@@ -188,6 +194,7 @@ class JobMonitor:
         if obj is None:
             return Verdict("deleted", "it does not exist (deleted by someone else?)")
         job_uid = (obj.get("metadata") or {}).get("uid")
+        sub.uid = sub.uid or job_uid  # its pods are the ones this incarnation's controllers made
         self.clean_pod_policy = clean_pod_policy(obj)
         if self.uid and job_uid != self.uid:
             return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {job_uid}; this "
@@ -231,6 +238,7 @@ class JobMonitor:
         conditions = true_condition_types(obj)
         pods = []
         if not (state.terminal or (self.target_condition and self.target_condition in conditions)):
+            await sub.settle()
             pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
 
         def verdict(events: list) -> Verdict:

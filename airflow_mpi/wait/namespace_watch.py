@@ -116,3 +116,7 @@ class NamespaceRequests:
 
     def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
         return watch_objects(self.hook, kind, namespace, **kwargs)
+
+    async def get_launcher_job(self, name: str, namespace: str) -> dict | None:
+        """The MPIJob's launcher Job (hooks/ownership.py): the hub checks whose pods are the launcher's."""
+        return await self.hook.get_launcher_job(name, namespace)

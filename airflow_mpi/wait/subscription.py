@@ -1,15 +1,19 @@
 """One wait's view of the shared watches (wait/watch_hub.py): its job, its pods, and a change counter to await.
 
-Read from the hub's caches, never from the API: a wait costs no request of its own while it waits.
+Read from the hub's caches, never from the API: a wait costs no request of its own while it waits. Its pods are the
+ones the job's controllers made (hooks/ownership.py), whatever reads them (the log pump, the verdict, the failure's
+report): a pod that only carries the job's labels is named once (``on_ignored``) and otherwise left alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
+from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.wait.summaries import disruption, involved_object, object_meta, pod_role
 
 if TYPE_CHECKING:
@@ -28,6 +32,10 @@ class Subscription:
         # pods last seen with a DisruptionTarget (evicted, preempted...): the mpi-operator recreates a worker under
         # the same name, and the disrupted one is often the cause of the failure that follows
         self.disrupted_pods: dict[str, Any] = {}
+        # the incarnation followed (the monitor's; else the cached job's), and who hears of a pod not its job's
+        self.uid: str | None = None
+        self.on_ignored: Callable[[str], None] | None = None
+        self.ignored: set[str] = set()
         self._event = asyncio.Event()
 
     def observe_pod(self, pod: Any, deleted: bool) -> None:
@@ -61,21 +69,51 @@ class Subscription:
             return None
         return obj
 
+    def owner(self) -> Owner:
+        """The followed incarnation, as far as its pods' controllers are known."""
+        return self.hub.owner(self.name, self.uid or object_meta(self.job() or {})[1])
+
+    def _owned(self, pods: Iterable[Any]) -> list[Any]:
+        """THE filter: the pods the job's controllers made. A pod naming a Job of the launcher Job's name waits for
+        one GET of that Job (the hub's; the wait is told); the others are named once and left alone."""
+        owner = self.owner()
+        owned, foreign, undecided = owner.split(pods)
+        self.hub.check_launcher_job(owner, owner.unchecked(undecided))
+        for pod in foreign:
+            if pod.metadata.name not in self.ignored:
+                self.ignored.add(pod.metadata.name)
+                if self.on_ignored is not None:
+                    self.on_ignored(pod.metadata.name)
+        return owned
+
+    async def settle(self) -> None:
+        """Until the controllers of the job's pods are known: a pod naming a Job as its controller waits for the
+        hub's GET of the launcher Job. Readers await this before they read (the verdict, the failure's report,
+        the log pump), so a launcher pod counts from the change that brought it."""
+        self.pods()
+        if (check := self.hub.launcher_job_check(self.owner())) is not None:
+            await asyncio.shield(check)
+
     def pods(self) -> list[Any]:
-        return [self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods]
+        return self._owned(self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods)
+
+    def disrupted(self) -> list[Any]:
+        """The job's pods last seen disrupted (:attr:`disrupted_pods`)."""
+        return self._owned(self.disrupted_pods.values())
 
     def launcher_pods(self) -> list[Any]:
         return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
 
     async def launchers(self) -> list[Any]:
-        """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``)."""
+        """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``), once settled."""
+        await self.settle()
         return self.launcher_pods()
 
     def worker_pods(self, *, with_gone: bool = False) -> list[Any]:
         """Worker pods by index; ``with_gone``: also the ones deleted while subscribed (their last state)."""
         live = self.pods()
         names = {p.metadata.name for p in live}
-        gone = [p for name, p in self.gone_pods.items() if name not in names] if with_gone else []
+        gone = self._owned(p for name, p in self.gone_pods.items() if name not in names) if with_gone else []
         return sort_workers(p for p in live + gone if pod_role(p) == "worker")
 
     async def watch_workloads(self) -> bool:

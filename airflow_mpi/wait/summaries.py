@@ -94,6 +94,7 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
 
 #: the metadata the hub's readers use, of pods and MPIJobs alike (what the hub files and matches them by, orderings)
 _META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+_OWNER_REF = ("apiVersion", "kind", "name", "uid", "controller")  # whose pod it is (hooks/ownership.py)
 _CONTAINER_STATUS = ("name", "image", "imageID", "ready", "restartCount", "started")
 
 
@@ -129,9 +130,10 @@ def _slim_condition(cond: dict) -> dict:
 
 
 def slim_pod(pod: dict) -> dict:
-    """A pod (API dict) cut to what :func:`pod_summary` (a failure's cause included, bounded), :func:`pod_role` and
-    the hooks' orderings read, keeping the fields a ``V1Pod`` requires: a cache of hundreds of pods holds a tenth of
-    their size (volumes, env, probes, managedFields and annotations go)."""
+    """A pod (API dict) cut to what :func:`pod_summary` (a failure's cause included, bounded), :func:`pod_role`,
+    the hooks' orderings and the check of its controller (hooks/ownership.py) read, keeping the fields a ``V1Pod``
+    requires: a cache of hundreds of pods holds a tenth of their size (volumes, env, probes, managedFields and
+    annotations go)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     slim_spec: dict[str, Any] = {"containers": [_slim_container(c) for c in spec.get("containers") or []]}
     for key in ("nodeName", "terminationGracePeriodSeconds"):
@@ -145,7 +147,9 @@ def slim_pod(pod: dict) -> dict:
     for key in ("reason", "message"):
         if status.get(key):
             slim_status[key] = clip(status[key], MAX_TEXT)
-    return {"metadata": {key: meta[key] for key in _META if key in meta}, "spec": slim_spec, "status": slim_status}
+    owners = [{key: ref[key] for key in _OWNER_REF if key in ref} for ref in meta.get("ownerReferences") or []]
+    return {"metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
+            "spec": slim_spec, "status": slim_status}
 
 
 def slim_mpijob(job: dict) -> dict:

@@ -8,7 +8,8 @@ nobody polls. The hub closes its watches when the last subscriber leaves.
 
 MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the existence of the
 operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
-namespace), events by field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before
+namespace; a label is anyone's to set, so a wait counts only those its job's controllers made: hooks/ownership.py,
+the launcher Job behind a v2beta1 launcher pod read once per job, by the hub, for all its waits), events by field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before
 its job is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
 may not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
 Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py); where they may not be (RBAC,
@@ -25,8 +26,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
+from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, KUEUE_VERSIONS, MPIJOB_KIND, MPIJOBS, PODS, WORKLOADS
-from airflow_mpi.hooks.retries import Outage
+from airflow_mpi.hooks.retries import Outage, through_outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.wait.progress import VALIDATION_ERROR
 from airflow_mpi.wait.subscription import Subscription
@@ -59,6 +61,9 @@ class WatchHub:
         self.watches_workloads: bool | None = None  # None: not asked yet; False: refused, or no Kueue
         self.workload_version = KUEUE_VERSIONS[0]
         self.subscribers: dict[str, set[Subscription]] = {}
+        # whose pods are whose (hooks/ownership.py), by MPIJob uid: what GETs of launcher Jobs told, the GETs under way
+        self.owners: dict[str, Owner] = {}
+        self._checks: dict[str, asyncio.Task] = {}
         self.error: BaseException | None = None
         self.stats: Counter = Counter()  # lists, watches, relists (410), bookmarks, events per kind
         self.synced = {kind: asyncio.Event() for kind in (*KINDS, WORKLOADS)}
@@ -76,9 +81,10 @@ class WatchHub:
         self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in KINDS]
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._checks.values()]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._entered:
@@ -129,6 +135,37 @@ class WatchHub:
             self.subscribers.pop(sub.name, None)
         return sum(len(s) for s in self.subscribers.values())
 
+    # ------------------------------------------------------------------ whose pods
+    def owner(self, name: str, uid: str | None) -> Owner:
+        """What is known of the MPIJob ``name`` (incarnation ``uid``) and its launcher Job."""
+        return self.owners.get(uid or "") or Owner(name, uid)
+
+    def check_launcher_job(self, owner: Owner, uids: set[str]) -> None:
+        """Have one GET of the launcher Job tell whether the Job uids ``uids``, which pods name as their controller,
+        are the launcher Job of ``owner`` (one GET at a time per job; its waits are told when it is known)."""
+        if owner.uid and uids and owner.uid not in self._checks:
+            self._checks[owner.uid] = asyncio.create_task(self._check_launcher_job(owner.name, owner.uid, uids),
+                                                          name=f"launcher-job-{owner.name}")
+
+    def launcher_job_check(self, owner: Owner) -> asyncio.Task | None:
+        """The GET of ``owner``'s launcher Job under way, if any."""
+        return self._checks.get(owner.uid or "")
+
+    async def _check_launcher_job(self, name: str, uid: str, uids: set[str]) -> None:
+        try:
+            job = await through_outage(self.requests.get_launcher_job, name, self.namespace)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # an outage too long: those pods are not followed (a later pod asks again)
+            log.warning("could not read the launcher Job of MPIJob %s/%s (%s): the pods naming it are not followed",
+                        self.namespace, name, describe_error(err))
+            job = None
+        finally:
+            self._checks.pop(uid, None)
+        self.owners[uid] = self.owner(name, uid).learn(job, uids)
+        self._bump("launcher_job_checks")
+        self._notify(name)
+
     # ------------------------------------------------------------------ cache
     def _notify(self, job_name: str | None) -> None:
         for sub in list(self.subscribers.get(job_name or "", ())):
@@ -165,6 +202,7 @@ class WatchHub:
             else:
                 if self.jobs.get(name) is not None and object_meta(self.jobs[name])[1] == uid:
                     del self.jobs[name]
+                self.owners.pop(uid or "", None)
                 for sub in self.subscribers.get(name or "", ()):
                     sub.deleted_uids.add(uid or "")
         else:

@@ -33,6 +33,7 @@ WORKER_CALLS = frozenset({
     ("kubeflow.org", "mpijobs", "delete"),  # delete_mpijob, delete_live_mpijob: kill, timeouts, on_finish_action
     ("", "pods", "list"),  # hooks/base.py _role_pods (launcher log, worker log tails); the watch hub's list
     ("", "pods", "watch"),  # the watch hub
+    ("batch", "jobs", "get"),  # get_launcher_job: whose pods are the launcher's (hooks/ownership.py)
     ("", "pods/log", "get"),  # hooks/requests.py LogRequest: launcher log (followed), worker tails, failure report
     ("", "secrets", "create"),  # MPIJobHook.create_owned_secret: @task.mpi's function and arguments
     ("", "events", "list"),  # AsyncMPIJobHook.job_events / pod_events; the watch hub's list

@@ -20,10 +20,11 @@ from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
         restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job",
         reason=None, memory_limit=None, deletion=None, pod_reason=None, pod_message=None, last_terminated=None,
-        grace=None, disruption=None, uid=None):
+        grace=None, disruption=None, uid=None, owner="made"):
     """A V1Pod as the hooks read it. ``reason``: the terminated state's; ``deletion``: the deletionTimestamp
     (datetime); ``last_terminated``: (reason, exit code) of the previous container instance; ``disruption``:
-    (reason, message) of a DisruptionTarget condition."""
+    (reason, message) of a DisruptionTarget condition; ``owner``: its controller reference, ``"made"`` the one the
+    mpi-operator's controllers give a pod of ``job`` (:func:`controller_ref`), None none."""
     container_state = NS(running=None, terminated=None, waiting=None)
     if state == "running":
         container_state.running = NS()
@@ -36,7 +37,8 @@ def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running"
     return NS(
         metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
                     creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc),
-                    deletion_timestamp=deletion, uid=uid or f"uid-{name}"),
+                    deletion_timestamp=deletion, uid=uid or f"uid-{name}",
+                    owner_references=[controller_ref(job, role)] if owner == "made" else [owner] if owner else None),
         spec=NS(containers=[NS(name=container, resources=NS(limits=limits))], termination_grace_period_seconds=grace),
         status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False"),
                                            *([NS(type="DisruptionTarget", status="True", reason=disruption[0],
@@ -48,10 +50,19 @@ def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running"
     )
 
 
+def controller_ref(job="job", role="worker"):
+    """The controller reference mpi-operator v0.8.2 gives a pod of the MPIJob ``job`` (uid ``uid-<job>``): a
+    worker's is the MPIJob, a launcher's its launcher Job (uid ``uid-<job>-launcher``, :meth:`FakeAsyncHook.
+    get_launcher_job`)."""
+    if role == "worker":
+        return NS(api_version="kubeflow.org/v2beta1", kind="MPIJob", name=job, uid=f"uid-{job}", controller=True)
+    return NS(api_version="batch/v1", kind="Job", name=f"{job}-launcher", uid=f"uid-{job}-launcher", controller=True)
+
+
 def job(name="job", namespace="ns", *conditions, rv="1", labels=None):
     return {
         "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels or {},
-                     "creationTimestamp": "2026-11-22T10:00:00Z"},
+                     "creationTimestamp": "2026-11-22T10:00:00Z", "uid": f"uid-{name}"},
         "status": {"conditions": [{"type": c, "status": "True", "reason": r} for c, r in conditions]},
     }
 
@@ -161,6 +172,13 @@ class FakeAsyncHook:
 
     async def get_mpijob(self, name, namespace):
         return self.job_obj
+
+    async def get_launcher_job(self, name, namespace):
+        """The launcher Job of ``job_obj``, whose uid the launchers of :func:`pod` name as their controller's."""
+        self.__dict__.setdefault("launcher_job_gets", []).append(name)
+        owner = {"kind": "MPIJob", "name": name, "uid": (self.job_obj or {}).get("metadata", {}).get("uid"),
+                 "controller": True}
+        return {"metadata": {"name": f"{name}-launcher", "uid": f"uid-{name}-launcher", "ownerReferences": [owner]}}
 
     async def launcher_pods(self, name, namespace):
         return list(reversed(self.launchers))  # newest first, like the real hook

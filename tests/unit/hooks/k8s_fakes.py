@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
-from kubernetes.client import V1Container, V1ObjectMeta, V1Pod, V1PodList, V1PodSpec, V1PodStatus
+from kubernetes.client import V1Container, V1ObjectMeta, V1OwnerReference, V1Pod, V1PodList, V1PodSpec, V1PodStatus
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
@@ -59,13 +59,22 @@ def manifest(name="job", labels=None, namespace=None, annotations=None):
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": meta, "spec": {"slotsPerWorker": 1}}
 
 
-def pod(name, created, *, labels=None, phase="Running", containers=("launcher",), namespace="ns"):
+def controlled_by(kind="MPIJob", name="job", uid="uid-job"):
+    """A controller reference (hooks/ownership.py): by default the MPIJob ``job``'s (uid ``uid-job``)."""
+    return V1OwnerReference(api_version="kubeflow.org/v2beta1" if kind == "MPIJob" else "batch/v1", kind=kind,
+                            name=name, uid=uid, controller=True)
+
+
+def pod(name, created, *, labels=None, phase="Running", containers=("launcher",), namespace="ns", owner="job"):
+    """A pod; ``owner``: the MPIJob controlling it (uid ``uid-<owner>``), a V1OwnerReference, or None (nobody)."""
+    ref = controlled_by(name=owner, uid=f"uid-{owner}") if isinstance(owner, str) else owner
     return V1Pod(
         metadata=V1ObjectMeta(
             name=name,
             namespace=namespace,
             labels=labels or {},
             creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc),
+            owner_references=[ref] if ref else None,
         ),
         spec=V1PodSpec(containers=[V1Container(name=c) for c in containers]),
         status=V1PodStatus(phase=phase),

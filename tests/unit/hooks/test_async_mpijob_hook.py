@@ -248,6 +248,8 @@ class Boundary:
         for name in ("create_namespaced_custom_object", "get_namespaced_custom_object",
                      "delete_namespaced_custom_object", "list_namespaced_custom_object"):
             setattr(self.custom, name, mock.AsyncMock(name=name))
+        # the MPIJob whose pods (k8s_fakes.pod: controlled by uid-job) the pod listings keep (hooks/ownership.py)
+        self.custom.get_namespaced_custom_object.return_value = {"metadata": {"name": "job", "uid": "uid-job"}}
         self.core = mock.MagicMock(name="CoreV1Api")
         self.core.list_namespaced_pod = mock.AsyncMock()
         self.core.list_namespaced_event = mock.AsyncMock()

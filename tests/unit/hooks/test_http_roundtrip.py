@@ -83,13 +83,29 @@ class FakeApiServer:
         await self._record(request)
         if request.method == "DELETE":
             return web.json_response({"kind": "Status", "status": "Success"})
-        return web.json_response(mpijob(labels=labels_of(try_number=1)))
+        job = mpijob(labels=labels_of(try_number=1))
+        job["metadata"]["uid"] = "uid-job"
+        return web.json_response(job)
+
+    async def launcher_job(self, request):
+        """mpi-operator v0.8.2's launcher Job of the MPIJob uid-job (hooks/ownership.py)."""
+        await self._record(request)
+        return web.json_response({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": request.match_info["name"], "uid": "uid-job-launcher", "ownerReferences": [
+                {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "uid-job",
+                 "controller": True}]}})
 
     async def pods(self, request):
+        """Two launcher pods of the job's launcher Job, and a newer one with its labels that nothing controls."""
         await self._record(request)
+        made = [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-launcher", "uid": "uid-job-launcher",
+                 "controller": True}]
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
-            {"metadata": {"name": "job-launcher-a", "creationTimestamp": "2026-11-22T10:00:00Z"}},
-            {"metadata": {"name": "job-launcher-b", "creationTimestamp": "2026-11-22T10:03:00Z"}},
+            {"metadata": {"name": "job-launcher-a", "creationTimestamp": "2026-11-22T10:00:00Z",
+                          "ownerReferences": made}},
+            {"metadata": {"name": "job-launcher-b", "creationTimestamp": "2026-11-22T10:03:00Z",
+                          "ownerReferences": made}},
+            {"metadata": {"name": "job-launcher-forged", "creationTimestamp": "2026-11-22T10:05:00Z"}},
         ]})
 
     async def events(self, request):
@@ -106,6 +122,7 @@ class FakeApiServer:
             app.router.add_route("*", "/apis/kubeflow.org/{version}/namespaces/{ns}/mpijobs", self.mpijobs)
             app.router.add_route("*", "/apis/kubeflow.org/{version}/namespaces/{ns}/mpijobs/{name}", self.mpijob)
             app.router.add_get("/api/v1/namespaces/{ns}/pods", self.pods)
+            app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self.launcher_job)
             app.router.add_get("/api/v1/namespaces/{ns}/events", self.events)
             self.runner = web.AppRunner(app)
             self.loop.run_until_complete(self.runner.setup())
@@ -153,10 +170,14 @@ EXPECTED_LINES = ["2026-11-22T10:00:00.1Z one", "2026-11-22T10:00:01.2Z two €"
 
 
 def test_sync_log_stream_over_the_wire(wire_connection):
-    assert MPIJobHook().launcher_log("job") == ["one", "two €", "last"]
-    (_, _, pods_query, _), (method, path, query, _) = wire_connection.requests[-2:]
+    assert list(MPIJobHook().launcher_log("job")) == ["one", "two €", "last"]
+    (_, job, _, _), (_, _, pods_query, _), (_, launcher_job, _, _), (method, path, query, _) = (
+        wire_connection.requests[-4:])
     assert pods_query["labelSelector"] == ["training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"]
-    assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods/job-launcher-b/log")  # the newest launcher's
+    assert (job, launcher_job) == ("/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job",
+                                   "/apis/batch/v1/namespaces/ns/jobs/job-launcher")  # whose pods they are
+    # the newest launcher the job's launcher Job made, not the newer pod that only carries its labels
+    assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods/job-launcher-b/log")
     assert query == {"timestamps": ["true"]}
 
 

@@ -44,6 +44,9 @@ def make_hook(api_version="kubeflow.org/v2beta1", **kwargs) -> MPIJobHook:
     hook.__dict__["custom_object_client"] = mock.create_autospec(k8s.CustomObjectsApi, instance=True)
     hook.__dict__["core_v1_client"] = mock.create_autospec(_CoreV1Used, instance=True)
     hook.__dict__["api_client"] = mock.create_autospec(k8s.ApiClient, instance=True)
+    # the MPIJob ``job`` whose pods (k8s_fakes.pod: controlled by uid-job) the pod listings keep (hooks/ownership.py)
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob() | {
+        "metadata": {**mpijob()["metadata"], "uid": "uid-job"}}
     return hook
 
 

@@ -114,11 +114,12 @@ def send_all_sync() -> set[str]:
     hook.wait_for_deleted("job", timeout=0)
     hook.delete_mpijob("job")
     hook.delete_live_mpijob("job")
+    hook.get_launcher_job("job")
     hook.launcher_log("job")
     hook.worker_log_tails("job")
     hook.create_owned_secret("job-function", "ns", {"call": "x"}, mpijob() | {"metadata": {"name": "job", "uid": "u"}})
     return {"create_mpijob", "get_mpijob", "list_mpijobs", "wait_for_deleted", "delete_mpijob", "delete_live_mpijob",
-            "launcher_log", "worker_log_tails", "create_owned_secret"}
+            "get_launcher_job", "launcher_log", "worker_log_tails", "create_owned_secret"}
 
 
 async def send_all_async() -> set[str]:
@@ -131,11 +132,12 @@ async def send_all_async() -> set[str]:
         await hook.job_events("job")
         await hook.pod_events(["job-launcher"])
         requests = NamespaceRequests(hook)
+        await requests.get_launcher_job("job", "ns")
         for kind in (*watch_hub.KINDS, WORKLOADS):
             await requests.list_objects(kind, "ns")
             _ = [event async for event in requests.watch_objects(kind, "ns", resource_version="1")]
     return {"get_mpijob", "delete_mpijob", "delete_live_mpijob", "launcher_pods", "read_pod_log", "job_events",
-            "pod_events", "list_objects", "watch_objects"}
+            "pod_events", "list_objects", "watch_objects", "get_launcher_job"}
 
 
 def public_methods(*classes: type) -> set[str]:

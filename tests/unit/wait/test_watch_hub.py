@@ -42,7 +42,7 @@ async def test_a_change_wakes_the_waits_of_that_job_only():
         hook.launchers = [pod("a-launcher", job="a", state="running")]
         assert await a.wait_change(seen_a, 30) > seen_a
         assert b.version == seen_b
-        assert [p.metadata.name for p in a.launcher_pods()] == ["a-launcher"] and b.launcher_pods() == []
+        assert [p.metadata.name for p in await a.launchers()] == ["a-launcher"] and await b.launchers() == []
 
 
 async def test_an_error_answer_of_the_log_endpoint_is_reported_once_never_printed(monkeypatch, caplog):
@@ -145,7 +145,7 @@ async def test_the_cache_keeps_no_managed_fields_listed_or_watched():
     hook = FakeAsyncHook(job_obj=with_fields(job("a")), launchers=[launcher])
     async with watch_hub.subscription(hook, "ns", "a") as sub:
         assert "managedFields" not in sub.job()["metadata"] and sub.job()["metadata"]["name"] == "a"
-        assert sub.launcher_pods()[0].metadata.managed_fields is None
+        assert (await sub.launchers())[0].metadata.managed_fields is None
         seen = sub.version
         hook.job_obj = with_fields(job("a", "ns", ("Created", "x"), rv="2"))
         await sub.wait_change(seen, 30)
