@@ -99,6 +99,17 @@ class Postgres:
              "-c", f'CREATE DATABASE "{name}"'], env=self._env(), timeout=60)
         return self.url(name)
 
+    def copy_database(self, source: Postgres, name: str, into: str) -> str:
+        """A copy of ``source``'s database ``name`` as this server's database ``into`` (pg_dump, then psql: a backup
+        restored elsewhere); its URL."""
+        dump = self.base / f"{into}.sql"
+        run([str(source.pg_bin / "pg_dump"), "-h", source.host, "-p", str(source.port), "-U", "postgres",
+             "--no-owner", "-f", str(dump), name], env=source._env(), timeout=120)
+        url = self.create_database(into)
+        run([str(self.pg_bin / "psql"), "-h", self.host, "-p", str(self.port), "-U", "postgres", "-q",
+             "-v", "ON_ERROR_STOP=1", "-f", str(dump), into], env=self._env(), timeout=120)
+        return url
+
     def stop(self) -> None:
         if self.service is not None:
             self.service.stop()

@@ -171,6 +171,9 @@ class AirflowStack:
         self.env = self._build_env(db_url)
         run([self.airflow_bin, "db", "migrate"], env=self.env, timeout=300, log_path=self.log_dir / "db-migrate.log",
             cwd=self.home)
+        self._start_services()
+
+    def _start_services(self) -> None:
         commands = {
             "api-server": [self.airflow_bin, "api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
             "scheduler": [self.airflow_bin, "scheduler"],
@@ -192,6 +195,16 @@ class AirflowStack:
                        check=self.check_alive)
         finally:
             probe_client.close()
+
+    def restart(self, env: Mapping[str, str]) -> None:
+        """Kill every service and start them all again with ``env`` over their environment: e.g. another metadata
+        database (``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``), a deployment restored from a copy of another's."""
+        for service in self.services.values():
+            service.kill()
+        self.services.clear()
+        self.kinds.clear()
+        self.env.update(env)
+        self._start_services()
 
     def stop_service(self, name: str, sig: int | None = None) -> None:
         """Stop one service (its whole process group): gracefully, or with ``sig`` (e.g. SIGKILL) at once."""

@@ -41,7 +41,7 @@ from airflow_mpi.operators.task_params import (
     TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values, placeholder_identity, settings_explained,
     task_instance_id, typed,
 )
-from airflow_mpi.version_compat import AIRFLOW_VERSION, BaseOperator
+from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
 from airflow_mpi.wait.deferral import not_before_text
 from airflow_mpi.wait.progress import Timeouts
 
@@ -160,6 +160,7 @@ class MPIJobOperator(BaseOperator):
         manifest = self.build_manifest(context)
         self._log_settings()
         self._log_manifest(manifest)
+        self._check_claim(manifest["metadata"]["namespace"])
         job = reattach(self.hook, self.log, manifest, recorded_job(context)) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         uid = job["metadata"].get("uid")
@@ -183,12 +184,24 @@ class MPIJobOperator(BaseOperator):
         self._supervisor = supervisor_pid()
         self._task_settings()
         name, namespace = event["name"], event["namespace"]
+        self._check_claim(namespace)  # a deferred task copied with its database resumes here, never past this
         self._job = (name, namespace, event.get("uid"))
         if self._deleted_by_earlier_try(context, event, job_try_number):
             return self.execute(context)
         if self.get_logs and event.get("status") not in ("invalid",):
             asyncio.run(self._drain(name, namespace, event.get("log_state")))
         return self._finish(event)
+
+    def _check_claim(self, namespace: str) -> None:
+        """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
+        deployment's id names another installation (a copy of another deployment's database) or this installation
+        holds another id there whose jobs still run (hooks/identity_claims.py)."""
+        from airflow_mpi.hooks.identity_claims import task_refusal
+
+        refusal = task_refusal(self.hook, namespace, deployment_identity.for_task(),
+                               deployment_identity.installation_for_task())
+        if refusal:
+            raise AirflowFailException(refusal)
 
     def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
         """True (once per try) when the cleanup of the try that made the job this try reattached to deleted it."""
@@ -274,6 +287,7 @@ class MPIJobOperator(BaseOperator):
             max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
             result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,
+            installation=deployment_identity.installation_for_task(),
         )  # fmt: skip
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
         # case the triggerer is down.

@@ -48,3 +48,19 @@ def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[
 
 def _is_location(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in JOB_RECORD_KEYS)
+
+
+def recorded_places(limit: int = 5000) -> set[tuple[str, str, str]]:
+    """``(namespace, connection id, api version)`` the newest ``limit`` job records name: where this deployment's
+    jobs may still run (a scheduler about to make a new id looks there for jobs of an earlier one)."""
+    from sqlalchemy import select
+
+    try:
+        from airflow.models.xcom import XComModel as model  # Airflow 3
+    except ImportError:  # Airflow 2
+        from airflow.models.xcom import BaseXCom as model
+
+    with non_scoped_session() as session:
+        query = select(model).where(model.key == JOB_XCOM_KEY).order_by(model.timestamp.desc()).limit(limit)
+        values = [model.deserialize_value(row) for row in session.scalars(query).all()]
+    return {(v["namespace"], v["kubernetes_conn_id"], v["api_version"]) for v in values if _is_location(v)}

@@ -21,12 +21,14 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_mpi.jobspec import API_V2BETA1
 from airflow_mpi.jobspec.orphans import FINISHED_TI_STATES, TaskKey, TryState, state_text
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 
 log = logging.getLogger(__name__)
 
 SWEEP_BUDGET = 60.0  # seconds of Kubernetes calls one request may spend
+CLAIM_CHECK_BUDGET = 20.0  # seconds a starting component may spend looking for jobs of an earlier id
 DECORATOR_NAMES = frozenset({"@task.mpi", "@task.horovod"})
 
 
@@ -72,7 +74,10 @@ def handle(request: Any) -> list[str]:
     from airflow_mpi import deployment_identity
     from airflow_mpi.plugins import metadata
 
-    deployment = deployment_identity.in_database()
+    identity = deployment_identity.in_database()
+    if identity.conflict:  # a copied database this component's scheduler has not recorded its installation in yet
+        log.error("%s Not sweeping.", identity.conflict)
+        return []
     reported: dict[TaskKey, TryState] = {}
     if isinstance(request, TaskFinished):
         key = request.key
@@ -80,13 +85,17 @@ def handle(request: Any) -> list[str]:
         reported[key] = request.seen
     else:
         records = metadata.job_locations(request.dag_id, request.run_id)
-    return sweep_places(records, deployment, metadata.task_instance_states, reported)
+    return sweep_places(records, identity.deployment, metadata.task_instance_states, reported,
+                        installation=identity.installation)
 
 
 def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: Any,
-                 reported: dict[TaskKey, TryState] | None = None) -> list[str]:
-    """Sweep each place a record names once it is proven to hold that task instance's job. ``states``: the
-    database's lookup; ``reported``: the state a finish request saw (hooks/orphan_sweep.sweep_namespace)."""
+                 reported: dict[TaskKey, TryState] | None = None, *, installation: str) -> list[str]:
+    """Sweep each place a record names once it is proven to hold that task instance's job, and its claim of
+    ``deployment`` names ``installation`` (hooks/identity_claims.py: a copy of the database holding the same id
+    sweeps nothing of the original's). ``states``: the database's lookup; ``reported``: the state a finish request
+    saw (hooks/orphan_sweep.sweep_namespace)."""
+    from airflow_mpi.hooks.identity_claims import sweep_refusal
     from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, owns_place, sweep_namespace
 
     deadline = time.monotonic() + SWEEP_BUDGET
@@ -102,6 +111,9 @@ def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: A
                      place[0], record["name"], key, deployment)
             continue
         swept.add(place)
+        if refusal := sweep_refusal(hook, place[0], deployment, installation):
+            log.error("%s Not sweeping it.", refusal)
+            continue
         deleted += sweep_namespace(hook, place[0], deployment, states, reported)
     return deleted
 
@@ -123,13 +135,41 @@ def submit_task(task_instance: Any) -> bool:
 
 @hookimpl
 def on_starting(component: Any) -> None:
-    """Make this deployment's identity when a server component starts (scheduler, triggerer, dag processor: not a
-    task runner), before any task needs it: in its main thread, before its loop and before it forks anything (no
-    thread here, see plugins/sweep_worker.py), in sessions of its own. Errors are logged by Airflow."""
+    """Make this deployment's identity and record its installation when a server component starts (scheduler,
+    triggerer, dag processor: not a task runner), before any task needs them: in its main thread, before its loop
+    and before it forks anything (no thread here, see plugins/sweep_worker.py), in sessions of its own
+    (deployment_identity.establish). Errors are logged by Airflow."""
     if type(component).__module__ == "airflow.jobs.job":
         from airflow_mpi import deployment_identity
 
-        log.info("airflow-mpi: this deployment's identity is %s", deployment_identity.in_database())
+        identity = deployment_identity.establish(live_claims)
+        log.info("airflow-mpi: this deployment's identity is %s (installation %s)", identity.deployment,
+                 identity.installation)
+
+
+def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
+    """``installation``'s claims of ids whose jobs still run, by namespace, where this deployment is known to run
+    jobs: the ``kubernetes_default`` connection's namespace and those its tasks recorded (a new id is made only
+    where there are none). A place that cannot be read is skipped with a warning: tasks check the same."""
+    from airflow_mpi.hooks.identity_claims import live_claims as live_in
+    from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook
+    from airflow_mpi.plugins import metadata
+
+    deadline = time.monotonic() + CLAIM_CHECK_BUDGET
+    places = set(metadata.recorded_places())
+    try:
+        places.add((BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", API_V2BETA1))
+    except Exception as err:  # no such connection: nothing of it to look at
+        log.info("airflow-mpi: no namespace of kubernetes_default to look for earlier ids in (%s)", err)
+    found: dict[str, dict[str, list[str]]] = {}
+    for namespace, conn_id, api_version in sorted(places):
+        try:
+            hook = BudgetedMPIJobHook(conn_id=conn_id, api_version=api_version, deadline=deadline)
+            if live := live_in(hook, namespace, installation):
+                found.setdefault(namespace, {}).update(live)
+        except Exception as err:
+            log.warning("airflow-mpi: could not look for jobs of earlier ids in %s (%s): %s", namespace, conn_id, err)
+    return found
 
 
 @hookimpl

@@ -49,6 +49,8 @@ class MPIJobTrigger(BaseTrigger):
     not_before: str | None = None
     capture_result: bool = False
     result_digest: str | None = None
+    # the installation that held the deployment's id when the task deferred (jobspec/claims.py)
+    installation: str | None = None
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -67,6 +69,11 @@ class MPIJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_mpi.wait.monitor import JobMonitor
 
+        if refusal := await self._foreign():
+            self._fired = True  # nothing of this trigger deletes the job
+            yield TriggerEvent({"status": "error", "message": refusal, "name": self.name, "namespace": self.namespace,
+                                "uid": self.uid, "log_state": self.log_state})
+            return
         log_state, emit_marked = await self._log_position()
         result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
         emit = self.log.info
@@ -122,6 +129,26 @@ class MPIJobTrigger(BaseTrigger):
             self.log.info("Holding the result %.1f s: the deferral is too recent for this Airflow version "
                           "(deferral race, apache/airflow#71580 / #72716)", wait)
             await asyncio.sleep(wait)
+
+    async def _foreign(self) -> str | None:
+        """Why this triggerer may neither follow nor delete the job: the task deferred under another installation
+        than its deployment's database records now (a copy of that deployment's database runs this trigger)."""
+        if not self.installation:
+            return None
+        from asgiref.sync import sync_to_async
+
+        from airflow_mpi.deployment_identity import installation_for_task
+
+        try:
+            now = await sync_to_async(installation_for_task)()
+        except Exception:  # the resumed task checks the claim before it reads or deletes anything
+            self.log.warning("Could not read this deployment's installation", exc_info=True)
+            return None
+        if now == self.installation:
+            return None
+        return (f"MPIJob {self.namespace}/{self.name} was followed for installation {self.installation!r}, and this "
+                f"deployment's database records installation {now!r} (a copy of that deployment's database): not "
+                "following or deleting it")
 
     async def _delete(self) -> None:
         """Delete the job if it is still live (a finished one is kept: hooks/live_delete.py)."""

@@ -28,6 +28,8 @@ import pytest
 import yaml
 
 from airflowstack import AirflowClient, AirflowStack, Background, StackError, wait_until
+from airflowstack.client import ApiError
+from airflowstack.stack import SERVICES
 from airflowstack.job_behaviour import RUN, SUCCEED, launcher_conf
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 
@@ -86,7 +88,7 @@ def _assert_untouched(custom_api, job: dict, whose: str) -> None:
     """``job`` still exists (same uid), is not being deleted and still runs."""
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     now = _find(custom_api, uid)
-    assert now is not None, f"{whose} MPIJob {name} (uid {uid}) was deleted by deployment A's orphan sweep"
+    assert now is not None, f"{whose} MPIJob {name} (uid {uid}) was deleted"
     assert not now["metadata"].get("deletionTimestamp"), f"{whose} MPIJob {name} is being deleted"
     assert _live(now), f"{whose} MPIJob {name} no longer runs: {job_state(now).describe()}"
 
@@ -294,6 +296,76 @@ def test_scheduler_stays_healthy_when_plain_tasks_fail(b, client, airflow_stack)
     assert c.wait_run(SMOKE, smoke, timeout=TIMEOUT)["state"] == "success"
     for stack in (b.stack, airflow_stack):
         _no_unexpected_commit(stack)
+
+
+def _logged(stack: AirflowStack, text: str, since: dict[str, int], services=SERVICES) -> int:
+    """How often ``text`` is in the logs of ``services`` of ``stack``, after the offsets ``since``."""
+    return sum((stack.log_dir / f"{name}.log").read_text(errors="replace")[since.get(name, 0):].count(text)
+               for name in services)
+
+
+def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_stack, client, b, custom_api):
+    """Staging restored from prod's backup (issue 32): B is restarted on a copy of A's database (pg_dump of A's,
+    restored into B's PostgreSQL, A's fernet key: what a restore needs), so it holds A's id. A's jobs run on: one of
+    a running try recorded before the copy (B's scheduler runs that try again: refused; B's sweeps find the job
+    "theirs" and delete nothing), one of a deferred task (B's triggerer adopts its trigger: it fires an error and
+    deletes nothing), and one of a run A started after the copy (no task instance in B's database: B's task of
+    that run, same id and run id, hence the name of A's job, fails naming both installations instead of
+    reattaching). A then kills its own."""
+    recorded = client.trigger(SYNC_LAST_TRY, launcher_conf(RUN), run_id=f"copied-{_suffix()}")["dag_run_id"]
+    deferred = client.trigger(HOLD, run_id=f"deferred-{_suffix()}")["dag_run_id"]
+    client.wait_task(SYNC_LAST_TRY, recorded, "job", {"running"}, timeout=TIMEOUT)
+    wait_until(lambda: client.xcom(SYNC_LAST_TRY, recorded, "job", key=JOB_XCOM_KEY), timeout=TIMEOUT, interval=0.5,
+               what=f"the job record of {recorded}")
+    client.wait_task(HOLD, deferred, "hold", {"deferred"}, timeout=TIMEOUT)
+    jobs = {"running at the copy": _one_live_job(custom_api, SYNC_LAST_TRY, recorded),
+            "deferred at the copy": _one_live_job(custom_api, HOLD, deferred)}
+    since = {name: (b.stack.log_dir / f"{name}.log").stat().st_size for name in b.stack.services}
+    copy = b.stack.postgres.copy_database(airflow_stack.postgres, "airflow", f"copy_{_suffix()}")
+    after = client.trigger(HOLD, run_id=f"after-the-copy-{_suffix()}")["dag_run_id"]
+    jobs["started after the copy"] = _one_live_job(custom_api, HOLD, after)
+    client.wait_task(HOLD, after, "hold", {"deferred"}, timeout=TIMEOUT)
+
+    b.stack.restart({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": copy,
+                     "AIRFLOW__CORE__FERNET_KEY": airflow_stack.env["AIRFLOW__CORE__FERNET_KEY"],
+                     # B's triggerer adopts the copy's triggers of A's triggerer (dead there) sooner (default: 30 s)
+                     "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"})
+    assert _deployment_id(b.client) == _deployment_id(client)
+    wait_until(lambda: _logged(b.stack, "this database is a copy of another deployment's", since), timeout=60,
+               interval=0.5, what="B's components to log that its database is a copy", ignore=())
+
+    assert b.client.trigger(HOLD, run_id=after)["dag_run_id"] == after
+    ti = b.client.wait_task(HOLD, after, "hold", {"failed", "up_for_retry", "deferred", "success"}, timeout=TIMEOUT)
+    log = b.client.task_log(HOLD, after, "hold")
+    assert ti["state"] == "failed", (ti["state"], log[-3000:])
+    assert "claimed for deployment id" in log and "by installation" in log and "deployment_id" in log, log[-3000:]
+
+    sweeps = {"scheduler": 2}  # B's sweeps, refused: the ends of the two copied runs (their jobs' places: "its")
+    try:
+        b.client.set_task_state(SYNC_LAST_TRY, recorded, "job", "failed")
+        sweeps["api-server"] = 1  # marking it failed
+    except ApiError as err:  # B's scheduler reset the try nobody ran there and ran it again: refused, failed
+        if err.status_code != 409:
+            raise
+    assert b.client.wait_run(SYNC_LAST_TRY, recorded, timeout=TIMEOUT)["state"] == "failed"
+    ti = b.client.wait_task(HOLD, deferred, "hold", {"failed", "up_for_retry", "success"}, timeout=TIMEOUT)
+    assert ti["state"] == "failed", ti  # B's triggerer adopted the copied trigger: it fired an error at once
+    gone = lambda: [k for k, j in jobs.items() if _find(custom_api, j["metadata"]["uid"]) is None]  # noqa: E731
+    for service, count in sweeps.items():
+        wait_until(lambda: gone() or _logged(b.stack, "Not sweeping it", since, [service]) >= count,
+                   timeout=SWEEP_TIMEOUT, interval=0.2, what=f"{count} sweep(s) of B's {service}", ignore=())
+    for which, job in jobs.items():
+        _assert_untouched(custom_api, job, f"A's job {which}:")
+    assert client.task_instance(HOLD, after, "hold")["state"] == client.task_instance(HOLD, deferred, "hold")[
+        "state"] == "deferred"
+    assert client.task_instance(SYNC_LAST_TRY, recorded, "job")["state"] == "running"
+
+    for dag_id, run_id, task_id in ((SYNC_LAST_TRY, recorded, "job"), (HOLD, deferred, "hold"), (HOLD, after, "hold")):
+        # A kills its own: its workers, triggerer and sweeps are unaffected
+        client.set_task_state(dag_id, run_id, task_id, "failed")
+    for job in jobs.values():
+        wait_until(lambda: _find(custom_api, job["metadata"]["uid"]) is None, timeout=SWEEP_TIMEOUT, interval=0.2,
+                   what=f"A to delete its own {job['metadata']['name']}", ignore=())
 
 
 def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once(airflow_stack, client, cluster,

@@ -40,6 +40,9 @@ WORKER_CALLS = frozenset({
     ("", "events", "watch"),  # the watch hub (ValidationError events)
     ("kueue.x-k8s.io", "workloads", "list"),  # the watch hub, for a job with Kueue's queue label
     ("kueue.x-k8s.io", "workloads", "watch"),  # the watch hub
+    ("coordination.k8s.io", "leases", "get"),  # hooks/identity_claims.py get_claim: the id's claim in a namespace
+    ("coordination.k8s.io", "leases", "create"),  # create_claim: made where a namespace is first used
+    ("coordination.k8s.io", "leases", "list"),  # list_claims: this installation's claims (a deleted id Variable)
 })
 
 

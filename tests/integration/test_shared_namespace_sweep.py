@@ -18,9 +18,12 @@ from kubernetes import client
 
 from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook, sweep_namespace
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
+from airflow_mpi.hooks.identity_claims import task_refusal
+from airflow_mpi.jobspec.claims import CLAIM_GROUP, claim_name
 from airflow_mpi.jobspec.orphans import TaskKey, TryState
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.plugins.orphan_listener import sweep_places
+from airflow_mpi.version_compat import AirflowFailException
 from tests.integration.least_privilege import (SWEEPER_ROLE, allowed_calls, apply_role,
                                                bound_service_account_kubeconfig, role_calls, shipped_role,
                                                use_as_kubernetes_default)
@@ -76,7 +79,8 @@ def test_a_sweep_deletes_its_own_orphan_only(k8s, namespace, sweeper_conn, monke
               "api_version": f"{GROUP}/{VERSION}"}
 
     # prod's task failed: prod's sweep deletes prod's live job, nothing else
-    assert sweep_places([(KEY, record)], "prod", lambda keys: {KEY: TryState("failed", 1, None)}) == [names["prod"]]
+    assert sweep_places([(KEY, record)], "prod", lambda keys: {KEY: TryState("failed", 1, None)},
+                        installation=PROD) == [names["prod"]]
     left = {j["metadata"]["name"]: j for j in api.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                                                "mpijobs")["items"]}
     assert names["staging"] in left and names[None] in left
@@ -84,7 +88,7 @@ def test_a_sweep_deletes_its_own_orphan_only(k8s, namespace, sweeper_conn, monke
     # a gone task instance in staging's database is not prod's business either, and a record naming the staging
     # job (a forged XCom) does not open its namespace to prod's sweep
     forged = {**record, "name": names["staging"]}
-    assert sweep_places([(KEY, forged)], "prod", lambda keys: {}) == []
+    assert sweep_places([(KEY, forged)], "prod", lambda keys: {}, installation=PROD) == []
     assert {names["staging"], names[None]} <= {j["metadata"]["name"] for j in api.list_namespaced_custom_object(
         GROUP, VERSION, namespace, "mpijobs")["items"]}
 
@@ -151,6 +155,54 @@ def test_the_sweeper_role_may_read_and_delete_mpijobs_and_nothing_else(k8s, kube
 
     sweeper = config.new_client_from_config(config_file=str(tmp_path / "sweeper"))
     asked = {(GROUP, "mpijobs", v) for v in ("get", "list", "delete", "create", "watch", "patch", "update")} | {
-        ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"), ("", "secrets", "get")}
+        ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"), ("", "secrets", "get"),
+        (CLAIM_GROUP, "leases", "update"), (CLAIM_GROUP, "leases", "delete"), ("", "configmaps", "get")}
     allowed = allowed_calls(sweeper, namespace, asked | role_calls(shipped_role(SWEEPER_ROLE)))
-    assert allowed == {(GROUP, "mpijobs", "get"), (GROUP, "mpijobs", "list"), (GROUP, "mpijobs", "delete")}
+    assert allowed == {(GROUP, "mpijobs", v) for v in ("get", "list", "delete")} | {
+        (CLAIM_GROUP, "leases", v) for v in ("get", "create", "list")}
+
+
+# ------------------------------------------------------------------------ a copy of prod's database (issue 32)
+PROD, STAGING = "prod-installation", "staging-installation"  # where each one's metadata database is
+
+
+def test_a_sweep_of_a_copied_database_deletes_none_of_the_originals_jobs(k8s, namespace, sweeper_conn, monkeypatch):
+    """Staging restored from prod's backup holds prod's id: prod's job of a run started after the copy has no task
+    instance in staging's database. Prod's sweep claimed the namespace; staging's sweep (as the sweeper role) finds
+    the claim naming prod's installation and deletes nothing."""
+    api = client.CustomObjectsApi(k8s)
+    job = api.create_namespaced_custom_object(GROUP, VERSION, namespace, "mpijobs", manifest_of("prod", namespace,
+                                                                                              monkeypatch))
+    record = {"name": job["metadata"]["name"], "namespace": namespace, "kubernetes_conn_id": sweeper_conn,
+              "api_version": f"{GROUP}/{VERSION}"}
+    running = {KEY: TryState("running", 1, None)}
+    assert sweep_places([(KEY, record)], "prod", lambda keys: running, installation=PROD) == []  # claims it
+
+    assert sweep_places([(KEY, record)], "prod", lambda keys: {}, installation=STAGING) == []
+
+    now = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "mpijobs", job["metadata"]["name"])
+    assert now["metadata"]["uid"] == job["metadata"]["uid"] and not now["metadata"].get("deletionTimestamp")
+    lease = client.CoordinationV1Api(k8s).read_namespaced_lease(claim_name("prod"), namespace)
+    assert lease.spec.holder_identity == PROD
+
+
+def test_a_task_of_a_copied_database_refuses_to_reattach(k8s, namespace, kubernetes_default_conn, monkeypatch):
+    """Staging's scheduled run gets the name of prod's job (same id, same run id): its task, as the workers' role,
+    fails for good naming both installations; prod's job is neither adopted nor deleted, nothing else is made."""
+    api = client.CustomObjectsApi(k8s)
+    job = api.create_namespaced_custom_object(GROUP, VERSION, namespace, "mpijobs", manifest_of("prod", namespace,
+                                                                                              monkeypatch))
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_MPI__INSTALLATION", PROD)
+    op = operator(namespace)
+    assert task_refusal(op.hook, namespace, "prod", PROD) is None  # prod's first task made the claim
+
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_MPI__INSTALLATION", STAGING)
+    ti = NS(dag_id=KEY.dag_id, task_id=KEY.task_id, run_id=KEY.run_id, map_index=-1, try_number=1, id="uuid")
+    op._wait = lambda *args, **kwargs: pytest.fail("staging's task follows prod's job")
+    with pytest.raises(AirflowFailException, match=f"claimed for deployment id 'prod' by installation '{PROD}'.*"
+                                                   f"installation is '{STAGING}'"):
+        op.execute({"ti": ti})
+    op.on_kill()
+    jobs = api.list_namespaced_custom_object(GROUP, VERSION, namespace, "mpijobs")["items"]
+    assert [(j["metadata"]["uid"], j["metadata"].get("deletionTimestamp")) for j in jobs] == \
+        [(job["metadata"]["uid"], None)]

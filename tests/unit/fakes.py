@@ -234,6 +234,23 @@ class FakeSyncHook:
     secrets: dict = field(default_factory=dict)  # (namespace, name) -> (stringData, owner uid)
     secret_error: BaseException | None = None
     launcher_lines: list = field(default_factory=list)  # launcher_log(): the newest launcher's whole log
+    claims: dict = field(default_factory=dict)  # (namespace, name) -> the Lease (hooks/identity_claims.py)
+
+    def _run(self, namespace, plan):
+        """The claim requests (hooks/identity_claims.py: CustomObjectsApi calls on Leases) over ``claims``."""
+        call = plan(self.resolve_namespace(namespace))
+        kwargs, ns = call.kwargs, call.kwargs["namespace"]
+        if call.method == "list_namespaced_custom_object":
+            wanted = dict(p.split("=", 1) for p in kwargs["label_selector"].split(","))
+            return call.on_result({"items": [c for (n, _), c in self.claims.items() if n == ns and all(
+                c["metadata"]["labels"].get(k) == v for k, v in wanted.items())]})
+        name = kwargs["name"] if "name" in kwargs else kwargs["body"]["metadata"]["name"]
+        if call.method == "create_namespaced_custom_object":
+            if (ns, name) in self.claims:
+                return call.on_error(NS(status=409))
+            self.claims[(ns, name)] = kwargs["body"]
+            return call.on_result(kwargs["body"])
+        return call.on_result(self.claims[(ns, name)]) if (ns, name) in self.claims else call.on_error(NS(status=404))
 
     def create_owned_secret(self, name, namespace, string_data, owner):
         if self.secret_error is not None:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from k8s_fakes import manifest, mpijob
 
-from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
+from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook, identity_claims
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.requests import WORKLOADS
 from airflow_mpi.wait import watch_hub
@@ -108,6 +108,9 @@ def recorded(connection, tmp_path):
 
 def send_all_sync() -> set[str]:
     hook = MPIJobHook()
+    identity_claims.create_claim(hook, "ns", "tests", "installation")  # the claims' requests (not hook methods)
+    identity_claims.get_claim(hook, "ns", "tests")
+    identity_claims.list_claims(hook, "ns", "installation")
     hook.create_mpijob(manifest())
     hook.get_mpijob("job")
     hook.list_mpijobs()

@@ -217,13 +217,14 @@ def test_on_starting_makes_the_identity_only_in_server_jobs_and_starts_no_thread
     from airflow_mpi import deployment_identity
 
     made = []
-    monkeypatch.setattr(deployment_identity, "in_database", lambda: made.append(1) or "made")
+    monkeypatch.setattr(deployment_identity, "establish",
+                        lambda live: made.append(live) or deployment_identity.Identity("made", "here", "here"))
     monkeypatch.setattr(orphan_listener.WORKER, "submit", lambda request: pytest.fail("a thread before a fork"))
     orphan_listener.on_starting(type("TaskRunnerMarker", (), {})())
     from airflow.jobs.job import Job
 
     orphan_listener.on_starting(Job.__new__(Job))
-    assert made == [1]
+    assert made == [orphan_listener.live_claims]
 
 
 def test_a_fork_waits_for_the_request_at_hand_and_the_child_starts_idle():
