@@ -6,6 +6,7 @@ never use or commit a session Airflow's code holds.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from airflow_mpi.jobspec.orphans import TaskKey, TryState, state_text
@@ -57,10 +58,14 @@ def recorded_places(limit: int = 5000) -> set[tuple[str, str, str]]:
 
     try:
         from airflow.models.xcom import XComModel as model  # Airflow 3
-    except ImportError:  # Airflow 2
+
+        value_of = model.deserialize_value
+    except ImportError:  # Airflow 2: a row's value is deserialized as it is loaded
         from airflow.models.xcom import BaseXCom as model
+
+        value_of = operator.attrgetter("value")
 
     with non_scoped_session() as session:
         query = select(model).where(model.key == JOB_XCOM_KEY).order_by(model.timestamp.desc()).limit(limit)
-        values = [model.deserialize_value(row) for row in session.scalars(query).all()]
+        values = [value_of(row) for row in session.scalars(query).all()]
     return {(v["namespace"], v["kubernetes_conn_id"], v["api_version"]) for v in values if _is_location(v)}
