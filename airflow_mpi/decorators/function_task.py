@@ -30,7 +30,8 @@ from airflow_mpi.function_task.function_call import (
     call_secret_data, call_secret_name, check_function, check_source, mount_call_secret, pickle_arguments, rank_command,
 )
 from airflow_mpi.function_task.rank_result import (
-    RESULT_NONCE_ANNOTATION, RankResult, hide_result_lines, nonce_digest, parse_result, result_digest_of,
+    RESULT_NONCE_ANNOTATION, RankResult, ResultCollector, hide_result_lines, nonce_digest, parse_result,
+    result_digest_of,
 )
 from airflow_mpi.operators.job_record import record_job
 from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text
@@ -39,6 +40,10 @@ from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, Air
 
 # Parameters of the operators that the decorated function replaces.
 REPLACED = ("program", "command", "args")
+UNVERIFIABLE = (
+    "this try cannot verify rank 0's return value: MPIJob {} is an earlier try's submission, and the key its rank 0 "
+    "signs the value with (that try's nonce) is held only by that try and the job's call Secret"
+)
 NEVER_STARTED = (
     "Rank 0 never started the function: the ranks could not run {python!r} (an image without Python 3? "
     "`python=` names the interpreter) or mpirun could not start them; the launcher's log above says which"
@@ -71,8 +76,11 @@ class FunctionTaskMixin:
     def _validate_at_parse_time(self) -> None:
         """The function must travel as source; literal arguments must pickle: an import error naming them."""
         self.python: str = self.program[0]
-        self._result_lines: list[str] = []
-        self._digest: str | None = None
+        self._nonce: str | None = None  # of this try's submission (build_manifest)
+        self._key: str | None = None  # the nonce of the followed job's submission, when this try made it
+        self._adopted = False  # the followed job is an earlier try's submission (this try lacks its key)
+        self._collector = ResultCollector(None)  # rank 0's marker lines of the wait (sync path, drain)
+        self._event_result: RankResult | None = None  # what the trigger read (deferrable path)
         self._call_secret: tuple[str, dict[str, str]] | None = None
         self._context: Any = None  # of the last build_manifest: where the job is recorded
         reasons = check_function(self.python_callable, self.custom_operator_name)
@@ -103,7 +111,7 @@ class FunctionTaskMixin:
         rendered, upstream XComs are values; offline, they are left out) mounted into the pods. The Secret itself is
         created with the job (``_create``); one too large is refused here, before anything is created."""
         self._context = context
-        nonce = secrets.token_urlsafe(24)
+        nonce = self._nonce = secrets.token_urlsafe(24)
         data = call_secret_data(self._source, self.python_callable.__name__, self._arguments(), nonce)
         manifest = super().build_manifest(context)
         digest = nonce_digest(nonce)
@@ -148,42 +156,49 @@ class FunctionTaskMixin:
         ) from err
 
     def _attached(self, job: dict) -> None:
-        self._digest = result_digest_of(job)
+        """The key rank 0 signs its value with: this try's nonce when the job is this try's submission. A job an
+        earlier try submitted has its own, which only that try and the job's call Secret hold."""
+        made_here = self._nonce is not None and result_digest_of(job) == nonce_digest(self._nonce)
+        self._key = self._nonce if made_here else None
+        self._adopted = not made_here
+        self._collector = ResultCollector(self._key, self.log.info)
 
-    def _result_digest(self) -> str | None:
-        return self._digest
+    def _result_key(self) -> str | None:
+        return self._key
 
     # ------------------------------------------------------------------ running
     def execute(self, context: Any) -> Any:
-        self._result_lines = []
+        self._event_result = None
         return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> Any:
-        self._result_lines = []
-        self._digest = event.get("result_digest")
+        self._collector = ResultCollector(None, self.log.info)  # the drain: the event carries the result
+        self._event_result = RankResult.from_dict(event["result"]) if event.get("result") else None
         value = super().execute_complete(context, event, job_try_number)
         if AIRFLOW_V_3_0_PLUS:  # as DecoratedOperator.execute does (multiple_outputs, assets)
             return self._handle_output(return_value=value)
         return self._handle_output(return_value=value, context=context, xcom_push=self.xcom_push)
 
     def _launcher_log(self) -> Callable[[str], None]:
-        if not self._digest:
-            return self.log.info
-        return hide_result_lines(self.log.info, self._result_lines, self._digest)
+        return hide_result_lines(self.log.info, self._collector)
 
     def _result(self, payload: dict[str, Any]) -> RankResult:
-        """Rank 0's result from the lines the wait kept; when a succeeded job's wait saw no complete value (a
-        triggerer failover resumed past the marker lines), from the launcher's whole log, read once."""
-        lines = [*(payload.get("result_lines") or []), *self._result_lines]
-        result = parse_result(lines, self._digest or "")
-        if payload.get("status") == "success" and self._digest and not (result.has_value or result.error):
-            self.log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
-            try:
-                result = parse_result(self.hook.launcher_log(payload["name"], payload["namespace"]), self._digest)
-            except Exception as err:  # the cleanup below must run whatever happens here
-                return RankResult(started=result.started, error=f"its launcher log could not be read back for rank "
-                                                                f"0's return value ({type(err).__name__}: {err})")
-        return result
+        """Rank 0's result: the trigger's (its event), else the wait's collector's; when a succeeded job's wait saw
+        no complete value (a worker resumed past the marker lines), from the launcher's whole log, read once."""
+        if self._event_result is not None:
+            return self._event_result
+        result = self._collector.result()
+        if payload.get("status") != "success" or self._collector.complete:
+            return result
+        if self._key is None:
+            return RankResult(started=result.started, error=UNVERIFIABLE.format(payload.get("name")) if self._adopted
+                              else None)
+        self.log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
+        try:
+            return parse_result(self.hook.launcher_log(payload["name"], payload["namespace"]), self._key)
+        except Exception as err:  # the cleanup below must run whatever happens here
+            return RankResult(started=result.started, error=f"its launcher log could not be read back for rank "
+                                                            f"0's return value ({type(err).__name__}: {err})")
 
     def _finish(self, payload: dict[str, Any]) -> Any:
         """Clean up and raise as for any MPIJob; on success, rank 0's return value."""

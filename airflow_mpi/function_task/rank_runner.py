@@ -6,14 +6,18 @@ nothing has to exist in the image but Python 3, and neither the function nor its
 pod specs. It decodes the call (the function's source, its pickled arguments, this try's nonce), runs the
 function and, on rank 0 only, prints the return value as marker lines the operator reads back from the
 launcher's log and keeps out of the task log (function_task/rank_result.py parses them; the formats below are shared by
-name). Every marker line carries the nonce, which the function is never handed: what the program itself prints,
-or a line of an earlier run, never passes for the result.
+name). Every marker line carries an HMAC of its words keyed by the nonce, never the nonce itself: the launcher's log
+is readable by anyone with ``pods/log get``, and a nonce printed there would let them forge a result. The function
+is never handed the nonce either: what the program itself prints, or a line of an earlier run, never passes for the
+result. A value over the caps is not printed at all (``TOO_LARGE`` says how large it is).
 
 An exception ends the rank with its traceback on stderr and a non-zero exit code; when mpi4py initialised MPI
 it aborts the whole job (``MPI_Abort``), so the other ranks do not hang in a collective waiting for it.
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import linecache
 import os
@@ -22,11 +26,16 @@ import sys
 import traceback
 import zlib
 
-MARKER = "::airflow-mpi-result::"  # ``MARKER <nonce> <kind> <words...>``
+MARKER = "::airflow-mpi-result::"  # ``MARKER <line_mac(nonce, words)> <words...>``, the kind first among the words
 STARTED = "started"  # rank 0 began (Python runs in the image)
 VALUE = "value"  # <index> <count> <crc32> <chunk>: rank 0's return value, JSON, zlib, base64, in chunks
 UNRETURNABLE = "unreturnable"  # <base64 of a message>: rank 0's return value is no JSON (cannot be an XCom)
+TOO_LARGE = "toolarge"  # <characters encoded> <bytes of JSON>: rank 0's return value is over a cap, not printed
 CHUNK = 1000  # characters of a chunk: one write of a short line, which mpirun forwards whole
+# Caps of a return value: as rank 0 prints it (base64 of zlib), and as JSON. An XCom lives in Airflow's database;
+# larger results belong in storage the ranks write to, returned by reference. The reader holds no more than this.
+MAX_ENCODED_CHARS = 1024 * 1024
+MAX_JSON_BYTES = 8 * 1024 * 1024
 # Rank of this process, as the MPI implementations (and horovodrun's Gloo mode) put it in the environment.
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK")
 
@@ -39,20 +48,28 @@ def rank():
     return 0  # not started by an MPI launcher: a single process
 
 
+def line_mac(nonce, words):
+    """The HMAC-SHA256 (hex) of a marker line's words, keyed by the nonce: only who holds the nonce makes one."""
+    return hmac.new(nonce.encode(), " ".join(words).encode(), hashlib.sha256).hexdigest()
+
+
 def say(nonce, *words):
     """One marker line in one write (lines of different ranks never interleave inside it)."""
     sys.stdout.flush()
-    os.write(1, (" ".join((MARKER, nonce) + words) + "\n").encode())
+    os.write(1, (" ".join((MARKER, line_mac(nonce, words)) + words) + "\n").encode())
 
 
 def report(nonce, value):
     try:
-        text = json.dumps(value)
+        text = json.dumps(value).encode()
     except (TypeError, ValueError) as err:
         message = "%s: %s" % (type(value).__name__, err)
         say(nonce, UNRETURNABLE, base64.b64encode(message.encode()).decode())
         return
-    data = base64.b64encode(zlib.compress(text.encode())).decode()
+    data = base64.b64encode(zlib.compress(text)).decode()
+    if len(data) > MAX_ENCODED_CHARS or len(text) > MAX_JSON_BYTES:
+        say(nonce, TOO_LARGE, str(len(data)), str(len(text)))
+        return
     chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
     crc = str(zlib.crc32(data.encode()))
     for index, chunk in enumerate(chunks):

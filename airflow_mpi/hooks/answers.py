@@ -20,21 +20,42 @@ _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}
 
 
 # --------------------------------------------------------------------------------------- lines
+#: Bytes of one log line's message a reader holds at most. A program that writes no newline for megabytes (tqdm's
+#: ``\r`` progress bars, binary output) would otherwise be held whole, in the triggerer too, and logged as one record.
+#: A longer line is passed on in pieces of at most this size (cut at a UTF-8 character boundary), each carrying the
+#: line's timestamp, the first ones ending in ``CUT_MARK``, the later ones starting with ``CONTINUED_MARK``. The
+#: pieces of a line are the same in every read of it (offsets from the line's start, whatever the chunks), so the
+#: log cursor counts them as lines (wait/logs.py) and a resumed read neither loses nor repeats a byte. Changing the
+#: value between a deferral and its resume miscounts the pieces of the line being read then.
+MAX_LOG_LINE_BYTES = 64 * 1024
+CUT_MARK = " [line cut at {} bytes]"  # a piece that the next continues; {}: the line's bytes up to its end
+CONTINUED_MARK = "[line continued from byte {}] "  # a piece that continues the previous one
+_STAMP_PREFIX = re.compile(rb"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2}) ")
+
+
 class LineSplitter:
     """Bytes chunks in, complete decoded lines out. Decoding is per complete line (a newline byte never occurs
-    inside a UTF-8 multi-byte sequence), invalid UTF-8 becomes U+FFFD; ``flush()`` returns an unterminated line."""
+    inside a UTF-8 multi-byte sequence), invalid UTF-8 becomes U+FFFD; ``flush()`` returns an unterminated line.
+    ``max_line``: a line's message longer than that comes out in marked pieces (``MAX_LOG_LINE_BYTES``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int | None = None) -> None:
         self._buffer = bytearray()
+        self._max = max_line
+        self._stamp = b""  # the timestamp of the line being cut, put in front of each of its pieces
+        self._offset = 0  # bytes of that line's message passed on already
 
     def feed(self, chunk: bytes | str) -> list[str]:
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8")
         self._buffer.extend(chunk)
-        lines = []
+        lines: list[str] = []
         start = 0
-        while (end := self._buffer.find(b"\n", start)) != -1:
-            lines.append(_decode(self._buffer[start:end]))
+        while True:
+            end = self._buffer.find(b"\n", start)
+            start = self._cut(lines, start, len(self._buffer) if end == -1 else end)
+            if end == -1:
+                break
+            lines.append(self._piece(self._buffer[start:end], last=True))
             start = end + 1
         if start:
             del self._buffer[:start]
@@ -42,7 +63,36 @@ class LineSplitter:
 
     def flush(self) -> list[str]:
         rest, self._buffer = self._buffer, bytearray()
-        return [_decode(rest)] if rest else []
+        return [self._piece(rest, last=True)] if rest else []
+
+    def _cut(self, lines: list[str], start: int, stop: int) -> int:
+        """Append the pieces of the line at ``start`` (its bytes known up to ``stop``) that are sure to be followed
+        by more of it; returns where its rest starts."""
+        if self._max is None or stop - start <= self._max:
+            return start
+        if not self._offset and not self._stamp and (stamp := _STAMP_PREFIX.match(self._buffer, start, stop)):
+            self._stamp, start = bytes(stamp.group()), stamp.end()
+        while stop - start > self._max:
+            end = start + self._max
+            for _ in range(3):  # never start the next piece inside a UTF-8 character
+                if 0x80 <= self._buffer[end] < 0xC0:
+                    end -= 1
+            lines.append(self._piece(self._buffer[start:end], last=False))
+            start = end
+        return start
+
+    def _piece(self, raw: bytes | bytearray, *, last: bool) -> str:
+        """A line, or a piece of one: its timestamp and marks around it once the line was cut."""
+        text = _decode(raw) if last else bytes(raw).decode("utf-8", errors="replace")
+        if self._offset:
+            text = CONTINUED_MARK.format(self._offset) + text
+        stamp = self._stamp.decode()
+        if last:
+            self._stamp, self._offset = b"", 0
+        else:
+            self._offset += len(raw)
+            text += CUT_MARK.format(self._offset)
+        return stamp + text
 
 
 def _decode(raw: bytes | bytearray) -> str:
@@ -51,16 +101,16 @@ def _decode(raw: bytes | bytearray) -> str:
     return bytes(raw).decode("utf-8", errors="replace")
 
 
-def iter_lines(chunks: Iterable[bytes | str]) -> Iterator[str]:
+def iter_lines(chunks: Iterable[bytes | str], max_line: int | None = None) -> Iterator[str]:
     """Lines of a byte stream; the last line is yielded even without a trailing newline (clean EOF only)."""
-    splitter = LineSplitter()
+    splitter = LineSplitter(max_line)
     for chunk in chunks:
         yield from splitter.feed(chunk)
     yield from splitter.flush()
 
 
-async def aiter_lines(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[str]:
-    splitter = LineSplitter()
+async def aiter_lines(chunks: AsyncIterable[bytes | str], max_line: int | None = None) -> AsyncIterator[str]:
+    splitter = LineSplitter(max_line)
     async for chunk in chunks:
         for line in splitter.feed(chunk):
             yield line

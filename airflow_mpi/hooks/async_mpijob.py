@@ -27,7 +27,7 @@ try:
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
     _TimeoutAsyncK8sApiClient = async_client.ApiClient
 from airflow_mpi.hooks import client_pool
-from airflow_mpi.hooks.answers import aiter_lines, merge_pod_events, sort_events
+from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, aiter_lines, merge_pod_events, sort_events
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace, load_client_config
 from airflow_mpi.hooks.requests import (
@@ -171,7 +171,8 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
                            **query: Any) -> AsyncIterator[str]:
         """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: the fields of
         hooks/requests.py ``LogRequest``. A broken stream raises and its unfinished line is dropped (a clean end
-        yields it): reconnect with ``since_time``. Sent on the first ``__anext__()``."""
+        yields it): reconnect with ``since_time``. A line over ``MAX_LOG_LINE_BYTES`` comes in marked pieces
+        (hooks/answers.py). Sent on the first ``__anext__()``."""
         timeout = self.log_request_timeout if request_timeout is None else request_timeout
         req = LogRequest(pod, await self.resolve_namespace(namespace), timeout, **query)
         async with self.get_conn() as api_client:
@@ -180,7 +181,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
             except ApiException as e:
                 req.raise_error(e)
             try:
-                async for line in aiter_lines(resp.content.iter_any()):
+                async for line in aiter_lines(resp.content.iter_any(), MAX_LOG_LINE_BYTES):
                     yield line
             finally:
                 resp.close()

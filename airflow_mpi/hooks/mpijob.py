@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
-from airflow_mpi.hooks.answers import iter_lines, log_messages
+from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, iter_lines, split_timestamp
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.errors import connection_errors
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
@@ -122,8 +122,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         return True
 
     # ------------------------------------------------------------------------------- logs
-    def _log_messages(self, pod: V1Pod, namespace: str, tail_lines: int | None = None) -> list[str]:
-        """The log of the pod's main (first) container, timestamps stripped."""
+    def _log_messages(self, pod: V1Pod, namespace: str, tail_lines: int | None = None) -> Iterator[str]:
+        """The log of the pod's main (first) container, timestamps stripped, read as it is consumed (64 KiB
+        reads; a line over ``MAX_LOG_LINE_BYTES`` in marked pieces: hooks/answers.py)."""
         containers = (pod.spec.containers if pod.spec is not None else None) or []
         container = containers[0].name if containers else None
         req = LogRequest(pod.metadata.name, namespace, self.log_request_timeout, container, tail_lines=tail_lines)
@@ -132,7 +133,8 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         except ApiException as e:
             req.raise_error(e)
         try:
-            return log_messages(iter_lines(resp.stream(amt=None, decode_content=True)))
+            for line in iter_lines(resp.stream(amt=64 * 1024, decode_content=True), MAX_LOG_LINE_BYTES):
+                yield split_timestamp(line)[1]
         finally:
             resp.close()
             resp.release_conn()
@@ -144,18 +146,19 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         tails: dict[str, list[str]] = {}
         for pod in self._role_pods(name, ns, WORKER):
             try:
-                tails[pod.metadata.name] = self._log_messages(pod, ns, tail_lines)
+                tails[pod.metadata.name] = list(self._log_messages(pod, ns, tail_lines))
             except Exception as err:  # diagnostics only: never mask the failure being reported
                 self.log.warning("Could not read the log of worker %s: %s", pod.metadata.name, err)
                 tails[pod.metadata.name] = [f"(log unavailable: {err})"]
         return tails
 
-    def launcher_log(self, name: str, namespace: str | None = None) -> list[str]:
-        """The newest launcher pod's log (its current container, timestamps stripped): what a result read after
-        the fact needs (``@task.mpi``: rank 0's marker lines a resumed wait did not see). Empty without a pod."""
+    def launcher_log(self, name: str, namespace: str | None = None) -> Iterator[str]:
+        """The newest launcher pod's log (its current container, timestamps stripped), line by line as it is read:
+        what a result read after the fact needs (``@task.mpi``: rank 0's marker lines a resumed wait did not see).
+        Empty without a pod."""
         ns = self.resolve_namespace(namespace)
         launchers = self._role_pods(name, ns, LAUNCHER)
-        return self._log_messages(launchers[0], ns) if launchers else []
+        return self._log_messages(launchers[0], ns) if launchers else iter(())
 
     def create_owned_secret(self, name: str, namespace: str, string_data: dict[str, str], owner: dict) -> dict:
         """Create a Secret owned by the MPIJob ``owner``: the garbage collector deletes it with the job. Not retried

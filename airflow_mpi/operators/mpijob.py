@@ -237,8 +237,9 @@ class MPIJobOperator(BaseOperator):
     def _attached(self, job: dict) -> None:
         """The job this try follows, created or reattached to (the decorators read its result nonce)."""
 
-    def _result_digest(self) -> str | None:
-        """The SHA-256 of the result nonce of the followed job (decorators only: rank 0's marker lines)."""
+    def _result_key(self) -> str | None:
+        """The key rank 0's marker lines of the followed job are signed with (decorators only; secret: it travels to
+        the trigger, never into a log or an event)."""
         return None
 
     def _create(self, manifest: dict) -> dict:
@@ -286,7 +287,7 @@ class MPIJobOperator(BaseOperator):
             schedule_timeout=self.schedule_timeout, queue_timeout=self.queue_timeout, get_logs=self.get_logs,
             max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
-            result_digest=self._result_digest(), tail_lines=self.worker_log_tail_lines,
+            result_key=self._result_key(), tail_lines=self.worker_log_tail_lines,
             installation=deployment_identity.installation_for_task(),
         )  # fmt: skip
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in

@@ -3,6 +3,8 @@
 The deadline enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave
 it running). It emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before``
 (the hold against Airflow's deferral race: wait/deferral.py); a failed job's carries why (``failure``, bounded).
+A decorated task's carries rank 0's result as read here (``result``: the value or why there is none), never its marker
+lines nor the key they are signed with: the triggerer logs every event it fires into the task's log.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_mpi.function_task.rank_result import hide_result_lines
+from airflow_mpi.function_task.rank_result import ResultCollector, hide_result_lines
+from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.jobspec import API_V2BETA1
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 from airflow_mpi.wait.deferral import hold_seconds
@@ -45,10 +48,12 @@ class MPIJobTrigger(BaseTrigger):
     log_state: dict[str, Any] | None = None  # LogState.to_dict()
     max_attempts: int | None = None
     tail_lines: int = DEFAULT_TAIL_LINES
-    # the event: held until not_before; rank 0's result lines (@task.mpi) carried in it
+    # the event: held until not_before; rank 0's result (@task.mpi) read here, verified with result_key (the
+    # submission's nonce: a secret, kept out of repr; Airflow stores trigger arguments encrypted)
     not_before: str | None = None
     capture_result: bool = False
-    result_digest: str | None = None
+    result_key: str | None = None
+    result_digest: str | None = None  # a trigger serialized by an earlier release; unused
     # the installation that held the deployment's id when the task deferred (jobspec/claims.py)
     installation: str | None = None
 
@@ -60,6 +65,11 @@ class MPIJobTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath = f"{type(self).__module__}.{type(self).__qualname__}"
         return classpath, {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __repr__(self) -> str:
+        classpath, kwargs = self.serialize()
+        shown = ", ".join(f"{k}={'***' if k == 'result_key' and v else v!r}" for k, v in kwargs.items())
+        return f"<{classpath} {shown}>"
 
     def _hook(self) -> Any:
         from airflow_mpi.hooks import AsyncMPIJobHook
@@ -75,11 +85,12 @@ class MPIJobTrigger(BaseTrigger):
                                 "uid": self.uid, "log_state": self.log_state})
             return
         log_state, emit_marked = await self._log_position()
-        result_lines: list[str] = []  # rank 0's result lines (@task.mpi), kept out of the log
         emit = self.log.info
-        if self.capture_result and self.result_digest:
-            emit = hide_result_lines(emit, result_lines, self.result_digest)
-            emit_marked = emit_marked and hide_result_lines(emit_marked, result_lines, self.result_digest)
+        collector = ResultCollector(self.result_key, self.log.info) if self.capture_result else None
+        unread: str | None = None  # why a value the wait passed could not be read back
+        if collector is not None:  # rank 0's marker lines are read, not logged
+            emit = hide_result_lines(emit, collector)
+            emit_marked = emit_marked and hide_result_lines(emit_marked, collector)
         try:
             async with self._hook() as hook:
                 payload = await JobMonitor(
@@ -91,17 +102,37 @@ class MPIJobTrigger(BaseTrigger):
                     get_logs=self.get_logs, max_attempts=self.max_attempts, target_condition=self.target_condition,
                     owns_job=self.owns_job, uid=self.uid, tail_lines=self.tail_lines,
                 ).run()
+                if collector is not None and payload["status"] == "success" and not collector.complete:
+                    unread = await self._read_back(hook, collector)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # surfaced by execute_complete, which cleans up
             payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
                        "namespace": self.namespace, "uid": self.uid, "log_state": self.log_state}
-        if self.capture_result:
-            payload["result_lines"] = result_lines
-            payload["result_digest"] = self.result_digest
+        if collector is not None:
+            payload["result"] = collector.result().to_dict()
+            if unread and not collector.complete:
+                payload["result"]["error"] = unread
         await self._hold()
         self._fired = True
         yield TriggerEvent(payload)
+
+    async def _read_back(self, hook: Any, collector: ResultCollector) -> str | None:
+        """Rank 0's value from the newest launcher's whole log, streamed through ``collector`` once: the wait resumed
+        past its marker lines (a triggerer failover). Why it could not be read, if it could not."""
+        if not self.result_key:
+            return "the trigger holds no key to verify rank 0's return value with"
+        self.log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
+        try:
+            launchers = await hook.launcher_pods(self.name, self.namespace)
+            if launchers:
+                pod = launchers[0]
+                container = pod.spec.containers[0].name if pod.spec and pod.spec.containers else None
+                async for raw in hook.read_pod_log(pod.metadata.name, self.namespace, container=container):
+                    collector.take(split_timestamp(raw)[1])
+        except Exception as err:
+            return f"its launcher log could not be read back for rank 0's return value ({type(err).__name__}: {err})"
+        return None
 
     async def _log_position(self) -> tuple[dict | None, Any]:
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read back

@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 
 from airflowstack.job_behaviour import finish_launcher, numbered_lines
 from airflow_mpi.function_task.function_call import CALL_KEY, RUNNER_KEY, call_secret_name, decode_call
-from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest
+from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, UNVERIFIED, nonce_digest
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from tests.e2e.conftest import NAMESPACE
@@ -59,16 +59,18 @@ def test_triggerer_sigkill_right_after_rank_0_result_lines(airflow_stack, client
     """``@task.mpi``: rank 0's marker lines pass the trigger (kept out of the task log, held in its memory only),
     then the triggerer is SIGKILLed once a later line is in the task log, the launcher still running. Its
     successor resumes past those lines; the value is read back from the launcher's whole log at the job's end and
-    is the XCom, once. Marker lines of rank 3 (the right nonce) and of rank 0 with another nonce, before and after
-    the real ones, are ordinary output: in the task log, never the XCom."""
+    is the XCom, once. Marker lines of rank 3 (the right nonce), before and after the real ones, are ordinary
+    output: in the task log, never the XCom; those of rank 0 under another nonce (their MAC does not verify) are no
+    result either, kept out of the task log, which says so without echoing them."""
     run_id, job, expected = waiting_job(client, cluster, custom_api, TASK_MPI)
     call, runner = _call_secret(cluster, job)
     nonce = decode_call(call)["nonce"]
     assert nonce_digest(nonce) == job["metadata"]["annotations"][RESULT_NONCE_ANNOTATION]
     value = {"rank": 0, "run_id": run_id, "text": "Grün\tüber alles"}  # what the DAG's function returns on rank 0
     rank0 = _tagged(0, _run_rank_0(tmp_path, runner, call))
-    forged = {when: _tagged(3, _report(nonce, {**value, "rank": 3, "forged": f"rank 3 {when}"}))
-              + _tagged(0, _report(secrets.token_urlsafe(24), {**value, "forged": f"another nonce {when}"}))
+    rank3 = {when: _tagged(3, _report(nonce, {**value, "rank": 3, "forged": f"rank 3 {when}"}))
+             for when in ("before", "after")}
+    forged = {when: rank3[when] + _tagged(0, _report(secrets.token_urlsafe(24), {**value, "forged": f"another {when}"}))
               for when in ("before", "after")}
     cluster.local.append_launcher_logs(NAMESPACE, forged["before"] + rank0 + forged["after"]
                                        + numbered_lines("past-result"))
@@ -86,7 +88,8 @@ def test_triggerer_sigkill_right_after_rank_0_result_lines(airflow_stack, client
                          f"{TASK_MPI.task}/xcomEntries")
     assert [e["key"] for e in entries["xcom_entries"] if e["key"] != JOB_XCOM_KEY] == ["return_value"], entries
     events = client.task_log_events(TASK_MPI.dag, run_id, TASK_MPI.task)
-    assert [e for e in events if MARKER in e] == forged["before"] + forged["after"], events  # rank 0's: none
+    assert [e for e in events if MARKER in e] == rank3["before"] + rank3["after"], events  # rank 0's: none
+    assert UNVERIFIED in events and not any(nonce in e for e in events), events
     assert events.count("[1,0]<stdout>:rank 0 computed its value") == 1, events  # rank 0's own output: kept
     # the value came from the launcher's log read back at the end, not from the lines the killed trigger held
     assert any("reading the launcher log" in e for e in events), events

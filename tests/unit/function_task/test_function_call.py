@@ -32,17 +32,10 @@ from airflow_mpi.function_task.function_call import (
     pickle_arguments,
     rank_command,
 )
-from airflow_mpi.function_task.rank_result import (
-    MAX_ENCODED_CHARS,
-    MAX_JSON_BYTES,
-    hide_result_lines,
-    nonce_digest,
-    parse_result,
-)
-from airflow_mpi.function_task.rank_runner import MARKER
+from airflow_mpi.function_task.rank_result import ResultCollector, hide_result_lines, parse_result
+from airflow_mpi.function_task.rank_runner import MARKER, MAX_ENCODED_CHARS, MAX_JSON_BYTES, line_mac
 
 NONCE = "n0nce-of-this-try"
-DIGEST = nonce_digest(NONCE)
 
 SOURCE = """\
 def work(values, scale=1):
@@ -246,11 +239,11 @@ def test_rank_zero_reports_its_value_in_marker_lines_and_other_ranks_report_noth
     assert root.returncode == other.returncode == 0
     assert "rank 0 got [1, 2, 3]" in root.stdout and "rank 1 got [1, 2, 3]" in other.stdout
     assert MARKER not in other.stdout
-    result = parse_result(tagged(root), DIGEST)
+    result = parse_result(tagged(root), NONCE)
     assert result.started and result.has_value and result.error is None
     assert result.value == {"rank": 0, "total": 12, "text": "x" * 3000}
     assert all(len(line) < 1100 for line in root.stdout.splitlines())  # chunks: no line mpirun would split
-    assert NONCE not in (root.stdout.split(MARKER)[0])  # the function's own output never held it
+    assert NONCE not in root.stdout  # neither the function's output nor the marker lines (an HMAC) hold it
 
 
 def test_an_exception_prints_its_traceback_with_the_functions_source_and_fails_the_rank():
@@ -263,13 +256,13 @@ def test_an_exception_prints_its_traceback_with_the_functions_source_and_fails_t
 
 def test_system_exit_keeps_its_code_and_gives_no_value():
     proc = run_rank(0, "exit")
-    assert proc.returncode == 3 and not parse_result(tagged(proc), DIGEST).has_value
+    assert proc.returncode == 3 and not parse_result(tagged(proc), NONCE).has_value
 
 
 def test_a_return_value_that_is_no_json_is_reported_not_raised():
     proc = run_rank(0, "set")
     assert proc.returncode == 0
-    result = parse_result(tagged(proc), DIGEST)
+    result = parse_result(tagged(proc), NONCE)
     assert result.started and not result.has_value
     assert "cannot be an XCom" in result.error and "set" in result.error
 
@@ -283,23 +276,24 @@ def value_lines(value, tag: str = "[1,0]<stdout>:") -> list[str]:
 
 def test_only_rank_zeros_tagged_lines_of_this_nonce_count():
     lines = value_lines("mine")
-    assert parse_result(lines, DIGEST).value["text"] == "mine"
+    assert parse_result(lines, NONCE).value["text"] == "mine"
     for forged in ([ln.replace("[1,0]", "[1,3]", 1) for ln in lines],  # another rank printed them
                    [ln.split(":", 1)[1] for ln in lines],  # no rank tag: not from mpirun's rank 0
                    [ln.replace("<stdout>", "<stderr>", 1) for ln in lines]):  # rank 0's stderr
-        assert not parse_result(forged, DIGEST).started
-    assert parse_result(lines, nonce_digest("an earlier try's nonce")) == parse_result([], DIGEST)
+        assert not parse_result(forged, NONCE).started
+    assert parse_result(lines, "an earlier try's nonce") == parse_result([], NONCE)
 
 
-def test_a_marker_printed_by_the_program_itself_is_ordinary_output_and_the_program_never_sees_the_nonce():
+def test_a_marker_printed_by_the_program_itself_is_no_result_and_the_program_never_sees_the_nonce():
     proc = run_rank(0, "forge")
-    visible, hidden = [], []
-    emit = hide_result_lines(visible.append, hidden, DIGEST)
+    visible, collector = [], ResultCollector(NONCE)
+    emit = hide_result_lines(visible.append, collector)
     for line in tagged(proc):
         emit(line)
-    (forged,) = [ln for ln in visible if MARKER in ln]
-    assert "guessed" in forged and NONCE not in forged and "argv=1" in forged  # no path to the call in sys.argv
-    assert parse_result(hidden, DIGEST).started
+    assert not [ln for ln in visible if MARKER in ln]  # rank 0's line in the marker's form: kept out, not read
+    (forged,) = [ln for ln in tagged(proc) if "guessed" in ln]
+    assert MARKER in forged and "argv=1" in forged and NONCE not in forged  # no path to the call in sys.argv
+    assert collector.started and collector.rejected == 1
 
 
 def test_hydra_and_gloo_tags_of_rank_zero_count_and_the_last_complete_value_wins():
@@ -307,14 +301,14 @@ def test_hydra_and_gloo_tags_of_rank_zero_count_and_the_last_complete_value_wins
     first, second = value_lines(long_text), value_lines("b", tag="[0] ")
     cut_short = [ln for ln in first if " value 0 " in ln or " value 1 " in ln]  # an attempt that died mid-value
     assert sum(" value " in ln for ln in first) > len(cut_short) == 2
-    assert parse_result(first, DIGEST).value["text"] == long_text
-    assert parse_result([*first, *cut_short, *second], DIGEST).value["text"] == "b"
-    assert parse_result([*second, *cut_short], DIGEST).value["text"] == "b"  # an incomplete later value replaces nothing
-    assert parse_result(value_lines("g", tag="[0]<stdout>:"), DIGEST).value["text"] == "g"
+    assert parse_result(first, NONCE).value["text"] == long_text
+    assert parse_result([*first, *cut_short, *second], NONCE).value["text"] == "b"
+    assert parse_result([*second, *cut_short], NONCE).value["text"] == "b"  # an incomplete later value replaces nothing
+    assert parse_result(value_lines("g", tag="[0]<stdout>:"), NONCE).value["text"] == "g"
 
 
 def marker(*words: str) -> str:
-    return " ".join(("[1,0]<stdout>:" + MARKER, NONCE, *words))
+    return " ".join(("[1,0]<stdout>:" + MARKER, line_mac(NONCE, words), *words))
 
 
 @pytest.mark.parametrize("words, why", [
@@ -323,7 +317,7 @@ def marker(*words: str) -> str:
     (("value", "0", "1", "5", "AAAA"), "checksum"),
 ])
 def test_damaged_or_malformed_value_lines_are_an_error_not_an_exception(words, why):
-    result = parse_result([marker("started"), marker(*words)], DIGEST)
+    result = parse_result([marker("started"), marker(*words)], NONCE)
     assert result.started and not result.has_value and why in result.error
 
 
@@ -339,23 +333,22 @@ def encoded(data: bytes) -> list[str]:
 def test_a_value_too_large_decompressed_is_refused_naming_the_cap():
     bomb = encoded(b"[" + b"0," * (MAX_JSON_BYTES // 2) + b"0]")  # ~8 MiB of JSON in a few KB of lines
     assert len("".join(bomb)) < 100_000
-    result = parse_result(bomb, DIGEST)
+    result = parse_result(bomb, NONCE)
     assert not result.has_value and f"over {MAX_JSON_BYTES} bytes as JSON" in result.error
 
 
 def test_a_value_too_large_encoded_is_refused_naming_the_cap():
-    result = parse_result(encoded(os.urandom(MAX_ENCODED_CHARS)), DIGEST)
-    assert not result.has_value and f"over {MAX_ENCODED_CHARS} characters" in result.error
+    result = parse_result(encoded(os.urandom(MAX_ENCODED_CHARS)), NONCE)
+    assert not result.has_value and f"over the cap of {MAX_ENCODED_CHARS} characters encoded" in result.error
 
 
 def test_result_lines_are_kept_out_of_the_visible_log():
-    visible, hidden = [], []
-    emit = hide_result_lines(visible.append, hidden, DIGEST)
+    visible, collector = [], ResultCollector(NONCE)
+    emit = hide_result_lines(visible.append, collector)
     for line in value_lines("d"):
         emit(line)
     assert visible == ["[1,0]<stdout>:rank 0 got [1]"]
-    assert all(MARKER in line for line in hidden)
-    assert parse_result(hidden, DIGEST).value["text"] == "d"
+    assert collector.result().value["text"] == "d"
 
 
 def test_mpich_workers_reach_mpiexec_by_the_launchers_ip_when_asked():

@@ -183,7 +183,7 @@ def test_sync_log_stream_over_the_wire(wire_connection):
 
 def test_sync_log_of_a_missing_pod(wire_connection):
     with pytest.raises(PodLogUnavailable) as info:
-        MPIJobHook()._log_messages(V1Pod(metadata=V1ObjectMeta(name="missing")), "ns")
+        list(MPIJobHook()._log_messages(V1Pod(metadata=V1ObjectMeta(name="missing")), "ns"))
     assert info.value.status == 404 and "not found" in info.value.message
 
 

@@ -441,7 +441,7 @@ def _launcher_log(hook, *responses):
     """``launcher_log`` of one launcher pod whose log requests answer ``responses``."""
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher-a", "2026-11-22T10:00:00"))
     hook.api_client.call_api.side_effect = list(responses)
-    return hook.launcher_log("job", "ns")
+    return list(hook.launcher_log("job", "ns"))
 
 
 def test_launcher_log_of_the_newest_launcher_main_container(hook):
@@ -450,7 +450,7 @@ def test_launcher_log_of_the_newest_launcher_main_container(hook):
         pod("job-launcher-new", "2026-11-22T10:05:00", containers=("launcher", "sidecar")),
     )
     hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z hi\n"])
-    assert hook.launcher_log("job", "ns") == ["hi"]
+    assert list(hook.launcher_log("job", "ns")) == ["hi"]
     args, kwargs = hook.api_client.call_api.call_args
     assert args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
     assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-new"}
@@ -460,7 +460,7 @@ def test_launcher_log_of_the_newest_launcher_main_container(hook):
 
 def test_launcher_log_without_a_launcher_is_empty(hook):
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list()
-    assert hook.launcher_log("job", "ns") == []
+    assert list(hook.launcher_log("job", "ns")) == []
     hook.api_client.call_api.assert_not_called()
 
 
@@ -471,7 +471,7 @@ def test_log_lines_joined_across_chunks_with_the_partial_last_line(hook):
     resp = FakeResponse(split_bytes(data, 5, 20, euro + 1 - 25, 1, 1))  # cuts inside the 3-byte €
     assert _launcher_log(hook, resp) == ["first", "zweite Zeile: äöü €", "", "no newline"]
     assert resp.closed and resp.released
-    assert resp.stream_args == (None, True)
+    assert resp.stream_args == (65536, True)  # read as consumed, never the whole log at once
 
 
 def test_log_invalid_utf8_is_replaced(hook):

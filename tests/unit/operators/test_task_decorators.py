@@ -15,8 +15,10 @@ from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
 from airflow_mpi.jobspec import MPIJobValidationError
 from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.function_task.function_call import decode_call
-from airflow_mpi.function_task.rank_result import nonce_digest, parse_result
-from airflow_mpi.function_task.rank_runner import MARKER
+from airflow_mpi.function_task.rank_result import (
+    RESULT_NONCE_ANNOTATION, UNVERIFIED, RankResult, ResultCollector, nonce_digest,
+)
+from airflow_mpi.function_task.rank_runner import MARKER, line_mac
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
@@ -63,7 +65,7 @@ def launcher_argv(manifest):
 NONCE = "the-nonce-of-this-submission"
 
 
-def result_lines(value, nonce=NONCE):
+def result_lines(value, nonce=NONCE, source="def f(v):\n    return v\n"):
     """What rank 0 of ``f(value)`` prints, tagged by mpirun: the runner run for real on the call's Secret."""
     import subprocess
     import sys
@@ -74,8 +76,7 @@ def result_lines(value, nonce=NONCE):
     from airflow_mpi.function_task.function_call import CALL_MOUNT, call_secret_data, pickle_arguments, rank_command
 
     mount = Path(tempfile.mkdtemp())
-    for key, text in call_secret_data("def f(v):\n    return v\n", "f", pickle_arguments(ErrorList(), [value], {}),
-                                      nonce).items():
+    for key, text in call_secret_data(source, "f", pickle_arguments(ErrorList(), [value], {}), nonce).items():
         (mount / key).write_text(text)
     argv = [w.replace(CALL_MOUNT, str(mount)) for w in rank_command(python=sys.executable)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, env={"OMPI_COMM_WORLD_RANK": "0"}).stdout
@@ -210,6 +211,11 @@ def test_the_logged_manifest_holds_neither_function_nor_arguments(monkeypatch):
 
 
 # ---------------------------------------------------------------- the result
+def marker(*words, key=NONCE, rank="[1,0]<stdout>:"):
+    """A marker line as rank 0's runner prints it under ``key``, tagged by mpirun."""
+    return f"{rank}{MARKER} {line_mac(key, words)} {' '.join(words)}"
+
+
 def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
     op = build(call=([3, 4],))
     shown = []
@@ -227,10 +233,11 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
     monkeypatch.setattr(op, "_wait", fake_wait)
     assert op.execute(context()) == {"sum": 7}
     assert "[1,1]<stdout>:hello" in shown
-    assert sum(MARKER in line for line in shown) == 2 * 2  # the forged and stale lines are ordinary output
+    assert sum(MARKER in line for line in shown) == 2  # another rank's lines are ordinary output
+    assert shown.count(UNVERIFIED) == 1  # an earlier run's lines: not a result, said once, never echoed
 
 
-def test_deferred_run_carries_the_result_lines_in_the_event_and_returns_the_value(monkeypatch):
+def test_deferred_run_carries_only_the_decoded_value_and_returns_it(monkeypatch):
     op = build(deferrable=True)
 
     async def no_log_left(name, namespace, log_state):
@@ -240,46 +247,99 @@ def test_deferred_run_carries_the_result_lines_in_the_event_and_returns_the_valu
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context())
     kwargs = deferred.value.trigger.serialize()[1]
-    digest = nonce_digest(submitted_nonce(op))
-    assert kwargs["capture_result"] is True and kwargs["result_digest"] == digest
-    resumed = build(deferrable=True)  # execute_complete runs on a new operator object
+    assert kwargs["capture_result"] is True and kwargs["result_key"] == submitted_nonce(op)
+    assert submitted_nonce(op) not in repr(deferred.value.trigger)
+    resumed = build(deferrable=True)  # execute_complete runs on a new operator object, without the key
     resumed.hook.jobs, resumed.hook.secrets = op.hook.jobs, op.hook.secrets
     resumed._drain = no_log_left
     value = resumed.execute_complete(context(), {"status": "success", "name": "n", "namespace": "ns",
-                                                 "result_digest": digest,
-                                                 "result_lines": result_lines([1, "two"], submitted_nonce(op))})
+                                                 "result": RankResult(True, True, [1, "two"]).to_dict()})
     assert value == [1, "two"]
 
 
-def test_a_value_the_resumed_wait_passed_is_read_back_from_the_launcher_log_before_cleanup():
-    """A triggerer killed after rank 0's marker lines: its successor resumed past them (the event has none)."""
-    op = build(deferrable=True)
-    op._drain = lambda *a, **k: asyncio.sleep(0)
-    with pytest.raises(TaskDeferred):
-        op.execute(context())
-    digest = nonce_digest(submitted_nonce(op))
-    op.hook.launcher_lines = ["[1,0]<stdout>:visible", *result_lines({"v": 1}, submitted_nonce(op))]
-    (name, namespace) = next(iter(op.hook.jobs))[::-1]
-    value = op.execute_complete(context(), {"status": "success", "name": name, "namespace": namespace,
-                                            "result_digest": digest, "result_lines": []})
-    assert value == {"v": 1} and op.hook.jobs == {}  # read before delete_succeeded removed the job
+def test_a_value_the_sync_wait_passed_is_read_back_from_the_launcher_log_before_cleanup(monkeypatch):
+    op = build()
+
+    async def wait_without_the_markers(name, namespace, submitted_at, deadline, uid=None):
+        op.hook.launcher_lines = ["[1,0]<stdout>:visible", *result_lines({"v": 1}, submitted_nonce(op))]
+        return {"status": "success", "name": name, "namespace": namespace, "message": "ok"}
+
+    monkeypatch.setattr(op, "_wait", wait_without_the_markers)
+    assert op.execute(context()) == {"v": 1} and op.hook.jobs == {}  # read before delete_succeeded removed the job
 
 
-async def test_trigger_keeps_result_lines_out_of_the_triggerer_log(monkeypatch):
-    t = trigger(capture_result=True, result_digest=nonce_digest(NONCE))
-    shown = []
+def test_a_try_that_reattached_to_an_earlier_submission_cannot_verify_its_value():
+    op = build()
+    op._attached({"metadata": {"annotations": {RESULT_NONCE_ANNOTATION: nonce_digest(NONCE)}}})
+    for line in result_lines(5):
+        op._launcher_log()(line)
+    with pytest.raises(AirflowFailException, match="this try cannot verify rank 0's return value: MPIJob n is an "
+                                                   "earlier try's submission"):
+        op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
+
+
+def trigger_hook(lines):
+    stamped = ["2026-11-22T10:00:01Z [1,0]<stdout>:visible", *(f"2026-11-22T10:00:02Z {ln}" for ln in lines)]
+    return FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded")),
+                         launchers=[pod("job-launcher-a", state="terminated")],
+                         logs={("job-launcher-a", False): stamped})
+
+
+def capture_trigger_log(monkeypatch, shown):
     monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append)))
     # on Airflow 3 launcher lines are logged with their position (wait/log_ledger.py): capture those too
     import airflow_mpi.wait.log_ledger as readback
 
     monkeypatch.setattr(readback, "marked_emitter", lambda: lambda message, mark: shown.append(message))
-    lines = ["2026-11-22T10:00:01Z [1,0]<stdout>:visible", *(f"2026-11-22T10:00:02Z {ln}" for ln in result_lines(42))]
-    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded")),
-                         launchers=[pod("job-launcher-a", state="terminated")], logs={("job-launcher-a", False): lines})
-    use_hook(monkeypatch, t, hook)
+
+
+async def test_the_trigger_event_carries_the_value_never_the_marker_lines_nor_the_nonce(monkeypatch):
+    t = trigger(capture_result=True, result_key=NONCE)
+    shown = []
+    capture_trigger_log(monkeypatch, shown)
+    use_hook(monkeypatch, t, trigger_hook(result_lines(42)))
     (event,) = [e async for e in t.run()]
     assert "[1,0]<stdout>:visible" in shown and not any(MARKER in str(line) for line in shown)
-    assert parse_result(event.payload["result_lines"], nonce_digest(NONCE)).value == 42
+    assert event.payload["result"] == {"started": True, "has_value": True, "value": 42, "error": None}
+    logged = repr(event)  # what Airflow 3.3's triggerer logs into the task log ("Trigger fired event")
+    assert MARKER not in logged and NONCE not in logged and NONCE not in repr(t)
+
+
+async def test_a_value_the_resumed_trigger_passed_is_read_back_by_the_trigger(monkeypatch):
+    """A triggerer killed after rank 0's marker lines: its successor resumed past them; the worker that resumes
+    the task does not hold the key, so the trigger reads the value back itself."""
+    t = trigger(capture_result=True, result_key=NONCE,
+                log_state={"cursor": {"job-launcher-a/launcher/0": [1795341602, 0, 9]},
+                           "streams": ["job-launcher-a/launcher/0"], "done": []})
+    capture_trigger_log(monkeypatch, [])
+    use_hook(monkeypatch, t, trigger_hook(result_lines({"v": 1})))
+    (event,) = [e async for e in t.run()]
+    assert event.payload["result"]["value"] == {"v": 1}
+
+
+@pytest.mark.parametrize("path", ["sync", "trigger"])
+async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, path):
+    lines = [*result_lines(7), *result_lines(8, "an earlier run's nonce")]
+    if path == "sync":
+        op = build()
+        op._nonce = NONCE
+        op._attached({"metadata": {"annotations": {RESULT_NONCE_ANNOTATION: nonce_digest(NONCE)}}})
+        collector = op._collector
+        for line in lines:
+            op._launcher_log()(line)
+        result = op._result({"status": "success", "name": "n"})
+    else:
+        t = trigger(capture_result=True, result_key=NONCE)
+        capture_trigger_log(monkeypatch, [])
+        made = []
+        monkeypatch.setattr("airflow_mpi.triggers.mpijob.ResultCollector",
+                            lambda *a: made.append(ResultCollector(*a)) or made[-1])
+        use_hook(monkeypatch, t, trigger_hook(lines))
+        (event,) = [e async for e in t.run()]
+        (collector,) = made
+        result = RankResult.from_dict(event.payload["result"])
+    assert isinstance(collector, ResultCollector) and collector.rejected == 2
+    assert result == RankResult(started=True, has_value=True, value=7)
 
 
 def test_a_failed_job_whose_rank_zero_never_started_says_so():
@@ -290,7 +350,8 @@ def test_a_failed_job_whose_rank_zero_never_started_says_so():
 
 def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
     op = build()
-    op._digest, op._result_lines = nonce_digest(NONCE), result_lines(0)[:1]  # "started"
+    op._collector = ResultCollector(NONCE)
+    op._collector.take(result_lines(0)[0])  # "started"
     with pytest.raises(AirflowException) as err:
         op._finish({"status": "failed", "name": "n", "namespace": "ns", "message": "x"})
     assert "never started" not in str(err.value)
@@ -298,8 +359,9 @@ def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
 
 def test_a_return_value_that_cannot_be_an_xcom_fails_after_the_run():
     op = build()
-    op._digest = nonce_digest(NONCE)
-    op._result_lines = [f"[1,0]<stdout>:{MARKER} {NONCE} started", f"[1,0]<stdout>:{MARKER} {NONCE} unreturnable U2V0OiBub3QgSlNPTg=="]
+    op._collector = ResultCollector(NONCE)
+    for line in (marker("started"), marker("unreturnable", "U2V0OiBub3QgSlNPTg==")):
+        op._collector.take(line)
     with pytest.raises(AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"):
         op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
     assert op.hook.deleted == [("n", "ns")]  # cleaned up as any succeeded job

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_mpi.hooks.answers import aiter_lines, split_timestamp
 from airflow_mpi.wait.monitor import JobMonitor
 from airflow_mpi.wait.log_ledger import (
     MARK_FIELD,
@@ -61,10 +63,10 @@ def _raw(offsets_ms: list[int]) -> list[str]:
     return [f"{s.strftime('%Y-%m-%dT%H:%M:%S.%f')}Z line {i}" for i, s in enumerate(stamps)]
 
 
-async def _trigger_run(raw: list[str], log_state: dict | None) -> list[dict]:
+async def _trigger_run(raw: list[str], log_state: dict | None, hook_class: type = FakeAsyncHook) -> list[dict]:
     """One trigger's records, as the triggerer writes them to its log file (text and mark)."""
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
-    hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
+    hook = hook_class(job_obj=done, launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
                          logs={("job-launcher-a", False): raw})
     records: list[dict] = []
     monitor = JobMonitor(hook, "job", "ns", emit=lambda m: records.append({"event": m}), submitted_at=NOW,
@@ -92,3 +94,61 @@ async def test_a_triggerer_killed_after_any_record_leaves_every_line_once_in_the
     messages = [json.loads(line)["event"] for line in log_file]
     assert [m for m in messages if m.startswith("line ")] == [f"line {i}" for i in range(len(raw))]
     assert sum(m.startswith("==========") for m in messages) == 1  # the attempt header too
+
+
+class BytesLogHook(FakeAsyncHook):
+    """The launcher's log as the API server sends it: bytes in chunks of ``chunk``, split into lines by the hooks'
+    own splitter with a cap of ``MAX_LINE`` bytes (64 KiB in production: the pieces' logic is the same)."""
+
+    chunk = 7
+
+    async def read_pod_log(self, pod, namespace, *, since_time=None, limit_bytes=None, **_):
+        lines = [ln for ln in self.logs.get((pod, False), []) if not since_time or ln[:19] >= since_time[:19]]
+        data = "".join(f"{line}\n" for line in lines).encode()[:limit_bytes]
+
+        async def chunks():
+            for start in range(0, len(data), self.chunk):
+                yield data[start:start + self.chunk]
+
+        async for line in aiter_lines(chunks(), MAX_LINE):
+            yield line
+
+
+MAX_LINE = 40
+
+
+def _joined(messages: list[str]) -> str:
+    """The launcher's output the task log's records add up to: pieces of a cut line joined, marks taken off."""
+    text = ""
+    for message in messages:
+        body = re.sub(r"^\[line continued from byte \d+\] ", "", message)
+        cut = re.search(r" \[line cut at \d+ bytes\]$", body)
+        text += body[:cut.start()] if cut else body + "\n"
+    return text
+
+
+@given(
+    offsets=st.lists(st.sampled_from([0, 1, 400, 999, 1000, 2000, 2001]), min_size=1, max_size=8),
+    lengths=st.lists(st.integers(0, 150), min_size=8, max_size=8),
+    chunk=st.integers(1, 90),
+    cuts=st.lists(st.floats(0, 1), min_size=1, max_size=3),
+)
+async def test_a_line_cut_into_pieces_is_neither_lost_nor_doubled_across_a_triggerer_killed_after_any_record(
+        offsets, lengths, chunk, cuts):
+    """Lines longer than the cap (tqdm's progress bars) come in marked pieces; a triggerer killed after any of them
+    resumes from the ledger at the next piece: the task log holds every byte once."""
+    raw = [f"{line} {'abcdefghij' * (size // 10)}{'é' * (size % 10)}" for line, size in zip(_raw(offsets), lengths)]
+    BytesLogHook.chunk = chunk
+    log_file: list[str] = []
+    for cut in cuts:
+        resumed = ledger_from_records(records_from_lines(log_file))
+        records = await _trigger_run(raw, resumed, BytesLogHook)
+        log_file += [json.dumps(r) for r in records[: int(cut * len(records))]]
+    log_file += [json.dumps(r) for r in await _trigger_run(raw, ledger_from_records(records_from_lines(log_file)),
+                                                           BytesLogHook)]
+
+    messages = [json.loads(line)["event"] for line in log_file]
+    launcher = [m for m in messages if not m.startswith("==========")]
+    assert _joined(launcher) == "".join(f"{split_timestamp(line)[1]}\n" for line in raw)
+    assert any("[line cut at" in m for m in launcher) == any(len(split_timestamp(ln)[1].encode()) > MAX_LINE
+                                                             for ln in raw)
