@@ -196,10 +196,19 @@ class MPIJobOperator(BaseOperator):
         """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
         deployment's id names another installation (a copy of another deployment's database) or this installation
         holds another id there whose jobs still run (hooks/identity_claims.py)."""
+        from airflow_mpi.hooks.errors import error_message
         from airflow_mpi.hooks.identity_claims import task_refusal
 
-        refusal = task_refusal(self.hook, namespace, deployment_identity.for_task(),
-                               deployment_identity.installation_for_task())
+        try:
+            refusal = task_refusal(self.hook, namespace, deployment_identity.for_task(),
+                                   deployment_identity.installation_for_task())
+        except Exception as err:
+            if getattr(err, "status", None) != 403:
+                raise
+            raise AirflowFailException(
+                f"May not read or make this deployment's claim in namespace {namespace!r} (HTTP 403: "
+                f"{error_message(err)}): the role of kubernetes_default needs coordination.k8s.io leases "
+                "get/create/list there (deploy/rbac.yaml, role airflow-mpi)") from err
         if refusal:
             raise AirflowFailException(refusal)
 

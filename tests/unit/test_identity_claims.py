@@ -178,3 +178,18 @@ async def test_a_trigger_deferred_under_another_installation_neither_follows_nor
     assert "records installation 'tests-in-process'" in events[0].payload["message"]
     await trigger.on_kill()
     await trigger.cleanup()
+
+
+def test_a_role_without_leases_fails_the_task_for_good_naming_the_grant():
+    """An upgrade that did not apply deploy/rbac.yaml again: the claim's GET answers 403; the task fails for good
+    (a retry meets the same 403) and says which grant is missing, before anything is created."""
+    from kubernetes.client.exceptions import ApiException
+
+    class NoLeases(FakeSyncHook):
+        def _run(self, namespace, plan):
+            raise ApiException(status=403, reason="Forbidden")
+
+    hook = NoLeases()
+    with pytest.raises(AirflowFailException, match=r"leases get/create/list.*deploy/rbac.yaml"):
+        operator(hook).execute(context())
+    assert hook.created == []
