@@ -15,6 +15,10 @@ be: the job is recorded (operators/job_record.py) before it is created, so that 
 whatever happens next; a try that finds its task instance's job without its Secret replaces it
 (operators/submission.py: the Secret cannot be made again, it holds the nonce of the try that made the job); a
 Secret that could not be made deletes the job again, and if that delete fails too the job stays recorded.
+
+Rank 0 signs its value with the submission's nonce (function_task/rank_result.py). A later try follows an earlier
+try's job only when it holds that key: kept with the job's uid in Airflow 3.3+'s task state store; elsewhere the
+job is replaced at once (``_followable``) rather than followed to an end whose value this try could not verify.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from airflow_mpi.function_task.rank_result import (
     RESULT_NONCE_ANNOTATION, RankResult, ResultCollector, hide_result_lines, nonce_digest, parse_result,
     result_digest_of,
 )
-from airflow_mpi.operators.job_record import record_job
-from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text
+from airflow_mpi.operators.job_record import record_job, record_result_key, recorded_result_key
+from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text, replace
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 
@@ -128,7 +132,9 @@ class FunctionTaskMixin:
             record_job(self._context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
         job = super()._create(manifest)
         if result_digest_of(job) != result_digest_of(manifest):  # adopted: a job of an earlier submission
-            return self._create(manifest) if dropped_without_call_secret(self.hook, self.log, job) else job
+            if dropped_without_call_secret(self.hook, self.log, job) or self._followable(job) is None:
+                return self._create(manifest)
+            return job
         secret, data = self._call_secret
         namespace = job["metadata"].get("namespace") or namespace
         try:
@@ -155,12 +161,33 @@ class FunctionTaskMixin:
             "(deploy/rbac.yaml)"
         ) from err
 
+    def _key_of(self, job: dict) -> str | None:
+        """The key ``job``'s rank 0 signs its value with, when this try holds it: this try's nonce for its own
+        submission; for an earlier try's, the key that try kept for that very job (its uid) in the task state store
+        (Airflow 3.3+). Only the try that made a job and the job's call Secret hold it otherwise."""
+        digest = result_digest_of(job)
+        if self._nonce is not None and digest == nonce_digest(self._nonce):
+            return self._nonce
+        kept = recorded_result_key(self._context, (job.get("metadata") or {}).get("uid"))
+        return kept if kept is not None and digest == nonce_digest(kept) else None
+
+    def _followable(self, job: dict) -> dict | None:
+        """An earlier try's job is followed only when this try can verify its rank 0's value; otherwise it is
+        replaced at once (not followed to its end and failed there): a new submission is a value this try can trust.
+        """
+        if self._key_of(job) is not None:
+            return job
+        replace(self.hook, self.log, job, "it is an earlier try's submission, and this try does not hold the key "
+                                          "its rank 0 signs its return value with (kept from try to try only in "
+                                          "Airflow 3.3+'s task state store)")
+        return None
+
     def _attached(self, job: dict) -> None:
-        """The key rank 0 signs its value with: this try's nonce when the job is this try's submission. A job an
-        earlier try submitted has its own, which only that try and the job's call Secret hold."""
-        made_here = self._nonce is not None and result_digest_of(job) == nonce_digest(self._nonce)
-        self._key = self._nonce if made_here else None
-        self._adopted = not made_here
+        """The key of the followed job (``_key_of``), kept for a later try where the task state store is."""
+        self._key = self._key_of(job)
+        self._adopted = self._key is None
+        if self._key is not None:
+            record_result_key(self._context, (job.get("metadata") or {}).get("uid"), self._key)
         self._collector = ResultCollector(self._key, self.log.info)
 
     def _result_key(self) -> str | None:

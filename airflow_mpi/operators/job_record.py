@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 STATE_STORE_KEY = "airflow_mpi_job"
+RESULT_KEY_STORE_KEY = "airflow_mpi_result_key"
 JOB_XCOM_KEY = "airflow_mpi_job"
 JOB_RECORD_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")  # the XCom's, as the listener reads it
 
@@ -36,4 +37,27 @@ def recorded_job(context: Any) -> tuple[str, str, str | None] | None:
     if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
         uid = stored.get("uid")
         return stored["name"], stored["namespace"], uid if isinstance(uid, str) else None
+    return None
+
+
+def _store(context: Any) -> Any:
+    return context.get("task_state_store") if hasattr(context, "get") else None
+
+
+def record_result_key(context: Any, uid: str | None, key: str) -> bool:
+    """Keep the key ``@task.mpi``'s rank 0 signs its value with, for the job ``uid``, in the task state store
+    (Airflow 3.3+; no log and no XCom shows it), so that a later try may follow that job. False: nowhere to keep it."""
+    store = _store(context)
+    if store is None or not uid:
+        return False
+    store.set(RESULT_KEY_STORE_KEY, {"uid": uid, "key": key})
+    return True
+
+
+def recorded_result_key(context: Any, uid: str | None) -> str | None:
+    """The key an earlier try kept for the job ``uid`` (that object only), if any."""
+    store = _store(context)
+    stored = store.get(RESULT_KEY_STORE_KEY) if store is not None and uid else None
+    if isinstance(stored, dict) and stored.get("uid") == uid and isinstance(stored.get("key"), str):
+        return stored["key"]
     return None

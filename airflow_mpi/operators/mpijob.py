@@ -161,7 +161,8 @@ class MPIJobOperator(BaseOperator):
         self._log_settings()
         self._log_manifest(manifest)
         self._check_claim(manifest["metadata"]["namespace"])
-        job = reattach(self.hook, self.log, manifest, recorded_job(context)) or self._create(manifest)
+        job = reattach(self.hook, self.log, manifest, recorded_job(context))
+        job = (job and self._followable(job)) or self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)
@@ -242,6 +243,11 @@ class MPIJobOperator(BaseOperator):
     def _log_settings(self) -> None:
         for line in settings_explained(self._resolution().settings, self.retries or 0, self._retries_mapped()):
             self.log.info("%s", line)
+
+    def _followable(self, job: dict) -> dict | None:
+        """``job``, an earlier try's or submission's this try found, when this try can follow it; None when it was
+        replaced (deleted: a fresh one is submitted). Every job is followable here; ``@task.mpi`` is stricter."""
+        return job
 
     def _attached(self, job: dict) -> None:
         """The job this try follows, created or reattached to (the decorators read its result nonce)."""

@@ -98,11 +98,18 @@ def dropped_without_call_secret(hook: Any, log: logging.Logger, job: dict) -> bo
             f"Could not tell whether Secret {namespace}/{secret}, which MPIJob {name}'s pods mount, exists "
             f"({failure_text(err)}): not following a job whose pods may never start"
         ) from err
-    log.warning("MPIJob %s has no call Secret %s (the try that made it ended before creating it): its pods could "
-                "never start. Replacing it with a fresh one", name, secret)
+    replace(hook, log, job, f"it has no call Secret {secret} (the try that made it ended before creating it): its "
+                            "pods could never start")
+    return True
+
+
+def replace(hook: Any, log: logging.Logger, job: dict, why: str) -> None:
+    """Delete this task instance's ``job`` (that object only: its uid) and wait until it is gone, so that a fresh one
+    is submitted under its name; ``why`` is said in the task log."""
+    name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
+    log.warning("MPIJob %s: %s. Replacing it with a fresh one", name, why)
     hook.delete_mpijob(name, namespace, uid=uid)
     hook.wait_for_deleted(name, namespace, timeout=DELETION_WAIT)
-    return True
 
 
 def failure_text(err: BaseException) -> str:

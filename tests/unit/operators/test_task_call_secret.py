@@ -10,7 +10,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.function_task.function_call import decode_call, lost_call_data, mounted_call_secret
 from airflow_mpi.function_task.rank_result import nonce_digest, result_digest_of
-from airflow_mpi.operators.job_record import JOB_XCOM_KEY, STATE_STORE_KEY
+from airflow_mpi.operators.job_record import JOB_XCOM_KEY, STATE_STORE_KEY, record_result_key
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from tests.unit.operators.test_task_decorators import RUN_ID, build
 
@@ -95,11 +95,30 @@ def test_a_job_with_its_call_secret_is_followed_not_replaced():
 
 def test_a_running_job_is_followed_whatever_became_of_its_secret():
     """Its pods mounted the Secret when they started: a person deleted it since; the run goes on."""
-    earlier = build(deferrable=True)
-    left = earlier.hook.create_mpijob(earlier.build_manifest(context(Store(), [])), "ns")
+    store, earlier = Store(), build(deferrable=True)
+    left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
+    record_result_key(context(store, []), left["metadata"]["uid"], earlier._nonce)  # as the earlier try attached
     left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
-    trigger = defer(next_try(earlier), context(Store(), [], try_number=2))
+    trigger = defer(next_try(earlier), context(store, [], try_number=2))
     assert trigger.uid == left["metadata"]["uid"] and earlier.hook.secrets == {} and earlier.hook.deleted == []
+    assert trigger.result_key == earlier._nonce  # the value the trigger reads is one this try can verify
+
+
+@pytest.mark.parametrize("store", [None, Store()], ids=["no-state-store", "state-store-without-the-key"])
+def test_an_earlier_tries_live_job_whose_key_this_try_lacks_is_replaced_at_once(store):
+    """Airflow before 3.3 keeps nothing from try to try: the next try cannot verify the earlier submission's value
+    (rank 0 signs it with that try's nonce), so it replaces the job now instead of following it to its end and
+    failing there."""
+    earlier = build(deferrable=True)
+    ctx = context(store, []) if store is not None else {"ti": context(Store(), [])["ti"]}
+    left = earlier.hook.create_mpijob(earlier.build_manifest(ctx), "ns")
+    earlier.hook.create_owned_secret(mounted_call_secret(left), "ns", {"call": "x"}, left)
+    left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    op = next_try(earlier)
+    ti = NS(**{**vars(ctx["ti"]), "try_number": 2})
+    trigger = defer(op, {**ctx, "ti": ti})
+    assert earlier.hook.deleted == [(left["metadata"]["name"], "ns")] and trigger.uid != left["metadata"]["uid"]
+    assert trigger.result_key == op._nonce
 
 
 def test_a_secret_that_cannot_be_checked_fails_the_try_naming_it():
@@ -160,3 +179,28 @@ def test_a_refused_secret_whose_job_is_deleted_again_fails_for_good():
     with pytest.raises(AirflowFailException, match=r"Could not create Secret ns/.*403.*was deleted again"):
         op.execute(context(Store(), []))
     assert op.hook.jobs == {}
+
+
+def test_a_later_try_verifies_the_value_of_an_earlier_tries_job_with_the_key_kept_for_it(monkeypatch):
+    """Airflow 3.3+: the earlier try kept its key with the job's uid; the next (sync) try follows that job and returns
+    its rank 0's value; a key kept for another uid (a job made again under the name) is not used."""
+    from tests.unit.operators.test_task_decorators import result_lines
+
+    store, earlier = Store(), build()
+    left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
+    earlier.hook.create_owned_secret(mounted_call_secret(left), "ns", {"call": "x"}, left)
+    left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    record_result_key(context(store, []), left["metadata"]["uid"], earlier._nonce)
+    op = build()
+    op.__dict__["hook"] = earlier.hook
+
+    async def wait(name, namespace, submitted_at, deadline, uid=None):
+        for line in result_lines({"v": 42}, earlier._nonce):
+            op._launcher_log()(line)
+        return {"status": "success", "name": name, "namespace": namespace, "message": "ok"}
+
+    monkeypatch.setattr(op, "_wait", wait)
+    assert op.execute(context(store, [], try_number=2)) == {"v": 42}
+    assert len(earlier.hook.created) == 1  # followed, not replaced (the one delete is delete_succeeded's)
+    record_result_key(context(store, []), "another-uid", earlier._nonce)
+    assert op._key_of(left) is None
