@@ -33,7 +33,7 @@ from typing import Any
 from airflow_mpi.jobspec.claims import (
     INSTALLATION_KEY, INSTALLATION_VARIABLE, copied_database, installation_of_url, live_jobs_of_another_id,
 )
-from airflow_mpi.version_compat import AirflowException, conf
+from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, conf
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ def _stored(variable: Any, key: str, what: str) -> str:
         raise AirflowException(
             f"the Variable {key} (this deployment's airflow-mpi {what}) does not exist. The scheduler makes it when "
             "it starts with airflow-mpi installed (restart it and read its log: it refuses where jobs of an earlier "
-            "id still run); a task never makes it."
+            "id still run); a task never makes it. Where no such scheduler ever ran on this database (`airflow dags "
+            f"test`), pin [{CONFIG_SECTION}] {CONFIG_KEY} and [{CONFIG_SECTION}] {INSTALLATION_KEY}."
         )
     return checked(value, f"Variable {key}")
 
@@ -122,14 +123,29 @@ def for_task() -> str:
     here (see the module docstring): a missing Variable is an error."""
     from airflow_mpi.version_compat import Variable
 
-    return pinned() or _stored(Variable, VARIABLE_KEY, "deployment id")
+    if (value := pinned()) is not None:
+        return value
+    _made_where_the_database_is(Variable, VARIABLE_KEY)
+    return _stored(Variable, VARIABLE_KEY, "deployment id")
 
 
 def installation_for_task() -> str:
     """The installation the task's deployment holds its identity under: pinned, else the recorded one."""
     from airflow_mpi.version_compat import Variable
 
-    return pinned_installation() or _stored(Variable, INSTALLATION_VARIABLE, "installation")
+    if (value := pinned_installation()) is not None:
+        return value
+    _made_where_the_database_is(Variable, INSTALLATION_VARIABLE)
+    return _stored(Variable, INSTALLATION_VARIABLE, "installation")
+
+
+def _made_where_the_database_is(variable: Any, key: str) -> None:
+    """On Airflow 2.11 a task has the metadata database at hand (and `airflow dags test` starts no scheduler): what
+    is missing is made there as a server component makes it, create-if-absent (no upsert: concurrent first tasks
+    agree). The task's claim check (hooks/identity_claims.py) still refuses, before anything is created, where jobs
+    of an earlier id of this installation run. On Airflow 3 a task reaches Variables through the Task SDK only."""
+    if not AIRFLOW_V_3_0_PLUS and variable.get(key, None) is None:
+        establish(lambda installation: {})
 
 
 def in_database() -> Identity:
@@ -188,10 +204,18 @@ def _create_if_absent(key: str, value: str, description: str) -> None:
 
     with non_scoped_session() as session:
         try:
-            session.add(Variable(key=key, val=value, description=description))
+            session.add(_plain(Variable(key=key, val=value, description=description), value))
             session.commit()
         except IntegrityError:
             session.rollback()
+
+
+def _plain(variable: Any, value: str) -> Any:
+    """``variable`` holding ``value`` unencrypted: an id, not a secret (it is on every job's labels), readable by
+    every component whatever its ``[core] fernet_key`` (components of one deployment with different keys, e.g. none
+    set: each generates its own, could not read each other's encrypted value)."""
+    variable._val, variable.is_encrypted = value, False
+    return variable
 
 
 def _overwrite(key: str, value: str) -> None:
@@ -201,5 +225,5 @@ def _overwrite(key: str, value: str) -> None:
     from airflow_mpi.version_compat import non_scoped_session
 
     with non_scoped_session() as session:
-        session.scalars(select(Variable).where(Variable.key == key)).one().set_val(value)
+        _plain(session.scalars(select(Variable).where(Variable.key == key)).one(), value)
         session.commit()

@@ -37,7 +37,7 @@ from airflow_mpi.function_task.rank_result import (
     RESULT_NONCE_ANNOTATION, RankResult, ResultCollector, hide_result_lines, nonce_digest, parse_result,
     result_digest_of,
 )
-from airflow_mpi.operators.job_record import record_job, record_result_key, recorded_result_key
+from airflow_mpi.operators.job_record import record_result_key, recorded_result_key
 from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text, replace
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
@@ -125,11 +125,10 @@ class FunctionTaskMixin:
         return mount_call_secret(manifest, secret_name)
 
     def _create(self, manifest: dict) -> dict:
-        """Create the job, then its call's Secret, owned by it (module docstring: why in this order). The job is
-        recorded first, so that a try ending before the Secret leaves a job the next try and the sweeps find."""
-        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-        if self._context is not None:
-            record_job(self._context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+        """Create the job, then its call's Secret, owned by it (module docstring: why in this order). The job was
+        recorded first (``execute``), so that a try ending before the Secret leaves a job the next try and the sweeps
+        find."""
+        namespace = manifest["metadata"]["namespace"]
         job = super()._create(manifest)
         if result_digest_of(job) != result_digest_of(manifest):  # adopted: a job of an earlier submission
             if dropped_without_call_secret(self.hook, self.log, job) or self._followable(job) is None:

@@ -162,7 +162,11 @@ class MPIJobOperator(BaseOperator):
         self._log_manifest(manifest)
         self._check_claim(manifest["metadata"]["namespace"])
         job = reattach(self.hook, self.log, manifest, recorded_job(context))
-        job = (job and self._followable(job)) or self._create(manifest)
+        job = job and self._followable(job)
+        if not job:  # recorded before it exists: a worker dying right after the create leaves no unrecorded job
+            record_job(context, manifest["metadata"]["name"], manifest["metadata"]["namespace"],
+                       conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+            job = self._create(manifest)
         name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)

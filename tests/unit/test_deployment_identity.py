@@ -7,7 +7,7 @@ import pytest
 from airflow_mpi import deployment_identity as di
 from airflow_mpi.jobspec.claims import INSTALLATION_VARIABLE, installation_of_url
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, job_name, sanitize_label_value
-from airflow_mpi.version_compat import AirflowException
+from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException
 
 
 class FakeVariables:
@@ -47,6 +47,11 @@ def test_unpinned_a_task_reads_the_variable_the_scheduler_made(unpinned):
     assert di.for_task() == "0123abcd"
 
 
+ON_AIRFLOW_3 = pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="Airflow 3: a task reaches Variables through the SDK")
+ON_AIRFLOW_2 = pytest.mark.skipif(AIRFLOW_V_3_0_PLUS, reason="Airflow 2.11: a task has the metadata database")
+
+
+@ON_AIRFLOW_3
 def test_two_first_tasks_never_make_the_identity(unpinned):
     """On Airflow 3 the Task SDK's Variable.set is an upsert: two tasks that both saw no Variable would each keep
     their own id (and the overwritten one's job is never swept or reattached). A task fails clearly instead."""
@@ -192,9 +197,49 @@ def test_a_copy_whose_variable_was_deleted_gets_a_new_id_of_its_own(database, mo
     assert "copy" not in caplog.text
 
 
+@ON_AIRFLOW_3
 def test_a_task_reads_the_recorded_installation_and_never_makes_it(unpinned, monkeypatch):
     monkeypatch.delenv("AIRFLOW__AIRFLOW_MPI__INSTALLATION", raising=False)
     with pytest.raises(AirflowException, match=r"Variable airflow_mpi_installation .* does not exist"):
         di.installation_for_task()
     unpinned.values[INSTALLATION_VARIABLE] = PROD
     assert di.installation_for_task() == PROD and list(unpinned.values) == [INSTALLATION_VARIABLE]
+
+
+def test_the_ids_variables_are_stored_unencrypted_so_every_component_reads_them(monkeypatch):
+    """Components of one deployment whose [core] fernet_key differ (none set: each generates its own, as the compose
+    stack did) could not read each other's encrypted Variable: the scheduler made the id, the API server (and the
+    tasks through it) read "does not exist". An id is no secret (it is on every job's labels): stored in clear."""
+    from cryptography.fernet import Fernet
+
+    from airflow.models import crypto
+    from airflow.models.variable import Variable
+
+    def forget_the_key() -> None:  # Airflow 3 caches get_fernet; 2.11 keeps it in crypto._fernet
+        if hasattr(crypto.get_fernet, "cache_clear"):
+            crypto.get_fernet.cache_clear()
+        else:
+            monkeypatch.setattr(crypto, "_fernet", None)
+
+    def with_key(key: str) -> None:
+        monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", key)
+        forget_the_key()
+
+    try:
+        with_key(Fernet.generate_key().decode())
+        made = di._plain(Variable(key=di.VARIABLE_KEY, val="0123abcd", description="d"), "0123abcd")
+        with_key(Fernet.generate_key().decode())  # another component's key
+        assert (made.is_encrypted, made.val) == (False, "0123abcd")
+    finally:
+        monkeypatch.undo()
+        forget_the_key()
+
+
+@ON_AIRFLOW_2
+def test_on_airflow_2_two_first_tasks_make_the_identity_where_the_database_is_and_agree(database):
+    """`airflow dags test` on 2.11 starts no scheduler: the task makes what is missing create-if-absent in the
+    database (the unique key keeps the first value: a concurrent task's), never an upsert."""
+    database.before_create = {di.VARIABLE_KEY: "made-by-a-concurrent-task"}
+    assert [di.for_task() for _ in range(2)] == ["made-by-a-concurrent-task"] * 2
+    assert di.installation_for_task() == PROD
+    assert database.values == {di.VARIABLE_KEY: "made-by-a-concurrent-task", INSTALLATION_VARIABLE: PROD}

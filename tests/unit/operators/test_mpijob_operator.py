@@ -704,3 +704,17 @@ def test_on_kill_in_a_task_process_whose_supervisor_died_keeps_the_job():
     op._supervisor = os.getppid()  # still supervised: Airflow's kill
     op.on_kill()
     assert op.hook.deleted == [op._job[:2]]
+
+
+def test_the_job_is_recorded_before_it_is_created():
+    """A worker that dies right after the create (here: the create's answer never comes back) leaves a job the
+    orphan listener can find from the XCom record, also with retries=0 (issue 32's notes)."""
+    op = make()
+    pushed = []
+    ti = NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=-1, try_number=1,
+            xcom_push=lambda key, value: pushed.append((key, value)))
+    op.hook.create_error = KeyboardInterrupt()  # the worker process ends inside the create
+    with pytest.raises(KeyboardInterrupt):
+        op.execute({"ti": ti})
+    name = op.build_manifest({"ti": ti})["metadata"]["name"]
+    assert [(k, v["name"], v["namespace"]) for k, v in pushed] == [("airflow_mpi_job", name, "ns")]
