@@ -37,6 +37,7 @@ from airflow_mpi.function_task.rank_result import (
     RESULT_NONCE_ANNOTATION, RankResult, ResultCollector, hide_result_lines, nonce_digest, parse_result,
     result_digest_of,
 )
+from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.job_record import record_result_key, recorded_result_key
 from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text, replace
 from airflow_mpi.operators.task_params import is_unrendered
@@ -131,7 +132,7 @@ class FunctionTaskMixin:
         namespace = manifest["metadata"]["namespace"]
         job = super()._create(manifest)
         if result_digest_of(job) != result_digest_of(manifest):  # adopted: a job of an earlier submission
-            if dropped_without_call_secret(self.hook, self.log, job) or self._followable(job) is None:
+            if self._followable(job) is None:
                 return self._create(manifest)
             return job
         secret, data = self._call_secret
@@ -173,7 +174,11 @@ class FunctionTaskMixin:
     def _followable(self, job: dict) -> dict | None:
         """An earlier try's job is followed only when this try can verify its rank 0's value; otherwise it is
         replaced at once (not followed to its end and failed there): a new submission is a value this try can trust.
+        A live one without its call Secret (its try ended between the two creates) is replaced too: its pods could
+        never start.
         """
+        if not job_state(job).terminal and dropped_without_call_secret(self.hook, self.log, job):
+            return None
         if self._key_of(job) is not None:
             return job
         replace(self.hook, self.log, job, "it is an earlier try's submission, and this try does not hold the key "

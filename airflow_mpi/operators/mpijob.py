@@ -31,6 +31,7 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
 from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
 from airflow_mpi.jobspec.spec import LauncherCommand
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
@@ -160,7 +161,7 @@ class MPIJobOperator(BaseOperator):
         manifest = self.build_manifest(context)
         self._log_settings()
         self._log_manifest(manifest)
-        self._check_claim(manifest["metadata"]["namespace"])
+        self._check_claim(manifest["metadata"]["namespace"], manifest["metadata"]["labels"][DEPLOYMENT_LABEL])
         job = reattach(self.hook, self.log, manifest, recorded_job(context))
         job = job and self._followable(job)
         if not job:  # recorded before it exists: a worker dying right after the create leaves no unrecorded job
@@ -197,16 +198,18 @@ class MPIJobOperator(BaseOperator):
             asyncio.run(self._drain(name, namespace, event.get("log_state")))
         return self._finish(event)
 
-    def _check_claim(self, namespace: str) -> None:
+    def _check_claim(self, namespace: str, deployment: str | None = None) -> None:
         """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
         deployment's id names another installation (a copy of another deployment's database) or this installation
-        holds another id there whose jobs still run (hooks/identity_claims.py)."""
+        holds another id there whose jobs still run (hooks/identity_claims.py). ``deployment``: the id the manifest
+        already carries (its label equals it), else read. The installation is kept for the deferral."""
         from airflow_mpi.hooks.errors import error_message
         from airflow_mpi.hooks.identity_claims import task_refusal
 
+        self._installation = deployment_identity.installation_for_task()
         try:
-            refusal = task_refusal(self.hook, namespace, deployment_identity.for_task(),
-                                   deployment_identity.installation_for_task())
+            refusal = task_refusal(self.hook, namespace, deployment or deployment_identity.for_task(),
+                                   self._installation)
         except Exception as err:
             if getattr(err, "status", None) != 403:
                 raise
@@ -307,7 +310,7 @@ class MPIJobOperator(BaseOperator):
             max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
             not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
             result_key=self._result_key(), tail_lines=self.worker_log_tail_lines,
-            installation=deployment_identity.installation_for_task(),
+            installation=self._installation,
         )  # fmt: skip
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
         # case the triggerer is down.

@@ -4,10 +4,11 @@ A new try reattaches to its task instance's live or Succeeded job instead of sub
 labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
 deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
 
-A ``@task.mpi`` job whose call Secret is missing is replaced too (``dropped_without_call_secret``): its pods cannot
-start without it (FailedMount, for ever: the job stays Created, outside ``startup_timeout``), and no try can make it
-again (it carries the nonce of the try that made the job, which was never stored). Whether it exists is asked by
-creating it (409: it does), owned by the job: the role has ``create`` on secrets, never ``get``.
+For the decorators (their ``_followable``): a ``@task.mpi`` job whose call Secret is missing is replaced
+(``dropped_without_call_secret``): its pods cannot start without it (FailedMount, for ever: the job stays Created,
+outside ``startup_timeout``), and no try can make it again (it carries the nonce of the try that made the job, which
+was never stored). Whether it exists is asked by creating it (409: it does), owned by the job: the role has
+``create`` on secrets, never ``get``.
 """
 
 from __future__ import annotations
@@ -70,8 +71,6 @@ def reattach(
         log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
         hook.delete_mpijob(existing_name, existing_ns, uid=existing["metadata"].get("uid"))
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
-        return None
-    if not state.terminal and dropped_without_call_secret(hook, log, existing):
         return None
     if state.succeeded:
         log.info("MPIJob %s already Succeeded: not running it again", existing_name)
