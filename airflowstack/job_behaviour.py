@@ -52,7 +52,7 @@ def stamped_lines(name: str) -> list[str]:
     millisecond apart, then three sharing one timestamp (a second-precision ``sinceTime`` re-reads them)."""
     import time
 
-    from localcluster.cluster import cri_lines
+    from localcluster.pod_logs import cri_lines
 
     start = time.time()
     messages = numbered_lines(name)

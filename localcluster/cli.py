@@ -9,6 +9,7 @@ import time
 
 from . import build as _build
 from .cluster import API_VERSIONS, DEFAULT_NAME, ClusterError, LocalCluster, list_clusters
+from .controllers import REGISTRY
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     up.add_argument("--nodes", type=int, default=None)
     up.add_argument("--kueue", action="store_true", help="also run Kueue with its queues (localcluster/kueue.py)")
+    up.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
+                    help=f"also run this controller (repeatable; one of {', '.join(sorted(REGISTRY))}); "
+                    "v2beta1 clusters run the mpi-operator anyway")
     for name, help_ in (
         ("down", "stop a cluster and delete its data (component logs are kept)"),
         ("status", "show a cluster's state"),
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"# removed {d}", file=sys.stderr)
         elif args.cmd == "up":
             kw = {} if args.nodes is None else {"nodes": args.nodes}
-            c = LocalCluster(args.name, args.api_version, kueue=args.kueue, **kw).start()
+            c = LocalCluster(args.name, args.api_version, kueue=args.kueue, controllers=args.controller, **kw)
+            c.start()
             print(c.kubeconfig_path)
             print(f"export KUBECONFIG={c.kubeconfig_path}")
         elif args.cmd == "down":

@@ -1,7 +1,7 @@
 """Kueue in the local cluster: its configuration, webhook certificates, CRDs, webhooks and queues.
 
 The controller is the real ``sigs.k8s.io/kueue/cmd/kueue`` (v0.17.0, ``localcluster.build.KUEUE``), run by
-:meth:`localcluster.cluster.LocalCluster.start_kueue` as a local process with the admin kubeconfig (no RBAC),
+:class:`localcluster.controllers.kueue.Kueue` as a local process with the admin kubeconfig (no RBAC),
 like the mpi-operator. What a Deployment would give it, done here instead:
 
 * its webhook server listens on ``127.0.0.1:<free port>`` with a serving certificate for ``IP:127.0.0.1`` signed

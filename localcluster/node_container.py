@@ -26,7 +26,9 @@ import yaml
 
 from . import build as _build
 from . import build_ledger
-from .cluster import API_V2BETA1, ClusterError, ClusterPaths
+from .cluster_objects import API_V2BETA1
+from .state import ClusterPaths
+from .waiting import ClusterError
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "images" / "kube" / "Dockerfile"
@@ -55,8 +57,8 @@ def ensure_docker() -> None:
 def image_tag(bin_dir: Path, kueue_dir: Path) -> str:
     """Tag from the build keys of the binaries and of Kueue plus everything else that goes into the image."""
     h = hashlib.sha256(f"{bin_dir.name}\0{kueue_dir.name}".encode())
-    for path in [DOCKERFILE, *sorted((REPO / "localcluster").glob("*.py"))]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in [DOCKERFILE, *sorted((REPO / "localcluster").rglob("*.py"))]:
+        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
     return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import yaml
 
 from . import kueue as _kueue
-from .cluster import LocalCluster, _wait
+from .cluster import LocalCluster
 from .image_archive import exported_archive
 from .realnode import RealNode, node_ip
+from .waiting import wait_until
 
 READY_FILE = Path("/run/airflow-mpi/ready")
 KUBECONFIG = Path("/run/airflow-mpi/kubeconfig")  # inlined certificates, server https://127.0.0.1:6443
@@ -82,7 +83,8 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
     core = client.CoreV1Api(api)
     co = client.CustomObjectsApi(api)
     for ns in namespaces:
-        for create in (lambda: core.create_namespace({"metadata": {"name": ns}}), lambda: cluster.create_local_queue(ns)):
+        namespace = {"metadata": {"name": ns}}
+        for create in (lambda: core.create_namespace(namespace), lambda: _kueue.create_local_queue(api, ns)):
             try:
                 create()
             except client.exceptions.ApiException as exc:
@@ -93,7 +95,7 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
             lq = co.get_namespaced_custom_object(_kueue.GROUP, _kueue.VERSION, ns, "localqueues", _kueue.LOCAL_QUEUE)
             return (_kueue.condition(lq, "Active") or {}).get("status") == "True"
 
-        _wait(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
+        wait_until(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
 
 
 def serve(

@@ -395,7 +395,7 @@ def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once
 
     try:
         cluster.local.restart_apiserver(down_hook=while_down, grace=0)  # killed: its graceful stop can take 20 s
-        cluster.local.wait_mpi_operator_leading(timeout=120)
+        cluster.local.controller("mpi-operator").wait_ready(timeout=120)
     finally:
         with contextlib.suppress(Exception):
             _delete(custom_api, job["metadata"]["name"])

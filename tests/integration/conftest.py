@@ -89,9 +89,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _alive(pid: int) -> bool:
     """A test session's process still runs (ours counts as alive)."""
-    from localcluster.cluster import _pid_alive
+    from localcluster.processes import pid_alive
 
-    return _pid_alive(pid)
+    return pid_alive(pid)
 
 
 def _reap_stale_sessions() -> None:
@@ -169,16 +169,16 @@ def kueue_namespace(kueue_cluster, request):
     from kubernetes import client
 
     from localcluster import kueue as lk
-    from localcluster.cluster import _wait
+    from localcluster.waiting import wait_until
 
     api = kueue_cluster.api_client()
     name, core = _make_namespace(api, request)
-    kueue_cluster.create_local_queue(name)
+    kueue_cluster.controller("kueue").create_local_queue(name)
     yield name
     co = client.CustomObjectsApi(api)
     try:
         co.delete_collection_namespaced_custom_object("kubeflow.org", "v2beta1", name, "mpijobs")
-        _wait(
+        wait_until(
             lambda: not co.list_namespaced_custom_object(lk.GROUP, lk.VERSION, name, "workloads")["items"],
             60,
             f"the Workloads of {name} to be gone",

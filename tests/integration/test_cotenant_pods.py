@@ -19,7 +19,8 @@ from kubernetes import client, config
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import TaskDeferred
 from localcluster import behaviour as bh
-from localcluster.cluster import KWOK_GROUP, KWOK_VERSION, cri_lines
+from localcluster.cluster_objects import KWOK_GROUP, KWOK_VERSION
+from localcluster.pod_logs import cri_lines
 from tests.integration.least_privilege import apply_role, bound_service_account_kubeconfig
 from tests.integration.test_cluster_smoke import watch_pods
 from tests.integration.test_operator import LINES, Recorder, ctx, mpijobs, operator, run_trigger

@@ -1,0 +1,34 @@
+"""The controllers a local cluster can run beside its control plane, by name (``up --controller NAME``).
+
+A new controller is one class here (a ``Controller`` subclass in a module of its own, listed in ``REGISTRY``)
+plus, when its binary is not part of the main build, its recipe in ``localcluster/build.py`` (``ADDONS``).
+``REGISTRY``'s order is the start order (and reversed, the stop order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .base import Controller
+from .kueue import Kueue
+from .mpi_operator import MpiOperator
+
+REGISTRY: dict[str, type[Controller]] = {c.name: c for c in (MpiOperator, Kueue)}
+
+
+def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
+    """``names`` checked against the registry and ``api_version``, without repeats, in start order."""
+    wanted = set(names)
+    unknown = sorted(wanted - set(REGISTRY))
+    if unknown:
+        raise ValueError(f"unknown controller(s) {unknown}; known: {sorted(REGISTRY)}")
+    for name in wanted:
+        versions = REGISTRY[name].api_versions
+        if versions is not None and api_version not in versions:
+            raise ValueError(
+                f"controller {name} needs api_version {' or '.join(versions)}, not {api_version!r}"
+            )
+    return tuple(n for n in REGISTRY if n in wanted)
+
+
+__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "select"]

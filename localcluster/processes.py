@@ -1,0 +1,145 @@
+"""The harness's own processes: liveness, stopping, and the restart loop every controller runs under.
+
+A Deployment restarts a controller that exits (the mpi-operator exits when it loses its leader lease, e.g.
+while the API server restarts); here a small shell loop does: ``RESTART_LOOP`` runs the command, waits, says
+so in the log and starts it again after 1 s (a crash-loop backoff), until SIGTERM, which it passes on before
+it exits. The loop leads its own process group (``start_new_session``): stopping it stops all it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# $0: the name in messages; "$@": the command. A prelude (see Launch) runs before it, once, under `set -e`.
+RESTART_LOOP = r"""set +e
+trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0' TERM INT
+while :; do "$@" & pid=$!; wait "$pid"; echo "[localcluster] $0 exited with $?, restarting" >&2; sleep 1; done
+"""
+STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL of a supervised process group
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to run under the restart loop.
+
+    ``prelude``: shell run once before the loop (``set -e``), consuming its own ``prelude_args`` with
+    ``shift`` (Kueue mounts an overlay on /etc there). ``wrapper``: an argv the whole loop runs under (e.g.
+    ``unshare``).
+    """
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    prelude: str = ""
+    prelude_args: Sequence[str] = ()
+    wrapper: Sequence[str] = field(default_factory=tuple)
+
+    def command(self, name: str) -> list[str]:
+        script = f"set -e\n{self.prelude}\n{RESTART_LOOP}" if self.prelude else RESTART_LOOP
+        return [*self.wrapper, "/bin/sh", "-c", script, name, *self.prelude_args, *self.argv]
+
+
+def pid_alive(pid: int) -> bool:
+    """``pid`` runs (a zombie does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_pid(pid: int, timeout: float = 20) -> None:
+    """SIGTERM ``pid``, SIGKILL after ``timeout`` s; returns once it is gone."""
+    if not pid_alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.05)
+
+
+def start_supervised(name: str, launch: Launch, log_path: Path, pid_file: Path) -> int:
+    """Start ``launch`` under the restart loop, detached (it outlives this process), output appended to
+    ``log_path``; the loop's pid (= its process group) goes to ``pid_file`` and is returned."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            launch.command(name),
+            env=dict(launch.env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    pid_file.write_text(str(proc.pid))
+    return proc.pid
+
+
+def supervisor_pid(pid_file: Path) -> int | None:
+    """The pid of a running restart loop recorded in ``pid_file`` (None: none runs)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def _pgroup_alive(pgid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child (a zombie still counts for killpg)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_supervised(pid_file: Path, grace: float = STOP_GRACE) -> None:
+    """SIGTERM the process group of a restart loop (SIGKILL after ``grace`` s) and forget its pid file."""
+    pid = supervisor_pid(pid_file)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _pgroup_alive(pid):
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError):
+        pid_file.unlink()
+
+
+def child_started(pid_file: Path, executable: str) -> float | None:
+    """Start time (epoch) of the process named ``executable`` the restart loop of ``pid_file`` runs now."""
+    sup = supervisor_pid(pid_file)
+    if sup is None:
+        return None
+    try:
+        children = Path(f"/proc/{sup}/task/{sup}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/exe").resolve().name == executable:
+                return os.stat(f"/proc/{child}").st_ctime
+    return None

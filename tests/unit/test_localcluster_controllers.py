@@ -1,0 +1,132 @@
+"""localcluster's controllers: chosen by name, run under the one restart loop, started and stopped alike.
+
+No cluster here: the processes are shell commands standing in for a controller, which is all the restart loop
+and the Controller base class see of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from localcluster import controllers
+from localcluster.cluster import LocalCluster
+from localcluster.processes import Launch, pid_alive, start_supervised, stop_supervised, supervisor_pid
+from localcluster.waiting import ClusterError, wait_until
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("AIRFLOW_MPI_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_restart_loop_runs_its_prelude_once_restarts_the_command_and_stop_ends_its_group(tmp_path):
+    runs, log, pid_file = tmp_path / "runs", tmp_path / "ctl.log", tmp_path / "ctl.pid"
+    launch = Launch(
+        ["/bin/sh", "-c", 'echo run >> "$0"; exit 3', str(runs)],
+        dict(os.environ),
+        prelude='echo "prelude $1" >> "$2"; shift 2',
+        prelude_args=["once", str(runs)],
+    )
+    pid = start_supervised("stand-in", launch, log, pid_file)
+    try:
+        assert supervisor_pid(pid_file) == pid
+        wait_until(lambda: runs.read_text().count("run\n") >= 2, 20, "a second run of the command")
+        assert runs.read_text().splitlines()[:3] == ["prelude once", "run", "run"]
+        assert "[localcluster] stand-in exited with 3, restarting" in log.read_text()
+    finally:
+        stop_supervised(pid_file)
+    assert not pid_alive(pid) and not _group_alive(pid)
+    assert not pid_file.exists() and supervisor_pid(pid_file) is None
+
+
+def test_controllers_are_chosen_by_name_checked_and_started_in_registry_order():
+    assert tuple(controllers.REGISTRY)[:2] == ("mpi-operator", "kueue")
+    assert LocalCluster("a").controllers == ("mpi-operator",)
+    assert LocalCluster("a", "v1").controllers == ()
+    assert LocalCluster("a", kueue=True).controllers == ("mpi-operator", "kueue")
+    assert LocalCluster("a", controllers=["kueue", "mpi-operator", "kueue"]).controllers == (
+        "mpi-operator",
+        "kueue",
+    )
+    cluster = LocalCluster("a", run_operator=False, controllers=["kueue"])
+    assert (cluster.run_operator, cluster.kueue, cluster.controllers) == (False, True, ("kueue",))
+    with pytest.raises(ValueError, match="kueue needs api_version v2beta1"):
+        LocalCluster("a", "v1", kueue=True)
+    with pytest.raises(ValueError, match=r"unknown controller\(s\) \['nope'\]"):
+        LocalCluster("a", controllers=["nope"])
+    with pytest.raises(ClusterError, match="no controller named 'nope'"):
+        LocalCluster("a").controller("nope")
+
+
+def test_existing_reads_the_controllers_of_a_state_file_of_either_shape(cache):
+    for name, state, expected in (
+        ("new", {"api_version": "v2beta1", "controllers": ["kueue"]}, ("kueue",)),
+        ("old", {"api_version": "v2beta1", "run_operator": True, "kueue": True}, ("mpi-operator", "kueue")),
+        ("old-v1", {"api_version": "v1", "run_operator": False, "kueue": False}, ()),
+    ):
+        (cache / "clusters" / name).mkdir(parents=True)
+        (cache / "clusters" / name / "state.json").write_text(json.dumps(state))
+        assert LocalCluster.existing(name, verbose=False).controllers == expected
+    with pytest.raises(ClusterError, match="no local cluster named 'absent'"):
+        LocalCluster.existing("absent")
+
+
+class StandIn(controllers.Controller):
+    """A controller of one class: what it runs and when it is ready; the rest is the base class's."""
+
+    name = "stand-in"
+
+    def launch(self, timeout: float) -> Launch:
+        ready = self.work_dir / "ready"
+        return Launch(["/bin/sh", "-c", 'touch "$0"; exec sleep 300', str(ready)], self.environment())
+
+    def ready(self) -> bool:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        return (self.work_dir / "ready").exists()
+
+
+def test_a_new_controller_is_one_class_that_the_cluster_starts_awaits_reports_and_stops(cache, monkeypatch):
+    monkeypatch.setitem(controllers.REGISTRY, StandIn.name, StandIn)
+    cluster = LocalCluster("one-class", controllers=[StandIn.name], verbose=False)
+    assert cluster.controllers == ("mpi-operator", StandIn.name)
+    cluster.state_dir.mkdir(parents=True)
+    ctl = cluster.controller(StandIn.name)
+    pid = ctl.start(timeout=20)
+    assert ctl.start(timeout=20) == pid  # a second start finds it running
+    assert ctl.pid() == pid and ctl.ready()
+    assert ctl.status()["pid"] == pid and ctl.logs() == cluster.logs_dir / "stand-in.log"
+    assert (cluster.state_dir / "stand-in.pid").read_text() == str(pid)
+    cluster.stop()  # stops every registered controller
+    assert ctl.pid() is None and not _group_alive(pid)
+
+
+def test_a_controller_that_never_gets_ready_times_out_naming_its_log_and_stops(cache, monkeypatch):
+    class NeverReady(StandIn):
+        name = "never-ready"
+
+        def ready(self) -> bool:
+            return False
+
+    monkeypatch.setitem(controllers.REGISTRY, NeverReady.name, NeverReady)
+    cluster = LocalCluster("never-ready", verbose=False)
+    cluster.state_dir.mkdir(parents=True)
+    ctl = cluster.controller(NeverReady.name)
+    with pytest.raises(ClusterError, match=r"never-ready: it to be ready \(log: .*never-ready\.log\)"):
+        ctl.start(timeout=1)
+    supervisor = ctl.pid()
+    assert supervisor is not None
+    ctl.stop()
+    assert not pid_alive(supervisor) and not _group_alive(supervisor)
