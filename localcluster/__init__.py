@@ -1,7 +1,7 @@
 """Dev/test only (not part of the installed provider): a local Kubernetes cluster built from upstream sources.
 
-Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and controllers (the mpi-operator, Kueue...);
-SIMULATED nodes (kwok). See localcluster/README.md.  Entry points: ``python -m localcluster``,
+Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and controllers (the mpi-operator,
+Kueue...); SIMULATED nodes (kwok). See localcluster/README.md.  Entry points: ``python -m localcluster``,
 :class:`localcluster.cluster.LocalCluster`.
 """
 

@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
     b.add_argument("--prune", action="store_true", help="delete other cached builds (not used by running clusters)")
     b.add_argument("--kueue", action="store_true", help="also build Kueue (otherwise built when a cluster first asks for it)")
+    b.add_argument("--addon", action="append", default=[], choices=sorted(_build.ADDONS), metavar="NAME",
+                   help="also build this add-on (repeatable; --kueue is --addon kueue)")
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     nd.add_argument("--name", default="real")
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     nd.add_argument("--kueue", action="store_true", help="up: also run Kueue with its queues")
+    nd.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
+                    help="up: also run this controller (repeatable; its build must be in the node image)")
     sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
     sv.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     sv.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig for other containers here")
     sv.add_argument("--server", default="https://kube:6443", help="API address written into --kubeconfig-out")
     sv.add_argument("--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)")
+    sv.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
+                    help="also run this controller (repeatable; $AIRFLOW_MPI_<NAME>_BIN_DIR: its build)")
     sv.add_argument("--local-queue", action="append", default=[], metavar="NAMESPACE",
                     help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable")
     sv.add_argument("--container-log-max-size", default=None, metavar="QUANTITY",
@@ -65,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             path = _build.build(force=args.force)
             print(path)
-            if args.kueue:
-                print(_build.build_addon("kueue", force=args.force))
-            versions = _build.pinned_versions(_build.modules(addons=args.kueue))
+            addons = sorted({*args.addon, *(["kueue"] if args.kueue else [])})
+            for addon in addons:
+                print(_build.build_addon(addon, force=args.force))
+            versions = _build.pinned_versions(_build.modules(addons=bool(addons)))
             print(f"# {time.monotonic() - t0:.1f}s; versions: {json.dumps(versions)}", file=sys.stderr)
             if args.prune:
                 for d in _build.prune():
@@ -91,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "node":
             from . import node_container as nc
 
-            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue)
+            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue,
+                                  controllers=args.controller)
             if args.action == "image":
                 print(nc.build_image())
             elif args.action == "mpi-images":
@@ -116,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 kubeconfig_out=Path(args.kubeconfig_out) if args.kubeconfig_out else None,
                 server=args.server,
                 kueue=args.kueue,
+                controllers=args.controller,
                 local_queues=args.local_queue,
                 container_log_max_size=args.container_log_max_size,
             )

@@ -160,11 +160,12 @@ class NodeCluster(ClusterPaths):
     kind = "real-node"
 
     def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0, kueue: bool = False,
-                 container_log_max_size: str | None = None) -> None:
+                 container_log_max_size: str | None = None, controllers: Sequence[str] = ()) -> None:
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
         self.kueue = kueue  # serve --kueue: runs the Kueue build the image carries
+        self.controllers = tuple(controllers)  # serve --controller NAME (their builds must be in the image)
         self.container_log_max_size = container_log_max_size  # serve --container-log-max-size
         self.container = f"airflow-mpi-{name}"
         self._providing: list[Future] = []  # provide_images' loads
@@ -188,6 +189,7 @@ class NodeCluster(ClusterPaths):
             "-p", "127.0.0.1::6443",
             tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}", *(["--kueue"] if self.kueue else []),
             *([f"--container-log-max-size={self.container_log_max_size}"] if self.container_log_max_size else []),
+            *(f"--controller={name}" for name in self.controllers),
         )  # fmt: skip
         try:
             self._await_ready(timeout)

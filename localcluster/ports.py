@@ -54,8 +54,8 @@ def claim(count: int, claims_file: Path) -> list[int]:
 
 
 def free_loopback_port() -> int:
-    """A port free on 127.0.0.1 now, chosen by the kernel (a controller's webhook or probe port: taken at once by
-    the process it is handed to, unlike kwokctl's which a cluster start claims in a batch)."""
+    """A port free on 127.0.0.1 now, chosen by the kernel (a controller's webhook or probe port: taken at once
+    by the process it is handed to, unlike kwokctl's, which a cluster start claims in a batch)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

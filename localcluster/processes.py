@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # $0: the name in messages; "$@": the command. A prelude (see Launch) runs before it, once, under `set -e`.
@@ -38,7 +38,7 @@ class Launch:
     env: Mapping[str, str]
     prelude: str = ""
     prelude_args: Sequence[str] = ()
-    wrapper: Sequence[str] = field(default_factory=tuple)
+    wrapper: Sequence[str] = ()
 
     def command(self, name: str) -> list[str]:
         script = f"set -e\n{self.prelude}\n{RESTART_LOOP}" if self.prelude else RESTART_LOOP

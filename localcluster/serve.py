@@ -3,7 +3,8 @@
 Starts, in this container, a whole cluster: the control plane and the mpi-operator of a
 :class:`~localcluster.cluster.LocalCluster` serving the API on all interfaces, plus one real node
 (:class:`~localcluster.realnode.RealNode`: containerd, kubelet, CoreDNS) and, optionally, kwok nodes beside it and
-Kueue (``--kueue``: its queues, plus a LocalQueue ``user-queue`` in each ``--local-queue`` namespace).
+Kueue (``--kueue``: its queues, plus a LocalQueue ``user-queue`` in each ``--local-queue`` namespace) or other
+controllers by name (``--controller NAME``).
 Imports the images that exporter containers left in ``--images-dir``, writes a kubeconfig for other containers,
 then marks itself ready (``READY_FILE``, the compose healthcheck) and keeps every process alive until SIGTERM,
 when it stops the pods, the node and the control plane in that order.
@@ -17,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -101,8 +103,9 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
 def serve(
     *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False,
     local_queues: list[str] | None = None, container_log_max_size: str | None = None,
+    controllers: Sequence[str] = (),
 ) -> int:
-    if local_queues and not kueue:
+    if local_queues and not (kueue or "kueue" in controllers):
         raise ValueError("--local-queue needs --kueue")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -120,6 +123,7 @@ def serve(
         # the node's name resolves nowhere (no DNS for nodes): reach its kubelet by address
         extra_args=["kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname"],
         kueue=kueue,
+        controllers=controllers,
     )
     cluster.start()
     node = RealNode(
