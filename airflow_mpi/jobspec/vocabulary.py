@@ -17,7 +17,7 @@ MPIJOB_KIND = "MPIJob"
 MPIJOB_PLURAL = "mpijobs"
 
 # The keys of spec.mpiReplicaSpecs, and the role names: the controllers' pod label values (lowercase), the
-# operator parameters' role prefixes (``launcher.restart_policy``) and the spec's attributes (MPIJobSpec.worker).
+# operator parameters' role prefixes (``launcher.restart_policy``), the spec's attributes (MPIJobSpec.worker).
 LAUNCHER_REPLICA, WORKER_REPLICA = "Launcher", "Worker"
 LAUNCHER, WORKER = "launcher", "worker"
 ROLES = {LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER}

@@ -1,5 +1,5 @@
-"""What a task does with its MPIJob once the wait ended (``on_finish_action``): a closed set of choices, which
-also accepts cncf.kubernetes' spellings of them, so that a KubernetesPodOperator's arguments carry over unchanged.
+"""What a task does with its MPIJob once the wait ended (``on_finish_action``): a closed set of choices,
+which also accepts cncf.kubernetes' spellings of them, so that a KubernetesPodOperator's arguments carry over.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ ACCEPTED = (*(action.value for action in OnFinishAction), *ALIASES)
 
 
 def as_on_finish_action(errors: ErrorList, name: str, value: Any) -> Any:
-    """An accepted spelling as its canonical text (a plain str: it is stored on the task); anything else is left
-    for the parameter's rule to report."""
+    """An accepted spelling as its canonical text (a plain str: it is stored on the task); anything else is
+    left for the parameter's rule to report."""
     try:
         return OnFinishAction(value).value
     except ValueError:

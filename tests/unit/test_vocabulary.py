@@ -78,7 +78,8 @@ def test_no_name_is_written_outside_its_definition():
 def test_the_scan_finds_a_raw_name_and_skips_docstrings():
     source = '"""A launcher."""\n\n\ndef f(pod):\n    """The worker."""\n    return pod.role == "launcher"\n'
     assert _literals(source) == [(6, "launcher")]
-    counts = Counter(text for _, text in _literals('x = {"Suspended": 1}\ny = phase in ("Pending", "Failed")\n'))
+    source = 'x = {"Suspended": 1}\ny = phase in ("Pending", "Failed")\n'
+    counts = Counter(text for _, text in _literals(source))
     assert counts == {"Suspended": 1, "Pending": 1, "Failed": 1}
 
 

@@ -1,5 +1,5 @@
-"""``on_finish_action``: a closed set of choices that also accepts cncf.kubernetes' spellings (``keep_pod``, ...),
-each meaning what its own spelling means."""
+"""``on_finish_action``: a closed set of choices that also accepts cncf.kubernetes' spellings
+(``keep_pod``, ...), each meaning what its own spelling means."""
 
 from __future__ import annotations
 
