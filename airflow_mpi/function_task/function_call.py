@@ -28,7 +28,7 @@ from typing import Any
 
 from airflow_mpi.function_task import rank_runner
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.spec import WORKER_REPLICA
+from airflow_mpi.jobspec.vocabulary import WORKER_REPLICA
 
 PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
 # A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving

@@ -12,8 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, WatchExpired, error_message, is_missing_resource_type
-from airflow_mpi.hooks.requests import REPLICA_INDEX_LABEL
-from airflow_mpi.jobspec.spec import API_V2BETA1
+from airflow_mpi.jobspec.vocabulary import API_V2BETA1, REPLICA_INDEX_LABEL, TERMINAL_PHASES
 
 # the kubelet's RFC 3339 timestamp (nanoseconds, offset) in front of a ``timestamps=true`` log line
 _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S)
@@ -193,15 +192,12 @@ def _as_utc(value: Any) -> datetime:
     return _EPOCH
 
 
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-
-
 def sort_newest_first(pods: Iterable[Any]) -> list[Any]:
     """Pods by creationTimestamp, newest first; ties (second precision): active before finished, then name desc."""
 
     def key(pod):
         phase = getattr(pod.status, "phase", None) if pod.status is not None else None
-        return _as_utc(pod.metadata.creation_timestamp), phase not in _TERMINAL_PHASES, pod.metadata.name or ""
+        return _as_utc(pod.metadata.creation_timestamp), phase not in TERMINAL_PHASES, pod.metadata.name or ""
 
     return sorted(pods, key=key, reverse=True)
 

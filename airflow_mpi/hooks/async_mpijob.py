@@ -31,8 +31,9 @@ from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, aiter_lines, merge_pod
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace, load_client_config
 from airflow_mpi.hooks.requests import (
-    LAUNCHER, Call, LogRequest, Plan, Steps, items_of, job_event_selector, pod_event_selector,
+    Call, LogRequest, Plan, Steps, items_of, job_event_selector, pod_event_selector,
 )
+from airflow_mpi.jobspec.vocabulary import LAUNCHER
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod

@@ -9,11 +9,9 @@ from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.live_delete import live_delete
 from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
-from airflow_mpi.hooks.requests import (
-    LAUNCHER, MPIJOB_PLURAL, Call, Steps, delete_call, get_call, pod_selectors, split_api_version,
-)
+from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, pod_selectors, split_api_version
 from airflow_mpi.hooks.retries import request_retrying
-from airflow_mpi.jobspec.spec import API_V2BETA1
+from airflow_mpi.jobspec.vocabulary import API_V2BETA1, LAUNCHER, MPIJOB_PLURAL
 
 
 class MPIJobHookBase:

@@ -23,10 +23,11 @@ from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.errors import connection_errors
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 from airflow_mpi.hooks.requests import (
-    CORE_V1, LAUNCHER, WORKER, Call, Create, LogRequest, Plan, Steps, adopt_or_raise, get_call, list_call, prepare_body,
+    CORE_V1, Call, Create, LogRequest, Plan, Steps, adopt_or_raise, get_call, list_call, prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, MPIJOB_KIND, WORKER
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod
@@ -165,7 +166,7 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         (a create is not idempotent); the caller decides what a failure means."""
         metadata = owner["metadata"]
         labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)}
-        owner_ref = {"apiVersion": owner.get("apiVersion") or self.api_version, "kind": "MPIJob",
+        owner_ref = {"apiVersion": owner.get("apiVersion") or self.api_version, "kind": MPIJOB_KIND,
                      "name": metadata["name"], "uid": metadata["uid"]}
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref]},

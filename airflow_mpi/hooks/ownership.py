@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_mpi.hooks.errors import describe_error
-from airflow_mpi.hooks.requests import CORE_V1, CUSTOM_OBJECTS, MPIJOB_KIND, Call, Steps, get_call
+from airflow_mpi.hooks.requests import CORE_V1, CUSTOM_OBJECTS, Call, Steps, get_call
+from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND
 
 log = logging.getLogger(__name__)
 

@@ -16,29 +16,19 @@ from airflow_mpi.hooks.errors import (
     is_missing_resource_type, is_transient,
 )
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
-from airflow_mpi.jobspec.spec import API_V2BETA1
+from airflow_mpi.jobspec.vocabulary import (
+    API_GROUP, API_V2BETA1, JOB_NAME_LABEL, JOB_ROLE_LABEL, LEGACY_JOB_NAME_LABEL, LEGACY_ROLE_LABEL,
+    MPIJOB_KIND, MPIJOB_PLURAL, REPLICA_TYPE_LABEL,
+)
 
 log = logging.getLogger(__name__)
 
-API_GROUP = "kubeflow.org"
-MPIJOB_PLURAL = "mpijobs"
-MPIJOB_KIND = "MPIJob"
 # the kinds the watch hub lists and watches per namespace (wait/watch_hub.py, wait/namespace_watch.py)
 MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
 # Kueue's Workloads (one per queued job), watched only where a job carries Kueue's queue label; v1beta2 is served
 # from Kueue v0.15, v1beta1 by the releases before it
 WORKLOADS, KUEUE_GROUP, KUEUE_VERSIONS = "workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1")
 CUSTOM_OBJECTS, CORE_V1 = "CustomObjectsApi", "CoreV1Api"  # the client API classes a request goes to
-
-# pod labels set by the operators
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # v2beta1: launcher|worker; v1: "master" on the launcher
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # v1 (training-operator >= 1.5): launcher|worker
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # training-operator <= 1.4 (kubeflow.org/v1)
-LEGACY_ROLE_LABEL = "mpi-job-role"
-
-LAUNCHER, WORKER = "launcher", "worker"
 
 #: how long a watch may stay silent beyond the server's own end of it (``timeout_seconds``) before the client gives up
 WATCH_CLIENT_GRACE = 15.0

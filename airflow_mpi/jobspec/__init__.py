@@ -11,7 +11,8 @@ from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import (
     BASE_MANIFEST, DEFAULT, PARAMETER, Resolved, Setting, build_manifest, resolve, validate,
 )
-from airflow_mpi.jobspec.spec import API_V1, API_V2BETA1, Defaults
+from airflow_mpi.jobspec.spec import Defaults
+from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1
 
 __all__ = [
     "API_V1", "API_V2BETA1", "BASE_MANIFEST", "DEFAULT", "PARAMETER", "Defaults", "Horovodrun", "MPIJobSpec",

@@ -21,9 +21,10 @@ from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
-    API_V1, API_V2BETA1, CLEAN_POD_POLICIES, DISCOVER_HOSTS_SCRIPT, GPU_RESOURCE, IMAGE_PULL_POLICIES,
-    KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, LAUNCHER_CREATION_POLICIES, LAUNCHER_REPLICA, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
+    CLEAN_POD_POLICIES, DISCOVER_HOSTS_SCRIPT, GPU_RESOURCE, IMAGE_PULL_POLICIES, KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL, LAUNCHER_CREATION_POLICIES, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
 )
+from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
 # say how the task waits: neither is part of the MPIJob.
@@ -164,29 +165,29 @@ FIELDS: tuple[Field, ...] = (
     Field("program", LAUNCH, list[str] | str, templated=True, stand_in=["true"]),
     Field("mpirun_args", LAUNCH, list[str] | str, templated=True, stand_in=[]),
     # each role's replica spec, pod template and main container
-    Field("replicas", REPLICA, int, ("replicas",), param={"worker": "workers"}, templated=True, coerce=as_int),
+    Field("replicas", REPLICA, int, ("replicas",), param={WORKER: "workers"}, templated=True, coerce=as_int),
     Field("restart_policy", REPLICA, str, ("restartPolicy",), param=False),
     Field("labels", REPLICA, dict[str, str], ("template", "metadata", "labels"), param=False),
     Field("annotations", REPLICA, dict[str, str], ("template", "metadata", "annotations"), param=False),
     Field("container_name", REPLICA, str, (*MAIN, "name"), param=False),
     Field("image", REPLICA, str, (*MAIN, "image"), templated=True, stand_in="parse-time-image"),
-    Field("command", REPLICA, list[str], (*MAIN, "command"), param={"launcher": "command"}, templated=True,
+    Field("command", REPLICA, list[str], (*MAIN, "command"), param={LAUNCHER: "command"}, templated=True,
           coerce=as_argv, stand_in=["true"], check=rules.strings),
-    Field("args", REPLICA, list[str], (*MAIN, "args"), param={"launcher": "args"}, templated=True,
+    Field("args", REPLICA, list[str], (*MAIN, "args"), param={LAUNCHER: "args"}, templated=True,
           check=rules.strings),
     Field("env", REPLICA, dict[str, str] | list[dict], (*MAIN, "env"), templated="json", to_manifest=env_list),
     Field("env_from", REPLICA, list[dict], (*MAIN, "envFrom"), templated=True),
     Field("resources", REPLICA, dict, (*MAIN, "resources"), templated="json",
-          param={"launcher": "launcher_resources", "worker": "worker_resources"}),
-    Field("gpus", REPLICA, int, (*MAIN, "resources", "limits", GPU_RESOURCE), param={"worker": "gpus_per_worker"},
-          templated=True, coerce=as_int),
+          param={LAUNCHER: "launcher_resources", WORKER: "worker_resources"}),
+    Field("gpus", REPLICA, int, (*MAIN, "resources", "limits", GPU_RESOURCE),
+          param={WORKER: "gpus_per_worker"}, templated=True, coerce=as_int),
     Field("volume_mounts", REPLICA, list[dict], (*MAIN, "volumeMounts")),
     Field("image_pull_policy", REPLICA, str, (*MAIN, "imagePullPolicy"), param=False,
           check=rules.one_of(IMAGE_PULL_POLICIES)),
     Field("security_context", REPLICA, dict, (*MAIN, "securityContext"), param=False,
           check=rules.mapping("a SecurityContext")),
-    Field("readiness_probe", REPLICA, dict, (*MAIN, "readinessProbe"), param={"worker": "worker_readiness_probe"},
-          check=rules.probe),
+    Field("readiness_probe", REPLICA, dict, (*MAIN, "readinessProbe"),
+          param={WORKER: "worker_readiness_probe"}, check=rules.probe),
     Field("startup_probe", REPLICA, dict, (*MAIN, "startupProbe"), param=False, check=rules.probe),
     Field("volumes", REPLICA, list[dict], (*POD, "volumes")),
     Field("node_selector", REPLICA, dict[str, str], (*POD, "nodeSelector")),

@@ -10,7 +10,7 @@ from copy import deepcopy
 from typing import Any
 
 from airflow_mpi.jobspec.fields import FIELDS, REPLICA, Field, MPIJobSpec, holder, manifest_path
-from airflow_mpi.jobspec.spec import KIND, LAUNCHER_REPLICA, WORKER_REPLICA
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, MPIJOB_KIND, WORKER_REPLICA
 
 
 _JOB_ROWS = tuple(f for f in FIELDS if f.owner != REPLICA and f.path and not f.nested)
@@ -19,7 +19,7 @@ _REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
 
 def render(spec: MPIJobSpec) -> dict:
     """The manifest of the fields ``spec`` sets; each role's main container is named by its ``container_name``."""
-    manifest: dict[str, Any] = {"apiVersion": spec.api_version, "kind": KIND}
+    manifest: dict[str, Any] = {"apiVersion": spec.api_version, "kind": MPIJOB_KIND}
     for row in _JOB_ROWS:
         obj = holder(spec, row)
         value = getattr(obj, row.name) if obj is not None and row.api in (None, spec.api_version) else None

@@ -22,7 +22,8 @@ from airflow_mpi.jobspec.fields import (
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import Resolved, resolve
 from airflow_mpi.jobspec.redaction import redact_value
-from airflow_mpi.jobspec.spec import ROLES, Defaults, LauncherCommand
+from airflow_mpi.jobspec.spec import Defaults, LauncherCommand
+from airflow_mpi.jobspec.vocabulary import ROLES
 
 __all__ = ["as_int", "mpirun_launch", "resolve_parameters", "spec_from_parameters"]
 

@@ -24,11 +24,12 @@ from airflow_mpi.jobspec.fields import (
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
-    API_V1, API_V2BETA1, CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
-    KUEUE_QUEUE_LABEL, LAUNCHER_REPLICA, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
-    ROLES, SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, WORKER_SSHD_START_SECONDS, WORKERS_DNS_WAIT,
+    CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
+    KUEUE_QUEUE_LABEL, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
+    SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_SSHD_START_SECONDS, WORKERS_DNS_WAIT,
     Defaults, workers_dns_wait_script, workers_dns_wait_seconds,
 )
+from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"

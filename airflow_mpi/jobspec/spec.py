@@ -1,5 +1,6 @@
-"""The MPIJob's vocabulary: API versions, the enums both operator versions accept, the controllers' conventions,
-the operator's Defaults, and what a launcher command builder provides (the spec classes: fields.py).
+"""The MPIJob spec's values: the enums both operator versions accept, the controllers' conventions, the
+operator's Defaults, and what a launcher command builder provides (the API's names: vocabulary.py; the spec
+classes: fields.py).
 """
 
 from __future__ import annotations
@@ -8,23 +9,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from airflow_mpi.jobspec.vocabulary import (
+    API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA,
+)
+
 if TYPE_CHECKING:
     from airflow_mpi.jobspec.errors import ErrorList
-
-API_V2BETA1 = "kubeflow.org/v2beta1"  # kubeflow/mpi-operator >= 0.4
-API_V1 = "kubeflow.org/v1"  # kubeflow/training-operator (v1.x)
-API_VERSIONS = (API_V2BETA1, API_V1)
-KIND = "MPIJob"
-
-LAUNCHER_REPLICA = "Launcher"
-WORKER_REPLICA = "Worker"
-ROLES = {LAUNCHER_REPLICA: "launcher", WORKER_REPLICA: "worker"}
 
 OPENMPI, INTEL, MPICH = "OpenMPI", "Intel", "MPICH"
 MPI_IMPLEMENTATIONS = (OPENMPI, INTEL, MPICH)
 AT_STARTUP, WAIT_FOR_WORKERS_READY = "AtStartup", "WaitForWorkersReady"
 LAUNCHER_CREATION_POLICIES = (AT_STARTUP, WAIT_FOR_WORKERS_READY)
-CLEAN_POD_POLICIES = ("None", "Running", "All")
+# runPolicy.cleanPodPolicy: which pods the controller deletes once the job finished
+CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL = "None", "Running", "All"
+CLEAN_POD_POLICIES = (CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL)
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 # mpi-operator validation.go accepts only these two; training-operator v1 also handles
@@ -105,7 +103,7 @@ def workers_dns_wait_script(deadline_seconds: int | None) -> str:
 CONFIG_VOLUME = "mpi-job-config"  # the mpi-operator's volume of CONFIG_MOUNT_PATH
 
 DEFAULT_CONTAINER_NAMES = {
-    API_V2BETA1: {LAUNCHER_REPLICA: "launcher", WORKER_REPLICA: "worker"},
+    API_V2BETA1: {LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER},  # each named after its role
     API_V1: {LAUNCHER_REPLICA: "mpi", WORKER_REPLICA: "mpi"},
 }
 
@@ -121,7 +119,7 @@ class Defaults:
     """
 
     workers: int | None = 1
-    clean_pod_policy: str | None = "Running"  # the controllers' is "None": idle workers would hold their nodes
+    clean_pod_policy: str | None = CLEAN_RUNNING  # the controllers' is None: idle workers would hold nodes
     retries: int | None = None
     namespace: str | Callable[[], str | None] | None = None
     schedule_timeout: float | None = 300.0  # the task's (seconds a worker may stay unscheduled): the launcher's

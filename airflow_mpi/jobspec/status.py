@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-KNOWN_CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
-TERMINAL_CONDITIONS = ("Succeeded", "Failed")
+from airflow_mpi.jobspec.spec import CLEAN_NONE
+from airflow_mpi.jobspec.vocabulary import TERMINAL_CONDITIONS, JobCondition
+
+KNOWN_CONDITIONS = tuple(condition.value for condition in JobCondition)  # plain text, as error messages show
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,9 @@ def job_state(obj: dict[str, Any]) -> JobState:
         message=current.get("message") if current else None,
         start_time=status.get("startTime"),
         completion_time=status.get("completionTime"),
-        created=any(c["type"] == "Created" for c in true_conditions),
+        created=any(c["type"] == JobCondition.CREATED for c in true_conditions),
         terminal=bool(terminal),
-        succeeded=bool(terminal) and current["type"] == "Succeeded",
+        succeeded=bool(terminal) and current["type"] == JobCondition.SUCCEEDED,
     )
 
 
@@ -76,4 +78,4 @@ def clean_pod_policy(obj: dict[str, Any]) -> str:
     the controller deletes once the job finished (Running: the live workers; All; None). Unset is None, the
     controllers' default (the operator submits Running unless told otherwise)."""
     spec = obj.get("spec") or {}
-    return (spec.get("runPolicy") or {}).get("cleanPodPolicy") or spec.get("cleanPodPolicy") or "None"
+    return (spec.get("runPolicy") or {}).get("cleanPodPolicy") or spec.get("cleanPodPolicy") or CLEAN_NONE

@@ -23,8 +23,11 @@ from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.jobspec.spec import (
-    API_V1, API_V2BETA1, API_VERSIONS, CONFIG_MOUNT_PATH, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE, KIND,
-    LAUNCHER_REPLICA, MANAGED_BY, RESTART_POLICIES, ROLES, WAIT_FOR_WORKERS_READY, WORKER_REPLICA, Defaults,
+    CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE, MANAGED_BY, RESTART_POLICIES,
+    WAIT_FOR_WORKERS_READY, Defaults,
+)
+from airflow_mpi.jobspec.vocabulary import (
+    API_V1, API_V2BETA1, API_VERSIONS, LAUNCHER, LAUNCHER_REPLICA, MPIJOB_KIND, ROLES, WORKER, WORKER_REPLICA,
 )
 
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
@@ -72,7 +75,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         _check(errors, "name", spec.name, rules.string)
     if spec.unique_name_suffix is not None:
         _check(errors, "unique_name_suffix", spec.unique_name_suffix, rules.boolean)
-    for attr, cls in (("launcher", ReplicaSpec), ("worker", ReplicaSpec), ("run_policy", RunPolicy)):
+    for attr, cls in ((LAUNCHER, ReplicaSpec), (WORKER, ReplicaSpec), ("run_policy", RunPolicy)):
         if not isinstance(getattr(spec, attr), cls):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__}")
     policy = getattr(spec.run_policy, "scheduling_policy", None)
@@ -137,7 +140,7 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
 
 def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None:
     """The base manifest is an MPIJob of the chosen version, with the containers parameters refer to."""
-    for key, expected in (("apiVersion", spec.api_version), ("kind", KIND)):
+    for key, expected in (("apiVersion", spec.api_version), ("kind", MPIJOB_KIND)):
         if key in base and base[key] != expected:
             hint = "set api_version to the base manifest's version" if key == "apiVersion" else "must be an MPIJob"
             errors.add(f"base_manifest.{key}", base[key], f"differs from {expected!r}: {hint}")
@@ -284,8 +287,8 @@ def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
     """Volumes the operator adds to the role's pods (name -> mount path in the first container)."""
     launcher = role == LAUNCHER_REPLICA
     if api == API_V2BETA1:
-        return {"ssh-auth": ssh_path, **({"mpi-job-config": CONFIG_MOUNT_PATH} if launcher else {})}
-    return {"mpi-job-config": CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
+        return {"ssh-auth": ssh_path, **({CONFIG_VOLUME: CONFIG_MOUNT_PATH} if launcher else {})}
+    return {CONFIG_VOLUME: CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
 
 
 def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:

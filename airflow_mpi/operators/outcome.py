@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_mpi.jobspec.vocabulary import WORKER
+from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.wait.failure_causes import explain
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED
 from airflow_mpi.wait.queueing import QUEUE_TIMEOUT
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
-ON_FINISH_ACTIONS = ("keep", "delete_succeeded", "delete")
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
 ABANDONED = ("invalid", "unschedulable", "startup_timeout", "timeout", QUEUE_TIMEOUT, WORKER_FAILED)
 # Outcomes no Airflow retry can fix.
@@ -36,7 +37,8 @@ def _xcom_result(payload: dict[str, Any], api_version: str) -> dict[str, Any]:
 
 def _should_delete(outcome: str, action: str) -> bool:
     succeeded = outcome in ("success", "target")
-    return outcome in ABANDONED or action == "delete" or (action == "delete_succeeded" and succeeded)
+    return outcome in ABANDONED or action == OnFinishAction.DELETE or (
+        action == OnFinishAction.DELETE_SUCCEEDED and succeeded)
 
 
 def _failure_text(outcome: str, job: str, detail: Any) -> str:
@@ -52,9 +54,9 @@ def _log_tails(task: Any, payload: dict[str, Any], name: Any, namespace: Any, ta
     """The failed workers' last log lines as warnings (the launcher's log is the task log's already)."""
     if "failure" not in payload:  # the event of a trigger from before the failure reports: read what is left
         tails = task.hook.worker_log_tails(name, namespace, tail_lines).items() if tail_lines else []
-        tails = [{"pod": pod, "role": "worker", "lines": lines} for pod, lines in tails]
+        tails = [{"pod": pod, "role": WORKER, "lines": lines} for pod, lines in tails]
     else:
-        tails = [t for t in (payload.get("failure") or {}).get("tails") or [] if t.get("role") == "worker"]
+        tails = [t for t in (payload.get("failure") or {}).get("tails") or [] if t.get("role") == WORKER]
     for tail in tails:
         if tail.get("lines"):
             task.log.warning("---- last %s lines of worker %s ----", len(tail["lines"]), tail["pod"])

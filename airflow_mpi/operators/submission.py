@@ -19,6 +19,7 @@ from typing import Any
 from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.jobspec.status import job_state, true_condition_types
+from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
@@ -85,7 +86,7 @@ def dropped_without_call_secret(hook: Any, log: logging.Logger, job: dict) -> bo
     (and waited out), so that a fresh job is submitted. A job not started yet only: a Running one's pods mounted it
     (its workers are Ready, and mpi-operator starts the launcher after them), a person deleted it since."""
     secret = mounted_call_secret(job)
-    if secret is None or "Running" in true_condition_types(job):
+    if secret is None or JobCondition.RUNNING in true_condition_types(job):
         return False
     name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
     try:

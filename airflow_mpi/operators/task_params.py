@@ -16,7 +16,7 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import TASK, Field, as_bool, as_number, parameters
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.rules import Rule, one_of
-from airflow_mpi.operators.outcome import ON_FINISH_ACTIONS
+from airflow_mpi.operators.finish_action import ACCEPTED, OnFinishAction, as_on_finish_action
 from airflow_mpi.version_compat import conf
 
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
@@ -47,8 +47,8 @@ TASK_FIELDS: tuple[Field, ...] = (
     Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number,
           check=_seconds(True)),
     Field("queue_timeout", TASK, float | None, default=None, templated=True, coerce=as_number, check=_seconds(True)),
-    Field("on_finish_action", TASK, str, default="delete_succeeded", templated=True,
-          check=one_of(ON_FINISH_ACTIONS)),
+    Field("on_finish_action", TASK, str, default=OnFinishAction.DELETE_SUCCEEDED.value, templated=True,
+          coerce=as_on_finish_action, check=one_of(ACCEPTED)),
     Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number,
           check=lambda v: None if isinstance(v, int) and type(v) is not bool and v >= 0 else "must be an integer >= 0"),
 )  # fmt: skip

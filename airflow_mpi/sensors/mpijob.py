@@ -12,6 +12,8 @@ from airflow_mpi.jobspec import API_V2BETA1
 from airflow_mpi.wait.deferral import not_before_text
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
+from airflow_mpi.jobspec.vocabulary import JobCondition
+from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowException, AirflowFailException, BaseSensorOperator, conf
 
@@ -31,7 +33,8 @@ class MPIJobSensor(BaseSensorOperator):
 
     def __init__(
         self, *, job_name: str, namespace: str | None = None, kubernetes_conn_id: str = "kubernetes_default",
-        api_version: str = API_V2BETA1, target_condition: str = "Succeeded", attach_logs: bool = False,
+        api_version: str = API_V2BETA1, target_condition: str = JobCondition.SUCCEEDED.value,
+        attach_logs: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -92,8 +95,8 @@ class MPIJobSensor(BaseSensorOperator):
             self._attach_logs(event["namespace"])
         elif event.get("status") == "timeout":
             raise AirflowException(f"MPIJob {event['namespace']}/{self.job_name}: sensor timed out")
-        return finish(self, event, api_version=self.api_version, on_finish_action="keep", fail_permanently=True,
-                      owns_job=False)
+        return finish(self, event, api_version=self.api_version, on_finish_action=OnFinishAction.KEEP,
+                      fail_permanently=True, owns_job=False)
 
     def _attach_logs(self, namespace: str) -> None:
         if not self.attach_logs:

@@ -21,11 +21,13 @@ import signal as signals
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
+from airflow_mpi.jobspec.spec import CLEAN_ALL, CLEAN_RUNNING
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, TERMINAL_PHASES, WORKER, PodPhase
 from airflow_mpi.wait.progress import EVICTED, PodSummary
 from airflow_mpi.function_task.rank_runner import MARKER
 
 OOM_KILLED = "OOMKilled"
-DELETING_POLICIES = frozenset({"Running", "All"})  # cleanPodPolicy values that delete live workers at the end
+DELETING_POLICIES = frozenset({CLEAN_RUNNING, CLEAN_ALL})  # the cleanPodPolicy values deleting live workers
 
 DEFAULT_TAIL_LINES = 20  # lines of each failed pod's log in a failure's report (worker_log_tail_lines)
 MAX_TEXT = 500  # characters of one text from the cluster (termination or eviction message)
@@ -111,7 +113,7 @@ def _restarts_text(pod: PodSummary) -> str | None:
 
 def pod_cause(pod: PodSummary) -> str | None:
     """One line naming why ``pod`` failed, or None when it did not (running, succeeded, ended by its deletion)."""
-    evicted = pod.pod_reason == EVICTED or (pod.phase == "Failed" and pod.pod_reason)
+    evicted = pod.pod_reason == EVICTED or (pod.phase == PodPhase.FAILED and pod.pod_reason)
     reason = (f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason) if evicted else None
     # a disruption (an eviction through the API, a preemption) deletes the pod: not the job's clean-up
     disrupted = f"disrupted ({pod.disruption})" if pod.disruption and not evicted else None
@@ -125,8 +127,8 @@ def pod_cause(pod: PodSummary) -> str | None:
 def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
     """The pods with a cause: every failed worker (in the given order), then the newest failed launcher (the
     last attempt: the exit codes of all of them are reported apart)."""
-    workers = [p for p in pods if p.role == "worker" and pod_cause(p)]
-    launchers = sorted((p for p in pods if p.role == "launcher" and pod_cause(p)),
+    workers = [p for p in pods if p.role == WORKER and pod_cause(p)]
+    launchers = sorted((p for p in pods if p.role == LAUNCHER and pod_cause(p)),
                        key=lambda p: -p.created.timestamp() if p.created else 0.0)  # newest first
     return workers + launchers[:1]
 
@@ -156,15 +158,15 @@ def merge_observations(at_verdict: Sequence[PodSummary], latest: Iterable[PodSum
 
 # ---------------------------------------------------------------------- awaiting the workers' ends
 def _settled(pod: PodSummary) -> bool:
-    return pod.state == "terminated" or pod.phase in ("Succeeded", "Failed")
+    return pod.state == "terminated" or pod.phase in TERMINAL_PHASES
 
 
 def awaited_workers(pods: Sequence[PodSummary], clean_pod_policy: str | None) -> list[PodSummary]:
     """Live workers whose end is still to come and will be seen: the ones being deleted, and, when the
     ``cleanPodPolicy`` deletes live workers, the Running and Pending ones (the mpi-operator's deleteWorkerPods)."""
     deleting = clean_pod_policy in DELETING_POLICIES
-    return [p for p in pods if p.role == "worker" and not _settled(p)
-            and (p.deleting or (deleting and p.phase in ("Running", "Pending")))]
+    return [p for p in pods if p.role == WORKER and not _settled(p)
+            and (p.deleting or (deleting and p.phase in (PodPhase.RUNNING, PodPhase.PENDING)))]
 
 
 def settle_deadline(awaited: Sequence[PodSummary], verdict_at: datetime) -> datetime | None:
@@ -185,7 +187,7 @@ def settle_deadline(awaited: Sequence[PodSummary], verdict_at: datetime) -> date
 def tail_candidates(pods: Sequence[PodSummary], clean_pod_policy: str | None) -> list[PodSummary]:
     """Workers whose log is read at the verdict, before a clean-up can delete them: the failed ones, then the
     live ones about to be deleted (one of them may turn out OOMKilled once it ends); MAX_WORKER_TAILS at most."""
-    failed = [p for p in pods if p.role == "worker" and pod_cause(p)]
+    failed = [p for p in pods if p.role == WORKER and pod_cause(p)]
     doomed = [p for p in awaited_workers(pods, clean_pod_policy) if p not in failed]
     return (failed + doomed)[:MAX_WORKER_TAILS]
 

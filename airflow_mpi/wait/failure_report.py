@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.answers import log_messages
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 from airflow_mpi.wait.summaries import pod_summary
 from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.wait.mpirun_report import rank_ends
@@ -65,7 +66,7 @@ class FailureReport:
         """Start reading ``pod``'s tail (once; MAX_WORKER_TAILS workers and a launcher at most)."""
         if not self.tail_lines or pod.name in self._reads:
             return
-        if pod.role == "worker" and sum(role == "worker" for role in self._roles.values()) >= fc.MAX_WORKER_TAILS:
+        if pod.role == WORKER and sum(role == WORKER for role in self._roles.values()) >= fc.MAX_WORKER_TAILS:
             return
         self._roles[pod.name] = pod.role
         self._reads[pod.name] = asyncio.create_task(_read_tail(self.hook, self.namespace, pod, self.tail_lines))
@@ -108,7 +109,7 @@ class FailureReport:
             pods = fc.merge_observations(at_verdict, await self._settle(verdict_at)) + launchers
             tails = [await self._reads[p.name] for p in fc.failed_pods(pods) if p.name in self._reads]
             disrupted = [pod_summary(p) for p in self.sub.disrupted()]
-            ranks = rank_ends([ln for tail in tails if tail["role"] == "launcher" for ln in tail["lines"]])
+            ranks = rank_ends([ln for tail in tails if tail["role"] == LAUNCHER for ln in tail["lines"]])
             return fc.report(fc.causes(pods, disrupted, ranks), tails)
         finally:
             for task in self._reads.values():  # the reads of pods that did not fail (or all, when cancelled)

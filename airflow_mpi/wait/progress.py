@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_mpi.jobspec.status import JobState
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER, PodPhase
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
@@ -96,7 +97,7 @@ def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None
     waiting = f"pod {pod.name}: {pod.waiting_reason}: {pod.waiting_message or ''}".rstrip(": ")
     if pod.waiting_reason in FATAL_WAITING:
         return waiting
-    if timeouts.schedule_timeout is None or pod.phase != "Pending":
+    if timeouts.schedule_timeout is None or pod.phase != PodPhase.PENDING:
         return None
     if ((now - pod.created).total_seconds() if pod.created else 0.0) < timeouts.schedule_timeout:
         return None
@@ -107,10 +108,10 @@ def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None
 
 def _failed_before_launch(pods: list[PodSummary]) -> str | None:
     """Why a worker failed while there is no launcher yet (see the module docstring), or None."""
-    if any(p.role == "launcher" for p in pods):
+    if any(p.role == LAUNCHER for p in pods):
         return None
     for pod in pods:
-        if pod.role == "worker" and pod.phase == "Failed" and pod.pod_reason != EVICTED:
+        if pod.role == WORKER and pod.phase == PodPhase.FAILED and pod.pod_reason != EVICTED:
             how = ", ".join(str(part) for part in (pod.terminated_reason or pod.pod_reason,
                                                    f"exit code {pod.exit_code}" if pod.exit_code is not None else None,
                                                    pod.termination_message or pod.pod_message) if part)

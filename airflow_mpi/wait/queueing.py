@@ -19,6 +19,7 @@ from datetime import datetime
 
 from airflow_mpi.hooks.answers import parse_api_time
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
+from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.wait.progress import Verdict
 
 QUEUE_TIMEOUT = "queue_timeout"  # the verdict's outcome
@@ -72,7 +73,7 @@ class QueueTracker:
         """``visible``: the Workloads of the namespace are watched (else ``workload`` is always None)."""
         labels = (job.get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(KUEUE_QUEUE_LABEL)
-        suspended = _true(_condition(job, "Suspended"))
+        suspended = _true(_condition(job, JobCondition.SUSPENDED))
         if local_queue is None:
             if suspended and not self._suspended_said:
                 self._suspended_said = True

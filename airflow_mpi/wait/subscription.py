@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.ownership import Owner
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 from airflow_mpi.wait.summaries import disruption, involved_object, object_meta, pod_role
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Subscription:
         return self._owned(self.disrupted_pods.values())
 
     def launcher_pods(self) -> list[Any]:
-        return sort_newest_first(p for p in self.pods() if pod_role(p) == "launcher")
+        return sort_newest_first(p for p in self.pods() if pod_role(p) == LAUNCHER)
 
     async def launchers(self) -> list[Any]:
         """:meth:`launcher_pods` for the log pump (wait/log_pump.py ``PodSource``), once settled."""
@@ -114,7 +115,7 @@ class Subscription:
         live = self.pods()
         names = {p.metadata.name for p in live}
         gone = self._owned(p for name, p in self.gone_pods.items() if name not in names) if with_gone else []
-        return sort_workers(p for p in live + gone if pod_role(p) == "worker")
+        return sort_workers(p for p in live + gone if pod_role(p) == WORKER)
 
     async def watch_workloads(self) -> bool:
         """Have the hub watch Kueue Workloads (once listed, or refused); whether it does."""

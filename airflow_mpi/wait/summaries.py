@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.hooks.requests import JOB_NAME_LABEL, JOB_ROLE_LABEL, LAUNCHER, MPIJOB_KIND, REPLICA_TYPE_LABEL, WORKER
+from airflow_mpi.jobspec.vocabulary import (
+    JOB_NAME_LABEL, JOB_ROLE_LABEL, LAUNCHER, MPIJOB_KIND, REPLICA_TYPE_LABEL, V1_LAUNCHER_ROLE, WORKER,
+)
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
@@ -13,7 +15,7 @@ def pod_role(pod: Any) -> str:
     labels = pod.metadata.labels or {}
     for key in (JOB_ROLE_LABEL, REPLICA_TYPE_LABEL):
         value = (labels.get(key) or "").lower()
-        if value in (LAUNCHER, "master"):
+        if value in (LAUNCHER, V1_LAUNCHER_ROLE):
             return LAUNCHER
         if value == WORKER:
             return WORKER

@@ -27,9 +27,10 @@ from typing import Any
 
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
 from airflow_mpi.hooks.ownership import Owner
-from airflow_mpi.hooks.requests import EVENTS, JOB_NAME_LABEL, KUEUE_VERSIONS, MPIJOB_KIND, MPIJOBS, PODS, WORKLOADS
+from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage, through_outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
+from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL, MPIJOB_KIND
 from airflow_mpi.wait.progress import VALIDATION_ERROR
 from airflow_mpi.wait.subscription import Subscription
 from airflow_mpi.wait.summaries import involved_object, job_of_pod, object_meta, owner_mpijob, without_managed_fields

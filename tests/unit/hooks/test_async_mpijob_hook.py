@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
 from airflow_mpi.hooks.errors import PodLogUnavailable
-from airflow_mpi.hooks.requests import WORKER
+from airflow_mpi.jobspec.vocabulary import WORKER
 
 pytestmark = pytest.mark.asyncio
 

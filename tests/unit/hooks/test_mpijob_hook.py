@@ -26,7 +26,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from airflow_mpi.hooks import MPIJobConflictError, MPIJobHook, WatchExpired
 from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, PodLogUnavailable
-from airflow_mpi.hooks.requests import LAUNCHER, WORKER
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 
 GVP = {"group": "kubeflow.org", "version": "v2beta1", "plural": "mpijobs"}
 

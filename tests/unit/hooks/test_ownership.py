@@ -12,7 +12,7 @@ from k8s_fakes import FakeResponse, api_error, controlled_by, mpijob, pod, pod_l
 from test_mpijob_hook import make_hook
 
 from airflow_mpi.hooks.ownership import Owner
-from airflow_mpi.hooks.requests import WORKER
+from airflow_mpi.jobspec.vocabulary import WORKER
 
 LAUNCHER_JOB = controlled_by("Job", "job-launcher", "uid-job-launcher")
 OWNER = Owner("job", "uid-job", launcher_job="uid-job-launcher")
