@@ -1,0 +1,76 @@
+"""The checked-in operators/signatures.py (what mypy and IDEs read) says what the field table says."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+from airflow_mpi.operators import signature_writer
+from airflow_mpi.operators.horovod import HorovodJobOperator
+from airflow_mpi.operators.mpijob import MPIJobOperator
+from airflow_mpi.operators.signatures import typed_init
+
+
+def test_checked_in_module_is_the_field_tables():
+    assert signature_writer.TARGET.read_text() == signature_writer.render(), (
+        "operators/signatures.py is stale: run python -m airflow_mpi.operators.signature_writer"
+    )
+
+
+def _declared(cls_name: str) -> dict[str, ast.arg]:
+    """The keyword-only parameters of ``cls_name.__init__`` in the checked-in module."""
+    tree = ast.parse(signature_writer.TARGET.read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return {arg.arg: arg for arg in init.args.kwonlyargs}
+
+
+@pytest.mark.parametrize(
+    ("operator", "signature_class"),
+    [(MPIJobOperator, "MPIJobOperatorSignature"), (HorovodJobOperator, "HorovodJobOperatorSignature")],
+)
+def test_every_runtime_parameter_is_declared_with_its_default(operator, signature_class):
+    declared = _declared(signature_class)
+    runtime = {
+        name: p for name, p in inspect.signature(operator.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }  # fmt: skip
+    assert runtime, "the operator's run-time signature lists no parameter"
+    for name, parameter in runtime.items():
+        assert name in declared, f"{name} is missing from {signature_class}"
+        if name in signature_writer.CONFIGURED_DEFAULTS or parameter.default is inspect.Parameter.empty:
+            continue
+        tree = ast.parse(signature_writer.TARGET.read_text())
+        init = next(
+            n for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name == "__init__" and name in {a.arg for a in n.args.kwonlyargs}
+        )  # fmt: skip
+        index = [a.arg for a in init.args.kwonlyargs].index(name)
+        assert ast.literal_eval(init.args.kw_defaults[index]) == parameter.default, name
+
+
+def test_horovod_declares_all_of_mpijob_operators_parameters_and_requires_program():
+    horovod = _declared("HorovodJobOperatorSignature")
+    assert set(_declared("MPIJobOperatorSignature")) <= set(horovod)
+    tree = ast.parse(signature_writer.TARGET.read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "HorovodJobOperatorSignature")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    defaults = dict(zip([a.arg for a in init.args.kwonlyargs], init.args.kw_defaults))
+    assert defaults["program"] is None  # no default: required
+
+
+def test_a_row_change_makes_the_module_stale(monkeypatch):
+    row = signature_writer.PARAMETERS["image"]
+    monkeypatch.setitem(signature_writer.PARAMETERS, "image", type(row)(**{**row.__dict__, "type": int}))
+    assert signature_writer.render() != signature_writer.TARGET.read_text()
+    assert signature_writer.main(["--check"]) == 1
+
+
+def test_typed_init_leaves_the_method_unchanged():
+    def init(self, **kwargs):
+        return None
+
+    assert typed_init(init)(init) is init
+    assert MPIJobOperator.__init__.__signature__.parameters["image"].default is None
