@@ -129,8 +129,8 @@ def signature_class(
     required: tuple[str, ...] = (),
     inherited: tuple[str, ...] = (),
 ) -> str:
-    """One class: the annotated attributes (but those ``base`` declares), then ``__init__`` with every parameter
-    keyword-only."""
+    """One class: the annotated attributes (but those ``base`` declares), then ``__init__`` with every
+    parameter keyword-only."""
     lines = [f"    class {cls}({base}):", f'        """{doc}"""', ""]
     for name, row in fields.items():
         if name in inherited:

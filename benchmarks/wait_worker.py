@@ -2,8 +2,8 @@
 
 Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once
 every wait runs, ``{"event": name, "t": ..., "status": ...}`` per finished wait, ``{"lag_ms": [...],
-"lag_samples": [[t, ms], ...], "lines": {...}, "hubs": [...]}`` at the end (event-loop lag samples, sorted, and
-as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
+"lag_samples": [[t, ms], ...], "lines": {...}, "hubs": [...]}`` at the end (event-loop lag samples, sorted,
+and as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
         --out FILE [--logs] [--seconds S] [--collect-lines]

@@ -269,7 +269,8 @@ def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
     for row in rows(owner):
         nested = _CLASSES.get(row.nested) if row.nested else None
         annotation = nested or row.type if row.default is not None else (nested or row.type) | None
-        default = field(default_factory=cast(type, nested)) if row.default is NEW else field(default=row.default)
+        new = field(default_factory=cast(type, nested))
+        default = new if row.default is NEW else field(default=row.default)
         specs.append((row.name, annotation, default))
     cls = make_dataclass(owner, specs, namespace=methods, kw_only=True)
     cls.__module__, cls.__doc__ = __name__, doc

@@ -147,7 +147,8 @@ def resolve_parameters(
     try:
         return resolve(spec)
     except MPIJobValidationError as err:
-        named: dict[tuple[str, str, str], Any] = {}  # one entry per parameter problem ("image" may be reported for both roles)
+        # one entry per parameter problem ("image" may be reported for both roles)
+        named: dict[tuple[str, str, str], Any] = {}
         for e in err.errors:
             e = _attributed(e, given)
             named.setdefault((e.field, repr(e.value), e.reason), e)

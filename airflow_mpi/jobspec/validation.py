@@ -186,7 +186,8 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
             "managedBy": rules.one_of(MANAGED_BY[api]),
             **({"ttlSecondsAfterFinished": _launcher_ttl} if api == API_V2BETA1 else {}),
-            "cleanPodPolicy": (lambda value: None) if top_level else cast(rules.Rule, _CLEAN_POD_POLICY.check),
+            "cleanPodPolicy": (lambda value: None) if top_level
+                              else cast(rules.Rule, _CLEAN_POD_POLICY.check),
         })  # fmt: skip
         scheduling: Any = policy.get("schedulingPolicy")
         if _is_mapping(errors, "run_policy.scheduling_policy", scheduling):

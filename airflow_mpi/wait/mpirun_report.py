@@ -55,5 +55,6 @@ def rank_ends(lines: Sequence[str]) -> list[str]:
                 else exit_text(int(code))
             rank = f"rank {parts['rank']}" if parts.get("rank") else "a rank"
             host = f" on {parts['host'].rstrip('.,')}" if parts.get("host") else ""
-            found.append((match.start(), cast(str, clip(f"{rank}{host}: {how}", 200)) + ", as mpirun reports it"))
+            cause = cast(str, clip(f"{rank}{host}: {how}", 200))
+            found.append((match.start(), cause + ", as mpirun reports it"))
     return list(dict.fromkeys(cause for _, cause in sorted(found)))[:MAX_RANKS]

@@ -10,9 +10,9 @@ MPIJobs are watched unfiltered (a sensor may wait for a job this provider did no
 operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
 namespace; a label is anyone's to set, so a wait counts only those its job's controllers made: hooks/ownership.py,
 the launcher Job behind a v2beta1 launcher pod read once per job, by the hub, for all its waits), events by
-field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before its job is
-Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity may
-not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
+field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before its job
+is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
+may not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
 Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py); where they may not be (RBAC,
 no Kueue), that watch stops and the waits go on without them.
 """

@@ -1,5 +1,5 @@
-"""The checked-in operators/signatures.py and jobspec/spec_classes.py (what mypy and IDEs read) say what the field
-table says."""
+"""The checked-in operators/signatures.py and jobspec/spec_classes.py (what mypy and IDEs read) say what
+the field table says."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ def test_checked_in_module_is_the_field_tables(path):
     )
 
 
-def _declared(cls_name: str) -> dict[str, ast.arg]:
-    """The keyword-only parameters of ``cls_name.__init__`` in the checked-in module."""
+def _declared(cls_name: str) -> dict[str, ast.expr | None]:
+    """The keyword-only parameters of ``cls_name.__init__`` in the checked-in module, with their defaults
+    (None: required)."""
     tree = ast.parse(signature_writer.SIGNATURES.read_text())
     cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name)
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    return {arg.arg: arg for arg in init.args.kwonlyargs}
+    return dict(zip([a.arg for a in init.args.kwonlyargs], init.args.kw_defaults, strict=True))
 
 
 @pytest.mark.parametrize(
@@ -40,33 +41,23 @@ def _declared(cls_name: str) -> dict[str, ast.arg]:
 def test_every_runtime_parameter_is_declared_with_its_default(operator, signature_class):
     declared = _declared(signature_class)
     runtime = {
-        name: p for name, p in inspect.signature(operator.__init__).parameters.items()
+        name: p
+        for name, p in inspect.signature(operator.__init__).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }  # fmt: skip
+    }
     assert runtime, "the operator's run-time signature lists no parameter"
     for name, parameter in runtime.items():
         assert name in declared, f"{name} is missing from {signature_class}"
-        if name in signature_writer.CONFIGURED_DEFAULTS or parameter.default is inspect.Parameter.empty:
-            continue
-        tree = ast.parse(signature_writer.SIGNATURES.read_text())
-        init = next(
-            n for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef) and n.name == "__init__" and name in {a.arg for a in n.args.kwonlyargs}
-        )  # fmt: skip
-        index = [a.arg for a in init.args.kwonlyargs].index(name)
-        assert ast.literal_eval(init.args.kw_defaults[index]) == parameter.default, name
+        if parameter.default is inspect.Parameter.empty:
+            assert declared[name] is None, f"{name} is required at run time"
+        elif name not in signature_writer.CONFIGURED_DEFAULTS:
+            assert ast.literal_eval(declared[name]) == parameter.default, name
 
 
 def test_horovod_declares_all_of_mpijob_operators_parameters_and_requires_program():
     horovod = _declared("HorovodJobOperatorSignature")
     assert set(_declared("MPIJobOperatorSignature")) <= set(horovod)
-    tree = ast.parse(signature_writer.SIGNATURES.read_text())
-    cls = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "HorovodJobOperatorSignature"
-    )
-    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    defaults = dict(zip([a.arg for a in init.args.kwonlyargs], init.args.kw_defaults, strict=True))
-    assert defaults["program"] is None  # no default: required
+    assert horovod["program"] is None  # no default: required
 
 
 def test_a_row_change_makes_the_module_stale(monkeypatch):
