@@ -34,8 +34,10 @@ def _dagbag(dag_file: str) -> Any:
     try:
         from airflow.dag_processing.dagbag import DagBag  # Airflow 3
     except ImportError:  # Airflow 2.11
-        from airflow.models.dagbag import DagBag
-    kwargs = {"include_examples": False} if "include_examples" in inspect.signature(DagBag.__init__).parameters else {}
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
+    kwargs: dict[str, Any] = {}
+    if "include_examples" in inspect.signature(DagBag.__init__).parameters:
+        kwargs["include_examples"] = False
     return DagBag(dag_folder=dag_file, **kwargs)
 
 

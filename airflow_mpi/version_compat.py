@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from airflow.providers.common.compat.sdk import (
     AirflowException, AirflowFailException, BaseOperator, BaseSensorOperator, TaskDeferred, Variable, conf,
@@ -30,7 +30,8 @@ def non_scoped_session() -> Iterator[Any]:
     holding in a locked transaction: a plugin committing it breaks HA locks)."""
     from airflow import settings
 
-    factory = getattr(settings, "NonScopedSession", None) or settings.Session.session_factory  # 3.x / 2.11
+    # Airflow 3 / 2.11 (whose Session is set once Airflow is configured)
+    factory = getattr(settings, "NonScopedSession", None) or cast(Any, settings.Session).session_factory
     session = factory()
     try:
         yield session

@@ -145,7 +145,8 @@ class AirflowClient:
 
     def wait_task(self, dag_id: str, run_id: str, task_id: str, states: Iterable[str], timeout: float = 300,
                   seen: list[str] | None = None, interval: float = 0.5) -> dict:
-        """Poll a task instance until its state is in ``states``; every distinct state observed is appended to ``seen``."""
+        """Poll a task instance until its state is in ``states``; every distinct state observed is appended to
+        ``seen``."""
         states = set(states)
 
         def probe() -> dict | None:

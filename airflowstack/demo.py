@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             "         with one REAL node (containerd, kubelet, CoreDNS) in a Docker container: the launcher and "
             "workers are containers,\n"
             f"         the ranks are real MPI processes of {IMAGES[args.implementation]} (built from images/mpi).\n"
-            "         Real cluster instead: scripts/demo --kubeconfig /path/to/kubeconfig (or AIRFLOW_MPI_KUBECONFIG=...).")
+            "         Real cluster instead: scripts/demo --kubeconfig /path/to/kubeconfig "
+            "(or AIRFLOW_MPI_KUBECONFIG=...).")
     else:
         say("Cluster: a local Kubernetes whose NODES ARE SIMULATED (kwok): pods go through their phases, but no "
             "container runs;\n         the launcher's log lines are served by the simulation.")
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say("Starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer) ...")
         stack.start()
-        say(f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  login: {stack.username} / {stack.password}")
+        say(f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  "
+            f"login: {stack.username} / {stack.password}")
         if not real:
             say("Waiting for the local cluster ...")
         starting.wait()

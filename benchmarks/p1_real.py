@@ -107,7 +107,8 @@ class LauncherWatcher(load.EndWatcher):
 
 
 class JobCompleteWatcher(load.EndWatcher):
-    """Records when each launcher Job's Complete condition is first seen (by MPIJob name): the Job controller's share."""
+    """Records when each launcher Job's Complete condition is first seen (by MPIJob name): the Job
+    controller's share."""
 
     def _follow(self, core: client.CoreV1Api) -> None:
         batch = client.BatchV1Api(self.api)

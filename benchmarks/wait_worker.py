@@ -1,8 +1,9 @@
 """One process running N waits at once, as a triggerer does (started by benchmarks/waits.py).
 
-Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once every wait runs, ``{"event": name, "t": ..., "status": ...}``
-per finished wait, ``{"lag_ms": [...], "lag_samples": [[t, ms], ...], "lines": {...}, "hubs": [...]}`` at the end
-(event-loop lag samples, sorted, and as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
+Appends JSON lines to ``--out`` (stdout is the waits' own log, as a triggerer's): ``{"started": t}`` once
+every wait runs, ``{"event": name, "t": ..., "status": ...}`` per finished wait, ``{"lag_ms": [...],
+"lag_samples": [[t, ms], ...], "lines": {...}, "hubs": [...]}`` at the end (event-loop lag samples, sorted,
+and as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
         --out FILE [--logs] [--seconds S] [--collect-lines]
@@ -148,5 +149,5 @@ if __name__ == "__main__":
     parser.add_argument("--collect-lines", action="store_true")
     parser.add_argument("--out", required=True)
     arguments = parser.parse_args()
-    _OUT.append(open(arguments.out, "a", buffering=1))
+    _OUT.append(open(arguments.out, "a", buffering=1))  # noqa: SIM115 (written until the process ends)
     asyncio.run(main(arguments))

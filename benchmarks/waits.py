@@ -127,11 +127,11 @@ def p1(cluster, api, runs: int) -> dict[str, list[float]]:
         watcher.stop()
         succeeded.stop()
         latencies[label] = sorted(e["t"] - watcher.ended[e["event"]] for e in events if e["event"] in watcher.ended)
-        print(f"P1 {label}: {['%.2f' % x for x in latencies[label]]}", flush=True)
+        print(f"P1 {label}: {[f'{x:.2f}' for x in latencies[label]]}", flush=True)
         if side == "provider":
             own = sorted(e["t"] - succeeded.ended[e["event"]] for e in events if e["event"] in succeeded.ended)
             latencies[f"{label}, from the MPIJob's Succeeded condition"] = own
-            print(f"P1 {label} from Succeeded: {['%.3f' % x for x in own]}", flush=True)
+            print(f"P1 {label} from Succeeded: {[f'{x:.3f}' for x in own]}", flush=True)
         delete_namespace(api, namespace)
     return latencies
 

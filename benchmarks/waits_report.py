@@ -143,10 +143,11 @@ def _p1_real(real: dict | None) -> list[str]:
                   "The Job controller still marks the launcher Job Failed (DeadlineExceeded) when "
                   "runPolicy.activeDeadlineSeconds passes before its sync, and the mpi-operator then marks the MPIJob "
                   "Failed; a wait ending on the pod's exit would report success for a job the cluster calls failed."]
-    return lines + ["", "\"kubelet ended a log follow\": an independent `follow=true` stream of the launcher's log "
+    return [*lines, "", "\"kubelet ended a log follow\": an independent `follow=true` stream of the launcher's log "
                     "(as `kubectl logs -f`), timed when the kubelet closed it (it checks a followed container's state once a "
                     "second after its last output); \"the provider's follow\": the log pump's own stream, ended by the "
-                    "kubelet or cut by the pump once the pod's status said the container ended; \"last line printed\": how many times "
+                    "kubelet or cut by the pump once the pod's status said the container ended; "
+                    "\"last line printed\": how many times "
                     "the launcher's last line reached the task log in a run (1 with logs on, 0 off).", ""]
 
 
@@ -277,7 +278,8 @@ def write_report(results: dict, out: Path) -> None:
                 reqs = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["requests"].items())) or "none"
                 open_ = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["open_long_running"].items())) or "none"
                 running = f" ({r['running']} running)" if "running" in r and r["running"] < int(n) else ""
-                lines.append(f"| {n}{running} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | {r['tcp']} / {r.get('tcp_end', '?')} | "
+                lines.append(f"| {n}{running} | {label} | {r['cpu_per_min']:.2f} | {r['peak_rss_mib']:.0f} | "
+                             f"{r['tcp']} / {r.get('tcp_end', '?')} | "
                              f"{r['requests_per_job_hour']:.1f} | {r['lag_p99_ms']:.1f} | {open_} | {reqs} |")
             labels = list(by_label)
             if len(labels) == 2:
@@ -291,7 +293,8 @@ def write_report(results: dict, out: Path) -> None:
         lines += ["## P3 log throughput (one launcher, followed)", "",
                   "| lines written | seconds | printed | lost | doubled | CPU s of the waiting process |",
                   "|---|---|---|---|---|---|",
-                  f"| {r['written']} | {r['seconds']:.0f} | {r['printed']} | {r['lost']} | {r['doubled']} | {r['cpu_s']:.2f} |", ""]
+                  f"| {r['written']} | {r['seconds']:.0f} | {r['printed']} | {r['lost']} | {r['doubled']} | "
+                  f"{r['cpu_s']:.2f} |", ""]
     lines += _p2_kueue(results)
     lines += _hand_written(out, lines)  # e.g. a comparison of two commits: not in the results, kept as it was
     out.write_text("\n".join(lines).rstrip("\n") + "\n")

@@ -16,9 +16,10 @@ DOC = """
 
 `numbers` makes the input (1..count); `sum_of_squares` is a plain Python function decorated with
 `@task.mpi`: the provider sends its source and its argument (the upstream XCom) in a Secret made with the
-MPIJob and mounted into its pods, `mpirun` starts it on `workers x slots_per_worker` ranks, each squares its share of the numbers and
-mpi4py reduces the partial sums onto rank 0. Rank 0's return value is the task's XCom (the other ranks'
-are ignored); `check` compares it with the closed form `n(n+1)(2n+1)/6` and the ranks' count.
+MPIJob and mounted into its pods, `mpirun` starts it on `workers x slots_per_worker` ranks, each squares
+its share of the numbers and mpi4py reduces the partial sums onto rank 0. Rank 0's return value is the
+task's XCom (the other ranks' are ignored); `check` compares it with the closed form `n(n+1)(2n+1)/6` and
+the ranks' count.
 
 **Parameters** (trigger form): **count** of numbers, **workers**, **slots per worker**, the **image**
 (python3 + mpi4py: `airflow-mpi/mpi-pi:openmpi` or `:mpich`) and its **MPI implementation**.

@@ -25,7 +25,8 @@ the `pi` task's log while the job runs.
 
 **Parameters** (trigger form): number of **workers**, **slots per worker** (MPI processes per
 worker pod), the **image** (`mpioperator/mpi-pi:openmpi`, `:intel` or `:mpich`, matching the
-**MPI implementation**; the local stack builds `airflow-mpi/mpi-pi:openmpi` and `:mpich`), and **deferrable** (wait in the triggerer instead of holding a worker slot).
+**MPI implementation**; the local stack builds `airflow-mpi/mpi-pi:openmpi` and `:mpich`), and
+**deferrable** (wait in the triggerer instead of holding a worker slot).
 
 **Result**: `pi` returns the job summary (XCom: name, namespace, condition, start/completion
 time, launcher pods); `report` reads it and logs how long the job took.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -141,7 +141,7 @@ class WatchDecoder:
     namespace: str
     last_rv: str | None
     allow_bookmarks: bool
-    api_exception: type[Exception]  # the client library's ApiException (sync or async)
+    api_exception: Callable[..., Exception]  # the client library's ApiException class (sync or async)
     api_version: str = API_V2BETA1
 
     def raise_open_error(self, exc: BaseException) -> Any:

@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import tenacity
 from kubernetes_asyncio import client as async_client
@@ -25,7 +25,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 except ImportError:  # pragma: no cover - older cncf.kubernetes: no default request timeout
-    _TimeoutAsyncK8sApiClient = async_client.ApiClient
+    _TimeoutAsyncK8sApiClient = async_client.ApiClient  # type: ignore[misc,assignment]
 from airflow_mpi.hooks import client_pool
 from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, aiter_lines, merge_pod_events, sort_events
 from airflow_mpi.hooks.base import MPIJobHookBase
@@ -50,7 +50,7 @@ async def _raise_for_status(resp: Any) -> None:
         data = await resp.read()
     finally:
         resp.release()
-    raise ApiException(http_resp=RESTResponse(resp, data))
+    raise ApiException(http_resp=RESTResponse(resp, data))  # type: ignore[arg-type]  # as its own client does
 
 
 class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
@@ -87,6 +87,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         self._shared_depth -= 1
         if self._shared_depth == 0:
             shared, self._shared_client = self._shared_client, None
+            shared = cast(Any, shared)  # set while a block shares it
             await (client_pool.release(self._pool_key, shared) if self._pool_key else shared.close())
 
     @contextlib.asynccontextmanager

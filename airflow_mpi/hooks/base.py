@@ -21,6 +21,7 @@ class MPIJobHookBase:
     conn_name_attr = "kubernetes_conn_id"
     default_conn_name = "kubernetes_default"
     conn_type = "kubernetes_mpijob"
+    log: Any  # the hook's logger (LoggingMixin's: a standard or structlog logger by Airflow version)
 
     IN_CLUSTER_NAMESPACE_FILE = IN_CLUSTER_NAMESPACE_FILE
 

@@ -34,7 +34,7 @@ class MPIJobHookError(AirflowException):
 class MPIJobConflictError(MPIJobHookError):
     """An MPIJob of the same name exists and does not belong to the task instance creating it."""
 
-    def __init__(self, name: str, namespace: str, existing_labels: dict | None = None,
+    def __init__(self, name: str | None, namespace: str | None, existing_labels: dict | None = None,
                  desired_labels: dict | None = None, existing_annotations: dict | None = None,
                  desired_annotations: dict | None = None) -> None:
         self.name, self.namespace = name, namespace

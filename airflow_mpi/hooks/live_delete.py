@@ -10,7 +10,7 @@ precondition on the resourceVersion judged, so a job that finishes in between an
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call
 from airflow_mpi.jobspec.status import job_state
@@ -44,7 +44,7 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
             "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")}}
 
     def on_error(exc: BaseException) -> str:
-        if (outcome := {404: GONE, 409: CHANGED}.get(getattr(exc, "status", None))) is None:
+        if (outcome := {404: GONE, 409: CHANGED}.get(cast(int, getattr(exc, "status", None)))) is None:
             raise exc
         return outcome
 

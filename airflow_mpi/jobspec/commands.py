@@ -110,12 +110,12 @@ def horovodrun_command(
     errors = ErrorList()
     valid = _positive(errors, "workers", workers) & _positive(errors, "slots_per_worker", slots_per_worker)
     np = workers * slots_per_worker if valid else None
-    for field, value in (("min_np", min_np), ("max_np", max_np)):
-        if value is not None and _positive(errors, field, value) and np is not None:
-            if field == "min_np" and value > np:
-                errors.add(field, value, f"must be <= np ({np} = workers x slots_per_worker)")
-            if field == "max_np" and value < np:
-                errors.add(field, value, f"must be >= np ({np} = workers x slots_per_worker)")
+    for name, value in (("min_np", min_np), ("max_np", max_np)):
+        if value is not None and _positive(errors, name, value) and np is not None:
+            if name == "min_np" and value > np:
+                errors.add(name, value, f"must be <= np ({np} = workers x slots_per_worker)")
+            if name == "max_np" and value < np:
+                errors.add(name, value, f"must be >= np ({np} = workers x slots_per_worker)")
     elastic = min_np is not None or max_np is not None
     if not isinstance(discovery_script, str) or not discovery_script:
         errors.add("discovery_script", discovery_script, "must be a non-empty path")
@@ -174,7 +174,7 @@ class _LauncherCommand:
         return self._build(program, extra, job, implementation, run_launcher_as_worker)
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
     ) -> list[str]:
         raise NotImplementedError
 
@@ -191,7 +191,7 @@ class Mpirun(_LauncherCommand):
     in_args: ClassVar[tuple[str, ...]] = (INTEL, MPICH)
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
     ) -> list[str]:
         if self.tag_output:
             extra = [*TAG_OUTPUT_FLAGS.get(implementation, ()), *extra]
@@ -212,6 +212,6 @@ class Horovodrun(_LauncherCommand):
     extra_name: ClassVar[str] = "horovod_args"
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, int], implementation: str, launcher_runs: bool
+        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
     ) -> list[str]:
         return horovodrun_command(program, **job, **self.options, extra_args=extra)  # it counts no launcher slots

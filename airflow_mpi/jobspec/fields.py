@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
@@ -270,7 +270,8 @@ def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
     for row in rows(owner):
         nested = _CLASSES.get(row.nested) if row.nested else None
         annotation = nested or row.type if row.default is not None else (nested or row.type) | None
-        default = field(default_factory=nested) if row.default is NEW else field(default=row.default)
+        new = field(default_factory=cast(type, nested))
+        default = new if row.default is NEW else field(default=row.default)
         specs.append((row.name, annotation, default))
     cls = make_dataclass(owner, specs, namespace=methods, kw_only=True)
     cls.__module__, cls.__doc__ = __name__, doc
@@ -279,16 +280,20 @@ def _spec_class(owner: str, doc: str, **methods: Callable) -> type:
 
 
 _CLASSES: dict[str, type] = {}
-SchedulingPolicy = _spec_class(SCHEDULING, "Gang scheduling (Volcano / scheduler-plugins PodGroup).")
-RunPolicy = _spec_class(RUN_POLICY, "The job's lifecycle; in v2beta1 all but cleanPodPolicy apply to the launcher Job.")
-ReplicaSpec = _spec_class(REPLICA, "One role (launcher or worker): its pod template and the main (first) container.")
-MPIJobSpec = _spec_class(
-    JOB,
-    """Everything needed to build one MPIJob manifest; a field left at None was not given.
+_JOB_DOC = """Everything needed to build one MPIJob manifest; a field left at None was not given.
 
     ``launch`` (e.g. commands.Mpirun) sets the launcher's command once the job is resolved (precedence.py).
     ``identity`` adds the task instance's labels and annotations and derives the default name. ``defaults``
     (None: none) fill what neither the parameters nor the base manifest set.
-    """,
-    replica=_replica,
-)
+    """
+if TYPE_CHECKING:  # the same classes as static tools see them (written from the rows: signature_writer.py)
+    from airflow_mpi.jobspec.spec_classes import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
+else:
+    SchedulingPolicy = _spec_class(SCHEDULING, "Gang scheduling (Volcano / scheduler-plugins PodGroup).")
+    RunPolicy = _spec_class(
+        RUN_POLICY, "The job's lifecycle; in v2beta1 all but cleanPodPolicy apply to the launcher Job."
+    )
+    ReplicaSpec = _spec_class(
+        REPLICA, "One role (launcher or worker): its pod template and the main (first) container."
+    )
+    MPIJobSpec = _spec_class(JOB, _JOB_DOC, replica=_replica)

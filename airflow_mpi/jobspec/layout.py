@@ -26,7 +26,8 @@ def render(spec: MPIJobSpec) -> dict:
         if value is not None:
             _write(manifest, manifest_path(row, api=spec.api_version), row, value)
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
-        replica, node = spec.replica(role), {}
+        replica = spec.replica(role)
+        node: dict[str, Any] = {}
         for row in _REPLICA_ROWS:
             if (value := getattr(replica, row.name)) is not None:
                 _write(node, row.path, row, value)

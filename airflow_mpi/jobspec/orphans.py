@@ -19,7 +19,7 @@ release that did not record its try is judged by the database alone.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from airflow_mpi.jobspec.naming import (
     DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
@@ -53,7 +53,8 @@ def task_key_of(job: dict, deployment: str) -> TaskKey | None:
     if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or labels.get(DEPLOYMENT_LABEL) != deployment:
         return None
     annotations = metadata.get("annotations") or {}
-    values = [annotations.get(k) for k in (DAG_ID_LABEL, TASK_ID_LABEL, RUN_ID_LABEL, MAP_INDEX_LABEL)]
+    keys = (DAG_ID_LABEL, TASK_ID_LABEL, RUN_ID_LABEL, MAP_INDEX_LABEL)
+    values: list[Any] = [annotations.get(k) for k in keys]
     if not all(isinstance(v, str) and v for v in values):
         return None
     try:

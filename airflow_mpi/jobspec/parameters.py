@@ -115,7 +115,7 @@ def spec_from_parameters(
     errors = ErrorList()
     given = _given(values, errors)
     launcher_command = _launch(errors, given, launch)
-    roles = {}
+    roles: dict[str, Any] = {}
     for role in ROLES.values():
         overrides, params = given.get(role), {}
         for row in rows(REPLICA):
@@ -148,7 +148,8 @@ def resolve_parameters(
     try:
         return resolve(spec)
     except MPIJobValidationError as err:
-        named = {}  # one entry per parameter problem ("image" may be reported for both roles)
+        # one entry per parameter problem ("image" may be reported for both roles)
+        named: dict[tuple[str, str, str], Any] = {}
         for e in err.errors:
             e = _attributed(e, given)
             named.setdefault((e.field, repr(e.value), e.reason), e)
@@ -158,9 +159,10 @@ def resolve_parameters(
 def _attributed(error: MPIJobValidationError, given: Mapping[str, Any]) -> MPIJobValidationError:
     """``error`` under the parameter's name when that parameter holds the offending value."""
     for path, param in _MODEL_PATHS.items():
-        if (error.field == path or error.field.startswith((f"{path}.", f"{path}["))) and param in given:
-            if _holds(redact_value(given[param]), error.value):  # errors hold redacted values (errors.py)
-                return MPIJobValidationError(param + error.field[len(path):], error.value, error.reason)
+        under_path = error.field == path or error.field.startswith((f"{path}.", f"{path}["))
+        # errors hold redacted values (errors.py)
+        if under_path and param in given and _holds(redact_value(given[param]), error.value):
+            return MPIJobValidationError(param + error.field[len(path):], error.value, error.reason)
     return error
 
 

@@ -11,7 +11,7 @@ container other than the main (first) one is ``worker.containers[sidecar].image`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
@@ -74,7 +74,7 @@ def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: dict[st
     names = set(injected)
     item_reason = "must be a mapping with a name and one volume source"
     for path, volume in errors.mappings(f"{role}.volumes", volumes, "must be a list of volumes", item_reason):
-        name = volume.get("name")
+        name: Any = volume.get("name")
         if problem := rules.dns1123_label(name):
             errors.add(f"{path}.name", name, problem)
         elif name in injected:
@@ -98,7 +98,7 @@ def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: se
         if not isinstance(container, dict):
             errors.add(f"{role}.containers[{index}]", container, "must be a mapping")
             continue
-        name = container.get("name")
+        name: Any = container.get("name")
         main = index == 0  # the operators inject into (and kubectl exec defaults to) the first container
         prefix = role if main else f"{role}.containers[{name if isinstance(name, str) else index}]"
         if problem := rules.dns1123_label(name):
@@ -130,7 +130,7 @@ def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: s
 def _check_rows(errors: ErrorList, prefix: str, node: dict, checked: dict[str, Field]) -> None:
     """The rules of the rows (fields.py) whose values ``node`` (a container or a pod spec) holds."""
     for key, row in checked.items():
-        if node.get(key) is not None and (problem := row.check(node[key])):
+        if node.get(key) is not None and (problem := cast(rules.Rule, row.check)(node[key])):
             errors.add(f"{prefix}.{row.name}", node[key], problem)
 
 
@@ -291,7 +291,7 @@ def check_resources(errors: ErrorList, path: str, resources: Any) -> None:
                 errors.add(f"{path}.{kind}.{name}", amount, problem)
             else:
                 parsed[kind][name] = (parse_quantity(amount), amount)
-    given_limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+    given_limits: Any = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
     for name, (request, raw) in parsed["requests"].items():
         no_overcommit = _extended(name) or name.startswith("hugepages-")
         if name not in parsed["limits"]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
@@ -27,7 +27,7 @@ from airflow_mpi.jobspec.spec import (
     CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
     KUEUE_QUEUE_LABEL, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
     SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_SSHD_START_SECONDS, WORKERS_DNS_WAIT,
-    Defaults, workers_dns_wait_script, workers_dns_wait_seconds,
+    Defaults, LauncherCommand, workers_dns_wait_script, workers_dns_wait_seconds,
 )
 from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
@@ -36,7 +36,7 @@ PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
 # What the controllers assume where nothing sets a field: reported, never written (the command line built from
 # ``program`` uses the same values).
-CONTROLLER_DEFAULTS = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
+CONTROLLER_DEFAULTS: dict[str, Any] = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
 # Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
 STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1,
                  "failureThreshold": WORKER_SSHD_START_SECONDS}
@@ -118,6 +118,7 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     filled = replace(
         spec, launcher=replace(spec.launcher), worker=replace(spec.worker), run_policy=replace(spec.run_policy)
     )
+    role: str | None  # a role's name, then None for the rows of no role (_DEFAULTS)
     for role in ROLES:
         filled.replica(role).container_name = _main_container_name(spec, role, base)
     settings: dict[str, Setting] = {}
@@ -189,8 +190,8 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
 def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
     """container_name, else the base manifest's first container, else the version's default (for v1
     ``main_container`` when set: kubexec.sh runs in the container of that name)."""
-    if spec.replica(role).container_name:
-        return spec.replica(role).container_name
+    if name := spec.replica(role).container_name:
+        return name
     containers = pod_spec(base, role).get("containers")
     first = containers[0] if isinstance(containers, list) and containers else None
     if isinstance(first, dict) and isinstance(first.get("name"), str):
@@ -337,14 +338,15 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     job = manifest["spec"]
     # v1 has no mpiImplementation field: there the parameter only picks the command's flags
     implementation = job.get("mpiImplementation") or spec.mpi_implementation
-    command = spec.launch.command(
+    launch = cast(LauncherCommand, spec.launch)  # the caller checked it is set
+    command = launch.command(
         workers=job["mpiReplicaSpecs"][WORKER_REPLICA]["replicas"],
         slots_per_worker=job.get("slotsPerWorker", CONTROLLER_DEFAULTS["slots_per_worker"]),
         implementation=implementation or CONTROLLER_DEFAULTS["mpi_implementation"],
         run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
     )
     container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
-    if manifest["apiVersion"] == API_V2BETA1 and implementation in spec.launch.in_args:
+    if manifest["apiVersion"] == API_V2BETA1 and implementation in launch.in_args:
         container.pop("command", None)  # the image's entrypoint runs it
         container["args"] = [*command, *(spec.launcher.args or [])]
         return

@@ -54,11 +54,13 @@ def scan(text: str) -> list[Word]:
         if text[i].isspace():
             i += 1
         elif operator := _OPERATOR.match(text, i):
-            places = tuple(range(i, operator.end()))
-            words.append(Word(operator.group(), places, i, operator.end(), operator=True))
+            span = tuple(range(i, operator.end()))
+            words.append(Word(operator.group(), span, i, operator.end(), operator=True))
             i = operator.end()
         else:
-            start, chars, places = i, [], []
+            start = i
+            chars: list[str] = []
+            places: list[int] = []
             while i < len(text) and not text[i].isspace() and not _WORD_END.match(text, i):
                 if text[i] in "'\"":
                     i = _quoted(text, i, chars, places)

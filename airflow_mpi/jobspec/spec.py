@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from airflow_mpi.jobspec.vocabulary import (
     API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA,
@@ -89,7 +89,8 @@ def workers_dns_wait_script(deadline_seconds: int | None) -> str:
         '  until getent hosts "$host" >/dev/null 2>&1 || nslookup "$host" >/dev/null 2>&1; do',
         *([] if deadline_seconds is None else [
             '    if [ "$(date +%s)" -ge "$deadline" ]; then',
-            f'      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after {deadline_seconds} s (the '
+            f'      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after '
+            f'{deadline_seconds} s (the '
             f'task\'s schedule_timeout + {WORKER_SSHD_START_SECONDS} s for its sshd)" >&2; exit 1',
             "    fi",
         ]),
@@ -129,7 +130,8 @@ class Defaults:
 class LauncherCommand(Protocol):
     """A launcher command line built from the resolved job (workers, slots, MPI implementation)."""
 
-    in_args: tuple[str, ...]  # implementations whose command goes into the container's args (image entrypoint kept)
+    # implementations whose command goes into the container's args (the image's entrypoint kept)
+    in_args: ClassVar[tuple[str, ...]]
 
     def check(self, errors: ErrorList) -> None:
         """Report its own parameters' problems (those that do not depend on the job)."""

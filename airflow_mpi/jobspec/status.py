@@ -69,7 +69,7 @@ def job_state(obj: dict[str, Any]) -> JobState:
         completion_time=status.get("completionTime"),
         created=any(c["type"] == JobCondition.CREATED for c in true_conditions),
         terminal=bool(terminal),
-        succeeded=bool(terminal) and current["type"] == JobCondition.SUCCEEDED,
+        succeeded=bool(terminal) and current is not None and current["type"] == JobCondition.SUCCEEDED,
     )
 
 

@@ -11,7 +11,7 @@ checked too; every check collects all violations into one MPIJobValidationError.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
@@ -59,7 +59,7 @@ def _check(errors: ErrorList, field: str, value: Any, rule: rules.Rule) -> bool:
 
 def _passes(errors: ErrorList, row: Field, value: Any, rule: rules.Rule | None = None) -> bool:
     """``value`` passes ``rule`` (by default its row's), reported under the row's name."""
-    return _check(errors, _PREFIXES[row.owner] + row.name, value, rule or row.check)
+    return _check(errors, _PREFIXES[row.owner] + row.name, value, cast(rules.Rule, rule or row.check))
 
 
 # ---------------------------------------------------------------- parameters (before merging)
@@ -75,6 +75,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
         _check(errors, "name", spec.name, rules.string)
     if spec.unique_name_suffix is not None:
         _check(errors, "unique_name_suffix", spec.unique_name_suffix, rules.boolean)
+    cls: type
     for attr, cls in ((LAUNCHER, ReplicaSpec), (WORKER, ReplicaSpec), ("run_policy", RunPolicy)):
         if not isinstance(getattr(spec, attr), cls):
             errors.add(attr, getattr(spec, attr), f"must be a {cls.__name__}")
@@ -160,7 +161,7 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
 
 def check_manifest(errors: ErrorList, manifest: dict) -> None:
     """Operator and Kubernetes rules on a complete (merged) MPIJob manifest."""
-    api = manifest.get("apiVersion")
+    api: Any = manifest.get("apiVersion")
     if not _check(errors, "api_version", api, rules.one_of(API_VERSIONS)):
         return
     metadata = manifest.get("metadata")
@@ -176,21 +177,22 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     if metadata.get("namespace") is not None:
         _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
-    labels = metadata.get("labels")
+    labels: Any = metadata.get("labels")
     for row in _LABEL_ROWS if isinstance(labels, dict) else ():
         if labels.get(row.path[-1]) is not None:
             _passes(errors, row, labels[row.path[-1]])
     check_annotations(errors, "annotations", metadata.get("annotations"))
     _check_spec_fields(errors, manifest, api)
-    policy = job.get("runPolicy")
+    policy: Any = job.get("runPolicy")
     if _is_mapping(errors, "run_policy", policy):
         top_level = api == API_V1 and "cleanPodPolicy" in job  # its conflicts: _check_spec_fields
         _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
             "managedBy": rules.one_of(MANAGED_BY[api]),
             **({"ttlSecondsAfterFinished": _launcher_ttl} if api == API_V2BETA1 else {}),
-            "cleanPodPolicy": (lambda value: None) if top_level else _CLEAN_POD_POLICY.check,
+            "cleanPodPolicy": (lambda value: None) if top_level
+                              else cast(rules.Rule, _CLEAN_POD_POLICY.check),
         })  # fmt: skip
-        scheduling = policy.get("schedulingPolicy")
+        scheduling: Any = policy.get("schedulingPolicy")
         if _is_mapping(errors, "run_policy.scheduling_policy", scheduling):
             # The gang is the launcher + the workers: a larger minimum can never be scheduled.
             _check_keys(errors, scheduling, _SCHEDULING, "spec.runPolicy.schedulingPolicy",

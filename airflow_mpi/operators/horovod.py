@@ -8,19 +8,25 @@ defaults), on the hosts of the hostfile the mpi-operator mounts at ``/etc/mpi/ho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi.jobspec import Horovodrun
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import HOROVOD_FIELDS, PARAMETERS, Field, parameters
 from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator, template_fields_of
+from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.task_params import init_signature
+
+if TYPE_CHECKING:
+    from airflow_mpi.operators.signatures import HorovodJobOperatorSignature as _Base
+else:
+    _Base = MPIJobOperator  # the parameters for type checkers: operators/signatures.py
 
 _HOROVOD = parameters(HOROVOD_FIELDS)
 
 
-class HorovodJobOperator(MPIJobOperator):
+class HorovodJobOperator(_Base):
     """Run a Horovod program on an MPIJob (its own parameters: jobspec/fields.py HOROVOD_FIELDS).
 
     :param program: the training program (list, or a shell string), e.g. ``["python", "train.py"]``.
@@ -32,6 +38,7 @@ class HorovodJobOperator(MPIJobOperator):
     parameters: ClassVar[dict[str, Field]] = {**MPIJobOperator.parameters, **_HOROVOD}
     template_fields: Sequence[str] = template_fields_of(parameters)
 
+    @typed_init(_Base.__init__)
     def __init__(self, **kwargs: Any) -> None:
         for name, row in _HOROVOD.items():  # before MPIJobOperator's parse-time check, which reads them
             setattr(self, name, kwargs.pop(name, row.default))

@@ -36,6 +36,7 @@ from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
+from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
 from airflow_mpi.operators.supervision import orphaned, supervisor_pid, until_orphaned
 from airflow_mpi.operators.task_params import (
@@ -48,6 +49,9 @@ from airflow_mpi.wait.progress import Timeouts
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
+    from airflow_mpi.operators.signatures import MPIJobOperatorSignature as _Base
+else:
+    _Base = BaseOperator  # the parameters for type checkers: operators/signatures.py
 
 TEMPLATE_EXT = (".yaml", ".yml", ".json")
 _PARAMETERS = {**PARAMETERS, **TASK_PARAMETERS}
@@ -57,7 +61,7 @@ def template_fields_of(parameters: dict) -> tuple[str, ...]:
     return tuple(name for name, row in parameters.items() if row.templated)
 
 
-class MPIJobOperator(BaseOperator):
+class MPIJobOperator(_Base):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
     The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
@@ -75,6 +79,7 @@ class MPIJobOperator(BaseOperator):
     # The decorators' ranks report rank 0's return value in marker lines: kept out of the log (also by the trigger).
     captures_result: bool = False
 
+    @typed_init(_Base.__init__)
     def __init__(self, **kwargs: Any) -> None:
         given = {name: kwargs.pop(name, f.parameter_default) for name, f in _PARAMETERS.items()}
         super().__init__(**kwargs)

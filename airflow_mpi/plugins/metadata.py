@@ -7,6 +7,7 @@ never use or commit a session Airflow's code holds.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from airflow_mpi.jobspec.orphans import TaskKey, TryState, state_text
@@ -56,12 +57,13 @@ def recorded_places(limit: int = 5000) -> set[tuple[str, str, str]]:
     jobs may still run (a scheduler about to make a new id looks there for jobs of an earlier one)."""
     from sqlalchemy import select
 
+    value_of: Callable[[Any], Any]
     try:
         from airflow.models.xcom import XComModel as model  # Airflow 3
 
         value_of = model.deserialize_value
     except ImportError:  # Airflow 2: a row's value is deserialized as it is loaded
-        from airflow.models.xcom import BaseXCom as model
+        from airflow.models.xcom import BaseXCom as model  # type: ignore[no-redef]
 
         value_of = operator.attrgetter("value")
 

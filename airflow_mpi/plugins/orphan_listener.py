@@ -192,4 +192,4 @@ class MPIJobOrphanPlugin(AirflowPlugin):
     """Registers the listener above."""
 
     name = "airflow_mpi_orphans"
-    listeners = [sys.modules[__name__]]
+    listeners = [sys.modules[__name__]]  # noqa: RUF012 - AirflowPlugin's attribute, declared as Airflow does

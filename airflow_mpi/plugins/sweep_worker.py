@@ -56,7 +56,12 @@ class SweepWorker:
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every request submitted so far is handled; False on timeout."""
         done = threading.Event()
-        threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
+
+        def join_then_set() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=join_then_set, daemon=True).start()
         return done.wait(timeout)
 
     def _start(self) -> None:

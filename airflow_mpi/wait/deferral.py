@@ -31,7 +31,7 @@ RACE_FIXED_IN: tuple[int, int, int] | None = None
 def version_tuple(version: str) -> tuple[int, int, int]:
     """``"3.3.2"`` / ``"3.4.0rc1"`` / ``"3.3.2.dev0"`` -> ``(3, 3, 2)`` (pre-release suffixes ignored)."""
     release = Version(version).release
-    return (release + (0, 0, 0))[:3]  # type: ignore[return-value]
+    return (*release, 0, 0, 0)[:3]  # type: ignore[return-value]
 
 
 def resume_race_affected(airflow_version: str, fixed_in: tuple[int, int, int] | None = RACE_FIXED_IN) -> bool:

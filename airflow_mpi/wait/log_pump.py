@@ -23,7 +23,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
@@ -188,7 +188,8 @@ class LogPump:
                 self.emit(f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
                           f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
                           "not following; lines printed in between, if any, are not in this log)")
-            self.emit_marked(message, line_mark(stream.key, self.logs.cursor.position(stream.key)))
+            position = cast(list[int], self.logs.cursor.position(stream.key))  # set: a line was just printed
+            self.emit_marked(message, line_mark(stream.key, position))
 
     async def _container_state(self, stream: LogStream) -> str | None:
         """The state of ``stream``'s container as the pods last showed it; None once the pod is gone or the
@@ -213,7 +214,7 @@ class LogPump:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await waiter
         if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
-            raise waiter.exception()
+            raise cast(BaseException, waiter.exception())
 
     async def _slot(self, stream: LogStream, finished: asyncio.Event) -> bool:
         """Take a follow slot; False (no slot held) once the container stopped or the wait ended first."""
@@ -290,7 +291,7 @@ class LogPump:
         if await self._container_state(stream) is None:
             return
         self._rotation_said.add(stream.key)
-        where = f"starts at {format_stamp(current)}" if start else "is empty"
+        where = f"starts at {format_stamp(cast(tuple[int, int], current))}" if start else "is empty"
         self.emit(f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "
                   f"(containerLogMaxSize; its current file {where}). At a rotation the last line or two containerd "
                   "writes to the old file can miss the follow, and the API serves only the current file: a line "

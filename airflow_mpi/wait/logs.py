@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.requests import format_since_time
@@ -150,7 +150,7 @@ class LogCursor:
         return LogPass(previous, on_emit)
 
     def to_dict(self) -> dict[str, list[int]]:
-        return {k: self.position(k) for k in self._positions}
+        return {k: cast(list[int], self.position(k)) for k in self._positions}  # each key has a position
 
     @classmethod
     def from_dict(cls, data: dict[str, list[int]] | None) -> LogCursor:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, cast
 
 from airflow_mpi.wait.failure_causes import clip, exit_text, signal_name
 
@@ -48,10 +49,12 @@ def rank_ends(lines: Sequence[str]) -> list[str]:
     for pattern in (_OPEN_MPI_SIGNAL, _OPEN_MPI_EXIT, _HYDRA):
         for match in pattern.finditer(text):
             parts = match.groupdict()
-            signal, code = parts.get("signal"), parts.get("code")
+            signal: Any = parts.get("signal")  # each pattern has a signal or a code
+            code: Any = parts.get("code")
             how = exit_text(None, int(signal)) if signal else _hydra_code(int(code)) if pattern is _HYDRA \
                 else exit_text(int(code))
             rank = f"rank {parts['rank']}" if parts.get("rank") else "a rank"
             host = f" on {parts['host'].rstrip('.,')}" if parts.get("host") else ""
-            found.append((match.start(), clip(f"{rank}{host}: {how}", 200) + ", as mpirun reports it"))
+            cause = cast(str, clip(f"{rank}{host}: {how}", 200))
+            found.append((match.start(), cause + ", as mpirun reports it"))
     return list(dict.fromkeys(cause for _, cause in sorted(found)))[:MAX_RANKS]

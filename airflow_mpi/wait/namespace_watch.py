@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -70,7 +70,7 @@ async def list_objects(
                                   **_selectors(label_selector, field_selector))
         data = await hook.read_json(await hook.open_stream(method, _preload_content=False, **kwargs))
         items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
-        return items, (data.get("metadata") or {}).get("resourceVersion")
+        return items, cast(str, (data.get("metadata") or {}).get("resourceVersion"))  # a list answer has one
 
 
 async def watch_objects(

@@ -38,7 +38,7 @@ def _true(condition: dict) -> bool:
 def _seconds(seconds: float) -> str:
     if seconds < 1:
         return "less than 1s"  # the API's timestamps are to the second
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 

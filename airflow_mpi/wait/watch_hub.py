@@ -9,8 +9,9 @@ nobody polls. The hub closes its watches when the last subscriber leaves.
 MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the existence of the
 operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
 namespace; a label is anyone's to set, so a wait counts only those its job's controllers made: hooks/ownership.py,
-the launcher Job behind a v2beta1 launcher pod read once per job, by the hub, for all its waits), events by field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before
-its job is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
+the launcher Job behind a v2beta1 launcher pod read once per job, by the hub, for all its waits), events by
+field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before its job
+is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
 may not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
 Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py); where they may not be (RBAC,
 no Kueue), that watch stops and the waits go on without them.
@@ -23,7 +24,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
 from airflow_mpi.hooks.ownership import Owner
@@ -180,6 +181,7 @@ class WatchHub:
         """One watched or listed object into the cache; the waits on its job are told."""
         obj = without_managed_fields(obj)
         name, uid, _ = object_meta(obj)
+        name = cast(str, name)  # every object a watch reports has one
         deleted = event_type == "DELETED"
         if kind == EVENTS:
             job = involved_object(obj).get("name") or ""

@@ -26,8 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # airflowstack/ and localcluster/ are dev-only folders, not installed
     sys.path.insert(0, str(REPO))
 
-from airflowstack import AirflowStack  # noqa: E402
-from airflowstack import kube  # noqa: E402
+from airflowstack import AirflowStack, kube  # noqa: E402
 
 ARTIFACTS = REPO / ".artifacts" / "e2e"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"

@@ -352,7 +352,8 @@ def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_s
     assert ti["state"] == "failed", ti  # B's triggerer adopted the copied trigger: it fired an error at once
     gone = lambda: [k for k, j in jobs.items() if _find(custom_api, j["metadata"]["uid"]) is None]  # noqa: E731
     for service, count in sweeps.items():
-        wait_until(lambda: gone() or _logged(b.stack, "Not sweeping it", since, [service]) >= count,
+        wait_until(lambda service=service, count=count: (
+                       gone() or _logged(b.stack, "Not sweeping it", since, [service]) >= count),
                    timeout=SWEEP_TIMEOUT, interval=0.2, what=f"{count} sweep(s) of B's {service}", ignore=())
     for which, job in jobs.items():
         _assert_untouched(custom_api, job, f"A's job {which}:")
@@ -364,8 +365,8 @@ def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_s
         # A kills its own: its workers, triggerer and sweeps are unaffected
         client.set_task_state(dag_id, run_id, task_id, "failed")
     for job in jobs.values():
-        wait_until(lambda: _find(custom_api, job["metadata"]["uid"]) is None, timeout=SWEEP_TIMEOUT, interval=0.2,
-                   what=f"A to delete its own {job['metadata']['name']}", ignore=())
+        wait_until(lambda job=job: _find(custom_api, job["metadata"]["uid"]) is None, timeout=SWEEP_TIMEOUT,
+                   interval=0.2, what=f"A to delete its own {job['metadata']['name']}", ignore=())
 
 
 def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once(airflow_stack, client, cluster,

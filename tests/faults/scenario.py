@@ -100,7 +100,8 @@ def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str
 
 def more_lines(client, cluster, t: FaultTask, run_id: str, expected: list[str], label: str,
                try_number: int = 1) -> None:
-    """A batch of launcher lines ``label``: printed, added to ``expected``, awaited in the task log of ``try_number``."""
+    """A batch of launcher lines ``label``: printed, added to ``expected``, awaited in the task log of
+    ``try_number``."""
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines(label))
     expected += numbered_lines(label)
     streamed(client, t, run_id, expected, try_number)

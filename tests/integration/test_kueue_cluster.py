@@ -140,7 +140,8 @@ class Jobs:
     def mpijob(self, name: str, until, what: str) -> dict:
         return wait_for(
             self.api, self.co.list_namespaced_custom_object, MPI_GROUP, MPI_VERSION, self.ns, MPIJOBS,
-            field_selector=f"metadata.name={name}", until=lambda objs: until(objs.get(name)), what=f"MPIJob {name}: {what}",
+            field_selector=f"metadata.name={name}", until=lambda objs: until(objs.get(name)),
+            what=f"MPIJob {name}: {what}",
         )[name]  # fmt: skip
 
     def workload(self, name: str, until, what: str) -> dict:

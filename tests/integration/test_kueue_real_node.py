@@ -34,7 +34,8 @@ def pi_job(name: str) -> dict:
     requests = {"requests": {"cpu": "500m", "memory": "256Mi"}}
 
     def template(container: dict) -> dict:
-        return {"spec": {"containers": [{"image": image, "imagePullPolicy": "IfNotPresent", "securityContext": {"runAsUser": 1000},
+        return {"spec": {"containers": [{"image": image, "imagePullPolicy": "IfNotPresent",
+                                         "securityContext": {"runAsUser": 1000},
                                          "resources": requests, **container}]}}  # fmt: skip
 
     return {
@@ -78,8 +79,8 @@ def test_a_queued_mpijob_runs_real_mpi_once_kueue_admits_it(kueue_real_node):
         assert _true(job, "Succeeded"), job["status"]
         assert lk.condition(job, "Suspended")["reason"] == "MPIJobResumed"
 
-        (launcher,) = [p for p in core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
-                       if p.status.phase == "Succeeded"]  # fmt: skip
+        pods = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
+        (launcher,) = [p for p in pods if p.status.phase == "Succeeded"]
         assert launcher.spec.node_name == "real-node-0"
         log = core.read_namespaced_pod_log(launcher.metadata.name, ns, _preload_content=False).data.decode()
         assert any(PI_LINE.match(line) for line in log.splitlines()), log

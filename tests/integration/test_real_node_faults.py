@@ -379,7 +379,7 @@ def test_the_launchers_container_killed_with_a_retry_left(real_node, real_k8s, r
     real_node.kill_container(pod(real_k8s, real_namespace, first.metadata.name).status.container_statuses[0]
                              .container_id)
     job.result()
-    first_pod, second_pod = launcher_pods(real_k8s, real_namespace)
+    first_pod, _second_pod = launcher_pods(real_k8s, real_namespace)
     assert first_pod.status.container_statuses[0].state.terminated.exit_code == 137
     cut_short = [ln for ln in pod_log(real_k8s, real_namespace, first_pod.metadata.name) if ln.startswith(job.tag)]
     assert 20 <= len(cut_short) < 1000

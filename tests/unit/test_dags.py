@@ -48,7 +48,8 @@ def test_every_dag_imports_without_errors(dagbag):
 
 
 def test_dag_files_do_not_touch_the_cluster_at_parse_time():
-    """Parsing in a fresh interpreter opens no socket and loads no Kubernetes client beyond what Airflow itself loads."""
+    """Parsing in a fresh interpreter opens no socket and loads no Kubernetes client beyond what Airflow
+    itself loads."""
     script = textwrap.dedent(
         f"""
         import inspect, json, socket, sys
@@ -65,7 +66,8 @@ def test_dag_files_do_not_touch_the_cluster_at_parse_time():
             raise OSError("network access at DAG parse time")
         socket.socket.connect = refuse
         socket.socket.connect_ex = refuse
-        kwargs = {{"include_examples": False}} if "include_examples" in inspect.signature(DagBag.__init__).parameters else {{}}
+        parameters = inspect.signature(DagBag.__init__).parameters
+        kwargs = {{"include_examples": False}} if "include_examples" in parameters else {{}}
         bag = DagBag({str(DAGS_DIR)!r}, **kwargs)
         print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}}, "dags": sorted(bag.dag_ids),
                            "new_k8s_modules": sorted(k8s_modules() - before), "connects": attempts}}))

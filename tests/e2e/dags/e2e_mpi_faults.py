@@ -4,8 +4,9 @@
 * ``e2e_fault_sync``: waits in the worker (non-deferrable), one Airflow retry 1 s after a lost try, so a killed
   task process is followed by a try that reattaches to the job it left; ``e2e_fault_sync_last_try``: no retry, the
   killed try is the last one and nothing of the task is left to delete its job;
-* ``e2e_fault_cleanup_sync`` / ``_deferred``: ``cleanPodPolicy: All`` + ``ttlSecondsAfterFinished: 1`` (0 is refused: the program could run twice) (the job's
-  pods go as soon as it finishes, racing the final log read), one retry like ``e2e_fault_sync``.
+* ``e2e_fault_cleanup_sync`` / ``_deferred``: ``cleanPodPolicy: All`` + ``ttlSecondsAfterFinished: 1`` (0 is
+  refused: the program could run twice) (the job's pods go as soon as it finishes, racing the final log
+  read), one retry like ``e2e_fault_sync``.
 
 Jobs are kept after they finish (``on_finish_action="keep"``) so the suite can count them.
 """

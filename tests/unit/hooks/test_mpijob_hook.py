@@ -1,4 +1,5 @@
-"""MPIJobHook request logic, with the kubernetes clients replaced at the ApiClient / CustomObjectsApi / CoreV1Api boundary."""
+"""MPIJobHook request logic, with the kubernetes clients replaced at the ApiClient / CustomObjectsApi /
+CoreV1Api boundary."""
 
 from __future__ import annotations
 

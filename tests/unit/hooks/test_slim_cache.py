@@ -21,7 +21,7 @@ def full_pod(name: str, *, role: str, state: dict, phase: str, restarts: int = 0
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "42",
-            "creationTimestamp": "2026-11-23T10:00:0%sZ" % index,
+            "creationTimestamp": f"2026-11-23T10:00:0{index}Z",
             "labels": {"training.kubeflow.org/job-name": "job", "training.kubeflow.org/job-role": role,
                        "training.kubeflow.org/replica-index": index},
             "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000},

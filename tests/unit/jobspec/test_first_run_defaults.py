@@ -35,7 +35,10 @@ from airflow_mpi.jobspec.spec import (
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
 
 
-def resolved(base_manifest=None, defaults=Defaults(retries=0), **kwargs):
+NO_RETRIES = Defaults(retries=0)
+
+
+def resolved(base_manifest=None, defaults=NO_RETRIES, **kwargs):
     kwargs.setdefault("name", None)
     kwargs.setdefault("identity", IDENTITY)
     if base_manifest is None:

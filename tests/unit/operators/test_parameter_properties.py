@@ -80,7 +80,7 @@ INVALID: dict[str, st.SearchStrategy] = {
     "worker_resources": st.sampled_from(
         [{"limits": {"cpu": 0.5}}, {"limits": {"cpu": "lots"}}, {"cpu": "1"}, [],
          {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}]
-    ),  # fmt: skip
+    ),
     "gpus_per_worker": st.sampled_from([-1, 1.5, "x", True]),
     "labels": st.sampled_from([{"bad key!": "v"}, {"k": "bad value!"}, ["x"]]),
     "annotations": st.sampled_from([{"k": 1}, "x"]),

@@ -117,8 +117,8 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
 async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_code():
     """A rank killed as a process of its worker: the worker pod lives on, only mpirun's words name it."""
     logs = {**LOGS, ("job-launcher-a", False): [
-        "2026-11-24T13:00:03Z mpirun noticed that process rank 1 with PID 0 on node job-worker-1 exited on signal 9 "
-        "(Killed)."]}
+        "2026-11-24T13:00:03Z mpirun noticed that process rank 1 with PID 0 on node job-worker-1 "
+        "exited on signal 9 (Killed)."]}
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0"), worker("job-worker-1")], logs)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
     assert result["failure"]["causes"] == [
