@@ -37,6 +37,8 @@ from airflow_mpi.hooks.requests import (
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod
 
+    from airflow_mpi.hooks.mpijob import MPIJobHook
+
 
 _BOOL_FIELDS = frozenset({"in_cluster", "disable_verify_ssl", "disable_tcp_keepalive"})
 
@@ -65,7 +67,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     _config_loaded: bool = False
 
     @classmethod
-    def from_sync(cls, hook: Any) -> AsyncMPIJobHook:
+    def from_sync(cls, hook: MPIJobHook) -> AsyncMPIJobHook:
         """An async hook reaching the cluster exactly as the sync ``hook`` does (its connection extras included,
         so no second connection lookup happens from the event loop)."""
         extras = dict(hook.conn_extras) if hook.conn_id else {}
@@ -185,6 +187,27 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
                     yield line
             finally:
                 resp.close()
+
+    # ------------------------------------------------------------------------------- the watch hub's requests
+    def watch_identity(self) -> tuple:
+        """Equal for hooks that reach the same cluster as the same user: their waits share one watch hub."""
+        return client_pool.identity(self)
+
+    async def list_objects(self, kind: str, namespace: str, **selectors: Any) -> tuple[list, str | None]:
+        """All objects of ``kind`` in the namespace, as the watch hub keeps them, and the list's
+        resourceVersion (wait/namespace_watch.py: the kinds and how they are cut down)."""
+        from airflow_mpi.wait import namespace_watch  # what the hub keeps of an object is the wait's
+
+        return await namespace_watch.list_objects(self, kind, namespace, **selectors)
+
+    def watch_objects(
+        self, kind: str, namespace: str, **options: Any
+    ) -> AsyncIterator[tuple[str, Any, str | None]]:
+        """``(event_type, object, resourceVersion)`` of a watch of ``kind`` in the namespace
+        (wait/namespace_watch.py)."""
+        from airflow_mpi.wait import namespace_watch
+
+        return namespace_watch.watch_objects(self, kind, namespace, **options)
 
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from airflow.providers.common.compat.sdk import AirflowException
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -62,7 +65,7 @@ def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) 
     return True
 
 
-async def load_client_config(hook: Any) -> None:
+async def load_client_config(hook: AsyncMPIJobHook) -> None:
     """Load the client configuration from the same sources, in the same order, as the sync hook: in_cluster |
     config_file argument or kube_config_path extra | kube_config extra (YAML/JSON text or dict) | config_dict
     argument, mutually exclusive; none: in-cluster when running in a pod, else the default kubeconfig. Loaded once,
