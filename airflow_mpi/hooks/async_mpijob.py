@@ -77,7 +77,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
         if self._shared_depth == 0:
-            await self._load_config()
+            await self._load_client_config()
             self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
             factory = partial(_TimeoutAsyncK8sApiClient, configuration=self.client_configuration)
             self._shared_client = client_pool.acquire(self._pool_key, factory) if self._pool_key else factory()
@@ -93,7 +93,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     @contextlib.asynccontextmanager
     async def get_conn(self) -> AsyncIterator[async_client.ApiClient]:
         """The shared client inside ``async with hook``, else a client of its own, closed on exit."""
-        await self._load_config()  # cached, except for exec auth: refreshes short-lived tokens in place
+        await self._load_client_config()  # cached but for exec auth: refreshes short-lived tokens in place
         if self._shared_client is not None:
             yield self._shared_client
             return
@@ -104,16 +104,19 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
             await api_client.close()
 
     # ------------------------------------------------------------------------------- connection
-    async def _get_field(self, field_name):
-        value = await super()._get_field(field_name)
+    async def _connection_field(self, field_name: str) -> Any:
+        """A connection extra as the sync hook reads it: a boolean from its text, an empty string (what the UI
+        stores for a field left blank) as not set."""
+        value = await self._get_field(field_name)
         if field_name in _BOOL_FIELDS and isinstance(value, str):
             return _get_bool(value)
         return None if value == "" else value
 
-    _load_config = load_client_config  # the sync hook's sources in its order; cached but for short-lived tokens
+    # the sync hook's sources in its order; cached but for short-lived tokens (not the stock _load_config)
+    _load_client_config = load_client_config
 
     async def get_namespace(self) -> str:  # type: ignore[override]
-        namespace = await self._get_field("namespace")
+        namespace = await self._connection_field("namespace")
         return namespace or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
 
     async def resolve_namespace(self, explicit: str | None = None) -> str:

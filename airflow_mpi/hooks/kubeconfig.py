@@ -77,10 +77,11 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
     if hook._config_loaded:
         return
     cfg = hook.client_configuration
-    in_cluster = hook._coalesce_param(hook.in_cluster, await hook._get_field("in_cluster"))
-    cluster_context = hook._coalesce_param(hook.cluster_context, await hook._get_field("cluster_context"))
-    kubeconfig_path = hook._coalesce_param(hook.config_file or None, await hook._get_field("kube_config_path"))
-    kubeconfig = await hook._get_field("kube_config")
+    field = hook._connection_field
+    in_cluster = hook._coalesce_param(hook.in_cluster, await field("in_cluster"))
+    cluster_context = hook._coalesce_param(hook.cluster_context, await field("cluster_context"))
+    kubeconfig_path = hook._coalesce_param(hook.config_file or None, await field("kube_config_path"))
+    kubeconfig = await field("kube_config")
     if sum(1 for o in (in_cluster, kubeconfig, kubeconfig_path, hook.config_dict) if o) > 1:
         raise AirflowException("Invalid connection configuration. Options kube_config_path (or config_file), "
                                "kube_config, in_cluster and config_dict are mutually exclusive. You can only use one "
@@ -111,6 +112,6 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
             await async_config.load_kube_config(context=cluster_context, client_configuration=cfg)
             data = await asyncio.to_thread(read_kubeconfig, async_config.KUBE_CONFIG_DEFAULT_LOCATION)
             dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
-    if hook._coalesce_param(hook.disable_verify_ssl, await hook._get_field("disable_verify_ssl")):
+    if hook._coalesce_param(hook.disable_verify_ssl, await field("disable_verify_ssl")):
         cfg.verify_ssl = False
     hook._config_loaded = not dynamic
