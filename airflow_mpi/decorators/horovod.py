@@ -13,10 +13,13 @@ from typing import Any
 from airflow.providers.common.compat.sdk import TaskDecorator
 
 from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
-from airflow_mpi.operators.horovod import HorovodJobOperator
+from airflow_mpi.operators.horovod import HorovodJobOperator, horovodrun_launch
 
 
-class _HorovodDecoratedOperator(function_task_operator(HorovodJobOperator, "@task.horovod")):
+_Operator = function_task_operator(HorovodJobOperator, "@task.horovod", horovodrun_launch)
+
+
+class _HorovodDecoratedOperator(_Operator):
     """HorovodJobOperator running the decorated function."""
 
 

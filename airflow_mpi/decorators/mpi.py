@@ -19,9 +19,13 @@ from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
 
-class _MPIDecoratedOperator(function_task_operator(MPIJobOperator, "@task.mpi")):
-    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
-        return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
+def tagged_mpirun(errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+    """mpirun with every output line tagged with its rank (rank 0's result lines are told apart by it)."""
+    return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
+
+
+class _MPIDecoratedOperator(function_task_operator(MPIJobOperator, "@task.mpi", tagged_mpirun)):
+    """MPIJobOperator running the decorated function."""
 
 
 def mpi_task(

@@ -5,7 +5,7 @@ It travels with the call in a Kubernetes Secret made with the job and mounted in
 nothing has to exist in the image but Python 3, and neither the function nor its arguments are in the MPIJob or
 pod specs. It decodes the call (the function's source, its pickled arguments, this try's nonce), runs the
 function and, on rank 0 only, prints the return value as marker lines the operator reads back from the
-launcher's log and keeps out of the task log (function_task/rank_result.py parses them; the formats below are shared by
+launcher's log and keeps out of the task log (parsed by wait/rank_result_capture.py; formats shared by
 name). Every marker line carries an HMAC of its words keyed by the nonce, never the nonce itself: the launcher's log
 is readable by anyone with ``pods/log get``, and a nonce printed there would let them forge a result. The function
 is never handed the nonce either: what the program itself prints, or a line of an earlier run, never passes for the

@@ -38,6 +38,8 @@ from airflow_mpi.jobspec.vocabulary import LAUNCHER
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.models import V1Pod
 
+    from airflow_mpi.hooks.mpijob import MPIJobHook
+
 
 _BOOL_FIELDS = frozenset({"in_cluster", "disable_verify_ssl", "disable_tcp_keepalive"})
 
@@ -66,7 +68,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     _config_loaded: bool = False
 
     @classmethod
-    def from_sync(cls, hook: Any) -> AsyncMPIJobHook:
+    def from_sync(cls, hook: MPIJobHook) -> AsyncMPIJobHook:
         """An async hook reaching the cluster exactly as the sync ``hook`` does (its connection extras included,
         so no second connection lookup happens from the event loop)."""
         extras = dict(hook.conn_extras) if hook.conn_id else {}
@@ -76,7 +78,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
         if self._shared_depth == 0:
-            await self._load_config()
+            await self._load_client_config()
             self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
             factory = partial(_TimeoutAsyncK8sApiClient, configuration=self.client_configuration)
             self._shared_client = client_pool.acquire(self._pool_key, factory) if self._pool_key else factory()
@@ -93,7 +95,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     @contextlib.asynccontextmanager
     async def get_conn(self) -> AsyncIterator[async_client.ApiClient]:
         """The shared client inside ``async with hook``, else a client of its own, closed on exit."""
-        await self._load_config()  # cached, except for exec auth: refreshes short-lived tokens in place
+        await self._load_client_config()  # cached but for exec auth: refreshes short-lived tokens in place
         if self._shared_client is not None:
             yield self._shared_client
             return
@@ -104,16 +106,19 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
             await api_client.close()
 
     # ------------------------------------------------------------------------------- connection
-    async def _get_field(self, field_name):
-        value = await super()._get_field(field_name)
+    async def _connection_field(self, field_name: str) -> Any:
+        """A connection extra as the sync hook reads it: a boolean from its text, an empty string (what the UI
+        stores for a field left blank) as not set."""
+        value = await self._get_field(field_name)
         if field_name in _BOOL_FIELDS and isinstance(value, str):
             return _get_bool(value)
         return None if value == "" else value
 
-    _load_config = load_client_config  # the sync hook's sources in its order; cached but for short-lived tokens
+    # the sync hook's sources in its order; cached but for short-lived tokens (not the stock _load_config)
+    _load_client_config = load_client_config
 
     async def get_namespace(self) -> str:  # type: ignore[override]
-        namespace = await self._get_field("namespace")
+        namespace = await self._connection_field("namespace")
         return namespace or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
 
     async def resolve_namespace(self, explicit: str | None = None) -> str:
@@ -187,6 +192,27 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
                     yield line
             finally:
                 resp.close()
+
+    # ------------------------------------------------------------------------------- the watch hub's requests
+    def watch_identity(self) -> tuple:
+        """Equal for hooks that reach the same cluster as the same user: their waits share one watch hub."""
+        return client_pool.identity(self)
+
+    async def list_objects(self, kind: str, namespace: str, **selectors: Any) -> tuple[list, str | None]:
+        """All objects of ``kind`` in the namespace, as the watch hub keeps them, and the list's
+        resourceVersion (wait/namespace_watch.py: the kinds and how they are cut down)."""
+        from airflow_mpi.wait import namespace_watch  # what the hub keeps of an object is the wait's
+
+        return await namespace_watch.list_objects(self, kind, namespace, **selectors)
+
+    def watch_objects(
+        self, kind: str, namespace: str, **options: Any
+    ) -> AsyncIterator[tuple[str, Any, str | None]]:
+        """``(event_type, object, resourceVersion)`` of a watch of ``kind`` in the namespace
+        (wait/namespace_watch.py)."""
+        from airflow_mpi.wait import namespace_watch
+
+        return namespace_watch.watch_objects(self, kind, namespace, **options)
 
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:

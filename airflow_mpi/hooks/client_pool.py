@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
 
 @dataclass
@@ -26,7 +29,7 @@ class _Shared:
 _POOL: dict[tuple, _Shared] = {}
 
 
-def identity(hook: Any) -> tuple:
+def identity(hook: AsyncMPIJobHook) -> tuple:
     """Hooks with equal identities reach the same cluster as the same user (connection, config, extras)."""
     settings = (hook.config_file, hook.cluster_context, hook.in_cluster, hook.disable_verify_ssl,
                 json.dumps(hook.config_dict, sort_keys=True, default=str),

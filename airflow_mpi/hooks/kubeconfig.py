@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from airflow.providers.common.compat.sdk import AirflowException
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -62,7 +65,7 @@ def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) 
     return True
 
 
-async def load_client_config(hook: Any) -> None:
+async def load_client_config(hook: AsyncMPIJobHook) -> None:
     """Load the client configuration from the same sources, in the same order, as the sync hook: in_cluster |
     config_file argument or kube_config_path extra | kube_config extra (YAML/JSON text or dict) | config_dict
     argument, mutually exclusive; none: in-cluster when running in a pod, else the default kubeconfig. Loaded once,
@@ -74,10 +77,11 @@ async def load_client_config(hook: Any) -> None:
     if hook._config_loaded:
         return
     cfg = hook.client_configuration
-    in_cluster = hook._coalesce_param(hook.in_cluster, await hook._get_field("in_cluster"))
-    cluster_context = hook._coalesce_param(hook.cluster_context, await hook._get_field("cluster_context"))
-    kubeconfig_path = hook._coalesce_param(hook.config_file or None, await hook._get_field("kube_config_path"))
-    kubeconfig = await hook._get_field("kube_config")
+    field = hook._connection_field
+    in_cluster = hook._coalesce_param(hook.in_cluster, await field("in_cluster"))
+    cluster_context = hook._coalesce_param(hook.cluster_context, await field("cluster_context"))
+    kubeconfig_path = hook._coalesce_param(hook.config_file or None, await field("kube_config_path"))
+    kubeconfig = await field("kube_config")
     if sum(1 for o in (in_cluster, kubeconfig, kubeconfig_path, hook.config_dict) if o) > 1:
         raise AirflowException("Invalid connection configuration. Options kube_config_path (or config_file), "
                                "kube_config, in_cluster and config_dict are mutually exclusive. You can only use one "
@@ -108,6 +112,6 @@ async def load_client_config(hook: Any) -> None:
             await async_config.load_kube_config(context=cluster_context, client_configuration=cfg)
             data = await asyncio.to_thread(read_kubeconfig, async_config.KUBE_CONFIG_DEFAULT_LOCATION)
             dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
-    if hook._coalesce_param(hook.disable_verify_ssl, await hook._get_field("disable_verify_ssl")):
+    if hook._coalesce_param(hook.disable_verify_ssl, await field("disable_verify_ssl")):
         cfg.verify_ssl = False
     hook._config_loaded = not dynamic

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -40,11 +41,15 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
     hook_name = "Kubernetes (Kubeflow MPIJob)"
 
     # ------------------------------------------------------------------------------- connection
-    def _get_field(self, field_name):
-        value = super()._get_field(field_name)
-        if field_name == "in_cluster" and isinstance(value, str):
-            return _get_bool(value)
-        return value
+    @cached_property
+    def conn_extras(self) -> dict:
+        """The connection's extras, ``in_cluster`` read as the boolean its text names: the UI stores "false",
+        which the stock hook would take for true."""
+        extras = dict(super().conn_extras)
+        for key in ("in_cluster", "extra__kubernetes__in_cluster"):
+            if isinstance(extras.get(key), str):
+                extras[key] = _get_bool(extras[key])
+        return extras
 
     def get_namespace(self) -> str:
         """Namespace of the connection, else of the pod this runs in, else ``default``."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_mpi.hooks.live_delete import DELETED
 from airflow_mpi.hooks.mpijob import MPIJobHook
+from airflow_mpi.hooks.protocols import MPIJobRequests
 from airflow_mpi.hooks.requests import Call
 from airflow_mpi.jobspec.orphans import (TaskKey, TryState, deployment_selector, is_live, job_try, orphans,
                                          task_key_of, unsure)
@@ -50,14 +51,14 @@ class BudgetedMPIJobHook(MPIJobHook):
         return super()._send(timed)
 
 
-def owns_place(hook: Any, deployment: str, key: TaskKey, name: str, namespace: str) -> bool:
+def owns_place(hook: MPIJobRequests, deployment: str, key: TaskKey, name: str, namespace: str) -> bool:
     """True when ``namespace`` holds the job ``name`` of ``key`` in ``deployment``: where to sweep comes from an XCom
     a task writes, and could name any namespace, so a task can aim the sweep at its own job's namespace only."""
     job = hook.get_mpijob(name, namespace)
     return job is not None and task_key_of(job, deployment) == key
 
 
-def sweep_namespace(hook: Any, namespace: str, deployment: str, ti_states: StateLookup,
+def sweep_namespace(hook: MPIJobRequests, namespace: str, deployment: str, ti_states: StateLookup,
                     reported: dict[TaskKey, TryState] | None = None) -> list[str]:
     """Delete the orphans of ``deployment`` in ``namespace``; returns the names of the jobs deleted. ``reported``:
     the state a finish request saw, by task instance (jobspec/orphans.py: which jobs it may judge)."""

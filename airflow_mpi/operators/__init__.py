@@ -1,6 +1,7 @@
 """Operators. Importing this package must not import the Kubernetes clients (DAG parse time)."""
 
-from airflow_mpi.operators.horovod import HorovodJobOperator
+from airflow_mpi.operators.callbacks import MPIJobCallbacks
+from airflow_mpi.operators.horovod import HorovodCallbacks, HorovodJobOperator
 from airflow_mpi.operators.mpijob import MPIJobOperator
 
-__all__ = ["HorovodJobOperator", "MPIJobOperator"]
+__all__ = ["HorovodCallbacks", "HorovodJobOperator", "MPIJobCallbacks", "MPIJobOperator"]

@@ -14,6 +14,7 @@ from airflow_mpi.jobspec import Horovodrun
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import HOROVOD_FIELDS, PARAMETERS, Field, parameters
 from airflow_mpi.jobspec.spec import LauncherCommand
+from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.mpijob import MPIJobOperator, template_fields_of
 from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.task_params import init_signature
@@ -24,6 +25,19 @@ else:
     _Base = MPIJobOperator  # the parameters for type checkers: operators/signatures.py
 
 _HOROVOD = parameters(HOROVOD_FIELDS)
+
+
+def horovodrun_launch(errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+    """``program`` run by horovodrun, with the Horovod parameters (``values``: the resolved parameters)."""
+    options = {name: values.get(name) for name in _HOROVOD if name != "horovod_args"}
+    return Horovodrun(values["program"], values.get("horovod_args"), options)
+
+
+class HorovodCallbacks(MPIJobCallbacks):
+    """MPIJobOperator's callbacks but the launcher command: horovodrun."""
+
+    def launch_command(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
+        return horovodrun_launch(errors, values)
 
 
 class HorovodJobOperator(_Base):
@@ -42,10 +56,7 @@ class HorovodJobOperator(_Base):
     def __init__(self, **kwargs: Any) -> None:
         for name, row in _HOROVOD.items():  # before MPIJobOperator's parse-time check, which reads them
             setattr(self, name, kwargs.pop(name, row.default))
+        kwargs["callbacks"] = kwargs.get("callbacks") or HorovodCallbacks()  # else a decorator's
         super().__init__(**kwargs)
 
     __init__.__signature__ = init_signature({"program": PARAMETERS["program"], **_HOROVOD}, required=("program",))
-
-    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
-        options = {name: values.get(name) for name in _HOROVOD if name != "horovod_args"}
-        return Horovodrun(values["program"], values.get("horovod_args"), options)

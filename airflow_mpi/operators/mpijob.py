@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi import deployment_identity
 from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
-from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
-from airflow_mpi.jobspec.parameters import mpirun_launch, resolve_parameters
-from airflow_mpi.jobspec.spec import LauncherCommand
+from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.status import job_state
+from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
@@ -68,7 +67,8 @@ class MPIJobOperator(_Base):
     operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of ``command``)
     makes the launcher run ``mpirun`` sized from the resolved job. ``name`` is a prefix: the task instance's hash is
     appended (``pi`` -> ``pi-1a2b3c4d``), so concurrent runs, retries and jobs kept for debugging never collide
-    (``unique_name_suffix=False``: exactly ``name``).
+    (``unique_name_suffix=False``: exactly ``name``). ``callbacks``: an :class:`MPIJobCallbacks` (operators/
+    callbacks.py), the extension points of a try (HorovodJobOperator and the decorators supply their own).
     """
 
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
@@ -76,15 +76,15 @@ class MPIJobOperator(_Base):
     template_ext: Sequence[str] = TEMPLATE_EXT
     template_fields_renderers = {n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")}
     ui_color = "#c7e2f7"
-    # The decorators' ranks report rank 0's return value in marker lines: kept out of the log (also by the trigger).
-    captures_result: bool = False
 
     @typed_init(_Base.__init__)
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, callbacks: MPIJobCallbacks | None = None, **kwargs: Any) -> None:
         given = {name: kwargs.pop(name, f.parameter_default) for name, f in _PARAMETERS.items()}
         super().__init__(**kwargs)
         for name, value in given.items():
             setattr(self, name, value)
+        self.callbacks = callbacks if callbacks is not None else MPIJobCallbacks()
+        self.callbacks.bind(self)
         self._job: tuple[str, str, str | None] | None = None  # (name, namespace, uid) once created or attached
         self._resolved: Resolved | None = None  # of the last build_manifest
         self._supervisor: int | None = None  # the Airflow 3 supervisor of this try's process (supervision.py)
@@ -101,13 +101,16 @@ class MPIJobOperator(_Base):
             values["image"] = values.get("image") or PARAMETERS["image"].stand_in  # the base manifest may carry it
         self._resolve(values, placeholder_identity(self, "parse-time"), namespace=None)
 
-    def _launch(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
-        """The launcher command ``program`` builds (HorovodJobOperator: horovodrun)."""
-        return mpirun_launch(errors, values)
+    @property
+    def captures_result(self) -> bool:
+        """Rank 0's return value is read from marker lines of the launcher log (the decorators): kept out
+        of the log, also by the trigger."""
+        return self.callbacks.captures_result
 
     def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: Any) -> Resolved:
         defaults = Defaults(retries=self.retries or 0, namespace=namespace, schedule_timeout=values["schedule_timeout"])
-        return resolve_parameters(values, identity=identity, defaults=defaults, launch=self._launch)
+        launch = self.callbacks.launch_command  # what ``program`` becomes (HorovodJobOperator: horovodrun)
+        return resolve_parameters(values, identity=identity, defaults=defaults, launch=launch)
 
     def _task_settings(self) -> dict[str, Any]:
         """How the task waits, a rendered template's text as each setting's type: set on the task too, where the
@@ -138,7 +141,7 @@ class MPIJobOperator(_Base):
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
             namespace = lambda: self.hook.configured_namespace()  # noqa: E731
         self._resolved = self._resolve(values, identity, namespace)
-        return self._resolved.manifest
+        return self.callbacks.manifest_built(self._resolved.manifest, context)
 
     def _resolution(self) -> Resolved:
         """The resolution of the last build_manifest, else an offline one (a try resumed after deferral)."""
@@ -258,19 +261,22 @@ class MPIJobOperator(_Base):
 
     def _followable(self, job: dict) -> dict | None:
         """``job``, an earlier try's or submission's this try found, when this try can follow it; None when it was
-        replaced (deleted: a fresh one is submitted). Every job is followable here; ``@task.mpi`` is stricter."""
-        return job
+        replaced (deleted: a fresh one is submitted). The callbacks decide (``@task.mpi``'s are stricter)."""
+        return self.callbacks.followable(job)
 
     def _attached(self, job: dict) -> None:
-        """The job this try follows, created or reattached to (the decorators read its result nonce)."""
+        """The job this try follows, created or reattached to (the decorators' callbacks read its nonce)."""
+        self.callbacks.job_attached(job)
 
     def _result_key(self) -> str | None:
         """The key rank 0's marker lines of the followed job are signed with (decorators only; secret: it travels to
         the trigger, never into a log or an event)."""
-        return None
+        return self.callbacks.result_key()
 
     def _create(self, manifest: dict) -> dict:
-        return create(self.hook, manifest)
+        """Create the job; the callbacks may replace what the create answered (then it is created again)."""
+        job = self.callbacks.job_created(create(self.hook, manifest), manifest)
+        return job if job is not None else self._create(manifest)
 
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
@@ -294,8 +300,8 @@ class MPIJobOperator(_Base):
         ), self._supervisor)  # fmt: skip
 
     def _launcher_log(self) -> Callable[[str], None]:
-        """Where the launcher's log lines go (the decorators keep rank 0's result lines apart)."""
-        return self.log.info
+        """Where the launcher's log lines go (the decorators' callbacks keep rank 0's result lines apart)."""
+        return self.callbacks.launcher_log_sink(self.log.info)
 
     def _log_manifest(self, manifest: dict) -> None:
         self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
@@ -324,8 +330,9 @@ class MPIJobOperator(_Base):
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, payload: dict[str, Any]) -> dict:
-        return finish(self, payload, api_version=self.api_version, on_finish_action=self.on_finish_action,
-                      fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines)
+        return self.callbacks.finish(payload, lambda: finish(
+            self, payload, api_version=self.api_version, on_finish_action=self.on_finish_action,
+            fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines))
 
 
 def _now() -> datetime:

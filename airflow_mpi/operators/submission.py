@@ -4,19 +4,19 @@ A new try reattaches to its task instance's live or Succeeded job instead of sub
 labels, this deployment's included, say whose a job is); a job an earlier try left Failed is replaced; a job being
 deleted (a killed earlier try) is waited out. Rejections a retry would meet again fail the task for good.
 
-For the decorators (their ``_followable``): a ``@task.mpi`` job whose call Secret is missing is replaced
-(``dropped_without_call_secret``): its pods cannot start without it (FailedMount, for ever: the job stays Created,
-outside ``startup_timeout``), and no try can make it again (it carries the nonce of the try that made the job, which
-was never stored). Whether it exists is asked by creating it (409: it does), owned by the job: the role has
-``create`` on secrets, never ``get``.
+For the decorators (their callbacks' ``followable``): a ``@task.mpi`` job whose call Secret is missing is
+replaced (``dropped_without_call_secret``): its pods cannot start without it (FailedMount, for ever: the job
+stays Created, outside ``startup_timeout``), and no try can make it again (it carries the nonce of the try
+that made the job, which was never stored). Whether it exists is asked by creating it (409: it does), owned by
+the job: the role has ``create`` on secrets, never ``get``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
+from airflow_mpi.hooks.protocols import MPIJobRequests
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
@@ -26,7 +26,7 @@ DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone befor
 
 
 def reattach(
-    hook: Any, log: logging.Logger, manifest: dict, recorded: tuple[str, str, str | None] | None
+    hook: MPIJobRequests, log: logging.Logger, manifest: dict, recorded: tuple[str, str, str | None] | None
 ) -> dict | None:
     """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
 
@@ -81,7 +81,7 @@ def reattach(
     return existing
 
 
-def dropped_without_call_secret(hook: Any, log: logging.Logger, job: dict) -> bool:
+def dropped_without_call_secret(hook: MPIJobRequests, log: logging.Logger, job: dict) -> bool:
     """True when ``job`` (this task instance's, live) mounts a call Secret that does not exist: it was deleted then
     (and waited out), so that a fresh job is submitted. A job not started yet only: a Running one's pods mounted it
     (its workers are Ready, and mpi-operator starts the launcher after them), a person deleted it since."""
@@ -103,7 +103,7 @@ def dropped_without_call_secret(hook: Any, log: logging.Logger, job: dict) -> bo
     return True
 
 
-def replace(hook: Any, log: logging.Logger, job: dict, why: str) -> None:
+def replace(hook: MPIJobRequests, log: logging.Logger, job: dict, why: str) -> None:
     """Delete this task instance's ``job`` (that object only: its uid) and wait until it is gone, so that a fresh one
     is submitted under its name; ``why`` is said in the task log."""
     name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
@@ -120,7 +120,9 @@ def failure_text(err: BaseException) -> str:
     return f"{type(err).__name__}{f' {status}' if status else ''}: {' '.join(error_message(err).split())[:300]}"
 
 
-def deleted_by_earlier_try(hook: Any, log: logging.Logger, payload: dict, job_try: int | None, try_number: int) -> bool:
+def deleted_by_earlier_try(
+    hook: MPIJobRequests, log: logging.Logger, payload: dict, job_try: int | None, try_number: int
+) -> bool:
     """True when the job this try reattached to was deleted by the cleanup of the try that made it.
 
     Clearing a deferred task kills its trigger (which deletes the MPIJob) while the new try may already have found
@@ -135,7 +137,7 @@ def deleted_by_earlier_try(hook: Any, log: logging.Logger, payload: dict, job_tr
     return True
 
 
-def create(hook: Any, manifest: dict) -> dict:
+def create(hook: MPIJobRequests, manifest: dict) -> dict:
     """Submit ``manifest``; a rejection a retry would meet again fails the task for good, naming the causes."""
     from kubernetes.client.exceptions import ApiException
 

@@ -13,15 +13,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.function_task.rank_result import ResultCollector, hide_result_lines
 from airflow_mpi.hooks.answers import split_timestamp
+from airflow_mpi.hooks.protocols import JobReads
 from airflow_mpi.jobspec import API_V2BETA1
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 from airflow_mpi.wait.deferral import hold_seconds
 from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
 from airflow_mpi.wait.progress import Timeouts
+from airflow_mpi.wait.rank_result_capture import ResultCollector, hide_result_lines
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -71,7 +75,7 @@ class MPIJobTrigger(BaseTrigger):
         shown = ", ".join(f"{k}={'***' if k == 'result_key' and v else v!r}" for k, v in kwargs.items())
         return f"<{classpath} {shown}>"
 
-    def _hook(self) -> Any:
+    def _hook(self) -> AsyncMPIJobHook:
         from airflow_mpi.hooks import AsyncMPIJobHook
 
         return AsyncMPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection)
@@ -117,7 +121,7 @@ class MPIJobTrigger(BaseTrigger):
         self._fired = True
         yield TriggerEvent(payload)
 
-    async def _read_back(self, hook: Any, collector: ResultCollector) -> str | None:
+    async def _read_back(self, hook: JobReads, collector: ResultCollector) -> str | None:
         """Rank 0's value from the newest launcher's whole log, streamed through ``collector`` once: the wait resumed
         past its marker lines (a triggerer failover). Why it could not be read, if it could not."""
         if not self.result_key:

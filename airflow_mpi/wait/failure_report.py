@@ -17,11 +17,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.answers import log_messages
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
+from airflow_mpi.hooks.protocols import PodLogReader
 from airflow_mpi.wait.summaries import pod_summary
 from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.wait.mpirun_report import rank_ends
@@ -33,7 +33,7 @@ TAIL_READ_TIMEOUT = 15.0  # seconds one log tail may take (a kubelet that does n
 READ_LIMIT_BYTES = 256 * 1024  # what one tail request may return at most (bound_tail keeps TAIL_BYTES of it)
 
 
-async def _read_tail(hook: Any, namespace: str, pod: PodSummary, tail_lines: int) -> dict:
+async def _read_tail(hook: PodLogReader, namespace: str, pod: PodSummary, tail_lines: int) -> dict:
     """The last lines of ``pod``'s main container (its previous instance's when it restarted and runs again)."""
     try:
         async def lines() -> list[str]:
@@ -53,8 +53,9 @@ async def _read_tail(hook: Any, namespace: str, pod: PodSummary, tail_lines: int
 class FailureReport:
     """One failed wait's report; see the module docstring."""
 
-    def __init__(self, hook: Any, namespace: str, sub: watch_hub.Subscription, *, clean_pod_policy: str | None,
-                 tail_lines: int, now: Callable[[], datetime], deadline: datetime | None = None) -> None:
+    def __init__(self, hook: PodLogReader, namespace: str, sub: watch_hub.Subscription, *,
+                 clean_pod_policy: str | None, tail_lines: int, now: Callable[[], datetime],
+                 deadline: datetime | None = None) -> None:
         self.hook, self.namespace, self.sub = hook, namespace, sub
         self.clean_pod_policy = clean_pod_policy
         self.tail_lines = max(int(tail_lines or 0), 0)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.hooks.protocols import PodLogReader
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
 from airflow_mpi.wait.logs import LogCursor, LogPass, LogStream, attempt_header, format_stamp
 from airflow_mpi.wait.summaries import pod_summary
@@ -88,7 +89,7 @@ class PodSource(Protocol):
 class LogPump:
     """Follow one MPIJob's launcher log into ``emit``/``emit_marked``; see the module docstring."""
 
-    hook: Any
+    hook: PodLogReader
     namespace: str
     logs: LogState
     pods: PodSource

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow_mpi.hooks.protocols import JobReads, WaitHook
 from airflow_mpi.hooks.retries import through_outage
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
@@ -31,6 +32,9 @@ from airflow_mpi.wait.logs import LogStream, launcher_streams
 from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
 from airflow_mpi.wait.queueing import QueueTracker
 from airflow_mpi.wait.summaries import event_summary, pod_summary
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.mpijob import MPIJobHook
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ class _ListedPods:
 
     version = 0
 
-    def __init__(self, hook: Any, name: str, namespace: str) -> None:
+    def __init__(self, hook: JobReads, name: str, namespace: str) -> None:
         self.hook, self.name, self.namespace = hook, name, namespace
 
     async def launchers(self) -> list[Any]:
@@ -63,7 +67,7 @@ class _ListedPods:
 class JobMonitor:
     """Follow one MPIJob to a verdict; see the module docstring."""
 
-    hook: Any
+    hook: WaitHook
     name: str
     namespace: str
     _: KW_ONLY
@@ -288,7 +292,7 @@ class JobMonitor:
             log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
 
 
-async def monitor_with(sync_hook: Any, name: str, namespace: str, *, drain_only: bool = False,
+async def monitor_with(sync_hook: MPIJobHook, name: str, namespace: str, *, drain_only: bool = False,
                        **kwargs: Any) -> dict | None:
     """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection; ``drain_only``: print the
     launcher log not printed yet and return None, otherwise wait for a verdict."""

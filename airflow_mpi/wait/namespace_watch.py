@@ -1,5 +1,6 @@
 """List and watch all MPIJobs, MPIJob pods, MPIJob events or Kueue Workloads of a namespace: the requests behind the
-watch hub.
+watch hub, sent by :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`'s ``list_objects`` and
+``watch_objects``.
 
 What comes back is what the hub keeps, hundreds of each per triggerer, so it is cut to what its readers read:
 MPIJobs to their metadata and status (``summaries.slim_mpijob``, dicts as the hooks return them), pods to the
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_mpi.hooks import client_pool
 from airflow_mpi.hooks.answers import WatchDecoder, aiter_lines
 from airflow_mpi.hooks.requests import (
     EVENTS, KUEUE_GROUP, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS, watch_request_timeout,
 )
 from airflow_mpi.wait.summaries import slim_mpijob, slim_pod, slim_workload
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
 
 class _Body:
@@ -32,7 +35,7 @@ class _Body:
         self.data = data
 
 
-def _request(hook: Any, api_client: Any, kind: str, namespace: str, version: str | None = None,
+def _request(hook: AsyncMPIJobHook, api_client: Any, kind: str, namespace: str, version: str | None = None,
              **kwargs: Any) -> tuple[Any, dict]:
     if kind == MPIJOBS:
         api = async_client.CustomObjectsApi(api_client)
@@ -62,8 +65,8 @@ def _model(api_client: Any, kind: str, obj: dict) -> Any:
 
 
 async def list_objects(
-    hook: Any, kind: str, namespace: str, label_selector: str | None = None, field_selector: str | None = None,
-    version: str | None = None,
+    hook: AsyncMPIJobHook, kind: str, namespace: str, label_selector: str | None = None,
+    field_selector: str | None = None, version: str | None = None,
 ) -> tuple[list, str]:
     async with hook.get_conn() as api_client:
         method, kwargs = _request(hook, api_client, kind, namespace, version,
@@ -74,8 +77,9 @@ async def list_objects(
 
 
 async def watch_objects(
-    hook: Any, kind: str, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None,
-    resource_version: str | None = None, timeout_seconds: int = 290, version: str | None = None,
+    hook: AsyncMPIJobHook, kind: str, namespace: str, *, label_selector: str | None = None,
+    field_selector: str | None = None, resource_version: str | None = None, timeout_seconds: int = 290,
+    version: str | None = None,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
     """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
     the first item, ``OPEN``: the API server accepted the watch. 410 Gone raises WatchExpired (list again)."""
@@ -100,23 +104,3 @@ async def watch_objects(
                 yield event_type, None if event_type == "BOOKMARK" else _model(api_client, kind, obj), decoder.last_rv
         finally:
             resp.close()
-
-
-class NamespaceRequests:
-    """The watch hub's requests on an :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`."""
-
-    def __init__(self, hook: Any) -> None:
-        self.hook = hook
-
-    def watch_identity(self) -> tuple:
-        return client_pool.identity(self.hook)
-
-    async def list_objects(self, kind: str, namespace: str, **selectors: str) -> tuple[list, str]:
-        return await list_objects(self.hook, kind, namespace, **selectors)
-
-    def watch_objects(self, kind: str, namespace: str, **kwargs: Any) -> AsyncIterator[tuple[str, Any, str | None]]:
-        return watch_objects(self.hook, kind, namespace, **kwargs)
-
-    async def get_launcher_job(self, name: str, namespace: str) -> dict | None:
-        """The MPIJob's launcher Job (hooks/ownership.py): the hub checks whose pods are the launcher's."""
-        return await self.hook.get_launcher_job(name, namespace)

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
 from airflow_mpi.hooks.ownership import Owner
+from airflow_mpi.hooks.protocols import WatchRequests
 from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage, through_outage
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
@@ -49,9 +50,8 @@ WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resou
 class WatchHub:
     """The informer of one (connection, namespace): caches, the watch loops, the subscribers."""
 
-    def __init__(self, hook: Any, namespace: str) -> None:
+    def __init__(self, hook: WatchRequests, namespace: str) -> None:
         self.hook = hook
-        self.requests = _requests_of(hook)
         self.namespace = namespace
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
@@ -77,9 +77,8 @@ class WatchHub:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if hasattr(self.hook, "__aenter__"):  # keep the hook's API client (one session) while the hub lives
-            await self.hook.__aenter__()
-            self._entered = True
+        await self.hook.__aenter__()  # keep the hook's API client (one session) while the hub lives
+        self._entered = True
         self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in KINDS]
 
     async def close(self) -> None:
@@ -155,7 +154,7 @@ class WatchHub:
 
     async def _check_launcher_job(self, name: str, uid: str, uids: set[str]) -> None:
         try:
-            job = await through_outage(self.requests.get_launcher_job, name, self.namespace)
+            job = await through_outage(self.hook.get_launcher_job, name, self.namespace)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # an outage too long: those pods are not followed (a later pod asks again)
@@ -273,14 +272,14 @@ class WatchHub:
                 if kind == WORKLOADS:
                     selector = {"version": self.workload_version}
                 if self.resource_versions[kind] is None:
-                    items, rv = await self.requests.list_objects(kind, self.namespace, **selector)
+                    items, rv = await self.hook.list_objects(kind, self.namespace, **selector)
                     self._bump(f"{kind}_lists")
                     self._replace(kind, items)
                     self.resource_versions[kind] = rv
                     self.synced[kind].set()
                     self._check_ready()
                 self._bump(f"{kind}_watches")
-                async for event_type, obj, rv in self.requests.watch_objects(
+                async for event_type, obj, rv in self.hook.watch_objects(
                     kind, self.namespace, **selector,
                     resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
                 ):
@@ -326,26 +325,16 @@ class WatchHub:
 _HUBS: dict[tuple, WatchHub] = {}
 
 
-def _requests_of(hook: Any) -> Any:
-    """The hub's list/watch requests: a hook's own (the test doubles), else wait/namespace_watch.py's."""
-    if hasattr(hook, "list_objects"):
-        return hook
-    from airflow_mpi.wait.namespace_watch import NamespaceRequests
-
-    return NamespaceRequests(hook)
-
-
 def hubs() -> list[WatchHub]:
     """The hubs of the running event loop (benchmarks, tests)."""
     return of_running_loop(_HUBS)
 
 
 @contextlib.asynccontextmanager
-async def subscription(hook: Any, namespace: str, name: str) -> AsyncIterator[Subscription]:
+async def subscription(hook: WatchRequests, namespace: str, name: str) -> AsyncIterator[Subscription]:
     """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed. Hooks
     reaching the same cluster as the same identity (``watch_identity``) share a hub, within one event loop."""
-    identity: Callable[[], Any] | None = getattr(_requests_of(hook), "watch_identity", None)
-    key = live_key(_HUBS, identity() if identity is not None else id(hook), namespace)
+    key = live_key(_HUBS, hook.watch_identity(), namespace)
     hub = _HUBS.get(key)
     if hub is None or hub.error is not None:
         hub = _HUBS[key] = WatchHub(hook, namespace)

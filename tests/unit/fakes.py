@@ -118,6 +118,16 @@ class FakeAsyncHook:
         return [e for e in self.events if e.get("reason") == "ValidationError"
                 and e["involvedObject"].get("kind", "MPIJob") == "MPIJob"]
 
+    # the watch hub's requests (hooks/protocols.py WatchRequests): one cluster per fake unless a test says so
+    def watch_identity(self):
+        return ("fake", id(self))
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        return None
+
     async def list_objects(self, kind, namespace, label_selector=None, field_selector=None, version=None):
         self.lists.append(kind)
         if kind == "workloads":
@@ -235,6 +245,7 @@ class FakeSyncHook:
     secret_error: BaseException | None = None
     launcher_lines: list = field(default_factory=list)  # launcher_log(): the newest launcher's whole log
     claims: dict = field(default_factory=dict)  # (namespace, name) -> the Lease (hooks/identity_claims.py)
+    api_version: str = "kubeflow.org/v2beta1"
 
     def _run(self, namespace, plan):
         """The claim requests (hooks/identity_claims.py: CustomObjectsApi calls on Leases) over ``claims``."""

@@ -270,7 +270,7 @@ def test_mpi_function_runs_the_decorated_function_with_the_upstream_numbers(dagb
     assert worker["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}  # the DAG's parameters too
     assert argv[7:] == ["/etc/airflow-mpi/call/runner.py", "/etc/airflow-mpi/call/call"]
     assert "comm.reduce" not in str(manifest)  # the function travels in the call's Secret, not in the MPIJob
-    call = decode_call(task._call_secret[1]["call"])
+    call = decode_call(task.callbacks.call_secret[1]["call"])
     assert call["arguments"] == (([1, 2, 3],), {})  # the upstream task's XCom
     source = call["source"]
     assert source.startswith("def sum_of_squares(values") and "comm.reduce(partial" in source

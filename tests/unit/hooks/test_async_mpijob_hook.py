@@ -63,7 +63,7 @@ def kubeconfig_file(tmp_path):
 
 
 async def loaded(hook: AsyncMPIJobHook) -> async_client.Configuration:
-    await hook._load_config()
+    await hook._load_client_config()
     return hook.client_configuration
 
 
@@ -186,7 +186,7 @@ async def test_static_credentials_load_once_exec_credentials_every_call(kubeconf
     monkeypatch.setattr(async_config, "load_kube_config", counted)
     hook = AsyncMPIJobHook(config_file=kubeconfig_file(exec_auth=exec_auth))
     for _ in range(3):
-        await hook._load_config()
+        await hook._load_client_config()
     assert counted.await_count == loads
 
 

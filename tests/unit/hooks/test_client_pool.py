@@ -50,7 +50,7 @@ async def test_short_lived_credentials_get_a_client_of_their_own(tmp_path):
     """exec plugins refresh tokens in the hook's own configuration: a client shared with it would go stale."""
     path = write(tmp_path, "exec", exec_auth=True)
     a, b = AsyncMPIJobHook(config_file=path), AsyncMPIJobHook(config_file=path)
-    a._load_config = b._load_config = _no_exec  # the exec plugin (get-token) does not exist here
+    a._load_client_config = b._load_client_config = _no_exec  # no exec plugin (get-token) here
     async with a, b:
         assert a._shared_client is not b._shared_client and client_pool.shared_clients() == 0
 

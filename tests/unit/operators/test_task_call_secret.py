@@ -97,11 +97,12 @@ def test_a_running_job_is_followed_whatever_became_of_its_secret():
     """Its pods mounted the Secret when they started: a person deleted it since; the run goes on."""
     store, earlier = Store(), build(deferrable=True)
     left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
-    record_result_key(context(store, []), left["metadata"]["uid"], earlier._nonce)  # as the earlier try attached
+    # as the earlier try attached
+    record_result_key(context(store, []), left["metadata"]["uid"], earlier.callbacks.nonce)
     left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
     trigger = defer(next_try(earlier), context(store, [], try_number=2))
     assert trigger.uid == left["metadata"]["uid"] and earlier.hook.secrets == {} and earlier.hook.deleted == []
-    assert trigger.result_key == earlier._nonce  # the value the trigger reads is one this try can verify
+    assert trigger.result_key == earlier.callbacks.nonce  # the trigger reads a value this try can verify
 
 
 @pytest.mark.parametrize("store", [None, Store()], ids=["no-state-store", "state-store-without-the-key"])
@@ -118,7 +119,7 @@ def test_an_earlier_tries_live_job_whose_key_this_try_lacks_is_replaced_at_once(
     ti = NS(**{**vars(ctx["ti"]), "try_number": 2})
     trigger = defer(op, {**ctx, "ti": ti})
     assert earlier.hook.deleted == [(left["metadata"]["name"], "ns")] and trigger.uid != left["metadata"]["uid"]
-    assert trigger.result_key == op._nonce
+    assert trigger.result_key == op.callbacks.nonce
 
 
 def test_a_secret_that_cannot_be_checked_fails_the_try_naming_it():
@@ -190,17 +191,17 @@ def test_a_later_try_verifies_the_value_of_an_earlier_tries_job_with_the_key_kep
     left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
     earlier.hook.create_owned_secret(mounted_call_secret(left), "ns", {"call": "x"}, left)
     left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
-    record_result_key(context(store, []), left["metadata"]["uid"], earlier._nonce)
+    record_result_key(context(store, []), left["metadata"]["uid"], earlier.callbacks.nonce)
     op = build()
     op.__dict__["hook"] = earlier.hook
 
     async def wait(name, namespace, submitted_at, deadline, uid=None):
-        for line in result_lines({"v": 42}, earlier._nonce):
+        for line in result_lines({"v": 42}, earlier.callbacks.nonce):
             op._launcher_log()(line)
         return {"status": "success", "name": name, "namespace": namespace, "message": "ok"}
 
     monkeypatch.setattr(op, "_wait", wait)
     assert op.execute(context(store, [], try_number=2)) == {"v": 42}
     assert len(earlier.hook.created) == 1  # followed, not replaced (the one delete is delete_succeeded's)
-    record_result_key(context(store, []), "another-uid", earlier._nonce)
-    assert op._key_of(left) is None
+    record_result_key(context(store, []), "another-uid", earlier.callbacks.nonce)
+    assert op.callbacks.key_of(left) is None

@@ -163,7 +163,7 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "4", "-ppn", "2", "-prepend-rank"]
     assert argv[6:] == ["/opt/venv/bin/python", "/etc/airflow-mpi/call/runner.py", "/etc/airflow-mpi/call/call"]
-    secret_name, data = op._call_secret
+    secret_name, data = op.callbacks.call_secret
     call = decode_call(data["call"])
     assert call["arguments"] == (([1, 2],), {"scale": 3})
     assert call["source"].startswith("def add(values, scale=1):") and "@task" not in call["source"]
@@ -175,7 +175,8 @@ def test_the_call_secret_is_created_with_the_job_and_owned_by_it():
     op = build(call=([3, 4],))
     op.execute_create = op._create(op.build_manifest(context()))
     ((namespace, name), (data, owner)) = next(iter(op.hook.secrets.items()))
-    assert (namespace, name) == ("ns", op._call_secret[0]) and owner == op.execute_create["metadata"]["uid"]
+    assert (namespace, name) == ("ns", op.callbacks.call_secret[0])
+    assert owner == op.execute_create["metadata"]["uid"]
     assert decode_call(data["call"])["arguments"] == (([3, 4],), {})
 
 
@@ -322,12 +323,12 @@ async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, pat
     lines = [*result_lines(7), *result_lines(8, "an earlier run's nonce")]
     if path == "sync":
         op = build()
-        op._nonce = NONCE
+        op.callbacks.nonce = NONCE
         op._attached({"metadata": {"annotations": {RESULT_NONCE_ANNOTATION: nonce_digest(NONCE)}}})
-        collector = op._collector
+        collector = op.callbacks.collector
         for line in lines:
             op._launcher_log()(line)
-        result = op._result({"status": "success", "name": "n"})
+        result = op.callbacks.result({"status": "success", "name": "n"})
     else:
         t = trigger(capture_result=True, result_key=NONCE)
         capture_trigger_log(monkeypatch, [])
@@ -350,8 +351,8 @@ def test_a_failed_job_whose_rank_zero_never_started_says_so():
 
 def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
     op = build()
-    op._collector = ResultCollector(NONCE)
-    op._collector.take(result_lines(0)[0])  # "started"
+    op.callbacks.collector = ResultCollector(NONCE)
+    op.callbacks.collector.take(result_lines(0)[0])  # "started"
     with pytest.raises(AirflowException) as err:
         op._finish({"status": "failed", "name": "n", "namespace": "ns", "message": "x"})
     assert "never started" not in str(err.value)
@@ -359,9 +360,9 @@ def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
 
 def test_a_return_value_that_cannot_be_an_xcom_fails_after_the_run():
     op = build()
-    op._collector = ResultCollector(NONCE)
+    op.callbacks.collector = ResultCollector(NONCE)
     for line in (marker("started"), marker("unreturnable", "U2V0OiBub3QgSlNPTg==")):
-        op._collector.take(line)
+        op.callbacks.collector.take(line)
     with pytest.raises(AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"):
         op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
     assert op.hook.deleted == [("n", "ns")]  # cleaned up as any succeeded job
