@@ -18,9 +18,11 @@ def package(module: str) -> str:
 
 
 def private_overrides(cls: type) -> list[str]:
-    """``cls``'s private methods, defined in airflow_mpi, that a class of another package also defines."""
+    """``cls``'s private methods, defined in airflow_mpi, that a class of another package also defines. Sunder
+    names (``_missing_``, ``_generate_next_value_``) are the enum module's documented hooks, not private methods."""
     found = []
-    for name in {n for c in cls.__mro__ for n in vars(c) if n.startswith("_") and not n.startswith("__")}:
+    for name in {n for c in cls.__mro__ for n in vars(c) if n.startswith("_") and not n.startswith("__")
+                 and not n.endswith("_")}:
         owners = [c for c in cls.__mro__ if name in vars(c)]
         value = vars(owners[0])[name]
         if not owners[0].__module__.startswith("airflow_mpi") or not (
