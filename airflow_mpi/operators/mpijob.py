@@ -295,7 +295,9 @@ class MPIJobOperator(BaseOperator):
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
     ) -> WaitResult:
-        return await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
+        result = await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
+        assert result is not None, "only a drain returns no result"
+        return result
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
         await self._monitor(name, namespace, _now(), None, drain_only=True, log_state=log_state)
