@@ -34,11 +34,13 @@ def _print(obj: dict) -> None:
 
 def provider_wait(args, name: str, collected: Counter | None):
     from airflow_mpi.triggers import MPIJobTrigger
+    from airflow_mpi.wait.contract import WaitOptions
 
     trigger = MPIJobTrigger(
         name=name, namespace=args.namespace, kubernetes_conn_id=None, connection={"config_file": args.kubeconfig},
-        submitted_at=datetime.now(timezone.utc).isoformat(), get_logs=args.logs, startup_timeout=None,
-        schedule_timeout=None, poll_interval=10.0,
+        submitted_at=datetime.now(timezone.utc).isoformat(),
+        options=WaitOptions(get_logs=args.logs, startup_timeout=None, schedule_timeout=None,
+                            poll_interval=10.0),
     )
     if collected is None:
         return trigger.run()
@@ -58,7 +60,7 @@ async def _monitored(args, name: str, collected: Counter):
     async with AsyncMPIJobHook(conn_id=None, config_file=args.kubeconfig) as hook:
         payload = await JobMonitor(hook, name, args.namespace, emit=count, submitted_at=datetime.now(timezone.utc),
                                    poll_interval=10.0).run()
-    yield TriggerEvent(payload)
+    yield TriggerEvent(payload.to_event())
 
 
 def peer_wait(args, name: str):

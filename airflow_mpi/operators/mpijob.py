@@ -43,8 +43,8 @@ from airflow_mpi.operators.task_params import (
     task_instance_id, typed,
 )
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
+from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.deferral import not_before_text
-from airflow_mpi.wait.progress import Timeouts
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -144,18 +144,30 @@ class MPIJobOperator(_Base):
         return self.callbacks.manifest_built(self._resolved.manifest, context)
 
     def _resolution(self) -> Resolved:
-        """The resolution of the last build_manifest, else an offline one (a try resumed after deferral)."""
+        """The resolution of the last build_manifest, else an offline one (a try resumed from a deferral of an
+        earlier release, which carried no backoff limit: ``resume_deferred``)."""
         if self._resolved is None:
             self.build_manifest()
         return self._resolved
 
+    # (runPolicy.backoffLimit, whether the task's retries became it), as the deferral carried them
+    _carried_backoff: tuple[int, bool] | None = None
+
+    def _backoff_limit(self) -> tuple[int, bool]:
+        """The backoff limit submitted and whether the task's retries became it: from this try's manifest,
+        else as the deferral carried them, else (deferred by an earlier release) from an offline build."""
+        if self._resolved is None and self._carried_backoff is not None:
+            return self._carried_backoff
+        setting = self._resolution().settings["backoff_limit"]
+        return setting.value, setting.source == DEFAULT
+
     def effective_backoff_limit(self) -> int:
         """``runPolicy.backoffLimit`` submitted: parameter > base manifest > task retries."""
-        return self._resolution().settings["backoff_limit"].value
+        return self._backoff_limit()[0]
 
     def _retries_mapped(self) -> bool:
         """True when the task's retries became the MPIJob's backoffLimit (neither parameter nor base set it)."""
-        return self._resolution().settings["backoff_limit"].source == DEFAULT
+        return self._backoff_limit()[1]
 
     # ------------------------------------------------------------------ I/O
     @cached_property
@@ -188,23 +200,36 @@ class MPIJobOperator(_Base):
             self.log.info("MPIJob %s already finished: not deferring", name)
         elif self.deferrable:
             self._defer(context, name, namespace, submitted_at, job_try, uid)
-        payload = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
-        if self._deleted_by_earlier_try(context, payload, job_try):
+        result = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
+        if self._deleted_by_earlier_try(context, result, job_try):
             return self.execute(context)
-        return self._finish(payload)
+        return self._finish(result)
+
+    def resume_deferred(
+        self, context: Any, event: dict[str, Any], job_try_number: int | None = None,
+        backoff_limit: int | None = None, retries_mapped: bool | None = None,
+    ) -> Any:
+        """Where a deferral resumes (``_defer``): with what ``execute`` knew of the backoff limit, so that the
+        resumed try builds no manifest (for ``@task.mpi`` that would pickle the arguments again and make a new
+        nonce); then ``execute_complete``, which subclasses extend (its signature stays the usual one)."""
+        if backoff_limit is not None and retries_mapped is not None:
+            self._carried_backoff = (backoff_limit, retries_mapped)
+        return self.execute_complete(context, event, job_try_number)
 
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
-        """Resume after the trigger: print the log lines the trigger could not, then finish."""
+        """Resume after the trigger: print the log lines the trigger could not, then finish. Called directly
+        (a deferral of an earlier release), the backoff limit comes from an offline resolution."""
         self._supervisor = supervisor_pid()
         self._task_settings()
+        result = WaitResult.from_event(event)
         name, namespace = event["name"], event["namespace"]
         self._check_claim(namespace)  # a deferred task copied with its database resumes here, never past this
-        self._job = (name, namespace, event.get("uid"))
-        if self._deleted_by_earlier_try(context, event, job_try_number):
+        self._job = (name, namespace, result.uid)
+        if self._deleted_by_earlier_try(context, result, job_try_number):
             return self.execute(context)
-        if self.get_logs and event.get("status") not in ("invalid",):
-            asyncio.run(self._drain(name, namespace, event.get("log_state")))
-        return self._finish(event)
+        if self.get_logs and result.outcome is not Outcome.INVALID:
+            asyncio.run(self._drain(name, namespace, result.log_state))
+        return self._finish(result)
 
     def _check_claim(self, namespace: str, deployment: str | None = None) -> None:
         """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
@@ -280,24 +305,32 @@ class MPIJobOperator(_Base):
 
     async def _wait(
         self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
-    ) -> dict:
-        return await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
+    ) -> WaitResult:
+        result = await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
+        assert result is not None, "only a drain returns no result"
+        return result
 
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
         await self._monitor(name, namespace, _now(), None, drain_only=True, log_state=log_state)
 
     async def _monitor(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None,
-                       **kwargs: Any) -> dict:
+                       **kwargs: Any) -> WaitResult | None:
         from airflow_mpi.wait.monitor import monitor_with
 
+        options = self._wait_options(deadline)
         return await until_orphaned(monitor_with(
-            self.hook, name, namespace, emit=self._launcher_log(), submitted_at=submitted_at,
-            timeouts=Timeouts(self.startup_timeout, self.schedule_timeout, self.queue_timeout),
-            poll_interval=self.poll_interval,
-            get_logs=self.get_logs, max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
-            tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
+            self.hook, name, namespace, options, emit=self._launcher_log(), submitted_at=submitted_at,
             **kwargs,
-        ), self._supervisor)  # fmt: skip
+        ), self._supervisor)
+
+    def _wait_options(self, deadline: datetime | None) -> WaitOptions:
+        """How this task waits (its task parameters), in the worker and in the trigger alike."""
+        return WaitOptions(
+            poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
+            schedule_timeout=self.schedule_timeout, queue_timeout=self.queue_timeout, get_logs=self.get_logs,
+            max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
+            tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
+        )
 
     def _launcher_log(self) -> Callable[[str], None]:
         """Where the launcher's log lines go (the decorators' callbacks keep rank 0's result lines apart)."""
@@ -316,22 +349,20 @@ class MPIJobOperator(_Base):
         trigger = MPIJobTrigger(
             name=name, namespace=namespace, api_version=self.api_version, kubernetes_conn_id=self.kubernetes_conn_id,
             connection=self.hook.connection_settings(), submitted_at=submitted_at.isoformat(),
-            poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout, queue_timeout=self.queue_timeout, get_logs=self.get_logs,
-            max_attempts=self.effective_backoff_limit() + 1, deadline=deadline.isoformat() if deadline else None,
-            not_before=not_before_text(deferred_at, AIRFLOW_VERSION), capture_result=self.captures_result, uid=uid,
-            result_key=self._result_key(), tail_lines=self.worker_log_tail_lines,
+            options=self._wait_options(deadline), not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
+            capture_result=self.captures_result, uid=uid, result_key=self._result_key(),
             installation=self._installation,
-        )  # fmt: skip
+        )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
         # case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
-        kwargs = {"job_try_number": job_try}
-        self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=backstop)
+        backoff_limit, retries_mapped = self._backoff_limit()  # the resume needs them: it builds no manifest
+        kwargs = {"job_try_number": job_try, "backoff_limit": backoff_limit, "retries_mapped": retries_mapped}
+        self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
 
-    def _finish(self, payload: dict[str, Any]) -> dict:
-        return self.callbacks.finish(payload, lambda: finish(
-            self, payload, api_version=self.api_version, on_finish_action=self.on_finish_action,
+    def _finish(self, result: WaitResult) -> Any:
+        return self.callbacks.finish(result, lambda: finish(
+            self, result, api_version=self.api_version, on_finish_action=self.on_finish_action,
             fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines))
 
 

@@ -16,6 +16,7 @@ from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowException, AirflowFailException, BaseSensorOperator, conf
+from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -63,15 +64,21 @@ class MPIJobSensor(BaseSensorOperator):
         from airflow_mpi.triggers import MPIJobTrigger
 
         now = datetime.now(timezone.utc)
-        deadline = (now + timedelta(seconds=self.timeout)).isoformat() if self.timeout else None
         trigger = MPIJobTrigger(
             name=self.job_name, namespace=self._namespace(), api_version=self.api_version,
             kubernetes_conn_id=self.kubernetes_conn_id, connection=self.hook.connection_settings(),
-            submitted_at=now.isoformat(), poll_interval=self.poke_interval, startup_timeout=None, schedule_timeout=None,
-            get_logs=False, target_condition=self.target_condition, deadline=deadline, owns_job=False,
+            submitted_at=now.isoformat(), options=self._wait_options(now),
             not_before=not_before_text(now, AIRFLOW_VERSION),
         )
         self.defer(trigger=trigger, method_name="execute_complete")
+
+    def _wait_options(self, now: datetime) -> WaitOptions:
+        """The deferred wait: for the condition, at the poke interval, until the sensor's timeout; the job is
+        someone else's (never deleted), its start is not this sensor's to time, its log printed at the end."""
+        deadline = now + timedelta(seconds=self.timeout) if self.timeout else None
+        return WaitOptions(poll_interval=self.poke_interval, startup_timeout=None, schedule_timeout=None,
+                           get_logs=False, target_condition=self.target_condition, deadline=deadline,
+                           owns_job=False)
 
     def poke(self, context: Any) -> bool:
         from airflow_mpi.hooks.retries import through_outage_sync
@@ -91,11 +98,12 @@ class MPIJobSensor(BaseSensorOperator):
         return False
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
-        if event.get("status") in ("success", "target"):
-            self._attach_logs(event["namespace"])
-        elif event.get("status") == "timeout":
-            raise AirflowException(f"MPIJob {event['namespace']}/{self.job_name}: sensor timed out")
-        return finish(self, event, api_version=self.api_version, on_finish_action=OnFinishAction.KEEP,
+        result = WaitResult.from_event(event)
+        if result.outcome.succeeded:
+            self._attach_logs(result.namespace)
+        elif result.outcome is Outcome.TIMEOUT:
+            raise AirflowException(f"MPIJob {result.namespace}/{self.job_name}: sensor timed out")
+        return finish(self, result, api_version=self.api_version, on_finish_action=OnFinishAction.KEEP,
                       fail_permanently=True, owns_job=False)
 
     def _attach_logs(self, namespace: str) -> None:
@@ -103,4 +111,6 @@ class MPIJobSensor(BaseSensorOperator):
             return
         from airflow_mpi.wait.monitor import monitor_with
 
-        asyncio.run(monitor_with(self.hook, self.job_name, namespace, drain_only=True, emit=self.log.info))
+        options = WaitOptions(owns_job=False)  # the drain reads the launcher log, once, and waits for nothing
+        asyncio.run(monitor_with(self.hook, self.job_name, namespace, options, drain_only=True,
+                                 emit=self.log.info))

@@ -1,8 +1,10 @@
 """MPIJobTrigger: the deferrable wait, run by the triggerer (perhaps on another machine: plain data only).
 
-The deadline enforces ``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave
-it running). It emits exactly one terminal event with what ``execute_complete`` needs, never before ``not_before``
-(the hold against Airflow's deferral race: wait/deferral.py); a failed job's carries why (``failure``, bounded).
+How it waits is one argument, ``options`` (wait/contract.py ``WaitOptions``; a trigger stored by an
+earlier release carries them as arguments of their own, and still loads). Its deadline enforces
+``execution_timeout`` while deferred (on expiry it deletes the MPIJob itself; the peers leave it running).
+It emits exactly one terminal event, the wait's ``WaitResult``, never before ``not_before`` (the hold
+against Airflow's deferral race: wait/deferral.py); a failed job's carries why (``failure``, bounded).
 A decorated task's carries rank 0's result as read here (``result``: the value or why there is none), never its marker
 lines nor the key they are signed with: the triggerer logs every event it fires into the task's log.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, fields
+from dataclasses import InitVar, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +21,19 @@ from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.protocols import JobReads
 from airflow_mpi.jobspec import API_V2BETA1
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
+from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.deferral import hold_seconds
-from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
-from airflow_mpi.wait.progress import Timeouts
 from airflow_mpi.wait.rank_result_capture import ResultCollector, hide_result_lines
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
+
+# The arguments a trigger of an earlier release carried its wait options in (the InitVars below, in order).
+LEGACY_OPTIONS = (
+    "deadline", "poll_interval", "startup_timeout", "schedule_timeout", "queue_timeout", "get_logs",
+    "max_attempts", "tail_lines", "target_condition", "owns_job",
+)
+_NOT_GIVEN: Any = object()
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -39,19 +47,10 @@ class MPIJobTrigger(BaseTrigger):
     kubernetes_conn_id: str = "kubernetes_default"
     api_version: str = API_V2BETA1
     connection: dict[str, Any] | None = None
-    # the wait (JobMonitor's options)
+    # the wait: how (its dict form, as serialized, is accepted too), since when, and where the log resumes
+    options: WaitOptions = field(default_factory=WaitOptions)
     submitted_at: str
-    deadline: str | None = None
-    poll_interval: float = 10.0
-    startup_timeout: float | None = 120.0
-    schedule_timeout: float | None = 300.0
-    queue_timeout: float | None = None
-    target_condition: str | None = None
-    owns_job: bool = True
-    get_logs: bool = True
     log_state: dict[str, Any] | None = None  # LogState.to_dict()
-    max_attempts: int | None = None
-    tail_lines: int = DEFAULT_TAIL_LINES
     # the event: held until not_before; rank 0's result (@task.mpi) read here, verified with result_key (the
     # submission's nonce: a secret, kept out of repr; Airflow stores trigger arguments encrypted)
     not_before: str | None = None
@@ -60,15 +59,33 @@ class MPIJobTrigger(BaseTrigger):
     result_digest: str | None = None  # a trigger serialized by an earlier release; unused
     # the installation that held the deployment's id when the task deferred (jobspec/claims.py)
     installation: str | None = None
+    # A trigger stored by a release before ``options`` carried them as arguments of their own (LEGACY_OPTIONS,
+    # in this order): folded into ``options``, never serialized again.
+    deadline: InitVar[Any] = _NOT_GIVEN
+    poll_interval: InitVar[Any] = _NOT_GIVEN
+    startup_timeout: InitVar[Any] = _NOT_GIVEN
+    schedule_timeout: InitVar[Any] = _NOT_GIVEN
+    queue_timeout: InitVar[Any] = _NOT_GIVEN
+    get_logs: InitVar[Any] = _NOT_GIVEN
+    max_attempts: InitVar[Any] = _NOT_GIVEN
+    tail_lines: InitVar[Any] = _NOT_GIVEN
+    target_condition: InitVar[Any] = _NOT_GIVEN
+    owns_job: InitVar[Any] = _NOT_GIVEN
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, *legacy: Any) -> None:
         super().__init__()
         self.connection = self.connection or {}
+        given = self.options
+        options = given.to_dict() if isinstance(given, WaitOptions) else dict(given or {})
+        options.update({name: value for name, value in zip(LEGACY_OPTIONS, legacy, strict=True)
+                        if value is not _NOT_GIVEN})
+        self.options = WaitOptions.from_dict(options)
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath = f"{type(self).__module__}.{type(self).__qualname__}"
-        return classpath, {f.name: getattr(self, f.name) for f in fields(self)}
+        kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
+        return classpath, {**kwargs, "options": self.options.to_dict()}
 
     def __repr__(self) -> str:
         classpath, kwargs = self.serialize()
@@ -85,8 +102,8 @@ class MPIJobTrigger(BaseTrigger):
 
         if refusal := await self._foreign():
             self._fired = True  # nothing of this trigger deletes the job
-            yield TriggerEvent({"status": "error", "message": refusal, "name": self.name, "namespace": self.namespace,
-                                "uid": self.uid, "log_state": self.log_state})
+            yield TriggerEvent(WaitResult.of_error(self.name, self.namespace, refusal, uid=self.uid,
+                                                   log_state=self.log_state).to_event())
             return
         log_state, emit_marked = await self._log_position()
         emit = self.log.info
@@ -97,29 +114,26 @@ class MPIJobTrigger(BaseTrigger):
             emit_marked = emit_marked and hide_result_lines(emit_marked, collector)
         try:
             async with self._hook() as hook:
-                payload = await JobMonitor(
-                    hook, self.name, self.namespace, emit=emit, emit_marked=emit_marked, log_state=log_state,
-                    submitted_at=datetime.fromisoformat(self.submitted_at),
-                    deadline=datetime.fromisoformat(self.deadline) if self.deadline else None,
-                    timeouts=Timeouts(self.startup_timeout, self.schedule_timeout, self.queue_timeout),
-                    poll_interval=self.poll_interval,
-                    get_logs=self.get_logs, max_attempts=self.max_attempts, target_condition=self.target_condition,
-                    owns_job=self.owns_job, uid=self.uid, tail_lines=self.tail_lines,
+                result = await JobMonitor.with_options(
+                    hook, self.name, self.namespace, self.options, emit=emit, emit_marked=emit_marked,
+                    log_state=log_state, submitted_at=datetime.fromisoformat(self.submitted_at), uid=self.uid,
                 ).run()
-                if collector is not None and payload["status"] == "success" and not collector.complete:
+                if collector is not None and result.outcome is Outcome.SUCCESS and not collector.complete:
                     unread = await self._read_back(hook, collector)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # surfaced by execute_complete, which cleans up
-            payload = {"status": "error", "message": f"{type(err).__name__}: {err}", "name": self.name,
-                       "namespace": self.namespace, "uid": self.uid, "log_state": self.log_state}
+            why = f"{type(err).__name__}: {err}"
+            result = WaitResult.of_error(self.name, self.namespace, why, uid=self.uid,
+                                         log_state=self.log_state)
         if collector is not None:
-            payload["result"] = collector.result().to_dict()
+            rank_result = collector.result().to_dict()
             if unread and not collector.complete:
-                payload["result"]["error"] = unread
+                rank_result["error"] = unread
+            result = replace(result, result=rank_result)
         await self._hold()
         self._fired = True
-        yield TriggerEvent(payload)
+        yield TriggerEvent(result.to_event())
 
     async def _read_back(self, hook: JobReads, collector: ResultCollector) -> str | None:
         """Rank 0's value from the newest launcher's whole log, streamed through ``collector`` once: the wait resumed
@@ -142,7 +156,7 @@ class MPIJobTrigger(BaseTrigger):
         """Where the launcher log resumes and how its lines are logged: on Airflow 3 with their position, read back
         from the task's trigger logs, so a triggerer failover neither repeats nor loses a line (wait/log_ledger.py)."""
         task_instance = getattr(self, "task_instance", None)
-        if not (self.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
+        if not (self.options.get_logs and AIRFLOW_V_3_0_PLUS and task_instance is not None):
             return self.log_state, None  # not in a triggerer (no task log to read back): plain log lines
         from airflow_mpi.wait.log_ledger import line_mark, marked_emitter, resume_state_off_loop
 
@@ -196,13 +210,13 @@ class MPIJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: a user marked the deferred task failed/success or cleared it."""
-        if self.owns_job and not self._fired:
+        if self.options.owns_job and not self._fired:
             await self._delete()
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 ``on_kill`` is not called: delete only if the task left ``deferred``
         (a triggerer restart also calls cleanup, and must not kill the job)."""
-        if AIRFLOW_V_3_3_PLUS or self._fired or not self.owns_job:
+        if AIRFLOW_V_3_3_PLUS or self._fired or not self.options.owns_job:
             return
         try:
             state = await self._task_state()

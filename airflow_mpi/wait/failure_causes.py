@@ -29,7 +29,6 @@ from airflow_mpi.function_task.rank_runner import MARKER
 OOM_KILLED = "OOMKilled"
 DELETING_POLICIES = frozenset({CLEAN_RUNNING, CLEAN_ALL})  # the cleanPodPolicy values deleting live workers
 
-DEFAULT_TAIL_LINES = 20  # lines of each failed pod's log in a failure's report (worker_log_tail_lines)
 MAX_TEXT = 500  # characters of one text from the cluster (termination or eviction message)
 MAX_CAUSES = 8  # causes named; more failed pods are counted
 MAX_WORKER_TAILS = 4  # failed workers whose last log lines are read (the launcher's comes on top)

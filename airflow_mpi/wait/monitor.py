@@ -7,8 +7,8 @@ watch hub (wait/watch_hub.py):
 * the *log pump* (wait/log_pump.py) follows the launcher's log, each line exactly once.
 
 A "failed" verdict is followed by the failure's report (wait/failure_report.py), gathered on the same
-subscription before the mpi-operator's clean-up deletes the workers. The result, the log position included,
-is plain, bounded data: it travels in trigger events.
+subscription before the mpi-operator's clean-up deletes the workers. The result (wait/contract.py
+``WaitResult``), the log position included, is bounded data: it travels in trigger events (``to_event``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from airflow_mpi.hooks.retries import through_outage
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
 from airflow_mpi.wait import watch_hub
-from airflow_mpi.wait.failure_causes import DEFAULT_TAIL_LINES
+from airflow_mpi.wait.contract import DEFAULT_TAIL_LINES, Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_pump import LogPump, LogState
 from airflow_mpi.wait.logs import LogStream, launcher_streams
-from airflow_mpi.wait.progress import EXPLAINED, WORKER_FAILED, Timeouts, Verdict, assess
+from airflow_mpi.wait.progress import EXPLAINED, Timeouts, Verdict, assess
 from airflow_mpi.wait.queueing import QueueTracker
 from airflow_mpi.wait.summaries import event_summary, pod_summary
 
@@ -105,9 +105,22 @@ class JobMonitor:
         if self.emit_marked is None:
             self.emit_marked = lambda message, _mark: self.emit(message)
 
+    @classmethod
+    def with_options(
+        cls, hook: Any, name: str, namespace: str, options: WaitOptions, **state: Any
+    ) -> JobMonitor:
+        """A monitor waiting as ``options`` say; ``state``: its other fields (emit, submitted_at, uid...)."""
+        timeouts = Timeouts(options.startup_timeout, options.schedule_timeout, options.queue_timeout)
+        return cls(
+            hook, name, namespace, timeouts=timeouts, poll_interval=options.poll_interval,
+            get_logs=options.get_logs, max_attempts=options.max_attempts, tail_lines=options.tail_lines,
+            deadline=options.deadline, target_condition=options.target_condition,
+            owns_job=options.owns_job, **state,
+        )
+
     # ---------------------------------------------------------------- public
-    async def run(self) -> dict:
-        """Wait for a verdict, stream logs meanwhile; returns the result payload."""
+    async def run(self) -> WaitResult:
+        """Wait for a verdict, stream logs meanwhile; returns the wait's result."""
         async with watch_hub.subscription(self.hook, self.namespace, self.name) as sub:
             sub.uid, sub.on_ignored = self.uid, self._ignored
             finished = asyncio.Event()
@@ -118,14 +131,14 @@ class JobMonitor:
                 finished.set()  # the pump drains the launcher log meanwhile
                 if verdict.outcome in EXPLAINED:
                     # a worker that failed before the launch: the job is not finished, nothing will delete workers
-                    self.failure = await self._failure_report(sub, verdict.outcome == "failed")
+                    self.failure = await self._failure_report(sub, verdict.outcome is Outcome.FAILED)
             except BaseException:
                 if pump is not None:
                     pump.cancel()
                 raise
             finally:
                 finished.set()
-            if verdict.outcome == "timeout" and self.owns_job:
+            if verdict.outcome is Outcome.TIMEOUT and self.owns_job:
                 await self._delete_quietly()
             if pump is not None:
                 try:
@@ -151,16 +164,16 @@ class JobMonitor:
                        note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval,
                        job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
 
-    def result(self, verdict: Verdict) -> dict:
+    def result(self, verdict: Verdict) -> WaitResult:
+        assert verdict.outcome is not None, "a wait's result needs its verdict"
         state = self.last_state  # None: the job was never read
-        return {
-            "status": verdict.outcome, "message": verdict.message, "warnings": verdict.warnings,
-            "name": self.name, "namespace": self.namespace, "uid": self.uid,
+        return WaitResult(
+            verdict.outcome, self.name, self.namespace, verdict.message, verdict.warnings, uid=self.uid,
             **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
-            "job_message": getattr(state, "message", None), "launcher_pods": self.launcher_pod_names,
-            "launcher_attempts": self.launcher_attempts, "launcher_exit_codes": self.launcher_exit_codes,
-            "log_state": self.logs.to_dict(), "failure": self.failure, "evictions": self.queue.evictions,
-        }
+            job_message=getattr(state, "message", None), launcher_pods=self.launcher_pod_names,
+            launcher_attempts=self.launcher_attempts, launcher_exit_codes=self.launcher_exit_codes,
+            log_state=self.logs.to_dict(), failure=self.failure, evictions=self.queue.evictions,
+        )
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
         """Why the job failed (wait/failure_report.py); its own failure is logged, never raised. ``finished``:
@@ -196,23 +209,24 @@ class JobMonitor:
         server restart (one began between a create and this GET in a CI run)."""
         obj = await through_outage(self.hook.get_mpijob, self.name, self.namespace)
         if obj is None:
-            return Verdict("deleted", "it does not exist (deleted by someone else?)")
+            return Verdict(Outcome.DELETED, "it does not exist (deleted by someone else?)")
         job_uid = (obj.get("metadata") or {}).get("uid")
         sub.uid = sub.uid or job_uid  # its pods are the ones this incarnation's controllers made
         self.clean_pod_policy = clean_pod_policy(obj)
         if self.uid and job_uid != self.uid:
-            return Verdict("deleted", f"it was replaced by another MPIJob of the same name (uid {job_uid}; this "
-                                      f"task's was {self.uid}): not following it")
+            return Verdict(Outcome.DELETED, f"it was replaced by another MPIJob of the same name (uid "
+                                            f"{job_uid}; this task's was {self.uid}): not following it")
         seen = sub.version
         while True:
             if job_uid and job_uid in sub.deleted_uids or not job_uid and sub.deleted_uids:
-                return Verdict("deleted", "it was deleted while the task waited")
+                return Verdict(Outcome.DELETED, "it was deleted while the task waited")
             obj = sub.job(job_uid) or obj
             verdict = await self._queueing(obj, sub, job_uid) or await self._assess(obj, sub, job_uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
-                return Verdict("timeout", f"execution_timeout reached while waiting for MPIJob {self.name}")
+                return Verdict(Outcome.TIMEOUT,
+                               f"execution_timeout reached while waiting for MPIJob {self.name}")
             seen = await sub.wait_change(seen, self._wait_timeout())
 
     def _wait_timeout(self) -> float:
@@ -257,7 +271,8 @@ class JobMonitor:
             # a verdict on the job's fresh events (all its warnings, for the message): one listing per job
             return verdict(await self._events([p.name for p in pods])) if result.done else result
         first = verdict([])
-        if first.outcome in ("failed", "unschedulable", WORKER_FAILED):  # the warnings explain it
+        # the warnings explain these
+        if first.outcome in (Outcome.FAILED, Outcome.UNSCHEDULABLE, Outcome.WORKER_FAILED):
             return verdict(await self._events([p.name for p in pods]))
         return first
 
@@ -292,15 +307,18 @@ class JobMonitor:
             log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
 
 
-async def monitor_with(sync_hook: MPIJobHook, name: str, namespace: str, *, drain_only: bool = False,
-                       **kwargs: Any) -> dict | None:
-    """Run a JobMonitor from a worker (operator, sensor) on the sync hook's connection; ``drain_only``: print the
-    launcher log not printed yet and return None, otherwise wait for a verdict."""
+async def monitor_with(
+    sync_hook: MPIJobHook, name: str, namespace: str, options: WaitOptions, *, drain_only: bool = False,
+    **kwargs: Any,
+) -> WaitResult | None:
+    """Run a JobMonitor waiting as ``options`` say from a worker (operator, sensor), on the sync hook's
+    connection; ``drain_only``: print the launcher log not printed yet and return None, else wait for a
+    verdict."""
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
 
     kwargs.setdefault("submitted_at", utcnow())
     async with AsyncMPIJobHook.from_sync(sync_hook) as hook:
-        monitor = JobMonitor(hook, name, namespace, **kwargs)
+        monitor = JobMonitor.with_options(hook, name, namespace, options, **kwargs)
         if drain_only:
             await monitor.drain_logs()
             return None

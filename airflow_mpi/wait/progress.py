@@ -17,14 +17,14 @@ from datetime import datetime
 
 from airflow_mpi.jobspec.status import JobState
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER, PodPhase
+from airflow_mpi.wait.contract import Outcome
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
 VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
 EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
-WORKER_FAILED = "worker_failed"  # the outcome of a worker that failed before the launcher started
 # Outcomes whose pods are examined for the failure's report (wait/failure_causes.py) and named in the error.
-EXPLAINED = ("failed", WORKER_FAILED)
+EXPLAINED = (Outcome.FAILED, Outcome.WORKER_FAILED)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,7 @@ class EventSummary:
 
 @dataclass(frozen=True)
 class Verdict:
-    # None while the wait goes on | "success" | "failed" | "invalid" | "unschedulable" | "startup_timeout"
-    # | "worker_failed" | "target" | "queue_timeout"
-    outcome: str | None
+    outcome: Outcome | None  # None while the wait goes on
     message: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -127,23 +125,23 @@ def assess(
 ) -> Verdict:
     warnings = _warning_lines(events)
     if state.terminal:
-        return Verdict("success" if state.succeeded else "failed", state.describe(), warnings)
+        return Verdict(Outcome.SUCCESS if state.succeeded else Outcome.FAILED, state.describe(), warnings)
     if target_condition and target_condition in (current_conditions or set()):
-        return Verdict("target", state.describe(), warnings)
+        return Verdict(Outcome.TARGET, state.describe(), warnings)
     if not state.created:
         invalid = [e for e in events if e.reason == VALIDATION_ERROR]
         if invalid:
-            return Verdict("invalid", "; ".join(e.message for e in invalid), warnings)
+            return Verdict(Outcome.INVALID, "; ".join(e.message for e in invalid), warnings)
         if timeouts.startup_timeout is not None and (now - submitted_at).total_seconds() >= timeouts.startup_timeout:
-            return Verdict("startup_timeout", f"MPIJob {state.name} got no Created condition within "
+            return Verdict(Outcome.STARTUP_TIMEOUT, f"MPIJob {state.name} got no Created condition within "
                            f"{timeouts.startup_timeout:g}s: is the mpi-operator running and watching this namespace?",
                            warnings)
         return Verdict(None, state.describe(), warnings)
     failed_worker = _failed_before_launch(pods)
     if failed_worker:
-        return Verdict(WORKER_FAILED, failed_worker, warnings)
+        return Verdict(Outcome.WORKER_FAILED, failed_worker, warnings)
     stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]
     if stuck:
         scheduling = [w for w in warnings if "Failed" in w or "BackOff" in w]  # FailedScheduling, FailedMount, ...
-        return Verdict("unschedulable", "; ".join(stuck + scheduling), warnings)
+        return Verdict(Outcome.UNSCHEDULABLE, "; ".join(stuck + scheduling), warnings)
     return Verdict(None, state.describe(), warnings)

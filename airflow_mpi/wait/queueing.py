@@ -20,9 +20,9 @@ from datetime import datetime
 from airflow_mpi.hooks.answers import parse_api_time
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.vocabulary import JobCondition
+from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.progress import Verdict
 
-QUEUE_TIMEOUT = "queue_timeout"  # the verdict's outcome
 _PREVIOUSLY = "Previously: "  # Kueue's prefix of an Evicted condition it reset on re-admission
 
 
@@ -149,5 +149,6 @@ class QueueTracker:
         if (now - self.queued_since).total_seconds() < self.queue_timeout:
             return None
         why = (self._said or (None, "not admitted"))[1]
-        return Verdict(QUEUE_TIMEOUT, f"MPIJob {self.name} was not admitted by Kueue within queue_timeout="
-                                      f"{self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted")
+        message = (f"MPIJob {self.name} was not admitted by Kueue within "
+                   f"queue_timeout={self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted")
+        return Verdict(Outcome.QUEUE_TIMEOUT, message)

@@ -90,7 +90,8 @@ def execute(op: MPIJobOperator, ctx: dict, deferrable: bool) -> dict:
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))  # as the triggerer rebuilds it
-    return op.execute_complete(ctx, event, **(deferred.value.kwargs or {}))
+    resume = {**(deferred.value.kwargs or {}), "event": event}  # as Airflow resumes it
+    return op.resume_execution(deferred.value.method_name, resume, ctx)
 
 
 @pytest.mark.parametrize(("flavour", "form", "deferrable"), CASES)

@@ -98,7 +98,9 @@ def run(op, deferrable: bool):
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx(op.task_id))
     event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))  # as the triggerer rebuilds it
-    return op.execute_complete(ctx(op.task_id), event)
+    # as Airflow resumes it: the deferral's method, its kwargs and the event
+    return op.resume_execution(deferred.value.method_name, {**deferred.value.kwargs, "event": event},
+                               ctx(op.task_id))
 
 
 @pytest.mark.parametrize(

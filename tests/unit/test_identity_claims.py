@@ -5,6 +5,7 @@ is created, reattached to or deleted where they refuse."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from types import SimpleNamespace as NS
 
 import pytest
@@ -168,9 +169,11 @@ async def test_a_trigger_deferred_under_another_installation_neither_follows_nor
     triggerer looks dead there. Such a trigger fires an error at once (the resumed task then fails on the claim)
     and deletes nothing when the task is marked failed, nor when its deadline passes."""
     from airflow_mpi.triggers import MPIJobTrigger
+    from airflow_mpi.wait.contract import WaitOptions
 
+    deadline = datetime.fromisoformat("2026-11-24T00:00:01+00:00")
     trigger = MPIJobTrigger(name="j", namespace="ns", submitted_at="2026-11-24T00:00:00+00:00",
-                            deadline="2026-11-24T00:00:01+00:00", installation="prod-installation")
+                            options=WaitOptions(deadline=deadline), installation="prod-installation")
     trigger._hook = lambda: pytest.fail("the copy's triggerer reached the cluster")
     events = [event async for event in trigger.run()]
     assert [e.payload["status"] for e in events] == ["error"]

@@ -16,6 +16,7 @@ from airflow_mpi.jobspec.naming import (
 from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from airflow_mpi.wait.contract import WaitResult
 from tests.unit.fakes import FakeSyncHook
 
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
@@ -37,8 +38,14 @@ def make(hook=None, **kwargs):
 
 
 def result(status="success", **extra):
+    """A trigger's event."""
     return {"status": status, "name": "n", "namespace": "ns", "message": "m", "condition": "Succeeded",
             "launcher_pods": ["p"], "launcher_attempts": 1, "warnings": [], **extra}
+
+
+def wait_result(status="success", **extra):
+    """What a wait in the worker returns."""
+    return WaitResult.from_event(result(status, **extra))
 
 
 # ---------------------------------------------------------------- manifest and retry mapping
@@ -158,7 +165,7 @@ def test_execute_creates_once_and_returns_xcom(monkeypatch):
 
     async def fake_wait(name, namespace, submitted_at, deadline, uid=None):
         captured["name"] = name
-        return result(name=name)
+        return wait_result(name=name)
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     xcom = op.execute(context())
@@ -182,7 +189,7 @@ def test_new_try_reattaches_to_live_or_succeeded_job(monkeypatch, conditions):
     _existing(op, *conditions)
 
     async def fake_wait(*args, **kwargs):
-        return result()
+        return wait_result()
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     op.execute(context(try_number=2))
@@ -221,7 +228,7 @@ def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_jo
 
     async def fake_wait(name, *args, **kwargs):
         waited.append(name)
-        return result(name=name)
+        return wait_result(name=name)
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     op.execute(crafted)
@@ -277,7 +284,7 @@ def test_live_job_found_by_labels_under_another_name(monkeypatch):
 
     async def fake_wait(name, *args, **kwargs):
         assert name == "user-renamed"
-        return result(name=name)
+        return wait_result(name=name)
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     op.execute(context())
@@ -302,7 +309,8 @@ def test_deferrable_defers_with_plain_data_trigger():
     assert isinstance(trigger, MPIJobTrigger)
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_mpi.triggers.mpijob.MPIJobTrigger"
-    assert kwargs["max_attempts"] == 3 and kwargs["connection"] == {"kube_config_path": "/tmp/kubeconfig"}
+    assert kwargs["options"]["max_attempts"] == 3
+    assert kwargs["connection"] == {"kube_config_path": "/tmp/kubeconfig"}
     import json
 
     json.dumps(kwargs)  # plain data only
@@ -434,7 +442,7 @@ def test_deferrable_task_does_not_defer_on_a_succeeded_job(monkeypatch):
 
     async def fake_wait(name, *args, **kwargs):
         waited.append(name)
-        return result(name=name)
+        return wait_result(name=name)
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     assert op.execute(context(try_number=2))["condition"] == "Succeeded"
@@ -485,11 +493,11 @@ def test_job_deleted_by_the_cleanup_of_an_earlier_try_is_resubmitted_once(monkey
     op.deferrable = True
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context(try_number=2))
-    assert deferred.value.kwargs == {"job_try_number": 1} and op.hook.created == []
+    assert deferred.value.kwargs["job_try_number"] == 1 and op.hook.created == []
     op.hook.jobs.clear()  # the first try's trigger deleted it
     with pytest.raises(TaskDeferred) as again:
         op.execute_complete(context(try_number=2), result("deleted", name=name), job_try_number=1)
-    assert len(op.hook.created) == 1 and again.value.kwargs == {"job_try_number": 2}
+    assert len(op.hook.created) == 1 and again.value.kwargs["job_try_number"] == 2
     with pytest.raises(AirflowException, match="deleted"):  # a deletion of the current try's job fails
         op.execute_complete(context(try_number=2), result("deleted", name=name), job_try_number=2)
 

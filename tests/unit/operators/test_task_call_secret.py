@@ -12,6 +12,7 @@ from airflow_mpi.function_task.function_call import decode_call, lost_call_data,
 from airflow_mpi.function_task.rank_result import nonce_digest, result_digest_of
 from airflow_mpi.operators.job_record import JOB_XCOM_KEY, STATE_STORE_KEY, record_result_key
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from airflow_mpi.wait.contract import Outcome, WaitResult
 from tests.unit.operators.test_task_decorators import RUN_ID, build
 
 
@@ -198,7 +199,7 @@ def test_a_later_try_verifies_the_value_of_an_earlier_tries_job_with_the_key_kep
     async def wait(name, namespace, submitted_at, deadline, uid=None):
         for line in result_lines({"v": 42}, earlier.callbacks.nonce):
             op._launcher_log()(line)
-        return {"status": "success", "name": name, "namespace": namespace, "message": "ok"}
+        return WaitResult(Outcome.SUCCESS, name, namespace, "ok")
 
     monkeypatch.setattr(op, "_wait", wait)
     assert op.execute(context(store, [], try_number=2)) == {"v": 42}

@@ -21,6 +21,7 @@ from airflow_mpi.function_task.rank_result import (
 from airflow_mpi.function_task.rank_runner import MARKER, line_mac
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from airflow_mpi.wait.contract import Outcome, WaitResult
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
 from tests.unit.operators.test_trigger_sensor import trigger, use_hook
 
@@ -229,7 +230,7 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
         for line in ["[1,1]<stdout>:hello", *forged, *result_lines({"sum": 7}, nonce),
                      *result_lines({"sum": -2}, "an earlier run's nonce")]:
             emit(line)
-        return {"status": "success", "name": name, "namespace": "ns", "message": "ok"}
+        return WaitResult.from_event({"status": "success", "name": name, "namespace": "ns", "message": "ok"})
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     assert op.execute(context()) == {"sum": 7}
@@ -263,7 +264,7 @@ def test_a_value_the_sync_wait_passed_is_read_back_from_the_launcher_log_before_
 
     async def wait_without_the_markers(name, namespace, submitted_at, deadline, uid=None):
         op.hook.launcher_lines = ["[1,0]<stdout>:visible", *result_lines({"v": 1}, submitted_nonce(op))]
-        return {"status": "success", "name": name, "namespace": namespace, "message": "ok"}
+        return WaitResult(Outcome.SUCCESS, name, namespace, "ok")
 
     monkeypatch.setattr(op, "_wait", wait_without_the_markers)
     assert op.execute(context()) == {"v": 1} and op.hook.jobs == {}  # read before delete_succeeded removed the job
@@ -276,7 +277,7 @@ def test_a_try_that_reattached_to_an_earlier_submission_cannot_verify_its_value(
         op._launcher_log()(line)
     with pytest.raises(AirflowFailException, match="this try cannot verify rank 0's return value: MPIJob n is an "
                                                    "earlier try's submission"):
-        op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
+        op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))
 
 
 def trigger_hook(lines):
@@ -346,7 +347,7 @@ async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, pat
 def test_a_failed_job_whose_rank_zero_never_started_says_so():
     op = build()
     with pytest.raises(AirflowException, match=r"launcher exit codes: 1\. Rank 0 never started the function.*'python3'"):
-        op._finish({"status": "failed", "name": "n", "namespace": "ns", "message": "x", "launcher_exit_codes": [1]})
+        op._finish(WaitResult(Outcome.FAILED, "n", "ns", "x", launcher_exit_codes=[1]))
 
 
 def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
@@ -354,7 +355,7 @@ def test_a_failed_job_whose_function_started_fails_as_any_mpijob():
     op.callbacks.collector = ResultCollector(NONCE)
     op.callbacks.collector.take(result_lines(0)[0])  # "started"
     with pytest.raises(AirflowException) as err:
-        op._finish({"status": "failed", "name": "n", "namespace": "ns", "message": "x"})
+        op._finish(WaitResult(Outcome.FAILED, "n", "ns", "x"))
     assert "never started" not in str(err.value)
 
 
@@ -364,11 +365,11 @@ def test_a_return_value_that_cannot_be_an_xcom_fails_after_the_run():
     for line in (marker("started"), marker("unreturnable", "U2V0OiBub3QgSlNPTg==")):
         op.callbacks.collector.take(line)
     with pytest.raises(AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"):
-        op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
+        op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))
     assert op.hook.deleted == [("n", "ns")]  # cleaned up as any succeeded job
 
 
 def test_a_succeeded_job_without_a_value_fails():
     op = build()
     with pytest.raises(AirflowFailException, match="rank 0 reported no return value"):
-        op._finish({"status": "success", "name": "n", "namespace": "ns", "message": "ok"})
+        op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))

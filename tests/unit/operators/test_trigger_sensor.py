@@ -9,17 +9,18 @@ from airflow_mpi.sensors import MPIJobSensor
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.triggers import mpijob as trigger_module
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from airflow_mpi.wait.contract import WaitOptions
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
 
 NOW = datetime.now(timezone.utc).isoformat()
 
 
-def trigger(**kw):
+def trigger(options=None, **kw):
+    """A trigger waiting as ``options`` (WaitOptions' fields) say; by default it polls every 10 ms."""
     kw.setdefault("name", "job")
     kw.setdefault("namespace", "ns")
     kw.setdefault("submitted_at", NOW)
-    kw.setdefault("poll_interval", 0.01)
-    return MPIJobTrigger(**kw)
+    return MPIJobTrigger(options=WaitOptions(**{"poll_interval": 0.01, **(options or {})}), **kw)
 
 
 def use_hook(monkeypatch, t, hook):
@@ -31,11 +32,45 @@ def use_hook(monkeypatch, t, hook):
 
 
 def test_serialize_round_trips_plain_data():
-    t = trigger(connection={"kube_config_path": "/k"}, deadline=NOW, log_state={"cursor": {}, "streams": [], "done": []})
+    t = trigger(connection={"kube_config_path": "/k"}, options={"deadline": datetime.fromisoformat(NOW)},
+                log_state={"cursor": {}, "streams": [], "done": []})
     classpath, kwargs = t.serialize()
     rebuilt = MPIJobTrigger(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
     assert classpath == "airflow_mpi.triggers.mpijob.MPIJobTrigger"
+
+
+# A trigger as the release before WaitOptions stored it: its serialize() output (wait options as arguments).
+STORED_BEFORE_OPTIONS = {
+    "name": "pi-1a2b3c4d", "namespace": "ns", "uid": "uid-pi-1a2b3c4d",
+    "kubernetes_conn_id": "kubernetes_default", "api_version": "kubeflow.org/v2beta1",
+    "connection": {"kube_config_path": "/k"}, "submitted_at": "2026-11-24T10:00:00+00:00",
+    "deadline": "2099-11-24T11:00:00+00:00", "poll_interval": 2.5, "startup_timeout": 60.0,
+    "schedule_timeout": None, "queue_timeout": 900.0, "target_condition": "Running", "owns_job": False,
+    "get_logs": False, "log_state": {"cursor": {}, "streams": [], "done": []}, "max_attempts": 4,
+    "tail_lines": 7, "not_before": "2026-11-24T10:00:12+00:00", "capture_result": True, "result_key": "k3y",
+    "result_digest": None, "installation": None,
+}
+
+
+async def test_a_trigger_stored_before_the_options_argument_loads_and_runs_with_its_options(monkeypatch):
+    t = MPIJobTrigger(**STORED_BEFORE_OPTIONS)
+    assert t.options == WaitOptions(
+        poll_interval=2.5, startup_timeout=60.0, schedule_timeout=None, queue_timeout=900.0, get_logs=False,
+        max_attempts=4, tail_lines=7, deadline=datetime(2099, 11, 24, 11, 0, tzinfo=timezone.utc),
+        target_condition="Running", owns_job=False,
+    )
+    assert (t.name, t.uid, t.connection, t.result_key, t.capture_result) == (
+        "pi-1a2b3c4d", "uid-pi-1a2b3c4d", {"kube_config_path": "/k"}, "k3y", True)
+    _, kwargs = t.serialize()  # stored again in the new shape: one options argument
+    assert kwargs["options"] == t.options.to_dict() and not set(trigger_module.LEGACY_OPTIONS) & set(kwargs)
+    assert MPIJobTrigger(**kwargs).options == t.options
+    hook = FakeAsyncHook(job_obj=job("pi-1a2b3c4d", "ns", ("Created", "x"), ("Running", "y")))
+    use_hook(monkeypatch, t, hook)
+    (event,) = [e async for e in t.run()]
+    assert event.payload["status"] == "target"  # its target_condition, Running, ended the wait
+    await t.on_kill()
+    assert hook.deleted == []  # owns_job=False: someone else's job
 
 
 async def test_run_yields_one_terminal_event_with_logs_position(monkeypatch):
@@ -77,7 +112,7 @@ async def test_on_kill_deletes_unless_fired_or_not_owned(monkeypatch):
     hook.deleted.clear()
     t._fired = True
     await t.on_kill()
-    not_owned = trigger(owns_job=False)
+    not_owned = trigger(options={"owns_job": False})
     use_hook(monkeypatch, not_owned, hook)
     await not_owned.on_kill()
     assert hook.deleted == []
@@ -130,7 +165,7 @@ async def test_event_is_held_until_not_before(monkeypatch):
     for not_before_value, held in ((not_before.isoformat(), True), ((not_before - timedelta(minutes=1)).isoformat(), False),
                                    (None, False)):
         slept.clear()
-        t = trigger(not_before=not_before_value, get_logs=False)
+        t = trigger(not_before=not_before_value, options={"get_logs": False})
         use_hook(monkeypatch, t, FakeAsyncHook(job_obj=finished))
         events = [e async for e in t.run()]
         assert events[0].payload["status"] == "success"
@@ -201,7 +236,8 @@ def test_deferrable_sensor_defers_without_owning_the_job():
     with pytest.raises(TaskDeferred) as deferred:
         s.execute({})
     kwargs = deferred.value.trigger.serialize()[1]
-    assert kwargs["owns_job"] is False and kwargs["target_condition"] == "Succeeded" and kwargs["deadline"]
+    options = kwargs["options"]
+    assert options["owns_job"] is False and options["target_condition"] == "Succeeded" and options["deadline"]
 
 
 def test_deferrable_sensor_does_not_defer_when_the_condition_already_holds():

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.wait.contract import WaitOptions, WaitResult
 from airflow_mpi.wait.monitor import JobMonitor
 from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.triggers import MPIJobTrigger
@@ -103,7 +104,7 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
     for name, reason in (("job-worker-0", "Completed"), ("job-worker-1", "OOMKilled")):
         clean_up(hook, name, reason, NOW + timedelta(seconds=30))
     result = await asyncio.wait_for(run, 10)
-    failure = result["failure"]
+    failure = result.failure
     assert failure["causes"] == [
         "worker pod job-worker-1 (container worker): OOMKilled: out of memory, memory limit 128Mi; a process of the "
         "container was killed, the container itself ended with exit code 0",
@@ -111,7 +112,9 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
     assert [(t["pod"], t["lines"]) for t in failure["tails"]] == [
         ("job-worker-1", ["Server listening on 0.0.0.0 port 2222.", "Accepted publickey for mpiuser"]),
         ("job-launcher-a", ["rank 1 start", "mpirun noticed that process rank 1 exited on signal 9"])]
-    assert json.loads(json.dumps(result)) == result  # plain JSON: it travels in a trigger event
+    event = result.to_event()
+    assert json.loads(json.dumps(event)) == event  # plain JSON: it travels in a trigger event
+    assert WaitResult.from_event(json.loads(json.dumps(event))) == result
 
 
 async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_code():
@@ -121,7 +124,7 @@ async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_c
         "exited on signal 9 (Killed)."]}
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0"), worker("job-worker-1")], logs)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
-    assert result["failure"]["causes"] == [
+    assert result.failure["causes"] == [
         "rank 1 on job-worker-1: signal 9 (SIGKILL), as mpirun reports it",
         "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
 
@@ -129,16 +132,16 @@ async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_c
 async def test_with_clean_pod_policy_none_running_workers_are_not_awaited():
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0")], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)  # the clock is frozen: only no waiting ends this
-    assert result["failure"]["causes"] == [
+    assert result.failure["causes"] == [
         "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
-    assert [t["pod"] for t in result["failure"]["tails"]] == ["job-launcher-a"]
+    assert [t["pod"] for t in result.failure["tails"]] == ["job-launcher-a"]
 
 
 async def test_a_worker_that_outlives_its_grace_period_is_not_awaited_longer():
     stuck = worker("job-worker-0", deletion=NOW - timedelta(seconds=fc.SETTLE_SLACK + 1))
     hook = Cluster(failed_job("Running"), [LAUNCHER, stuck], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
-    assert len(result["failure"]["causes"]) == 1
+    assert len(result.failure["causes"]) == 1
 
 
 async def test_a_worker_deleted_before_the_verdict_is_named_from_its_last_state():
@@ -182,11 +185,11 @@ async def test_a_worker_that_failed_by_itself_is_kept_and_read_and_no_tails_when
     failed = worker("job-worker-0", state="terminated", exit_code=255, reason="Error", phase="Failed")
     hook = Cluster(failed_job("Running"), [LAUNCHER, failed], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
-    assert result["failure"]["causes"][0] == "worker pod job-worker-0 (container worker): Error, exit code 255"
-    assert [t["pod"] for t in result["failure"]["tails"]] == ["job-worker-0", "job-launcher-a"]
+    assert result.failure["causes"][0] == "worker pod job-worker-0 (container worker): Error, exit code 255"
+    assert [t["pod"] for t in result.failure["tails"]] == ["job-worker-0", "job-launcher-a"]
     hook = Cluster(failed_job("Running"), [LAUNCHER, failed], LOGS)
     result = await asyncio.wait_for(monitor(hook, tail_lines=0).run(), 10)
-    assert result["failure"]["tails"] == [] and len(result["failure"]["causes"]) == 2
+    assert result.failure["tails"] == [] and len(result.failure["causes"]) == 2
     assert hook.reads.empty()
 
 
@@ -194,15 +197,15 @@ async def test_a_succeeded_job_has_no_report():
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = Cluster(done, [pod("job-launcher-a", state="terminated", phase="Succeeded")], LOGS)
     result = await monitor(hook).run()
-    assert result["status"] == "success" and result["failure"] is None and hook.reads.empty()
+    assert result.outcome == "success" and result.failure is None and hook.reads.empty()
 
 
 async def test_the_trigger_carries_the_report_and_its_tail_lines(monkeypatch):
     import contextlib
 
-    trigger = MPIJobTrigger(name="job", namespace="ns", submitted_at=NOW.isoformat(), poll_interval=0.01,
-                            get_logs=False, tail_lines=1)
-    assert MPIJobTrigger(**trigger.serialize()[1]).tail_lines == 1
+    trigger = MPIJobTrigger(name="job", namespace="ns", submitted_at=NOW.isoformat(),
+                            options=WaitOptions(poll_interval=0.01, get_logs=False, tail_lines=1))
+    assert MPIJobTrigger(**trigger.serialize()[1]).options.tail_lines == 1
     hook = Cluster(failed_job(None), [LAUNCHER], LOGS)
 
     @contextlib.asynccontextmanager

@@ -47,10 +47,10 @@ async def test_a_pod_with_the_launchers_labels_is_no_attempt_and_none_of_its_out
                          logs={("job-launcher-forged", False): FORGED_LINES, ("job-launcher-a", False): REAL_LINES})
     lines: list[str] = []
     result = await monitor(hook, lines).run()
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert not [ln for ln in lines if "FORGED" in ln], lines
     assert [ln for ln in lines if not ln.startswith(("=", "("))] == ["pi is 3.14", "done"]
-    assert result["launcher_pods"] == ["job-launcher-a"] and result["launcher_attempts"] == 1
+    assert result.launcher_pods == ["job-launcher-a"] and result.launcher_attempts == 1
     assert ignored(lines) == ["(ignoring pod job-launcher-forged: it carries MPIJob job's labels, but the job's "
                               "controllers did not make it: not followed, not counted)"]
     assert "job-launcher-forged" not in [request[0] for request in hook.log_requests]
@@ -78,8 +78,8 @@ async def test_a_failed_pod_with_a_workers_labels_before_the_launcher_neither_en
     hook.launchers = [pod("job-launcher-a", state="terminated", phase="Succeeded")]
     hook.job_obj = DONE
     result = await asyncio.wait_for(wait, 30)
-    assert result["status"] == "success" and hook.deleted == []
-    assert len(ignored(lines)) == 1 and result["failure"] is None
+    assert result.outcome == "success" and hook.deleted == []
+    assert len(ignored(lines)) == 1 and result.failure is None
 
 
 async def test_a_failed_jobs_report_names_and_reads_only_the_jobs_own_pods():
@@ -91,9 +91,9 @@ async def test_a_failed_jobs_report_names_and_reads_only_the_jobs_own_pods():
                                ("job-worker-9", False): FORGED_LINES})
     lines: list[str] = []
     result = await monitor(hook, lines, get_logs=False, tail_lines=5).run()
-    assert result["status"] == "failed"
-    assert result["failure"]["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
-    assert [tail["pod"] for tail in result["failure"]["tails"]] == ["job-worker-1"]
+    assert result.outcome == "failed"
+    assert result.failure["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
+    assert [tail["pod"] for tail in result.failure["tails"]] == ["job-worker-1"]
     assert "job-worker-9" not in [request[0] for request in hook.log_requests]
     assert len(ignored(lines)) == 1
 
@@ -126,5 +126,5 @@ async def test_a_launcher_job_that_the_mpijob_does_not_control_makes_no_launcher
                     logs={("job-launcher-a", False): FORGED_LINES})
     lines: list[str] = []
     result = await monitor(hook, lines).run()
-    assert result["launcher_pods"] == [] and not [ln for ln in lines if "FORGED" in ln]
+    assert result.launcher_pods == [] and not [ln for ln in lines if "FORGED" in ln]
     assert len(ignored(lines)) == 1

@@ -49,10 +49,10 @@ async def test_success_streams_each_line_once_across_a_cut_stream():
     )
     lines: list[str] = []
     result = await monitor(hook, lines).run()
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert lines[0] == "========== launcher attempt 1, pod job-launcher-a =========="
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three"]
-    assert result["launcher_pods"] == ["job-launcher-a"] and result["launcher_attempts"] == 1
+    assert result.launcher_pods == ["job-launcher-a"] and result.launcher_attempts == 1
     assert hook.deleted == []
 
 
@@ -77,7 +77,7 @@ async def test_lines_the_kubelet_rotated_away_before_a_resumed_read_are_said_mis
         log_failures={"job-launcher-a": 2},
     )
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     shown = [ln for ln in lines if not ln.startswith("=")]
     assert shown[:2] == ["one", "two"] and shown[3:] == ["four", "five"]
     assert shown[2] == (
@@ -100,13 +100,13 @@ async def test_every_attempt_gets_a_header_in_order():
     )
     lines: list[str] = []
     result = await monitor(hook, lines, max_attempts=2).run()
-    assert result["status"] == "failed" and result["reason"] == "BackoffLimitExceeded"
+    assert result.outcome == "failed" and result.reason == "BackoffLimitExceeded"
     assert lines == [
         "========== launcher attempt 1 of 2, pod job-launcher-1 ==========", "first",
         "========== launcher attempt 2 of 2, pod job-launcher-2 ==========", "second",
     ]
-    assert result["launcher_attempts"] == 2
-    assert result["launcher_exit_codes"] == [1, 3]  # oldest attempt first
+    assert result.launcher_attempts == 2
+    assert result.launcher_exit_codes == [1, 3]  # oldest attempt first
 
 
 async def test_restarted_container_log_is_read_with_previous():
@@ -130,7 +130,7 @@ async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
     hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
                                                         [("MODIFIED", done)]])
     result = await monitor(hook, [], get_logs=False).run()
-    assert result["status"] == "success" and hook.watch_script == []
+    assert result.outcome == "success" and hook.watch_script == []
     # after the 410 the hub lists again (the version may be compacted); after a cut it resumes without a list
     assert hook.lists.count("mpijobs") == 2
     assert hook.watch_versions[:3] == ["5", "5", "5"]
@@ -142,7 +142,7 @@ async def test_validation_error_event_fails_fast(events_watch_forbidden):
         {"type": "Warning", "reason": "ValidationError", "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
          "involvedObject": {"name": "job"}}])
     result = await monitor(hook, [], get_logs=False).run()
-    assert result["status"] == "invalid" and "replicas: bad" in result["message"]
+    assert result.outcome == "invalid" and "replicas: bad" in result.message
 
 
 async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
@@ -155,8 +155,8 @@ async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
                  "involvedObject": {"name": "job-worker-0"}}],
     )
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 5)).run()
-    assert result["status"] == "unschedulable"
-    assert "Insufficient nvidia.com/gpu" in result["message"]
+    assert result.outcome == "unschedulable"
+    assert "Insufficient nvidia.com/gpu" in result.message
 
 
 async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its_log():
@@ -168,10 +168,11 @@ async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its
         logs={("job-worker-1", False): ["sshd: no hostkeys available -- exiting."]},
     )
     result = await monitor(hook, [], get_logs=False).run()
-    assert result["status"] == "worker_failed"
-    assert result["message"].startswith("worker pod job-worker-1 failed before the launcher started (Error, exit code 1)")
-    assert result["failure"]["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
-    assert result["failure"]["tails"][0]["lines"] == ["sshd: no hostkeys available -- exiting."]
+    assert result.outcome == "worker_failed"
+    assert result.message.startswith(
+        "worker pod job-worker-1 failed before the launcher started (Error, exit code 1)")
+    assert result.failure["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
+    assert result.failure["tails"][0]["lines"] == ["sshd: no hostkeys available -- exiting."]
 
 
 @pytest.mark.parametrize("pods", [
@@ -188,14 +189,14 @@ async def test_startup_timeout_without_created():
     hook = FakeAsyncHook(job_obj=job("job", "ns"))
     result = await monitor(hook, [], get_logs=False, submitted_at=NOW - timedelta(seconds=10),
                            timeouts=Timeouts(5, 300)).run()
-    assert result["status"] == "startup_timeout"
+    assert result.outcome == "startup_timeout"
 
 
 async def test_deadline_deletes_the_job_when_owned_only():
     running = job("job", "ns", ("Created", "x"), ("Running", "x"))
     owned = FakeAsyncHook(job_obj=running)
     result = await monitor(owned, [], get_logs=False, deadline=NOW - timedelta(seconds=1)).run()
-    assert result["status"] == "timeout" and owned.deleted == [("job", "ns")]
+    assert result.outcome == "timeout" and owned.deleted == [("job", "ns")]
     watched = FakeAsyncHook(job_obj=running)
     await monitor(watched, [], get_logs=False, deadline=NOW - timedelta(seconds=1), owns_job=False).run()
     assert watched.deleted == []
@@ -203,7 +204,7 @@ async def test_deadline_deletes_the_job_when_owned_only():
 
 async def test_deleted_job_ends_the_wait():
     hook = FakeAsyncHook(job_obj=None)
-    assert (await monitor(hook, [], get_logs=False).run())["status"] == "deleted"
+    assert (await monitor(hook, [], get_logs=False).run()).outcome == "deleted"
 
 
 async def test_a_job_replaced_under_its_name_is_not_followed_nor_deleted():
@@ -212,14 +213,14 @@ async def test_a_job_replaced_under_its_name_is_not_followed_nor_deleted():
     other["metadata"]["uid"] = "someone-elses"
     hook = FakeAsyncHook(job_obj=other)
     result = await monitor(hook, [], get_logs=False, uid="ours").run()
-    assert result["status"] == "deleted" and "replaced by another MPIJob" in result["message"]
-    assert result["uid"] == "ours" and hook.deleted == []
+    assert result.outcome == "deleted" and "replaced by another MPIJob" in result.message
+    assert result.uid == "ours" and hook.deleted == []
 
 
 async def test_target_condition_reached():
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")))
     result = await monitor(hook, [], get_logs=False, target_condition="Running").run()
-    assert result["status"] == "target"
+    assert result.outcome == "target"
 
 
 async def test_drain_resumes_from_state_without_duplicates():
@@ -256,7 +257,7 @@ async def test_server_errors_are_retried():
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]])
-    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+    assert (await monitor(hook, [], get_logs=False).run()).outcome == "success"
 
 
 @pytest.mark.parametrize("status", [403, 401])
@@ -269,7 +270,7 @@ async def test_authorization_errors_while_an_api_server_comes_back_are_retried(m
     hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
                          watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
                                        [("MODIFIED", done)]])
-    assert (await monitor(hook, [], get_logs=False).run())["status"] == "success"
+    assert (await monitor(hook, [], get_logs=False).run()).outcome == "success"
 
 
 async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stopped():
@@ -292,7 +293,7 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
                          logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
     lines: list[str] = []
     result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
     assert [r[3] for r in hook.log_requests][:2] == [True, False]  # followed, then read the rest
 
@@ -324,7 +325,7 @@ async def test_a_kubelet_ending_the_follow_before_the_status_says_so_is_not_foll
                          logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
     lines: list[str] = []
     result = await monitor(hook, lines).run()
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["only"]
     assert [r[3] for r in hook.log_requests] == [True, False]  # followed once, then read the rest
 
@@ -364,7 +365,7 @@ def rotating(rotate_to=None, probe_error=None) -> RotatingFollow:
 async def test_a_log_rotated_while_followed_is_said_once_with_where_the_node_keeps_the_old_file():
     hook = rotating(rotate_to=ROTATED_LOG[3:])
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     shown = [ln for ln in lines if not ln.startswith("=")]
     assert shown[:5] == ["one", "two", "three", "four", "five"] and len(shown) == 6
     assert shown[5] == (
@@ -380,7 +381,7 @@ async def test_a_log_rotated_after_its_last_line_is_said_too():
     """The kubelet rotated the log once more after the container's last output: the current file is empty."""
     hook = rotating(rotate_to=[])
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     shown = [ln for ln in lines if not ln.startswith("=")]
     assert shown[:5] == ["one", "two", "three", "four", "five"] and len(shown) == 6
     assert "the kubelet rotated this log while it was followed (containerLogMaxSize; its current file is empty)" \
@@ -391,7 +392,7 @@ async def test_an_error_text_instead_of_the_files_start_says_nothing():
     hook = rotating()
     hook.probe_answer = "unable to retrieve container logs for containerd://abc"
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five"]
 
 
@@ -410,7 +411,7 @@ async def test_a_container_restarted_after_its_follow_is_no_rotation():
                       logs={("job-launcher-a", False): list(ROTATED_LOG)})
     hook.status_after = 0
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five", "again"]
 
 
@@ -418,7 +419,7 @@ async def test_a_container_restarted_after_its_follow_is_no_rotation():
 async def test_a_follow_of_a_log_not_seen_rotated_says_nothing_more(probe_error):
     hook = rotating(probe_error=probe_error)
     lines: list[str] = []
-    assert (await monitor(hook, lines).run())["status"] == "success"
+    assert (await monitor(hook, lines).run()).outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five"]
     assert hook.log_probes == ([] if probe_error else ["job-launcher-a"])
     assert [r[3] for r in hook.log_requests] == [True, False]  # the probe is no read of the log itself
@@ -446,7 +447,7 @@ async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_
     lines: list[str] = []
     result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
     await writer
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two"]
     follows = [r[3] for r in hook.log_requests]
     assert follows[:2] == [True, True] and follows[-1] is False
@@ -491,7 +492,7 @@ async def test_a_succeeded_job_whose_launcher_pod_is_gone_says_its_log_could_not
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"))
     lines: list[str] = []
     result = await monitor(FakeAsyncHook(job_obj=done, launchers=[]), lines).run()
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     assert len(lines) == 1 and "launcher's log could not be read: its pod is gone" in lines[0], lines
 
 
@@ -542,7 +543,7 @@ async def test_the_first_read_rides_out_an_api_server_restart(monkeypatch, caplo
     hook = Restarting(job_obj=done, failures=outage)
     with caplog.at_level(logging.WARNING, logger="airflow_mpi.hooks.retries"):
         result = await monitor(hook, [], get_logs=False).run()
-    assert result["status"] == "success" and hook.failures == []
+    assert result.outcome == "success" and hook.failures == []
     assert len([r for r in caplog.records if "Kubernetes API unavailable" in r.getMessage()]) == len(outage)
 
 
@@ -597,7 +598,7 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
     hook = Counting(job_obj=job("job", "ns"), events_watch_forbidden=True)
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0).run()
     gaps = [(b - a).total_seconds() for a, b in zip(listed, listed[1:])]
-    assert result["status"] == "invalid" and "late: bad spec" in result["message"]
+    assert result.outcome == "invalid" and "late: bad spec" in result.message
     assert gaps[:5] == [10, 20, 40, 80, 160] and max(gaps) <= 300, gaps
     assert len(listed) < 12 and len(checks) > 180  # instead of one LIST per check
     assert (listed[-1] - checks[179]).total_seconds() <= 300
@@ -647,7 +648,7 @@ async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs
     hook.add_event({"type": "Warning", "reason": "ValidationError", "message": "spec.slotsPerWorker: bad",
                     "involvedObject": {"name": "job", "uid": "uid-2"}})
     result = await asyncio.wait_for(task, 30)
-    assert result["status"] == "invalid" and "slotsPerWorker: bad" in result["message"]
+    assert result.outcome == "invalid" and "slotsPerWorker: bad" in result.message
     assert listed == ["job"]
 
 

@@ -59,7 +59,7 @@ async def test_queued_then_admitted_job_is_told_from_its_own_workload():
     hook = FakeAsyncHook(job_obj=queued_job(("Suspended", "MPIJobSuspended")), workloads=[workload(False)])
     lines: list[str] = []
     result = await run_until_admitted(hook, lines, "is queued by Kueue")
-    assert result["status"] == "success"  # queued past its startup and schedule timeouts (1 s): not counted
+    assert result.outcome == "success"  # queued past its startup and schedule timeouts (1 s): not counted
     assert lines == [f"MPIJob job is queued by Kueue in LocalQueue user-queue: {PENDING}",
                      "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after 20s "
                      "in the queue"]
@@ -76,7 +76,7 @@ async def test_workloads_of_an_older_kueue_or_none_visible_never_fail_the_wait(r
                          workloads_refused=refused)
     lines: list[str] = []
     result = await run_until_admitted(hook, lines, "is queued by Kueue")
-    assert result["status"] == "success" and hook.workload_versions == versions
+    assert result.outcome == "success" and hook.workload_versions == versions
     assert ("its Kueue Workload is not visible" in lines[0]) is hint
     assert ("after 30s in the queue" in lines[1]) if hint else ("ClusterQueue cluster-queue" in lines[1])
 
@@ -85,11 +85,11 @@ async def test_a_job_queued_past_queue_timeout_ends_the_wait():
     hook = FakeAsyncHook(job_obj=queued_job(("Suspended", "MPIJobSuspended")), workloads=[workload(False)])
     result = await JobMonitor(hook, "job", "ns", emit=[].append, submitted_at=NOW, get_logs=False,
                               timeouts=Timeouts(queue_timeout=30)).run()
-    assert result["status"] == "queue_timeout"
-    assert result["message"].startswith("MPIJob job was not admitted by Kueue within queue_timeout=30s")
+    assert result.outcome == "queue_timeout"
+    assert result.message.startswith("MPIJob job was not admitted by Kueue within queue_timeout=30s")
 
 
 async def test_a_job_without_the_queue_label_watches_no_workloads():
     hook = FakeAsyncHook(job_obj=queued_job(("Succeeded", "x"), labels={}))
     result = await JobMonitor(hook, "job", "ns", emit=[].append, submitted_at=NOW, get_logs=False).run()
-    assert result["status"] == "success" and "workloads" not in hook.lists
+    assert result.outcome == "success" and "workloads" not in hook.lists

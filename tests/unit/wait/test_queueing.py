@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow_mpi.wait.queueing import QUEUE_TIMEOUT, QueueTracker, flavors
+from airflow_mpi.wait.contract import Outcome
+from airflow_mpi.wait.queueing import QueueTracker, flavors
 
 CREATED = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
 PENDING = "couldn't assign flavors to pod set launcher: insufficient unused quota for cpu in flavor default-flavor"
@@ -70,7 +71,7 @@ def test_queue_timeout_counts_from_the_job_creation_and_only_while_queued():
     tracker = QueueTracker("job", queue_timeout=60)
     assert tracker.observe(mpijob(True), PENDING_WL, at(59))[1] is None
     verdict = tracker.observe(mpijob(True), PENDING_WL, at(60))[1]
-    assert verdict.outcome == QUEUE_TIMEOUT
+    assert verdict.outcome is Outcome.QUEUE_TIMEOUT
     assert verdict.message == (f"MPIJob job was not admitted by Kueue within queue_timeout=60s (LocalQueue user-queue: "
                                f"{PENDING}); it is deleted")
     admitted = QueueTracker("job", queue_timeout=60)
