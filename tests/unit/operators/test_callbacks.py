@@ -9,7 +9,7 @@ from airflow_mpi.jobspec.parameters import mpirun_launch
 from airflow_mpi.operators import HorovodCallbacks, HorovodJobOperator, MPIJobCallbacks
 from airflow_mpi.version_compat import TaskDeferred
 from tests.unit.fakes import FakeSyncHook
-from tests.unit.operators.test_mpijob_operator import context, make, result
+from tests.unit.operators.test_mpijob_operator import context, make, wait_result
 
 
 class Recording(MPIJobCallbacks):
@@ -70,7 +70,7 @@ class Recording(MPIJobCallbacks):
 def run(op, monkeypatch):
     async def wait_emitting_one_line(name, namespace, submitted_at, deadline, uid=None):
         op._launcher_log()("hello from the launcher")
-        return result(name=name)
+        return wait_result(name=name)
 
     monkeypatch.setattr(op, "_wait", wait_emitting_one_line)
     return op.execute(context())
