@@ -31,7 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_mpi.jobspec.claims import (
-    INSTALLATION_KEY, INSTALLATION_VARIABLE, copied_database, installation_of_url, live_jobs_of_another_id,
+    INSTALLATION_KEY,
+    INSTALLATION_VARIABLE,
+    copied_database,
+    installation_of_url,
+    live_jobs_of_another_id,
 )
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, conf
 
@@ -49,7 +53,9 @@ INSTALLATION_DESCRIPTION = (
     "or [airflow_mpi] installation). A copy of this database restored elsewhere records its own and then touches "
     "none of the original's MPIJobs."
 )
-_VALID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")  # \Z: "$" lets a trailing newline through
+_VALID = re.compile(
+    r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
+)  # \Z: "$" lets a trailing newline through
 
 
 def new_identity() -> str:
@@ -61,9 +67,11 @@ def checked(value: object, source: str) -> str:
     """``value`` when it is a valid identity; a clear error naming where it came from otherwise."""
     text = str(value).strip()
     if not _VALID.match(text):
-        raise AirflowException(f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
-                               "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter "
-                               "or digit)")
+        raise AirflowException(
+            f"{source}={value!r}: the airflow-mpi deployment id must be a Kubernetes label value "
+            "(1-63 characters of letters, digits, '-', '_', '.', starting and ending with a letter "
+            "or digit)"
+        )
     return text
 
 
@@ -154,7 +162,9 @@ def in_database() -> Identity:
     from airflow.models.variable import Variable
 
     recorded = None if pinned_installation() else Variable.get(INSTALLATION_VARIABLE, None)
-    return Identity(pinned() or _stored(Variable, VARIABLE_KEY, "deployment id"), own_installation(), recorded)
+    return Identity(
+        pinned() or _stored(Variable, VARIABLE_KEY, "deployment id"), own_installation(), recorded
+    )
 
 
 #: ``installation -> {namespace: {other id: [its live MPIJobs]}}``: this installation's claims of ids with live jobs
@@ -180,7 +190,9 @@ def establish(live_claims: LiveClaims) -> Identity:
             log.warning("airflow-mpi: could not look for jobs of an earlier id (%s); making a new id", err)
             live = {}
         if live:
-            raise AirflowException(" ".join(live_jobs_of_another_id(ns, None, ids) for ns, ids in sorted(live.items())))
+            raise AirflowException(
+                " ".join(live_jobs_of_another_id(ns, None, ids) for ns, ids in sorted(live.items()))
+            )
         _create_if_absent(VARIABLE_KEY, new_identity(), VARIABLE_DESCRIPTION)
         deployment = Variable.get(VARIABLE_KEY)
     deployment = checked(deployment, f"Variable {VARIABLE_KEY}")
@@ -190,7 +202,9 @@ def establish(live_claims: LiveClaims) -> Identity:
         recorded = Variable.get(INSTALLATION_VARIABLE)
     identity = Identity(deployment, own, recorded)
     if identity.conflict:
-        if not made:  # a new id is this installation's anyway (the copy's Variable deleted, as the error says)
+        if (
+            not made
+        ):  # a new id is this installation's anyway (the copy's Variable deleted, as the error says)
             log.error("%s", identity.conflict)
         _overwrite(INSTALLATION_VARIABLE, own)
     return Identity(deployment, own, own)

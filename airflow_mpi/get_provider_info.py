@@ -18,11 +18,19 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [{"integration-name": "Kubeflow MPIJob",
-                       "python-modules": ["airflow_mpi.operators.mpijob", "airflow_mpi.operators.horovod"]}],
-        "sensors": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.sensors.mpijob"]}],
+        "operators": [
+            {
+                "integration-name": "Kubeflow MPIJob",
+                "python-modules": ["airflow_mpi.operators.mpijob", "airflow_mpi.operators.horovod"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.sensors.mpijob"]}
+        ],
         "hooks": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.hooks.mpijob"]}],
-        "triggers": [{"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.triggers.mpijob"]}],
+        "triggers": [
+            {"integration-name": "Kubeflow MPIJob", "python-modules": ["airflow_mpi.triggers.mpijob"]}
+        ],
         "task-decorators": [
             {"class-name": "airflow_mpi.decorators.mpi.mpi_task", "name": "mpi"},
             {"class-name": "airflow_mpi.decorators.horovod.horovod_task", "name": "horovod"},

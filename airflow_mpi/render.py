@@ -47,8 +47,10 @@ def _find_task(dag_file: str, task_id: str, dag_id: str | None) -> tuple[Any, An
         raise RenderError("; ".join(f"{path}: {error}" for path, error in bag.import_errors.items()))
     dags = [d for d in bag.dags.values() if (dag_id is None or d.dag_id == dag_id) and task_id in d.task_dict]
     if len(dags) != 1:
-        raise RenderError(f"{len(dags)} DAGs in {dag_file} have a task {task_id!r} (DAGs there: {sorted(bag.dags)}); "
-                          "choose one with --dag-id")
+        raise RenderError(
+            f"{len(dags)} DAGs in {dag_file} have a task {task_id!r} (DAGs there: {sorted(bag.dags)}); "
+            "choose one with --dag-id"
+        )
     dag, task = dags[0], dags[0].task_dict[task_id]
     if not callable(getattr(task, "build_manifest", None)):
         raise RenderError(f"task {task_id!r} is a {type(task).__name__}, not an MPIJobOperator")
@@ -70,7 +72,9 @@ def render(
         resolved_params = dict(dag_params.validate())
         task.render_template_fields({"params": resolved_params, "run_id": run_id, "dag": dag, "task": task})
     except Exception as exc:  # a Param out of bounds, a template needing a real run (ti, XCom, ...)
-        raise RenderError(f"cannot render {dag.dag_id}.{task_id} offline: {type(exc).__name__}: {exc}") from exc
+        raise RenderError(
+            f"cannot render {dag.dag_id}.{task_id} offline: {type(exc).__name__}: {exc}"
+        ) from exc
     return task.build_manifest({"run_id": run_id})
 
 

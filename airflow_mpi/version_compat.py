@@ -10,13 +10,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
+from airflow import __version__ as AIRFLOW_VERSION
 from airflow.providers.common.compat.sdk import (
-    AirflowException, AirflowFailException, BaseOperator, BaseSensorOperator, TaskDeferred, Variable, conf,
+    AirflowException,
+    AirflowFailException,
+    BaseOperator,
+    BaseSensorOperator,
+    TaskDeferred,
+    Variable,
+    conf,
 )
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-from airflow import __version__ as AIRFLOW_VERSION
 
 try:
     from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
@@ -37,4 +42,3 @@ def non_scoped_session() -> Iterator[Any]:
         yield session
     finally:
         session.close()
-

@@ -9,9 +9,9 @@ from airflowstack.stack import AirflowStack, kubernetes_connection
 
 __all__ = [
     "AirflowClient",
-    "Background",
     "AirflowStack",
     "ApiError",
+    "Background",
     "Postgres",
     "S3Server",
     "Service",

@@ -25,8 +25,14 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stack = AirflowStack(args.dags, home=args.home, kubeconfig=args.kubeconfig, namespace=args.namespace,
-                         port=args.port, password=args.password)
+    stack = AirflowStack(
+        args.dags,
+        home=args.home,
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        port=args.port,
+        password=args.password,
+    )
     try:
         stack.start()
         print(f"Airflow UI: {stack.base_url}  (login admin / {args.password})", flush=True)

@@ -88,16 +88,28 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def start_on_free_port(name: str, host: str, start: Callable[[int], Service], ready: Callable[[], object], *,
-                       timeout: float, attempts: int = 5) -> Service:
+def start_on_free_port(
+    name: str,
+    host: str,
+    start: Callable[[int], Service],
+    ready: Callable[[], object],
+    *,
+    timeout: float,
+    attempts: int = 5,
+) -> Service:
     """``start(port)`` on a port that was free a moment ago, until ``ready()`` (polled every 0.2 s); another port
     when the first was taken between picking and binding it (up to ``attempts``)."""
     last_error: Exception | None = None
     for _attempt in range(attempts):
         service = start(free_port(host))
         try:
-            wait_until(ready, timeout=timeout, interval=0.2, what=f"{name} to accept connections",
-                       check=service.check_alive)
+            wait_until(
+                ready,
+                timeout=timeout,
+                interval=0.2,
+                what=f"{name} to accept connections",
+                check=service.check_alive,
+            )
             return service
         except StackError as exc:
             last_error = exc
@@ -132,7 +144,9 @@ class Service:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed right after
         try:
-            log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
+            log.write(
+                f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode()
+            )
             log.flush()
             self.proc = subprocess.Popen(
                 self.argv,
@@ -217,13 +231,26 @@ class Service:
             time.sleep(0.1)
 
 
-def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 300, log_path: Path | None = None,
-        cwd: str | os.PathLike | None = None) -> str:
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    log_path: Path | None = None,
+    cwd: str | os.PathLike | None = None,
+) -> str:
     """Run a command to completion; raise StackError with its output on failure."""
     try:
         cp = subprocess.run(
-            list(argv), env=dict(env) if env is not None else None, cwd=cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, text=True, errors="replace",
+            list(argv),
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            text=True,
+            errors="replace",
         )
     except subprocess.TimeoutExpired as exc:
         raise StackError(f"{' '.join(argv)} timed out after {timeout:.0f}s") from exc
@@ -252,8 +279,11 @@ def parent_pid(pid: int) -> int | None:
 
 def group_members(pgid: int) -> list[int]:
     """The pids of process group ``pgid``'s members."""
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and int(fields[2]) == pgid]
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and int(fields[2]) == pgid
+    ]
 
 
 def open_paths(pid: int) -> list[str]:

@@ -12,8 +12,13 @@ from pathlib import Path
 
 CHROMIUM = os.environ.get("AIRFLOW_MPI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 UI_TIMEOUT_MS = 60_000
 
@@ -22,7 +27,9 @@ UI_TIMEOUT_MS = 60_000
 def chromium() -> Iterator:
     """A headless Chromium (never `playwright install`: the Debian package's binary)."""
     if not Path(CHROMIUM).exists():
-        raise FileNotFoundError(f"Chromium not found at {CHROMIUM}: run scripts/bootstrap (Debian package chromium)")
+        raise FileNotFoundError(
+            f"Chromium not found at {CHROMIUM}: run scripts/bootstrap (Debian package chromium)"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

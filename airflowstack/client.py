@@ -19,7 +19,9 @@ class ApiError(StackError):
     def __init__(self, response: httpx.Response):
         self.response = response
         self.status_code = response.status_code
-        super().__init__(f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text[:2000]}")
+        super().__init__(
+            f"{response.request.method} {response.request.url} -> {response.status_code}: {response.text[:2000]}"
+        )
 
 
 def _q(value: str) -> str:
@@ -27,7 +29,9 @@ def _q(value: str) -> str:
 
 
 class AirflowClient:
-    def __init__(self, base_url: str, username: str = "admin", password: str = "admin", *, timeout: float = 30):
+    def __init__(
+        self, base_url: str, username: str = "admin", password: str = "admin", *, timeout: float = 30
+    ):
         self.base_url = base_url.rstrip("/")
         self.username = username
         self.password = password
@@ -45,7 +49,9 @@ class AirflowClient:
         self._token = r.json()["access_token"]
         return self._token
 
-    def request(self, method: str, path: str, *, expect: Iterable[int] | None = None, **kwargs) -> httpx.Response:
+    def request(
+        self, method: str, path: str, *, expect: Iterable[int] | None = None, **kwargs
+    ) -> httpx.Response:
         """Authenticated request; re-logs in once on 401; raises ApiError unless the status is 2xx or in ``expect``."""
         for attempt in (0, 1):
             if self._token is None:
@@ -72,7 +78,9 @@ class AirflowClient:
         r.raise_for_status()
         return r.json()
 
-    def healthy(self, components: Iterable[str] = ("metadatabase", "scheduler", "triggerer", "dag_processor")) -> bool:
+    def healthy(
+        self, components: Iterable[str] = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    ) -> bool:
         h = self.health()
         return all((h.get(c) or {}).get("status") == "healthy" for c in components)
 
@@ -89,13 +97,17 @@ class AirflowClient:
 
         def probe() -> bool:
             if errors := self.import_errors():
-                raise StackError("DAG import errors: " + "; ".join(f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors))
+                raise StackError(
+                    "DAG import errors: "
+                    + "; ".join(f"{e.get('filename')}: {e.get('stack_trace')}" for e in errors)
+                )
             return all(self.dag(d) is not None for d in dag_ids)
 
         _wait(probe, timeout, f"DAGs {dag_ids} to be parsed")
 
-    def jobs(self, job_type: str, *, state: str | None = "running",
-             started_after: datetime | None = None) -> list[dict]:
+    def jobs(
+        self, job_type: str, *, state: str | None = "running", started_after: datetime | None = None
+    ) -> list[dict]:
         """The components' jobs of one type (``SchedulerJob``, ``TriggererJob``, ...), newest first: each process of a
         component records one at its start (``id``, ``start_date``, ``latest_heartbeat``). A SIGKILLed process's job
         stays ``running``, its heartbeat getting older."""
@@ -112,7 +124,14 @@ class AirflowClient:
         return None if r.status_code == 404 else r.json().get("value")
 
     # -- runs ----------------------------------------------------------------------------------------------------
-    def trigger(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None, expect: Iterable[int] | None = None) -> httpx.Response | dict:
+    def trigger(
+        self,
+        dag_id: str,
+        conf: dict | None = None,
+        *,
+        run_id: str | None = None,
+        expect: Iterable[int] | None = None,
+    ) -> httpx.Response | dict:
         body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
         if run_id:
             body["dag_run_id"] = run_id
@@ -126,12 +145,16 @@ class AirflowClient:
         return self.get(f"/api/v2/dags/{_q(dag_id)}/dagRuns", params={"limit": 100}).get("dag_runs", [])
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self.get(f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances").get("task_instances", [])
+        return self.get(f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances").get(
+            "task_instances", []
+        )
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self.get(f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}")
 
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300, states: Iterable[str] = TERMINAL_RUN_STATES) -> dict:
+    def wait_run(
+        self, dag_id: str, run_id: str, timeout: float = 300, states: Iterable[str] = TERMINAL_RUN_STATES
+    ) -> dict:
         states = set(states)
 
         def probe() -> dict | None:
@@ -143,8 +166,16 @@ class AirflowClient:
         except StackError as exc:
             raise StackError(f"{exc}; task states: {self._ti_summary(dag_id, run_id)}") from None
 
-    def wait_task(self, dag_id: str, run_id: str, task_id: str, states: Iterable[str], timeout: float = 300,
-                  seen: list[str] | None = None, interval: float = 0.5) -> dict:
+    def wait_task(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        states: Iterable[str],
+        timeout: float = 300,
+        seen: list[str] | None = None,
+        interval: float = 0.5,
+    ) -> dict:
         """Poll a task instance until its state is in ``states``; every distinct state observed is appended to
         ``seen``."""
         states = set(states)
@@ -155,7 +186,12 @@ class AirflowClient:
                 seen.append(ti["state"])
             return ti if ti["state"] in states else None
 
-        return _wait(probe, timeout, f"task {dag_id}/{run_id}/{task_id} to reach {sorted(states)} (seen {seen})", interval)
+        return _wait(
+            probe,
+            timeout,
+            f"task {dag_id}/{run_id}/{task_id} to reach {sorted(states)} (seen {seen})",
+            interval,
+        )
 
     def _ti_summary(self, dag_id: str, run_id: str) -> dict:
         try:
@@ -164,43 +200,59 @@ class AirflowClient:
             return {"error": repr(exc)}
 
     # -- logs and XComs ------------------------------------------------------------------------------------------
-    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                        map_index: int = -1) -> list[str]:
+    def task_log_events(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
+    ) -> list[str]:
         """The task log (worker and trigger parts) as its list of log events (messages may span lines)."""
         r = self.request(
-            "GET", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/logs/{try_number}",
-            params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"},
+            "GET",
+            f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/logs/{try_number}",
+            params={"full_content": "true", "map_index": map_index},
+            headers={"Accept": "application/json"},
         )
         return [_event_text(item) for item in r.json().get("content", [])]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
+    def task_log(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
+    ) -> str:
         return "\n".join(self.task_log_events(dag_id, run_id, task_id, try_number, map_index))
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+    def xcom(
+        self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1
+    ) -> Any:
         r = self.request(
-            "GET", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/xcomEntries/{_q(key)}",
+            "GET",
+            f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/xcomEntries/{_q(key)}",
             params={"map_index": map_index, "deserialize": "true", "stringify": "false"},
         )
         return r.json().get("value")
 
     def event_logs(self, dag_id: str, event: str) -> list[dict]:
         """Audit log entries of one kind for a DAG (e.g. "state mismatch": the scheduler failed a task)."""
-        return self.get("/api/v2/eventLogs", params={"dag_id": dag_id, "event": event, "limit": 100}).get("event_logs", [])
+        return self.get("/api/v2/eventLogs", params={"dag_id": dag_id, "event": event, "limit": 100}).get(
+            "event_logs", []
+        )
 
     # -- interventions -------------------------------------------------------------------------------------------
     def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> Any:
         return self.request(
-            "PATCH", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}",
+            "PATCH",
+            f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}",
             json={"new_state": state},
         ).json()
 
     def clear_task(self, dag_id: str, run_id: str, task_ids: list[str]) -> Any:
         return self.request(
-            "POST", f"/api/v2/dags/{_q(dag_id)}/clearTaskInstances",
-            json={"dag_run_id": run_id, "task_ids": task_ids, "dry_run": False, "only_failed": False,
-                  "reset_dag_runs": True},
+            "POST",
+            f"/api/v2/dags/{_q(dag_id)}/clearTaskInstances",
+            json={
+                "dag_run_id": run_id,
+                "task_ids": task_ids,
+                "dry_run": False,
+                "only_failed": False,
+                "reset_dag_runs": True,
+            },
         ).json()
-
 
 
 def _event_text(item: Any) -> str:

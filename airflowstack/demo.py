@@ -1,6 +1,6 @@
 """The demo behind ``scripts/demo``: cluster + Airflow, trigger ``mpi_pi``, follow it, print its log, clean up.
 
-    python -m airflowstack.demo [--kubeconfig PATH] [--namespace NS] [--workers N] [--keep-running]
+python -m airflowstack.demo [--kubeconfig PATH] [--namespace NS] [--workers N] [--keep-running]
 """
 
 from __future__ import annotations
@@ -42,23 +42,45 @@ def _interrupt(*_args) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="scripts/demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kubeconfig", default=kube.env_kubeconfig(),
-                   help="run against this (real) cluster instead of the local one; it needs the Kubeflow "
-                        "mpi-operator (kubeflow.org/v2beta1). Default: $AIRFLOW_MPI_KUBECONFIG")
-    p.add_argument("--simulated", action="store_true",
-                   help="use the local cluster with simulated (kwok) nodes instead of the real node: no container "
-                        "runs and the launcher's log is scripted (starts in seconds, needs no Docker)")
-    p.add_argument("--implementation", choices=sorted(IMAGES), default="openmpi",
-                   help="MPI of the image the real node runs (images/mpi)")
-    p.add_argument("--namespace", default="airflow-mpi-demo", help="namespace of the MPIJobs (created if missing)")
-    p.add_argument("--workers", type=int, default=2, help="workers of the mpi_pi run (the Param's bounds apply)")
+    p = argparse.ArgumentParser(
+        prog="scripts/demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=kube.env_kubeconfig(),
+        help="run against this (real) cluster instead of the local one; it needs the Kubeflow "
+        "mpi-operator (kubeflow.org/v2beta1). Default: $AIRFLOW_MPI_KUBECONFIG",
+    )
+    p.add_argument(
+        "--simulated",
+        action="store_true",
+        help="use the local cluster with simulated (kwok) nodes instead of the real node: no container "
+        "runs and the launcher's log is scripted (starts in seconds, needs no Docker)",
+    )
+    p.add_argument(
+        "--implementation",
+        choices=sorted(IMAGES),
+        default="openmpi",
+        help="MPI of the image the real node runs (images/mpi)",
+    )
+    p.add_argument(
+        "--namespace", default="airflow-mpi-demo", help="namespace of the MPIJobs (created if missing)"
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, help="workers of the mpi_pi run (the Param's bounds apply)"
+    )
     p.add_argument("--slots-per-worker", type=int, default=1)
     p.add_argument("--deferrable", action="store_true", help="wait for the job in the triggerer")
-    p.add_argument("--keep-running", action="store_true",
-                   help="leave cluster and Airflow running after the run (until Ctrl-C) to explore the UI")
-    p.add_argument("--home", default=str(REPO / ".artifacts" / "demo" / "airflow-home"),
-                   help="AIRFLOW_HOME (service and task logs stay there)")
+    p.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave cluster and Airflow running after the run (until Ctrl-C) to explore the UI",
+    )
+    p.add_argument(
+        "--home",
+        default=str(REPO / ".artifacts" / "demo" / "airflow-home"),
+        help="AIRFLOW_HOME (service and task logs stay there)",
+    )
     return p.parse_args(argv)
 
 
@@ -70,29 +92,45 @@ def main(argv: list[str] | None = None) -> int:
     if real:
         say(f"Cluster: {args.kubeconfig} (a real cluster; it must run the Kubeflow mpi-operator).")
     elif local_node:
-        say("Cluster: a local Kubernetes built from upstream sources (etcd, kube-apiserver, controller-manager, "
+        say(
+            "Cluster: a local Kubernetes built from upstream sources (etcd, kube-apiserver, controller-manager, "
             "scheduler, the real mpi-operator)\n"
             "         with one REAL node (containerd, kubelet, CoreDNS) in a Docker container: the launcher and "
             "workers are containers,\n"
             f"         the ranks are real MPI processes of {IMAGES[args.implementation]} (built from images/mpi).\n"
             "         Real cluster instead: scripts/demo --kubeconfig /path/to/kubeconfig "
-            "(or AIRFLOW_MPI_KUBECONFIG=...).")
+            "(or AIRFLOW_MPI_KUBECONFIG=...)."
+        )
     else:
-        say("Cluster: a local Kubernetes whose NODES ARE SIMULATED (kwok): pods go through their phases, but no "
-            "container runs;\n         the launcher's log lines are served by the simulation.")
-    cluster = kube.open_cluster(kubeconfig=args.kubeconfig, name="airflow-mpi-demo", real_node=local_node,
-                                mpi_targets=(args.implementation,))
+        say(
+            "Cluster: a local Kubernetes whose NODES ARE SIMULATED (kwok): pods go through their phases, but no "
+            "container runs;\n         the launcher's log lines are served by the simulation."
+        )
+    cluster = kube.open_cluster(
+        kubeconfig=args.kubeconfig,
+        name="airflow-mpi-demo",
+        real_node=local_node,
+        mpi_targets=(args.implementation,),
+    )
     extra_env = {"AIRFLOW_MPI_PI_IMAGE": IMAGES[args.implementation]} if local_node else {}
-    stack = AirflowStack(REPO / "dags", home=args.home, kubeconfig=cluster.kubeconfig, namespace=args.namespace,
-                         port=_port(), extra_env=extra_env)
+    stack = AirflowStack(
+        REPO / "dags",
+        home=args.home,
+        kubeconfig=cluster.kubeconfig,
+        namespace=args.namespace,
+        port=_port(),
+        extra_env=extra_env,
+    )
     args.mpi_implementation = IMPLEMENTATIONS[args.implementation] if local_node else None
     t0 = time.monotonic()
     starting = kube.Starting(cluster)
     try:
         say("Starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer) ...")
         stack.start()
-        say(f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  "
-            f"login: {stack.username} / {stack.password}")
+        say(
+            f"Airflow is up ({time.monotonic() - t0:.0f}s). UI: {stack.base_url}  "
+            f"login: {stack.username} / {stack.password}"
+        )
         if not real:
             say("Waiting for the local cluster ...")
         starting.wait()

@@ -38,8 +38,11 @@ def finish_launcher(api_client, namespace: str, job_name: str) -> None:
     core = client.CoreV1Api(api_client)
     pods = core.list_namespaced_pod(namespace, label_selector="training.kubeflow.org/job-role=launcher").items
     (pod,) = [p for p in pods if p.metadata.name.startswith(f"{job_name}-launcher")]
-    core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {
-        "labels": {bh.LIFECYCLE: SUCCEED}, "annotations": {bh.RUN_DURATION: "0s"}}})
+    core.patch_namespaced_pod(
+        pod.metadata.name,
+        namespace,
+        {"metadata": {"labels": {bh.LIFECYCLE: SUCCEED}, "annotations": {bh.RUN_DURATION: "0s"}}},
+    )
 
 
 def numbered_lines(name: str) -> list[str]:

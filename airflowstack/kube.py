@@ -32,7 +32,9 @@ class Cluster:
     """A kubeconfig plus, for the local cluster, the LocalCluster that serves simulated logs."""
 
     kubeconfig: Path
-    local: Any = None  # localcluster.LocalCluster (simulated nodes) or localcluster.node_container.NodeCluster
+    local: Any = (
+        None  # localcluster.LocalCluster (simulated nodes) or localcluster.node_container.NodeCluster
+    )
     owned: bool = False  # started by us: stop it at the end
     mpi_targets: tuple[str, ...] | None = None  # images/mpi targets a real node gets (None: all)
     _client: Any = field(default=None, repr=False)
@@ -96,7 +98,9 @@ def open_cluster(
     if reuse:
         local = LocalCluster.existing(reuse)
         if not local.is_running():
-            raise RuntimeError(f"local cluster {reuse!r} is not running (python -m localcluster up --name {reuse})")
+            raise RuntimeError(
+                f"local cluster {reuse!r} is not running (python -m localcluster up --name {reuse})"
+            )
         return Cluster(local.kubeconfig_path, local=local, owned=False)
     local = LocalCluster(name)
     return Cluster(local.kubeconfig_path, local=local, owned=True)

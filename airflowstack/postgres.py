@@ -33,8 +33,15 @@ def find_pg_bin() -> Path:
 class Postgres:
     """``with Postgres() as pg: pg.url("airflow")``; the data directory is removed on stop unless ``keep_data``."""
 
-    def __init__(self, base_dir: str | os.PathLike | None = None, *, user: str = "postgres", keep_data: bool = False,
-                 log_dir: str | os.PathLike | None = None, start_timeout: float = 60):
+    def __init__(
+        self,
+        base_dir: str | os.PathLike | None = None,
+        *,
+        user: str = "postgres",
+        keep_data: bool = False,
+        log_dir: str | os.PathLike | None = None,
+        start_timeout: float = 60,
+    ):
         self.pg_bin = find_pg_bin()
         self.as_root = os.geteuid() == 0
         self.run_user = user if self.as_root else None
@@ -69,45 +76,143 @@ class Postgres:
             pw = pwd.getpwnam(self.run_user)
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
         os.chmod(self.base, 0o700)
-        run(self._as_user([str(self.pg_bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
-                           "-E", "UTF8", "--no-sync", "--no-instructions"]),
-            env=self._env(), timeout=120, log_path=self.log_dir / "postgres-initdb.log", cwd="/")
+        run(
+            self._as_user(
+                [
+                    str(self.pg_bin / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                    "--no-instructions",
+                ]
+            ),
+            env=self._env(),
+            timeout=120,
+            log_path=self.log_dir / "postgres-initdb.log",
+            cwd="/",
+        )
 
         def start(port: int) -> Service:
             self.port = port
-            argv = self._as_user([
-                str(self.pg_bin / "postgres"), "-D", str(self.data_dir), "-h", self.host, "-p", str(self.port),
-                "-k", str(self.base),
-                # a test database: durability is not wanted, speed is
-                "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                "-c", "max_connections=200", "-c", "shared_buffers=64MB",
-            ])
+            argv = self._as_user(
+                [
+                    str(self.pg_bin / "postgres"),
+                    "-D",
+                    str(self.data_dir),
+                    "-h",
+                    self.host,
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.base),
+                    # a test database: durability is not wanted, speed is
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                    "-c",
+                    "shared_buffers=64MB",
+                ]
+            )
             # SIGINT is PostgreSQL's "fast" shutdown (SIGTERM would wait for every client to disconnect)
-            return Service("postgres", argv, env=self._env(), log_path=self.log_dir / "postgres.log",
-                           stop_signal=signal.SIGINT, stop_timeout=20, cwd="/").start()
+            return Service(
+                "postgres",
+                argv,
+                env=self._env(),
+                log_path=self.log_dir / "postgres.log",
+                stop_signal=signal.SIGINT,
+                stop_timeout=20,
+                cwd="/",
+            ).start()
 
-        self.service = start_on_free_port("PostgreSQL", self.host, start, self._ready, timeout=self.start_timeout)
+        self.service = start_on_free_port(
+            "PostgreSQL", self.host, start, self._ready, timeout=self.start_timeout
+        )
         return self
 
     def _ready(self) -> bool:
         argv = [str(self.pg_bin / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", "postgres"]
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=10).returncode == 0
+        return (
+            subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=10,
+            ).returncode
+            == 0
+        )
 
     def create_database(self, name: str) -> str:
-        run([str(self.pg_bin / "psql"), "-h", self.host, "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1",
-             "-c", f'CREATE DATABASE "{name}"'], env=self._env(), timeout=60)
+        run(
+            [
+                str(self.pg_bin / "psql"),
+                "-h",
+                self.host,
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                f'CREATE DATABASE "{name}"',
+            ],
+            env=self._env(),
+            timeout=60,
+        )
         return self.url(name)
 
     def copy_database(self, source: Postgres, name: str, into: str) -> str:
         """A copy of ``source``'s database ``name`` as this server's database ``into`` (pg_dump, then psql: a backup
         restored elsewhere); its URL."""
         dump = self.base / f"{into}.sql"
-        run([str(source.pg_bin / "pg_dump"), "-h", source.host, "-p", str(source.port), "-U", "postgres",
-             "--no-owner", "-f", str(dump), name], env=source._env(), timeout=120)
+        run(
+            [
+                str(source.pg_bin / "pg_dump"),
+                "-h",
+                source.host,
+                "-p",
+                str(source.port),
+                "-U",
+                "postgres",
+                "--no-owner",
+                "-f",
+                str(dump),
+                name,
+            ],
+            env=source._env(),
+            timeout=120,
+        )
         url = self.create_database(into)
-        run([str(self.pg_bin / "psql"), "-h", self.host, "-p", str(self.port), "-U", "postgres", "-q",
-             "-v", "ON_ERROR_STOP=1", "-f", str(dump), into], env=self._env(), timeout=120)
+        run(
+            [
+                str(self.pg_bin / "psql"),
+                "-h",
+                self.host,
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-f",
+                str(dump),
+                into,
+            ],
+            env=self._env(),
+            timeout=120,
+        )
         return url
 
     def stop(self) -> None:
@@ -122,4 +227,3 @@ class Postgres:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

@@ -26,8 +26,14 @@ ACCESS_KEY, SECRET_KEY = "testing", "testing"
 
 
 class S3Server:
-    def __init__(self, *, log_dir: str | os.PathLike, python: str | None = None, host: str = "127.0.0.1",
-                 start_timeout: float = 60):
+    def __init__(
+        self,
+        *,
+        log_dir: str | os.PathLike,
+        python: str | None = None,
+        host: str = "127.0.0.1",
+        start_timeout: float = 60,
+    ):
         self.python = python or sys.executable  # moto is installed beside the tests (scripts/bootstrap)
         self.host = host
         self.log_dir = Path(log_dir)
@@ -43,8 +49,13 @@ class S3Server:
         """A boto3 S3 client of this server."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=REGION, aws_access_key_id=ACCESS_KEY,
-                            aws_secret_access_key=SECRET_KEY)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=REGION,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> S3Server:
@@ -52,10 +63,17 @@ class S3Server:
 
         def start(port: int) -> Service:
             self.port = port
-            return Service("s3", [self.python, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
-                           env=env, log_path=self.log_dir / "s3.log", stop_timeout=10).start()
+            return Service(
+                "s3",
+                [self.python, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+                env=env,
+                log_path=self.log_dir / "s3.log",
+                stop_timeout=10,
+            ).start()
 
-        self.service = start_on_free_port("the S3 server", self.host, start, self._ready, timeout=self.start_timeout)
+        self.service = start_on_free_port(
+            "the S3 server", self.host, start, self._ready, timeout=self.start_timeout
+        )
         return self
 
     def _ready(self) -> bool:
@@ -89,10 +107,18 @@ class S3Server:
     # -- Airflow -------------------------------------------------------------------------------------------------
     def connection(self) -> str:
         """The ``aws`` connection (JSON form of ``AIRFLOW_CONN_<ID>``) whose endpoint is this server."""
-        return json.dumps({"conn_type": "aws", "login": ACCESS_KEY, "password": SECRET_KEY,
-                           "extra": {"endpoint_url": self.endpoint_url, "region_name": REGION}})
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": ACCESS_KEY,
+                "password": SECRET_KEY,
+                "extra": {"endpoint_url": self.endpoint_url, "region_name": REGION},
+            }
+        )
 
-    def remote_logging_env(self, remote_base_log_folder: str, delete_local_logs: bool = False) -> dict[str, str]:
+    def remote_logging_env(
+        self, remote_base_log_folder: str, delete_local_logs: bool = False
+    ) -> dict[str, str]:
         """Environment for every Airflow service: task and trigger logs go to ``remote_base_log_folder``
         (``s3://bucket/prefix``) through the Amazon provider's S3 task handler, which uploads a log when its
         writer ends (a task process, a trigger) and reads it back for the API server."""

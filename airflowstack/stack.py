@@ -18,13 +18,22 @@ import shutil
 import signal
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 
 from airflowstack._proc import (
-    Service, StackError, descendant_titled, free_port, group_members, open_paths, parent_pid, run, wait_until,
+    Service,
+    StackError,
+    descendant_titled,
+    free_port,
+    group_members,
+    open_paths,
+    parent_pid,
+    run,
+    wait_until,
 )
 from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
@@ -50,7 +59,9 @@ def default_airflow_bin() -> str:
     return found
 
 
-def kubernetes_connection(kubeconfig: str | os.PathLike, namespace: str | None = None, context: str | None = None) -> str:
+def kubernetes_connection(
+    kubeconfig: str | os.PathLike, namespace: str | None = None, context: str | None = None
+) -> str:
     """The ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` JSON for a kubeconfig file."""
     extra: dict[str, str] = {"kube_config_path": str(kubeconfig)}
     if namespace:
@@ -100,7 +111,9 @@ class AirflowStack:
         self.port: int | None = None
         self.postgres: Postgres | None = None
         self.services: dict[str, Service] = {}
-        self.kinds: dict[str, str] = {}  # each service's kind (one of SERVICES): itself, or what add_service copied
+        self.kinds: dict[
+            str, str
+        ] = {}  # each service's kind (one of SERVICES): itself, or what add_service copied
         self.env: dict[str, str] = {}
         self._clients: list[AirflowClient] = []
 
@@ -110,39 +123,45 @@ class AirflowStack:
         return f"http://127.0.0.1:{self.port}"
 
     def _build_env(self, db_url: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))
+        }
         env.pop("AIRFLOW_HOME", None)
         # the services run from the venv: make sure its scripts (airflow, python) come first on PATH
         bin_dir = str(Path(self.airflow_bin).parent)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-        env.update({
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.base_url,
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
-            # the log servers default to fixed ports (8793/8794): free ones let several stacks run side by side
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            # pick up DAG files added while running within seconds instead of minutes
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p),
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+                # the log servers default to fixed ports (8793/8794): free ones let several stacks run side by side
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                # pick up DAG files added while running within seconds instead of minutes
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p),
+            }
+        )
         if self.kubeconfig:
             env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(self.kubeconfig, self.namespace)
         env.update(self.extra_env)
@@ -169,13 +188,27 @@ class AirflowStack:
         db_url = self.postgres.create_database("airflow")
         self.port = self.requested_port or free_port()
         self.env = self._build_env(db_url)
-        run([self.airflow_bin, "db", "migrate"], env=self.env, timeout=300, log_path=self.log_dir / "db-migrate.log",
-            cwd=self.home)
+        run(
+            [self.airflow_bin, "db", "migrate"],
+            env=self.env,
+            timeout=300,
+            log_path=self.log_dir / "db-migrate.log",
+            cwd=self.home,
+        )
         self._start_services()
 
     def _start_services(self) -> None:
         commands = {
-            "api-server": [self.airflow_bin, "api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            "api-server": [
+                self.airflow_bin,
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
             "scheduler": [self.airflow_bin, "scheduler"],
             "dag-processor": [self.airflow_bin, "dag-processor"],
             "triggerer": [self.airflow_bin, "triggerer"],
@@ -183,16 +216,30 @@ class AirflowStack:
         for name in SERVICES:
             env = self.env
             if name in self.service_kubeconfigs:
-                env = {**env, "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(
-                    self.service_kubeconfigs[name], self.namespace)}
-            self.services[name] = Service(name, commands[name], env=env, log_path=self.log_dir / f"{name}.log",
-                                          cwd=self.home, stop_timeout=20).start()
+                env = {
+                    **env,
+                    "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(
+                        self.service_kubeconfigs[name], self.namespace
+                    ),
+                }
+            self.services[name] = Service(
+                name,
+                commands[name],
+                env=env,
+                log_path=self.log_dir / f"{name}.log",
+                cwd=self.home,
+                stop_timeout=20,
+            ).start()
             self.kinds[name] = name
         probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
         try:
-            wait_until(probe_client.healthy, timeout=self.start_timeout, interval=0.5,
-                       what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
-                       check=self.check_alive)
+            wait_until(
+                probe_client.healthy,
+                timeout=self.start_timeout,
+                interval=0.5,
+                what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
+                check=self.check_alive,
+            )
         finally:
             probe_client.close()
 
@@ -217,9 +264,9 @@ class AirflowStack:
     def start_service(self, name: str) -> None:
         """Start a stopped service again; for a heartbeating one, wait for the job its new process records (the
         heartbeat of that very process, also when another process of the same kind runs: add_service)."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         self.services[name].start()
         self._await_start(name, started)
 
@@ -227,14 +274,20 @@ class AirflowStack:
         """Start one more process of service ``like`` under ``name``, e.g. a second triggerer (Airflow's HA): the same
         command and environment (metadata database, log folder: the same host), its own service log, and log
         server ports of its own (two processes on one host cannot share one). stop() stops it with the others."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         model = self.services[like]
         env = {**model.env, **{variable: str(free_port()) for variable in LOG_SERVER_PORTS}}
-        self.services[name] = Service(name, model.argv, env=env, log_path=self.log_dir / f"{name}.log", cwd=self.home,
-                                      stop_timeout=model.stop_timeout)
+        self.services[name] = Service(
+            name,
+            model.argv,
+            env=env,
+            log_path=self.log_dir / f"{name}.log",
+            cwd=self.home,
+            stop_timeout=model.stop_timeout,
+        )
         self.kinds[name] = self.kinds[like]
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         self.services[name].start()
         self._await_start(name, started)
 
@@ -253,8 +306,13 @@ class AirflowStack:
             return bool(probe_client.jobs(job_type, started_after=started))
 
         try:
-            wait_until(up, timeout=self.start_timeout, interval=0.5, check=self.check_alive,
-                       what=f"{name} to start (its {job_type or 'health'})")
+            wait_until(
+                up,
+                timeout=self.start_timeout,
+                interval=0.5,
+                check=self.check_alive,
+                what=f"{name} to start (its {job_type or 'health'})",
+            )
         finally:
             probe_client.close()
 
@@ -262,8 +320,9 @@ class AirflowStack:
         """The running service one of whose processes has a file ending in ``suffix`` open: e.g. the triggerer
         running a trigger, which writes its log to ``<task log>.trigger.<its job id>.log``."""
         for name, service in self.services.items():
-            if service.alive() and any(path.endswith(suffix) for pid in group_members(service.pid)
-                                       for path in open_paths(pid)):
+            if service.alive() and any(
+                path.endswith(suffix) for pid in group_members(service.pid) for path in open_paths(pid)
+            ):
                 return name
         return None
 
@@ -289,7 +348,9 @@ class AirflowStack:
         scheduler = self.services["scheduler"].pid
         pid = descendant_titled(scheduler, f"airflow worker -- {ti_id}") if scheduler else None
         if pid is None:
-            raise StackError(f"no task process of task instance {ti_id} under the scheduler (pid {scheduler})")
+            raise StackError(
+                f"no task process of task instance {ti_id} under the scheduler (pid {scheduler})"
+            )
         return pid
 
     def task_supervisor(self, ti_id: str) -> int:
@@ -299,7 +360,9 @@ class AirflowStack:
         (a worker host lost)."""
         supervisor = parent_pid(self.task_process(ti_id))
         if supervisor in (None, 0, 1, self.services["scheduler"].pid):
-            raise StackError(f"task instance {ti_id} has no supervisor process of its own (parent {supervisor})")
+            raise StackError(
+                f"task instance {ti_id} has no supervisor process of its own (parent {supervisor})"
+            )
         return supervisor
 
     def check_alive(self) -> None:

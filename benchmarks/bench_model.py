@@ -23,11 +23,20 @@ def _spec() -> MPIJobSpec:
     return MPIJobSpec(
         name="bench-pi-0123abcd",
         namespace="mpi",
-        launcher=ReplicaSpec(replicas=1, image="mpi:1", command=["mpirun", "-np", "16", "/pi"],
-                             resources={"requests": {"cpu": "500m", "memory": "1Gi"}}),
-        worker=ReplicaSpec(replicas=8, image="mpi:1", gpus=2, env={"NCCL_DEBUG": "INFO"},
-                           resources={"requests": {"cpu": "8", "memory": "64Gi"}},
-                           tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        launcher=ReplicaSpec(
+            replicas=1,
+            image="mpi:1",
+            command=["mpirun", "-np", "16", "/pi"],
+            resources={"requests": {"cpu": "500m", "memory": "1Gi"}},
+        ),
+        worker=ReplicaSpec(
+            replicas=8,
+            image="mpi:1",
+            gpus=2,
+            env={"NCCL_DEBUG": "INFO"},
+            resources={"requests": {"cpu": "8", "memory": "64Gi"}},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        ),
         slots_per_worker=2,
         run_policy=RunPolicy(backoff_limit=3, clean_pod_policy="Running"),
         labels={"team": "hpc"},
@@ -41,7 +50,10 @@ def bench_manifest() -> float:
 
 
 def bench_logs() -> float:
-    lines = [f"2026-11-22T10:{i // 6000 % 60:02d}:{i // 100 % 60:02d}.{i % 100:09d}Z step {i} loss 0.{i}" for i in range(100_000)]
+    lines = [
+        f"2026-11-22T10:{i // 6000 % 60:02d}:{i // 100 % 60:02d}.{i % 100:09d}Z step {i} loss 0.{i}"
+        for i in range(100_000)
+    ]
     cursor = LogCursor()
 
     def once() -> None:

@@ -27,8 +27,11 @@ def _template(container: str, lifecycle: str, run_duration: str | None, cpu: str
         main["resources"] = {"requests": {"cpu": cpu}}
     return {
         "metadata": {"labels": {bh.LIFECYCLE: lifecycle}, "annotations": annotations},
-        "spec": {"containers": [main], "tolerations": TOLERATE_ALL,
-                 **({"restartPolicy": "Never"} if container == "base" else {})},
+        "spec": {
+            "containers": [main],
+            "tolerations": TOLERATE_ALL,
+            **({"restartPolicy": "Never"} if container == "base" else {}),
+        },
     }
 
 
@@ -36,19 +39,31 @@ def mpijob(name: str, lifecycle: str, run_duration: str | None, queue: Queue | N
     """A launcher and one worker; with ``queue``, labelled for that Kueue LocalQueue, each pod requesting its CPU."""
     cpu = queue.pod_cpu if queue else None
     return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
         "metadata": {"name": name, **({"labels": {lk.QUEUE_LABEL: queue.local_queue}} if queue else {})},
-        "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
-                 "mpiReplicaSpecs": {
-                     "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                                  "template": _template("launcher", lifecycle, run_duration, cpu)},
-                     "Worker": {"replicas": 1, "template": _template("worker", bh.RUN, None, cpu)}}},
+        "spec": {
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": _template("launcher", lifecycle, run_duration, cpu),
+                },
+                "Worker": {"replicas": 1, "template": _template("worker", bh.RUN, None, cpu)},
+            },
+        },
     }
 
 
 def batch_job(name: str, lifecycle: str, run_duration: str | None) -> dict:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": _template("base", lifecycle, run_duration)}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": _template("base", lifecycle, run_duration)},
+    }
 
 
 def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
@@ -59,23 +74,44 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
             raise
 
 
-def create(api: client.ApiClient, namespace: str, side: str, names: list[str], lifecycle: str,
-           run_duration: str | None = None, queue: Queue | None = None) -> None:
+def create(
+    api: client.ApiClient,
+    namespace: str,
+    side: str,
+    names: list[str],
+    lifecycle: str,
+    run_duration: str | None = None,
+    queue: Queue | None = None,
+) -> None:
     """Create the jobs; those that exist already (an earlier, smaller N) are kept. More jobs than ``names`` in the
     namespace (a larger N run before) would be watched and cached too: refused, the namespace must go first."""
-    listed = (client.CustomObjectsApi(api).list_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs")
-              if side == "provider" else client.BatchV1Api(api).list_namespaced_job(namespace).to_dict())
+    listed = (
+        client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "kubeflow.org", "v2beta1", namespace, "mpijobs"
+        )
+        if side == "provider"
+        else client.BatchV1Api(api).list_namespaced_job(namespace).to_dict()
+    )
     extra = {(j.get("metadata") or {}).get("name") for j in listed.get("items") or []} - set(names)
     if extra:
-        raise RuntimeError(f"namespace {namespace} holds {len(extra)} jobs of a larger N: delete it first "
-                           f"(kubectl delete namespace {namespace}) or run the sizes in increasing order")
+        raise RuntimeError(
+            f"namespace {namespace} holds {len(extra)} jobs of a larger N: delete it first "
+            f"(kubectl delete namespace {namespace}) or run the sizes in increasing order"
+        )
     for name in names:
         try:
             if side == "provider":
                 client.CustomObjectsApi(api).create_namespaced_custom_object(
-                    "kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob(name, lifecycle, run_duration, queue))
+                    "kubeflow.org",
+                    "v2beta1",
+                    namespace,
+                    "mpijobs",
+                    mpijob(name, lifecycle, run_duration, queue),
+                )
             else:
-                client.BatchV1Api(api).create_namespaced_job(namespace, batch_job(name, lifecycle, run_duration))
+                client.BatchV1Api(api).create_namespaced_job(
+                    namespace, batch_job(name, lifecycle, run_duration)
+                )
         except client.exceptions.ApiException as err:
             if err.status != 409:
                 raise
@@ -104,17 +140,34 @@ class Queue:
         """The ClusterQueue (cpu only: the jobs request nothing else) and the LocalQueue (409: there already)."""
         quota = f"{self.admitted * 2 * self.pod_cpu_milli}m"
         cluster_queue = {
-            "apiVersion": f"{lk.GROUP}/{lk.VERSION}", "kind": "ClusterQueue", "metadata": {"name": self.cluster_queue},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                {"name": lk.FLAVOR, "resources": [{"name": "cpu", "nominalQuota": quota}]}]}]},
+            "apiVersion": f"{lk.GROUP}/{lk.VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": self.cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [
+                            {"name": lk.FLAVOR, "resources": [{"name": "cpu", "nominalQuota": quota}]}
+                        ],
+                    }
+                ],
+            },
         }
-        local_queue = {"apiVersion": f"{lk.GROUP}/{lk.VERSION}", "kind": "LocalQueue",
-                       "metadata": {"name": self.local_queue, "namespace": self.namespace},
-                       "spec": {"clusterQueue": self.cluster_queue}}
+        local_queue = {
+            "apiVersion": f"{lk.GROUP}/{lk.VERSION}",
+            "kind": "LocalQueue",
+            "metadata": {"name": self.local_queue, "namespace": self.namespace},
+            "spec": {"clusterQueue": self.cluster_queue},
+        }
         api_ = client.CustomObjectsApi(api)
-        for create in (lambda: api_.create_cluster_custom_object(lk.GROUP, lk.VERSION, "clusterqueues", cluster_queue),
-                       lambda: api_.create_namespaced_custom_object(lk.GROUP, lk.VERSION, self.namespace,
-                                                                    "localqueues", local_queue)):
+        for create in (
+            lambda: api_.create_cluster_custom_object(lk.GROUP, lk.VERSION, "clusterqueues", cluster_queue),
+            lambda: api_.create_namespaced_custom_object(
+                lk.GROUP, lk.VERSION, self.namespace, "localqueues", local_queue
+            ),
+        ):
             try:
                 create()
             except client.exceptions.ApiException as err:
@@ -128,17 +181,21 @@ class Queue:
 
     def delete(self, api: client.ApiClient) -> None:
         """The ClusterQueue (Kueue removes it once the namespace's Workloads are gone)."""
-        client.CustomObjectsApi(api).delete_cluster_custom_object(lk.GROUP, lk.VERSION, "clusterqueues",
-                                                                  self.cluster_queue)
+        client.CustomObjectsApi(api).delete_cluster_custom_object(
+            lk.GROUP, lk.VERSION, "clusterqueues", self.cluster_queue
+        )
 
     def workloads(self, api: client.ApiClient) -> tuple[int, int]:
         """(admitted, queued): Workloads of the namespace with QuotaReserved True, and with it False."""
         items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            lk.GROUP, lk.VERSION, self.namespace, "workloads")["items"]
+            lk.GROUP, lk.VERSION, self.namespace, "workloads"
+        )["items"]
         reserved = [(lk.condition(w, "QuotaReserved") or {}).get("status") for w in items]
         return reserved.count("True"), reserved.count("False")
 
-    def settled(self, api: client.ApiClient, jobs: int, timeout: float = 1200, quiet: float = 10) -> tuple[int, int]:
+    def settled(
+        self, api: client.ApiClient, jobs: int, timeout: float = 1200, quiet: float = 10
+    ) -> tuple[int, int]:
         """(admitted, queued) once nothing changes: every job has a Workload that Kueue admitted or left queued, the
         admitted ones' launchers run, the mpi-operator has marked every job Created (the queued ones Suspended too)
         and no MPIJob changed for ``quiet`` seconds (else after ``timeout``)."""
@@ -146,16 +203,22 @@ class Queue:
         while True:
             admitted, queued = self.workloads(api)
             listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
-                "kubeflow.org", "v2beta1", self.namespace, "mpijobs")["items"]
+                "kubeflow.org", "v2beta1", self.namespace, "mpijobs"
+            )["items"]
             versions = sorted(j["metadata"]["resourceVersion"] for j in listed)
             if versions != last:
                 last, since = versions, time.time()
-            conditions = [{c["type"] for c in (j.get("status") or {}).get("conditions") or [] if c["status"] == "True"}
-                          for j in listed]
-            ready = (admitted + queued >= jobs and running_main_containers(api, self.namespace) >= admitted
-                     and sum("Created" in c for c in conditions) >= jobs
-                     and sum("Suspended" in c for c in conditions) >= queued)
-            if ready and time.time() - since >= quiet or time.time() > deadline:
+            conditions = [
+                {c["type"] for c in (j.get("status") or {}).get("conditions") or [] if c["status"] == "True"}
+                for j in listed
+            ]
+            ready = (
+                admitted + queued >= jobs
+                and running_main_containers(api, self.namespace) >= admitted
+                and sum("Created" in c for c in conditions) >= jobs
+                and sum("Suspended" in c for c in conditions) >= queued
+            )
+            if (ready and time.time() - since >= quiet) or time.time() > deadline:
                 return admitted, queued
             time.sleep(2)
 
@@ -163,11 +226,17 @@ class Queue:
 def running_main_containers(api: client.ApiClient, namespace: str) -> int:
     """Launcher (provider) and Job (peer) containers running in ``namespace``."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
-    return sum(1 for p in pods for s in (p.status.container_statuses or [])
-               if s.name in ("launcher", "base") and s.state and s.state.running)
+    return sum(
+        1
+        for p in pods
+        for s in (p.status.container_statuses or [])
+        if s.name in ("launcher", "base") and s.state and s.state.running
+    )
 
 
-def wait_running(api: client.ApiClient, namespace: str, count: int, stall: float = 45, timeout: float = 900) -> int:
+def wait_running(
+    api: client.ApiClient, namespace: str, count: int, stall: float = 45, timeout: float = 900
+) -> int:
     """Main containers running in ``namespace`` once ``count`` run, or once their number stopped growing for
     ``stall`` seconds (the simulated nodes hold about 440 pods: beyond, pods stay Pending), or after ``timeout``.
     The stall is counted from the first one running: on a busy machine the mpi-operator took over 45 s to make the
@@ -176,7 +245,7 @@ def wait_running(api: client.ApiClient, namespace: str, count: int, stall: float
     while (running := running_main_containers(api, namespace)) < count:
         if running > best:
             best, since = running, time.time()
-        elif best and time.time() - since > stall or time.time() - start > timeout:
+        elif (best and time.time() - since > stall) or time.time() - start > timeout:
             return running
         time.sleep(2)
     return running
@@ -188,24 +257,33 @@ def request_counts(api: client.ApiClient) -> dict[str, float]:
     The controllers read through cluster-wide informers, so these are the waiting process's requests
     (a watch counts when it ends).
     """
-    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    text = api.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
+    ).data.decode()
     counts: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{") or not _ours(line):
             continue
-        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(","))
         labels = {k: v.strip('"') for k, v in labels.items()}
         if labels.get("verb") not in ("GET", "LIST", "WATCH"):
             continue
-        key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        key = f"{labels['verb']} {labels['resource']}" + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
         counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
 
 
 def _ours(line: str) -> bool:
     """Namespace-scoped (lists, watches) or object-scoped (GET of a named object, its log) requests."""
-    return ('scope="namespace"' in line or 'scope="resource"' in line) and 'resource="leases"' not in line \
-        and 'resource="configmaps"' not in line and 'resource="endpoint' not in line and 'resource="servicecidrs"' not in line
+    return (
+        ('scope="namespace"' in line or 'scope="resource"' in line)
+        and 'resource="leases"' not in line
+        and 'resource="configmaps"' not in line
+        and 'resource="endpoint' not in line
+        and 'resource="servicecidrs"' not in line
+    )
 
 
 class EndWatcher(threading.Thread):
@@ -239,14 +317,21 @@ class EndWatcher(threading.Thread):
 
 def long_running(api: client.ApiClient) -> dict[str, float]:
     """Open namespace-scoped long-running requests (watches, log follows) by verb and resource."""
-    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    text = api.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
+    ).data.decode()
     counts: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("apiserver_longrunning_requests{") and _ours(line):
-            labels = {k: v.strip('"') for k, v in (p.split("=", 1) for p in line[line.index("{") + 1:line.index("}")].split(","))}
+            labels = {
+                k: v.strip('"')
+                for k, v in (p.split("=", 1) for p in line[line.index("{") + 1 : line.index("}")].split(","))
+            }
             value = float(line.rsplit(" ", 1)[1])
             if value:
-                key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+                key = f"{labels['verb']} {labels['resource']}" + (
+                    f"/{labels['subresource']}" if labels.get("subresource") else ""
+                )
                 counts[key] = counts.get(key, 0.0) + value
     return counts
 
@@ -256,8 +341,14 @@ class SucceededWatcher(EndWatcher):
 
     def _follow(self, core: client.CoreV1Api) -> None:
         api = client.CustomObjectsApi(self.api)
-        for event in self._watch.stream(api.list_namespaced_custom_object, "kubeflow.org", "v2beta1",
-                                        self.namespace, "mpijobs", timeout_seconds=3600):
+        for event in self._watch.stream(
+            api.list_namespaced_custom_object,
+            "kubeflow.org",
+            "v2beta1",
+            self.namespace,
+            "mpijobs",
+            timeout_seconds=3600,
+        ):
             obj = event["object"]
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Succeeded" and c.get("status") == "True" for c in conditions):

@@ -61,8 +61,9 @@ class LauncherWatcher(load.EndWatcher):
         self.followers: dict[str, threading.Thread] = {}
 
     def _follow(self, core: client.CoreV1Api) -> None:
-        for event in self._watch.stream(core.list_namespaced_pod, self.namespace, label_selector=LAUNCHER_SELECTOR,
-                                        timeout_seconds=3600):
+        for event in self._watch.stream(
+            core.list_namespaced_pod, self.namespace, label_selector=LAUNCHER_SELECTOR, timeout_seconds=3600
+        ):
             pod = event["object"]
             job = (pod.metadata.labels or {}).get(JOB_LABEL)
             statuses = pod.status.container_statuses or []
@@ -70,8 +71,11 @@ class LauncherWatcher(load.EndWatcher):
                 continue
             state, seen = statuses[0].state, self.seen.setdefault(job, {})
             if state.running and job not in self.followers:
-                follower = threading.Thread(target=self._follow_log, args=(core, pod.metadata.name,
-                                                                           statuses[0].name, seen), daemon=True)
+                follower = threading.Thread(
+                    target=self._follow_log,
+                    args=(core, pod.metadata.name, statuses[0].name, seen),
+                    daemon=True,
+                )
                 self.followers[job] = follower
                 follower.start()
             if state.terminated and "seen_ended" not in seen:
@@ -83,8 +87,9 @@ class LauncherWatcher(load.EndWatcher):
         from airflow_mpi.hooks.answers import split_timestamp
 
         try:
-            resp = core.read_namespaced_pod_log(pod, self.namespace, container=container, follow=True,
-                                                timestamps=True, _preload_content=False)
+            resp = core.read_namespaced_pod_log(
+                pod, self.namespace, container=container, follow=True, timestamps=True, _preload_content=False
+            )
             for raw in resp:
                 stamp, message = split_timestamp(raw.decode().rstrip("\n"))
                 if stamp is not None and message.strip() == LAST_LINE:
@@ -187,8 +192,15 @@ def one_run(namespace: str, task_id: str, *, deferrable: bool, logs: bool) -> tu
     from tests.integration.test_real_mpi import real_job
 
     params = {**real_job("openmpi"), "poll_interval": 10.0}
-    op = MPIJobOperator(task_id=task_id, namespace=namespace, program=PROGRAM, workers=1, deferrable=deferrable,
-                        get_logs=logs, **params)
+    op = MPIJobOperator(
+        task_id=task_id,
+        namespace=namespace,
+        program=PROGRAM,
+        workers=1,
+        deferrable=deferrable,
+        get_logs=logs,
+        **params,
+    )
     clock = LineClock()
     with task_log(clock):
         if not deferrable:
@@ -213,10 +225,14 @@ def p1_real(kubeconfig: str, runs: int) -> dict:
     namespace = f"bench-p1-real-{uuid.uuid4().hex[:6]}"
     load.ensure_namespace(api, namespace)
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}})
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": namespace}}
+    )
     node = client.CoreV1Api(api).list_node().items[0].status.node_info
-    watchers = launchers, complete, succeeded = (LauncherWatcher(api, namespace), JobCompleteWatcher(api, namespace),
-                                                 load.SucceededWatcher(api, namespace))
+    watchers = launchers, complete, succeeded = (
+        LauncherWatcher(api, namespace),
+        JobCompleteWatcher(api, namespace),
+        load.SucceededWatcher(api, namespace),
+    )
     for watcher in watchers:
         watcher.start()
     measured: dict[str, list[dict]] = {label: [] for label, _, _ in VARIANTS}
@@ -225,26 +241,40 @@ def p1_real(kubeconfig: str, runs: int) -> dict:
             for v, (label, deferrable, logs) in enumerate(VARIANTS):
                 name, done, clock = one_run(namespace, f"p1real_{v}_{i}", deferrable=deferrable, logs=logs)
                 seen = launchers.result(name)
-                run = {**seen, "done": done, "succeeded": succeeded.ended.get(name), "task_log_end": clock.times,
-                       "job_complete": complete.ended.get(name), "pump_follows": clock.follows,
-                       "container_end": container_end(seen["finished_at"], seen.get("last_line"))}
+                run = {
+                    **seen,
+                    "done": done,
+                    "succeeded": succeeded.ended.get(name),
+                    "task_log_end": clock.times,
+                    "job_complete": complete.ended.get(name),
+                    "pump_follows": clock.follows,
+                    "container_end": container_end(seen["finished_at"], seen.get("last_line")),
+                }
                 measured[label].append(run)
                 print(f"P1 real {label} #{i}: {json.dumps(latencies(run))}", flush=True)
     finally:
         for watcher in watchers:
             watcher.stop()
         client.CoreV1Api(api).delete_namespace(namespace)
-    return {"kubelet": node.kubelet_version, "runtime": node.container_runtime_version, "runs": measured,
-            "program": " ".join(PROGRAM[:2]) + f" '{PROGRAM[2]}'"}
+    return {
+        "kubelet": node.kubelet_version,
+        "runtime": node.container_runtime_version,
+        "runs": measured,
+        "program": " ".join(PROGRAM[:2]) + f" '{PROGRAM[2]}'",
+    }
 
 
 def latencies(run: dict) -> dict[str, float | None]:
     """Seconds from the container's end to each thing seen after it (None: not seen)."""
     end = run["container_end"]
     lines, follows = run.get("task_log_end") or [], run.get("pump_follows") or []
-    at = {"status_seen": run.get("seen_ended"), "follow_ended": run.get("follow_ended"),
-          "pump_follow_ended": follows[-1][0] if follows else None,
-          "task_log_end": lines[0] if lines else None, "job_complete": run.get("job_complete"),
-          "succeeded": run.get("succeeded"), "done": run["done"]}
+    at = {
+        "status_seen": run.get("seen_ended"),
+        "follow_ended": run.get("follow_ended"),
+        "pump_follow_ended": follows[-1][0] if follows else None,
+        "task_log_end": lines[0] if lines else None,
+        "job_complete": run.get("job_complete"),
+        "succeeded": run.get("succeeded"),
+        "done": run["done"],
+    }
     return {k: None if t is None else round(t - end, 3) for k, t in at.items()}
-

@@ -21,8 +21,7 @@ import os
 import time
 import tracemalloc
 from collections import Counter
-from datetime import datetime, timezone
-
+from datetime import UTC, datetime
 
 _OUT: list = []
 
@@ -37,10 +36,14 @@ def provider_wait(args, name: str, collected: Counter | None):
     from airflow_mpi.wait.contract import WaitOptions
 
     trigger = MPIJobTrigger(
-        name=name, namespace=args.namespace, kubernetes_conn_id=None, connection={"config_file": args.kubeconfig},
-        submitted_at=datetime.now(timezone.utc).isoformat(),
-        options=WaitOptions(get_logs=args.logs, startup_timeout=None, schedule_timeout=None,
-                            poll_interval=10.0),
+        name=name,
+        namespace=args.namespace,
+        kubernetes_conn_id=None,
+        connection={"config_file": args.kubeconfig},
+        submitted_at=datetime.now(UTC).isoformat(),
+        options=WaitOptions(
+            get_logs=args.logs, startup_timeout=None, schedule_timeout=None, poll_interval=10.0
+        ),
     )
     if collected is None:
         return trigger.run()
@@ -50,16 +53,17 @@ def provider_wait(args, name: str, collected: Counter | None):
 async def _monitored(args, name: str, collected: Counter):
     """P3: the trigger's monitor with every launcher line counted (the trigger logs them through structlog)."""
     from airflow_mpi.hooks import AsyncMPIJobHook
-    from airflow_mpi.wait.monitor import JobMonitor
     from airflow_mpi.version_compat import TriggerEvent
+    from airflow_mpi.wait.monitor import JobMonitor
 
     def count(message: str) -> None:
         if message.startswith("line "):
             collected[message] += 1
 
     async with AsyncMPIJobHook(conn_id=None, config_file=args.kubeconfig) as hook:
-        payload = await JobMonitor(hook, name, args.namespace, emit=count, submitted_at=datetime.now(timezone.utc),
-                                   poll_interval=10.0).run()
+        payload = await JobMonitor(
+            hook, name, args.namespace, emit=count, submitted_at=datetime.now(UTC), poll_interval=10.0
+        ).run()
     yield TriggerEvent(payload.to_event())
 
 
@@ -67,9 +71,16 @@ def peer_wait(args, name: str):
     from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
 
     trigger = KubernetesJobTrigger(
-        job_name=name, job_namespace=args.namespace, pod_names=[], pod_namespace=args.namespace,
-        base_container_name="base", kubernetes_conn_id=None, config_file=args.kubeconfig, poll_interval=10.0,
-        get_logs=False, do_xcom_push=False,
+        job_name=name,
+        job_namespace=args.namespace,
+        pod_names=[],
+        pod_namespace=args.namespace,
+        base_container_name="base",
+        kubernetes_conn_id=None,
+        config_file=args.kubeconfig,
+        poll_interval=10.0,
+        get_logs=False,
+        do_xcom_push=False,
     )
     return trigger.run()
 
@@ -104,17 +115,33 @@ async def main(args) -> None:
     await asyncio.sleep(0)
     _print({"started": time.time()})
     done, pending = await asyncio.wait(waits, timeout=args.seconds)
-    hubs = _hub_stats() if args.side == "provider" else None  # before the waits leave (the last one closes a hub)
+    hubs = (
+        _hub_stats() if args.side == "provider" else None
+    )  # before the waits leave (the last one closes a hub)
     if os.environ.get("BENCH_TRACEMALLOC"):
         _dump_allocations(os.environ["BENCH_TRACEMALLOC"])
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     lag_task.cancel()
-    lines = {"distinct": len(collected), "total": sum(collected.values()),
-             "doubled": sum(1 for c in collected.values() if c > 1)} if collected is not None else None
-    _print({"lag_ms": sorted(lag), "lag_samples": [[round(t, 3), round(ms, 3)] for t, ms in zip(lag_at, lag)],
-            "lines": lines, "finished": len(done), "hubs": hubs})
+    lines = (
+        {
+            "distinct": len(collected),
+            "total": sum(collected.values()),
+            "doubled": sum(1 for c in collected.values() if c > 1),
+        }
+        if collected is not None
+        else None
+    )
+    _print(
+        {
+            "lag_ms": sorted(lag),
+            "lag_samples": [[round(t, 3), round(ms, 3)] for t, ms in zip(lag_at, lag)],
+            "lines": lines,
+            "finished": len(done),
+            "hubs": hubs,
+        }
+    )
 
 
 def _hub_stats() -> list[dict]:
@@ -122,8 +149,16 @@ def _hub_stats() -> list[dict]:
     counts again), re-lists after 410 Gone, events and bookmarks by kind, and the jobs it cached."""
     from airflow_mpi.wait import watch_hub
 
-    return [{"namespace": hub.namespace, "jobs": len(hub.jobs), "pods": len(hub.pods),
-             "workloads": len(hub.workloads), "stats": dict(sorted(hub.stats.items()))} for hub in watch_hub.hubs()]
+    return [
+        {
+            "namespace": hub.namespace,
+            "jobs": len(hub.jobs),
+            "pods": len(hub.pods),
+            "workloads": len(hub.workloads),
+            "stats": dict(sorted(hub.stats.items())),
+        }
+        for hub in watch_hub.hubs()
+    ]
 
 
 def _dump_allocations(path: str, top: int = 40) -> None:
@@ -132,10 +167,14 @@ def _dump_allocations(path: str, top: int = 40) -> None:
     stats = snapshot.statistics("lineno")
     total = sum(s.size for s in stats)
     with open(path, "w") as out:
-        out.write(f"live Python allocations: {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks\n")
+        out.write(
+            f"live Python allocations: {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks\n"
+        )
         for stat in stats[:top]:
             frame = stat.traceback[0]
-            out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:8d} blocks  {frame.filename}:{frame.lineno}\n")
+            out.write(
+                f"{stat.size / 2**20:8.2f} MiB {stat.count:8d} blocks  {frame.filename}:{frame.lineno}\n"
+            )
 
 
 if __name__ == "__main__":

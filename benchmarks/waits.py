@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -51,12 +51,40 @@ PEER = "cncf.kubernetes KubernetesJobTrigger (poll 10 s)"
 class Worker:
     """benchmarks/wait_worker.py in a process of its own; samples its RSS and TCP connections."""
 
-    def __init__(self, side: str, namespace: str, names: list[str], kubeconfig: str, *, logs: bool,
-                 seconds: float, collect_lines: bool = False, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        side: str,
+        namespace: str,
+        names: list[str],
+        kubeconfig: str,
+        *,
+        logs: bool,
+        seconds: float,
+        collect_lines: bool = False,
+        log: Path | None = None,
+    ) -> None:
         self.out = Path(tempfile.mkstemp(prefix="bench-waits-", suffix=".jsonl")[1])
-        cmd = [sys.executable, "-m", "benchmarks.wait_worker", "--side", side, "--namespace", namespace,
-               "--names", ",".join(names), "--kubeconfig", kubeconfig, "--seconds", str(seconds),
-               "--out", str(self.out)] + (["--logs"] if logs else []) + (["--collect-lines"] if collect_lines else [])
+        cmd = (
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.wait_worker",
+                "--side",
+                side,
+                "--namespace",
+                namespace,
+                "--names",
+                ",".join(names),
+                "--kubeconfig",
+                kubeconfig,
+                "--seconds",
+                str(seconds),
+                "--out",
+                str(self.out),
+            ]
+            + (["--logs"] if logs else [])
+            + (["--collect-lines"] if collect_lines else [])
+        )
         # KUBECONFIG too: the peer's async hook reads the default kubeconfig when its connection is not set
         env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": kubeconfig}
         self.stderr = self.out.with_suffix(".stderr")
@@ -73,7 +101,9 @@ class Worker:
         while not self._stop.is_set() and self.popen.poll() is None:
             try:
                 self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
-                conns = [c for c in self.proc.net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED]
+                conns = [
+                    c for c in self.proc.net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED
+                ]
                 self.peak_conns = max(self.peak_conns, len(conns))
             except psutil.Error:
                 return
@@ -88,8 +118,10 @@ class Worker:
             found = [r for r in self.records() if key in r]
             if len(found) >= count:
                 return found
-            if time.time() > deadline or self.popen.poll() is not None and len(found) < count:
-                raise RuntimeError(f"worker: {len(found)} of {count} {key!r} records ({self.out}, {self.stderr})")
+            if time.time() > deadline or (self.popen.poll() is not None and len(found) < count):
+                raise RuntimeError(
+                    f"worker: {len(found)} of {count} {key!r} records ({self.out}, {self.stderr})"
+                )
             time.sleep(0.2)
 
     def connections(self) -> int:
@@ -108,8 +140,11 @@ class Worker:
 def p1(cluster, api, runs: int) -> dict[str, list[float]]:
     """Latencies by wait; for this provider also from the MPIJob's Succeeded condition (the wait's own share)."""
     latencies: dict[str, list[float]] = {}
-    for label, side, logs in (("provider, logs on", "provider", True), ("provider, logs off", "provider", False),
-                              (PEER, "peer", False)):
+    for label, side, logs in (
+        ("provider, logs on", "provider", True),
+        ("provider, logs off", "provider", False),
+        (PEER, "peer", False),
+    ):
         namespace = f"bench-p1-{uuid.uuid4().hex[:6]}"
         load.ensure_namespace(api, namespace)
         if logs:
@@ -126,10 +161,14 @@ def p1(cluster, api, runs: int) -> dict[str, list[float]]:
         worker.finish()
         watcher.stop()
         succeeded.stop()
-        latencies[label] = sorted(e["t"] - watcher.ended[e["event"]] for e in events if e["event"] in watcher.ended)
+        latencies[label] = sorted(
+            e["t"] - watcher.ended[e["event"]] for e in events if e["event"] in watcher.ended
+        )
         print(f"P1 {label}: {[f'{x:.2f}' for x in latencies[label]]}", flush=True)
         if side == "provider":
-            own = sorted(e["t"] - succeeded.ended[e["event"]] for e in events if e["event"] in succeeded.ended)
+            own = sorted(
+                e["t"] - succeeded.ended[e["event"]] for e in events if e["event"] in succeeded.ended
+            )
             latencies[f"{label}, from the MPIJob's Succeeded condition"] = own
             print(f"P1 {label} from Succeeded: {[f'{x:.3f}' for x in own]}", flush=True)
         delete_namespace(api, namespace)
@@ -157,17 +196,36 @@ def p2(cluster, api, n: int, window: float, settle: float, sides: tuple[str, ...
         load.create(api, namespace, side, names, bh.RUN)
         running = load.wait_running(api, namespace, n)
         print(f"P2 N={n} {label}: {running} of {n} main containers running", flush=True)
-        results[label] = {**measure(cluster, api, side, namespace, names, logs, window, settle), "running": running}
+        results[label] = {
+            **measure(cluster, api, side, namespace, names, logs, window, settle),
+            "running": running,
+        }
         print(f"P2 N={n} {label}: {json.dumps(results[label])}", flush=True)
     return results
 
 
-def measure(cluster, api, side: str, namespace: str, names: list[str], logs: bool, window: float, settle: float,
-            worker_log: Path | None = None) -> dict:
+def measure(
+    cluster,
+    api,
+    side: str,
+    namespace: str,
+    names: list[str],
+    logs: bool,
+    window: float,
+    settle: float,
+    worker_log: Path | None = None,
+) -> dict:
     """P2's figures: ``names`` waited on in one process, over ``window`` seconds once ``settle`` seconds passed."""
     # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
-    worker = Worker(side, namespace, names, str(cluster.kubeconfig_path), logs=logs, seconds=settle + window + 15,
-                    log=worker_log)
+    worker = Worker(
+        side,
+        namespace,
+        names,
+        str(cluster.kubeconfig_path),
+        logs=logs,
+        seconds=settle + window + 15,
+        log=worker_log,
+    )
     worker.wait_for("started")
     time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
     cpu0, req0, busy0, t0 = worker.cpu(), load.request_counts(api), psutil.cpu_times(), time.time()
@@ -185,7 +243,9 @@ def measure(cluster, api, side: str, namespace: str, names: list[str], logs: boo
         "requests": requests,
         "requests_per_job_hour": sum(requests.values()) / len(names) * 3600 / window,
         "open_long_running": open_requests,
-        "lag_p99_ms": _p99(end["lag_ms"]),  # the worker's whole life, startup included (as P2 always measured)
+        "lag_p99_ms": _p99(
+            end["lag_ms"]
+        ),  # the worker's whole life, startup included (as P2 always measured)
         "window_lag_p99_ms": _p99([ms for t, ms in end["lag_samples"] if t0 <= t <= t1]),
         "idle_lag_p99_ms": _p99(idle_lag),
         # the machine's cores busy in the window, in CPU s per minute, this process's share included (shared machine)
@@ -217,8 +277,12 @@ def _busy(times) -> float:
 
 
 KUEUE = "provider, logs on, under Kueue"
-KUEUE_LINES = {"queued": "is queued by Kueue", "admitted": "was admitted by Kueue", "evicted": "was evicted by Kueue",
-               "not visible": "Workload is not visible"}
+KUEUE_LINES = {
+    "queued": "is queued by Kueue",
+    "admitted": "was admitted by Kueue",
+    "evicted": "was evicted by Kueue",
+    "not visible": "Workload is not visible",
+}
 
 
 def p2_kueue(cluster, api, n: int, queued: int, window: float, settle: float) -> dict:
@@ -237,19 +301,33 @@ def p2_kueue(cluster, api, n: int, queued: int, window: float, settle: float) ->
     admitted, waiting = queue.settled(api, n)
     settled_s = time.time() - start
     running = load.running_main_containers(api, namespace)
-    print(f"P2 N={n} {KUEUE}: {admitted} admitted ({running} launchers running), {waiting} queued, "
-          f"settled {settled_s:.0f} s after the first create", flush=True)
+    print(
+        f"P2 N={n} {KUEUE}: {admitted} admitted ({running} launchers running), {waiting} queued, "
+        f"settled {settled_s:.0f} s after the first create",
+        flush=True,
+    )
     worker_log = Path(tempfile.mkstemp(prefix="bench-kueue-", suffix=".log")[1])
     result = measure(cluster, api, "provider", namespace, names, True, window, settle, worker_log=worker_log)
     text = worker_log.read_text()
     after = queue.workloads(api)
-    result.update({"running": running, "admitted": admitted, "queued": waiting, "admitted_queued_after": after,
-                   "settled_s": settled_s,
-                   "quota": {"cluster_queue_cpu_m": queue.admitted * 2 * queue.pod_cpu_milli,
-                             "pod_cpu_m": queue.pod_cpu_milli},
-                   "log_lines": {kind: text.count(marker) for kind, marker in KUEUE_LINES.items()}})
+    result.update(
+        {
+            "running": running,
+            "admitted": admitted,
+            "queued": waiting,
+            "admitted_queued_after": after,
+            "settled_s": settled_s,
+            "quota": {
+                "cluster_queue_cpu_m": queue.admitted * 2 * queue.pod_cpu_milli,
+                "pod_cpu_m": queue.pod_cpu_milli,
+            },
+            "log_lines": {kind: text.count(marker) for kind, marker in KUEUE_LINES.items()},
+        }
+    )
     print(f"P2 N={n} {KUEUE}: {json.dumps(result)}", flush=True)
-    delete_namespace(api, namespace, wait=300)  # the namespace controller's lists must not fall in the next window
+    delete_namespace(
+        api, namespace, wait=300
+    )  # the namespace controller's lists must not fall in the next window
     queue.delete(api)
     return result
 
@@ -260,8 +338,15 @@ def p3(cluster, api, lines: int, seconds: float) -> dict:
     cluster.set_launcher_logs(namespace, [])
     load.create(api, namespace, "provider", ["p3"], bh_succeed(), f"{int(seconds) + 15}s")
     load.wait_running(api, namespace, 1)
-    worker = Worker("provider", namespace, ["p3"], str(cluster.kubeconfig_path), logs=True, seconds=seconds + 120,
-                    collect_lines=True)
+    worker = Worker(
+        "provider",
+        namespace,
+        ["p3"],
+        str(cluster.kubeconfig_path),
+        logs=True,
+        seconds=seconds + 120,
+        collect_lines=True,
+    )
     worker.wait_for("started")
     batches = max(int(seconds * 10), 1)
     per_batch = lines // batches
@@ -277,8 +362,14 @@ def p3(cluster, api, lines: int, seconds: float) -> dict:
     end = worker.finish()
     delete_namespace(api, namespace)
     got = end["lines"]
-    return {"written": written, "printed": got["distinct"], "lost": written - got["distinct"],
-            "doubled": got["doubled"], "cpu_s": cpu1 - cpu0, "seconds": seconds}
+    return {
+        "written": written,
+        "printed": got["distinct"],
+        "lost": written - got["distinct"],
+        "doubled": got["doubled"],
+        "cpu_s": cpu1 - cpu0,
+        "seconds": seconds,
+    }
 
 
 def delete_namespace(api, namespace: str, wait: float = 0) -> None:
@@ -300,31 +391,49 @@ def delete_namespace(api, namespace: str, wait: float = 0) -> None:
 
 def machine() -> str:
     mem = psutil.virtual_memory().total / 2**30
-    return f"{platform.node()}: {psutil.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}, " \
-           f"Python {platform.python_version()}"
+    return (
+        f"{platform.node()}: {psutil.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", default="10,100,300", help="numbers of concurrent waits (P2)")
-    parser.add_argument("--cluster", help="local cluster name (started when not running; default bench-waits, "
-                        "bench-waits-kueue with --kueue-queued)")
+    parser.add_argument(
+        "--cluster",
+        help="local cluster name (started when not running; default bench-waits, "
+        "bench-waits-kueue with --kueue-queued)",
+    )
     parser.add_argument("--window", type=float, default=60.0, help="P2 measuring window, seconds")
     parser.add_argument("--settle", type=float, default=10.0, help="P2 seconds after start before measuring")
     parser.add_argument("--p1-runs", type=int, default=5)
     parser.add_argument("--p3-lines", type=int, default=50_000)
     parser.add_argument("--p3-seconds", type=float, default=60.0)
     parser.add_argument("--sides", default="provider,peer", help="P2: which waits to measure")
-    parser.add_argument("--kueue-queued", type=int, metavar="Q",
-                        help="P2 under Kueue instead: each N's jobs in a Kueue queue with quota for N - Q of them "
-                        "(admitted, running), Q queued (this provider's waits only; a cluster with Kueue)")
-    parser.add_argument("--no-baseline", action="store_true",
-                        help="with --kueue-queued: not followed by plain P2 (provider) at each N on the same cluster")
+    parser.add_argument(
+        "--kueue-queued",
+        type=int,
+        metavar="Q",
+        help="P2 under Kueue instead: each N's jobs in a Kueue queue with quota for N - Q of them "
+        "(admitted, running), Q queued (this provider's waits only; a cluster with Kueue)",
+    )
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="with --kueue-queued: not followed by plain P2 (provider) at each N on the same cluster",
+    )
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument("--previous", help="results JSON of an earlier run: its parts not rerun are kept")
-    parser.add_argument("--real-node", metavar="NAME", help="instead: only P1 on the running real-node cluster NAME "
-                        "(benchmarks/p1_real.py; python -m localcluster node up --name NAME), --p1-runs per variant")
+    parser.add_argument(
+        "--real-node",
+        metavar="NAME",
+        help="instead: only P1 on the running real-node cluster NAME "
+        "(benchmarks/p1_real.py; python -m localcluster node up --name NAME), --p1-runs per variant",
+    )
     args = parser.parse_args()
     if args.real_node:
         return _real_node(args)
@@ -334,17 +443,28 @@ def main() -> None:
     name = args.cluster or ("bench-waits-kueue" if kueue else "bench-waits")
     cluster = _running(name) or LocalCluster(name, "v2beta1", kueue=kueue).start()
     if kueue and not cluster.kueue:
-        sys.exit(f"--kueue-queued: the running cluster {name!r} has no Kueue (python -m localcluster down {name})")
+        sys.exit(
+            f"--kueue-queued: the running cluster {name!r} has no Kueue (python -m localcluster down {name})"
+        )
     api = cluster.api_client()
     skip = set(filter(None, args.skip.split(",")))
     parts = [p for p in ("p1", "p3", "p2") if p not in skip]
     results = json.loads(Path(args.previous).read_text()) if args.previous else {}
     results.setdefault("runs", []).append(
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {', '.join(parts)}"
-        + (f" (N={args.n}, {f'under Kueue, {args.kueue_queued} queued' if kueue else args.sides})"
-           if "p2" in parts else ""))
-    results.update({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-                    "window": args.window})
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {', '.join(parts)}"
+        + (
+            f" (N={args.n}, {f'under Kueue, {args.kueue_queued} queued' if kueue else args.sides})"
+            if "p2" in parts
+            else ""
+        )
+    )
+    results.update(
+        {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "window": args.window,
+        }
+    )
     if "p1" not in skip:
         results["p1"] = p1(cluster, api, args.p1_runs)
     if "p3" not in skip:
@@ -352,21 +472,34 @@ def main() -> None:
         print(f"P3: {results['p3']}", flush=True)
     if "p2" not in skip and kueue:
         results.setdefault("p2_kueue", {}).update(
-            {str(n): _under_kueue(cluster, api, n, args, results) for n in map(int, args.n.split(","))})
+            {str(n): _under_kueue(cluster, api, n, args, results) for n in map(int, args.n.split(","))}
+        )
     elif "p2" not in skip:
         results.setdefault("p2", {}).update(
-            {str(n): {**results.get("p2", {}).get(str(n), {}),
-                      **p2(cluster, api, n, args.window, args.settle, tuple(args.sides.split(",")))}
-             for n in map(int, args.n.split(","))})
+            {
+                str(n): {
+                    **results.get("p2", {}).get(str(n), {}),
+                    **p2(cluster, api, n, args.window, args.settle, tuple(args.sides.split(","))),
+                }
+                for n in map(int, args.n.split(","))
+            }
+        )
     _save(results, Path(args.out))
 
 
 def _under_kueue(cluster, api, n: int, args: argparse.Namespace, results: dict) -> dict:
     """P2 under Kueue at ``n``, then (unless --no-baseline) plain P2 of this provider at ``n`` on the same cluster,
     back to back; both namespaces are deleted after (the baseline's pods fill the simulated nodes)."""
-    entry = {"date": results["date"], "commit": _commit(), "machine": results["machine"], "load": _load(),
-             "window": args.window, "settle": args.settle, "command": _command(),
-             KUEUE: p2_kueue(cluster, api, n, args.kueue_queued, args.window, args.settle)}
+    entry = {
+        "date": results["date"],
+        "commit": _commit(),
+        "machine": results["machine"],
+        "load": _load(),
+        "window": args.window,
+        "settle": args.settle,
+        "command": _command(),
+        KUEUE: p2_kueue(cluster, api, n, args.kueue_queued, args.window, args.settle),
+    }
     if not args.no_baseline:
         entry.update(p2(cluster, api, n, args.window, args.settle, ("provider",)))
         delete_namespace(api, "bench-p2-provider", wait=300)
@@ -380,14 +513,20 @@ def _real_node(args: argparse.Namespace) -> None:
 
     node = NodeCluster(args.real_node)
     if not node.running():
-        sys.exit(f"--real-node {args.real_node!r}: no such node cluster running "
-                 f"(python -m localcluster node up --name {args.real_node})")
+        sys.exit(
+            f"--real-node {args.real_node!r}: no such node cluster running "
+            f"(python -m localcluster node up --name {args.real_node})"
+        )
     results = json.loads(Path(args.previous).read_text()) if args.previous else {}
-    now = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    now = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     results.setdefault("runs", []).append(f"{now}: p1 on the real node")
     results.setdefault("machine", machine())
     results.setdefault("date", now)
-    results["p1_real"] = {"date": now, "machine": machine(), **p1_real(str(node.kubeconfig_path), args.p1_runs)}
+    results["p1_real"] = {
+        "date": now,
+        "machine": machine(),
+        **p1_real(str(node.kubeconfig_path), args.p1_runs),
+    }
     _save(results, Path(args.out))
 
 
@@ -402,7 +541,9 @@ def _save(results: dict, out: Path) -> None:
 
 def _commit() -> str:
     """The checkout's commit (``+`` when its tracked files differ from it)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode
     return head.strip() + ("+" if dirty else "")
 

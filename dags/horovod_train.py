@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.common.compat.sdk import DAG, Param
 
@@ -37,37 +37,60 @@ with DAG(
     description="Data-parallel TensorFlow training with horovodrun on a Kubeflow MPIJob",
     doc_md=DOC,
     schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     render_template_as_native_obj=True,
     tags=["example", "mpi", "horovod"],
     params={
         "workers": Param(
-            2, type="integer", minimum=1, maximum=64, title="Workers",
+            2,
+            type="integer",
+            minimum=1,
+            maximum=64,
+            title="Workers",
             description="Worker pods (the MPIJob's Worker replicas).",
         ),
         "processes_per_worker": Param(
-            1, type="integer", minimum=1, maximum=8, title="Processes per worker",
+            1,
+            type="integer",
+            minimum=1,
+            maximum=8,
+            title="Processes per worker",
             description="Horovod ranks per worker pod (the MPIJob's slotsPerWorker).",
         ),
         "gpus_per_worker": Param(
-            0, type="integer", minimum=0, maximum=8, title="GPUs per worker",
+            0,
+            type="integer",
+            minimum=0,
+            maximum=8,
+            title="GPUs per worker",
             description="nvidia.com/gpu limit of each worker pod; 0 trains on CPUs.",
         ),
         "epochs": Param(
-            2, type="integer", minimum=1, maximum=100, title="Epochs",
+            2,
+            type="integer",
+            minimum=1,
+            maximum=100,
+            title="Epochs",
             description="Training epochs.",
         ),
         "image": Param(
-            DEFAULT_IMAGE, type="string", minLength=1, title="Image",
+            DEFAULT_IMAGE,
+            type="string",
+            minLength=1,
+            title="Image",
             description="Image of launcher and workers: Horovod, TensorFlow and /home/mpiuser/horovod_train.py.",
         ),
         "elastic": Param(
-            False, type="boolean", title="Elastic",
+            False,
+            type="boolean",
+            title="Elastic",
             description="Elastic Horovod (--min-np 1, the mpi-operator's host discovery script; needs Gloo).",
         ),
         "deferrable": Param(
-            False, type="boolean", title="Deferrable",
+            False,
+            type="boolean",
+            title="Deferrable",
             description="Wait for the job in the triggerer instead of holding a worker slot.",
         ),
     },

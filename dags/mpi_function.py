@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
 
@@ -32,26 +32,42 @@ with DAG(
     description="A Python function on every MPI rank: @task.mpi with an mpi4py reduction",
     doc_md=DOC,
     schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     render_template_as_native_obj=True,  # integer Params stay integers
     tags=["example", "mpi"],
     params={
         "count": Param(
-            1000, type="integer", minimum=1, maximum=10_000_000, title="Count",
+            1000,
+            type="integer",
+            minimum=1,
+            maximum=10_000_000,
+            title="Count",
             description="How many numbers (1..count) the ranks share.",
         ),
-        "workers": Param(2, type="integer", minimum=1, maximum=16, title="Workers", description="Worker pods."),
+        "workers": Param(
+            2, type="integer", minimum=1, maximum=16, title="Workers", description="Worker pods."
+        ),
         "slots_per_worker": Param(
-            2, type="integer", minimum=1, maximum=8, title="Slots per worker",
+            2,
+            type="integer",
+            minimum=1,
+            maximum=8,
+            title="Slots per worker",
             description="MPI ranks per worker pod; the function runs on workers x slots ranks.",
         ),
         "image": Param(
-            DEFAULT_IMAGE, type="string", minLength=1, title="Image",
+            DEFAULT_IMAGE,
+            type="string",
+            minLength=1,
+            title="Image",
             description="Image of launcher and workers, with python3 and mpi4py built for its MPI.",
         ),
         "mpi_implementation": Param(
-            "OpenMPI", type="string", enum=MPI_IMPLEMENTATIONS, title="MPI implementation",
+            "OpenMPI",
+            type="string",
+            enum=MPI_IMPLEMENTATIONS,
+            title="MPI implementation",
             description="The image's MPI (the mpirun flavour and the MPIJob's mpiImplementation).",
         ),
     },
@@ -79,7 +95,9 @@ with DAG(
         rank, size = comm.Get_rank(), comm.Get_size()
         share = values[rank::size]
         partial = sum(v * v for v in share)
-        print(f"rank {rank} of {size} on {MPI.Get_processor_name()}: {len(share)} numbers, partial sum {partial}")
+        print(
+            f"rank {rank} of {size} on {MPI.Get_processor_name()}: {len(share)} numbers, partial sum {partial}"
+        )
         total = comm.reduce(partial, op=MPI.SUM, root=0)
         sum_of_ranks = comm.reduce(rank, op=MPI.SUM, root=0)
         if rank == 0:

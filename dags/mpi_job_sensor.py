@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.common.compat.sdk import DAG, Param, TriggerRule, task
 
@@ -29,15 +29,26 @@ with DAG(
     description="Submit an MPIJob without waiting and wait for it with a deferrable MPIJobSensor",
     doc_md=DOC,
     schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     render_template_as_native_obj=True,
     tags=["example", "mpi", "sensor"],
     params={
-        "workers": Param(2, type="integer", minimum=1, maximum=16, title="Workers",
-                         description="Worker pods of the submitted MPIJob."),
-        "image": Param("mpioperator/mpi-pi:openmpi", type="string", minLength=1, title="Image",
-                       description="Image with /home/mpiuser/pi (Open MPI build)."),
+        "workers": Param(
+            2,
+            type="integer",
+            minimum=1,
+            maximum=16,
+            title="Workers",
+            description="Worker pods of the submitted MPIJob.",
+        ),
+        "image": Param(
+            "mpioperator/mpi-pi:openmpi",
+            type="string",
+            minLength=1,
+            title="Image",
+            description="Image with /home/mpiuser/pi (Open MPI build).",
+        ),
     },
 ) as dag:
 
@@ -46,20 +57,34 @@ with DAG(
         """Create the MPIJob and return at once (no waiting)."""
         from airflow_mpi import deployment_identity
         from airflow_mpi.hooks import MPIJobHook
-        from airflow_mpi.jobspec import Defaults, MPIJobSpec, ReplicaSpec, RunPolicy, build_manifest, mpirun_command
+        from airflow_mpi.jobspec import (
+            Defaults,
+            MPIJobSpec,
+            ReplicaSpec,
+            RunPolicy,
+            build_manifest,
+            mpirun_command,
+        )
         from airflow_mpi.jobspec.naming import job_name
 
         hook = MPIJobHook()
         namespace = hook.resolve_namespace(None)
         workers = int(params["workers"])
         # unique to this task instance of this Airflow deployment (another deployment may share the namespace)
-        name = job_name(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, max_workers=workers,
-                        deployment=deployment_identity.for_task())
+        name = job_name(
+            ti.dag_id,
+            ti.task_id,
+            ti.run_id,
+            ti.map_index,
+            max_workers=workers,
+            deployment=deployment_identity.for_task(),
+        )
         spec = MPIJobSpec(
             name=name,
             namespace=namespace,
             launcher=ReplicaSpec(
-                replicas=1, image=params["image"],
+                replicas=1,
+                image=params["image"],
                 command=mpirun_command("/home/mpiuser/pi", workers=workers, slots_per_worker=1),
             ),
             worker=ReplicaSpec(replicas=workers, image=params["image"]),

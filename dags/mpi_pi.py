@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
 
@@ -40,35 +40,55 @@ with DAG(
     description="Estimate pi with mpirun on a Kubeflow MPIJob",
     doc_md=DOC,
     schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     render_template_as_native_obj=True,  # integer/boolean Params stay integers/booleans in the operator
     tags=["example", "mpi"],
     params={
         "workers": Param(
-            2, type="integer", minimum=1, maximum=16, title="Workers",
+            2,
+            type="integer",
+            minimum=1,
+            maximum=16,
+            title="Workers",
             description="Worker pods (the MPIJob's Worker replicas).",
         ),
         "slots_per_worker": Param(
-            1, type="integer", minimum=1, maximum=8, title="Slots per worker",
+            1,
+            type="integer",
+            minimum=1,
+            maximum=8,
+            title="Slots per worker",
             description="MPI processes per worker pod; mpirun starts workers x slots processes.",
         ),
         "image": Param(
-            DEFAULT_IMAGE, type="string", minLength=1, title="Image",
+            DEFAULT_IMAGE,
+            type="string",
+            minLength=1,
+            title="Image",
             description="Image of launcher and workers, with /home/mpiuser/pi built for the chosen MPI "
             "implementation (tags :openmpi, :intel, :mpich).",
         ),
         "mpi_implementation": Param(
-            "OpenMPI", type="string", enum=MPI_IMPLEMENTATIONS, title="MPI implementation",
+            "OpenMPI",
+            type="string",
+            enum=MPI_IMPLEMENTATIONS,
+            title="MPI implementation",
             description="Selects the mpirun flavour and the MPIJob's mpiImplementation.",
         ),
         "samples": Param(
-            2_000_000, type="integer", minimum=1000, maximum=100_000_000_000, title="Samples per rank",
+            2_000_000,
+            type="integer",
+            minimum=1000,
+            maximum=100_000_000_000,
+            title="Samples per rank",
             description="Random points each rank draws (the pi program's argument): more samples, a closer "
             "estimate and a longer run.",
         ),
         "deferrable": Param(
-            False, type="boolean", title="Deferrable",
+            False,
+            type="boolean",
+            title="Deferrable",
             description="Wait for the job in the triggerer instead of holding a worker slot.",
         ),
     },
@@ -107,8 +127,10 @@ with DAG(
             "seconds": seconds,
             "launcher_attempts": job.get("launcher_attempts"),
         }
-        print(f"MPIJob {summary['job']} ended {summary['condition']} after {seconds} s "
-              f"({summary['launcher_attempts']} launcher attempt(s))")
+        print(
+            f"MPIJob {summary['job']} ended {summary['condition']} after {seconds} s "
+            f"({summary['launcher_attempts']} launcher attempt(s))"
+        )
         return summary
 
     report(pi.output)

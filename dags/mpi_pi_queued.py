@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
 
@@ -44,39 +44,66 @@ with DAG(
     description="MPI pi jobs through a Kueue queue: some admitted, the rest queued until quota frees up",
     doc_md=DOC,
     schedule=None,
-    start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     render_template_as_native_obj=True,  # integer Params stay integers in the operator
     tags=["example", "mpi", "kueue"],
     params={
         "queue_name": Param(
-            "user-queue", type="string", minLength=1, maxLength=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "user-queue",
+            type="string",
+            minLength=1,
+            maxLength=63,
+            pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
             title="Queue name",
             description="Kueue LocalQueue in the connection's namespace (label kueue.x-k8s.io/queue-name).",
         ),
         "jobs": Param(
-            3, type="integer", minimum=1, maximum=8, title="Jobs",
+            3,
+            type="integer",
+            minimum=1,
+            maximum=8,
+            title="Jobs",
             description="MPIJobs submitted at once, one mapped pi task each.",
         ),
         "workers": Param(
-            2, type="integer", minimum=1, maximum=4, title="Workers per job",
+            2,
+            type="integer",
+            minimum=1,
+            maximum=4,
+            title="Workers per job",
             description="Worker pods of each MPIJob (one MPI rank each).",
         ),
         "worker_cpu_millicores": Param(
-            300, type="integer", minimum=50, maximum=2000, title="Worker CPU request (millicores)",
+            300,
+            type="integer",
+            minimum=50,
+            maximum=2000,
+            title="Worker CPU request (millicores)",
             description=f"What Kueue counts against the ClusterQueue's cpu quota, with the launcher's "
             f"{LAUNCHER_CPU_MILLICORES}m (and what the scheduler fits on the node).",
         ),
         "samples": Param(
-            1_000_000_000, type="integer", minimum=1000, maximum=100_000_000_000, title="Samples per rank",
+            1_000_000_000,
+            type="integer",
+            minimum=1000,
+            maximum=100_000_000_000,
+            title="Samples per rank",
             description="Random points each rank draws: how long each job keeps its quota.",
         ),
         "queue_timeout": Param(
-            0, type="integer", minimum=0, maximum=86_400, title="Queue timeout (seconds)",
+            0,
+            type="integer",
+            minimum=0,
+            maximum=86_400,
+            title="Queue timeout (seconds)",
             description="Fail a task whose job waited longer than this in the queue (0: wait as long as it takes).",
         ),
         "image": Param(
-            DEFAULT_IMAGE, type="string", minLength=1, title="Image",
+            DEFAULT_IMAGE,
+            type="string",
+            minLength=1,
+            title="Image",
             description="Open MPI image with /home/mpiuser/pi (launcher and workers).",
         ),
     },
@@ -95,10 +122,14 @@ with DAG(
         queue_name="{{ params.queue_name }}",
         queue_timeout="{{ params.queue_timeout or None }}",
         # requests only for cpu (what Kueue's quota and the scheduler count), a memory limit against runaways
-        launcher_resources={"requests": {"cpu": f"{LAUNCHER_CPU_MILLICORES}m", "memory": "128Mi"},
-                            "limits": {"memory": "512Mi"}},
-        worker_resources={"requests": {"cpu": "{{ params.worker_cpu_millicores }}m", "memory": "128Mi"},
-                          "limits": {"memory": "512Mi"}},
+        launcher_resources={
+            "requests": {"cpu": f"{LAUNCHER_CPU_MILLICORES}m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        worker_resources={
+            "requests": {"cpu": "{{ params.worker_cpu_millicores }}m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
         poll_interval=5,
     ).expand(name=job_names())
 
@@ -110,10 +141,18 @@ with DAG(
         for job in jobs:
             started, finished = job.get("start_time"), job.get("completion_time")
             seconds = (parse(finished) - parse(started)).total_seconds() if started and finished else None
-            out.append({"job": f"{job['namespace']}/{job['name']}", "condition": job.get("condition"),
-                        "seconds": seconds, "launcher_attempts": job.get("launcher_attempts")})
-            print(f"MPIJob {out[-1]['job']} ended {out[-1]['condition']} after {seconds} s "
-                  f"({out[-1]['launcher_attempts']} launcher attempt(s))")
+            out.append(
+                {
+                    "job": f"{job['namespace']}/{job['name']}",
+                    "condition": job.get("condition"),
+                    "seconds": seconds,
+                    "launcher_attempts": job.get("launcher_attempts"),
+                }
+            )
+            print(
+                f"MPIJob {out[-1]['job']} ended {out[-1]['condition']} after {seconds} s "
+                f"({out[-1]['launcher_attempts']} launcher attempt(s))"
+            )
         return out
 
     report(pi.output)

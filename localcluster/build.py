@@ -65,7 +65,11 @@ TOOLS: tuple[Tool, ...] = (
 # CRDs read from module sources (after `go mod download`), copied next to the binaries.
 CRDS: dict[str, tuple[str, str, str]] = {
     # name: (module dir, module path, path inside the module)
-    "mpijobs-v2beta1.yaml": ("mpi-operator", "github.com/kubeflow/mpi-operator", "manifests/base/kubeflow.org_mpijobs.yaml"),
+    "mpijobs-v2beta1.yaml": (
+        "mpi-operator",
+        "github.com/kubeflow/mpi-operator",
+        "manifests/base/kubeflow.org_mpijobs.yaml",
+    ),
     "mpijobs-v1.yaml": (
         "training-operator",
         "github.com/kubeflow/training-operator",
@@ -90,7 +94,10 @@ KUEUE = Addon(
     (
         # CRDs (bases/) and the patches that turn on their conversion webhook (kustomization.yaml lists them)
         ("crd", ("kueue", "sigs.k8s.io/kueue", "config/components/crd")),
-        ("webhook-manifests.yaml", ("kueue", "sigs.k8s.io/kueue", "config/components/webhook/manifests.yaml")),
+        (
+            "webhook-manifests.yaml",
+            ("kueue", "sigs.k8s.io/kueue", "config/components/webhook/manifests.yaml"),
+        ),
     ),
 )
 ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE,)}
@@ -178,7 +185,11 @@ def _version_ldflags(go: str, mod: str) -> str:
     versions = pinned_versions(modules())
     if mod == "kubernetes":
         res = subprocess.run(
-            [go, "list", "-m", "-json", "k8s.io/kubernetes"], cwd=GO_DIR / mod, check=True, capture_output=True, text=True
+            [go, "list", "-m", "-json", "k8s.io/kubernetes"],
+            cwd=GO_DIR / mod,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         info = json.loads(res.stdout)
         v = info["Version"]
@@ -202,7 +213,11 @@ def _version_ldflags(go: str, mod: str) -> str:
         return " ".join(flags)
     if mod == "kueue":  # what upstream's Makefile stamps (the commit is not known from the module)
         res = subprocess.run(
-            [go, "list", "-m", "-json", "sigs.k8s.io/kueue"], cwd=GO_DIR / mod, check=True, capture_output=True, text=True
+            [go, "list", "-m", "-json", "sigs.k8s.io/kueue"],
+            cwd=GO_DIR / mod,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         info = json.loads(res.stdout)
         date = (info.get("Time") or "1970-01-01T00:00:00Z")[:19] + "Z"
@@ -293,13 +308,18 @@ def build(force: bool = False, verbose: bool = True) -> Path:
         _ensure_data(go, final)
         return True
 
-    return _build_once("Go binaries (Kubernetes, etcd, kwok, mpi-operator, CoreDNS)", final, cached,
-                       lambda: _build_locked(go, key, final, verbose),
-                       f"building {key} (cold builds take tens of minutes on 2 cores) ..." if verbose else None)
+    return _build_once(
+        "Go binaries (Kubernetes, etcd, kwok, mpi-operator, CoreDNS)",
+        final,
+        cached,
+        lambda: _build_locked(go, key, final, verbose),
+        f"building {key} (cold builds take tens of minutes on 2 cores) ..." if verbose else None,
+    )
 
 
-def _build_once(what: str, final: Path, cached: Callable[[], bool], build: Callable[[], Path],
-                message: str | None) -> Path:
+def _build_once(
+    what: str, final: Path, cached: Callable[[], bool], build: Callable[[], Path], message: str | None
+) -> Path:
     """``final`` if ``cached()``, else ``build()`` under the cache's lock: parallel test sessions wait for, then
     reuse, the first one's build (noted as cached, with the time it waited)."""
     with build_ledger.timed(what) as entry:
@@ -326,16 +346,22 @@ def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     prebuilt = os.environ.get(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR")
     if prebuilt:
         if not is_built(Path(prebuilt), addon.tools):
-            raise RuntimeError(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR={prebuilt} does not hold a complete build")
+            raise RuntimeError(
+                f"AIRFLOW_MPI_{name.upper()}_BIN_DIR={prebuilt} does not hold a complete build"
+            )
         return Path(prebuilt)
     go = go_binary()
     key = addon_key(name, go)
     final = addon_dir(name, key)
     return _build_once(
-        f"Go add-on {name}", final, lambda: not force and is_built(final, addon.tools),
-        lambda: _build_locked(go, final.name, final, verbose, addon.tools,
-                              lambda path: _copy_addon_data(go, addon, path)),
-        f"building {final.name} (a cold build takes minutes) ..." if verbose else None)
+        f"Go add-on {name}",
+        final,
+        lambda: not force and is_built(final, addon.tools),
+        lambda: _build_locked(
+            go, final.name, final, verbose, addon.tools, lambda path: _copy_addon_data(go, addon, path)
+        ),
+        f"building {final.name} (a cold build takes minutes) ..." if verbose else None,
+    )
 
 
 def _copy_addon_data(go: str, addon: Addon, path: Path) -> None:
@@ -386,7 +412,9 @@ def _build_locked(
                     if not produced.exists():
                         produced = outdir / "v3"
                 if not produced.exists():
-                    raise RuntimeError(f"go build did not produce {produced} (have {sorted(os.listdir(outdir))})")
+                    raise RuntimeError(
+                        f"go build did not produce {produced} (have {sorted(os.listdir(outdir))})"
+                    )
                 produced.rename(tmp / tool.binary)
             outdir.rmdir()
             timings[mod] = round(time.monotonic() - t0, 1)

@@ -20,18 +20,38 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build and cache the binaries (no-op when cached)")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
-    b.add_argument("--prune", action="store_true", help="delete other cached builds (not used by running clusters)")
-    b.add_argument("--kueue", action="store_true", help="also build Kueue (otherwise built when a cluster first asks for it)")
-    b.add_argument("--addon", action="append", default=[], choices=sorted(_build.ADDONS), metavar="NAME",
-                   help="also build this add-on (repeatable; --kueue is --addon kueue)")
+    b.add_argument(
+        "--prune", action="store_true", help="delete other cached builds (not used by running clusters)"
+    )
+    b.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also build Kueue (otherwise built when a cluster first asks for it)",
+    )
+    b.add_argument(
+        "--addon",
+        action="append",
+        default=[],
+        choices=sorted(_build.ADDONS),
+        metavar="NAME",
+        help="also build this add-on (repeatable; --kueue is --addon kueue)",
+    )
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     up.add_argument("--nodes", type=int, default=None)
-    up.add_argument("--kueue", action="store_true", help="also run Kueue with its queues (localcluster/kueue.py)")
-    up.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
-                    help=f"also run this controller (repeatable; one of {', '.join(sorted(REGISTRY))}); "
-                    "v2beta1 clusters run the mpi-operator anyway")
+    up.add_argument(
+        "--kueue", action="store_true", help="also run Kueue with its queues (localcluster/kueue.py)"
+    )
+    up.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        choices=sorted(REGISTRY),
+        metavar="NAME",
+        help=f"also run this controller (repeatable; one of {', '.join(sorted(REGISTRY))}); "
+        "v2beta1 clusters run the mpi-operator anyway",
+    )
     for name, help_ in (
         ("down", "stop a cluster and delete its data (component logs are kept)"),
         ("status", "show a cluster's state"),
@@ -42,28 +62,59 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list clusters known in the cache")
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
     nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
-    nd.add_argument("images", nargs="*", help="load: local Docker images to copy into the node's containerd "
-                    "(default: the images of the default mpi-images targets); mpi-images: images/mpi targets to build "
-                    "(default: openmpi mpich intel, and openmpi-upstream mpich-upstream intel-upstream, which behave "
-                    "like the mpi-operator's own images; also: horovod)")
+    nd.add_argument(
+        "images",
+        nargs="*",
+        help="load: local Docker images to copy into the node's containerd "
+        "(default: the images of the default mpi-images targets); mpi-images: images/mpi targets to build "
+        "(default: openmpi mpich intel, and openmpi-upstream mpich-upstream intel-upstream, which behave "
+        "like the mpi-operator's own images; also: horovod)",
+    )
     nd.add_argument("--name", default="real")
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     nd.add_argument("--kueue", action="store_true", help="up: also run Kueue with its queues")
-    nd.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
-                    help="up: also run this controller (repeatable; its build must be in the node image)")
-    sv = sub.add_parser("serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM")
+    nd.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        choices=sorted(REGISTRY),
+        metavar="NAME",
+        help="up: also run this controller (repeatable; its build must be in the node image)",
+    )
+    sv = sub.add_parser(
+        "serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM"
+    )
     sv.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
     sv.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
-    sv.add_argument("--images-dir", default="/images", help="where exporter containers leave images to import")
+    sv.add_argument(
+        "--images-dir", default="/images", help="where exporter containers leave images to import"
+    )
     sv.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig for other containers here")
     sv.add_argument("--server", default="https://kube:6443", help="API address written into --kubeconfig-out")
-    sv.add_argument("--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)")
-    sv.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME",
-                    help="also run this controller (repeatable; $AIRFLOW_MPI_<NAME>_BIN_DIR: its build)")
-    sv.add_argument("--local-queue", action="append", default=[], metavar="NAMESPACE",
-                    help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable")
-    sv.add_argument("--container-log-max-size", default=None, metavar="QUANTITY",
-                    help="the kubelet's containerLogMaxSize (default: its own, 10Mi), e.g. 64Ki to rotate logs often")
+    sv.add_argument(
+        "--kueue", action="store_true", help="also run Kueue ($AIRFLOW_MPI_KUEUE_BIN_DIR: its build)"
+    )
+    sv.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        choices=sorted(REGISTRY),
+        metavar="NAME",
+        help="also run this controller (repeatable; $AIRFLOW_MPI_<NAME>_BIN_DIR: its build)",
+    )
+    sv.add_argument(
+        "--local-queue",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable",
+    )
+    sv.add_argument(
+        "--container-log-max-size",
+        default=None,
+        metavar="QUANTITY",
+        help="the kubelet's containerLogMaxSize (default: its own, 10Mi), e.g. 64Ki to rotate logs often",
+    )
     args = p.parse_args(argv)
 
     try:
@@ -98,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "node":
             from . import node_container as nc
 
-            node = nc.NodeCluster(args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue,
-                                  controllers=args.controller)
+            node = nc.NodeCluster(
+                args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue, controllers=args.controller
+            )
             if args.action == "image":
                 print(nc.build_image())
             elif args.action == "mpi-images":

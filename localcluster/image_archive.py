@@ -42,8 +42,11 @@ def write_archive(
         "architecture": "amd64",
         "os": "linux",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": {"Env": list(env), **({"Entrypoint": list(entrypoint)} if entrypoint else {}),
-                   **({"WorkingDir": workdir} if workdir else {})},
+        "config": {
+            "Env": list(env),
+            **({"Entrypoint": list(entrypoint)} if entrypoint else {}),
+            **({"WorkingDir": workdir} if workdir else {}),
+        },
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
         "history": [{"created_by": "localcluster.image_archive"}],
     }
@@ -84,4 +87,3 @@ def exported_archive(rootfs_tar: Path, settings: Path, out: Path) -> Path:
     env_file = settings.with_suffix(".env")
     env = [line for line in env_file.read_text().splitlines() if "=" in line] if env_file.exists() else []
     return write_archive(out, rootfs_tar, meta["ref"], env=env, workdir=meta.get("workdir") or None)
-

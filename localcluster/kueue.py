@@ -77,7 +77,19 @@ def make_certificates(cert_dir: Path) -> bytes:
         subprocess.run(["openssl", *args], cwd=cert_dir, check=True, capture_output=True)
 
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650", "-subj", "/CN=airflow-mpi kueue webhook CA")
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=airflow-mpi kueue webhook CA",
+    )
     openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=127.0.0.1")
     (cert_dir / "ext.cnf").write_text(
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
@@ -142,7 +154,10 @@ def queue_objects() -> list[tuple[str, dict]]:
     """(plural, object) of the cluster-scoped queue objects, in creation order."""
     api = f"{GROUP}/{VERSION}"
     objs: list[tuple[str, dict]] = [
-        ("resourceflavors", {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}}),
+        (
+            "resourceflavors",
+            {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}},
+        ),
     ]
     for name, value in PRIORITY_CLASSES.items():
         objs.append(
@@ -165,7 +180,10 @@ def queue_objects() -> list[tuple[str, dict]]:
                         {
                             "coveredResources": list(QUOTA),
                             "flavors": [
-                                {"name": FLAVOR, "resources": [{"name": r, "nominalQuota": q} for r, q in QUOTA.items()]}
+                                {
+                                    "name": FLAVOR,
+                                    "resources": [{"name": r, "nominalQuota": q} for r, q in QUOTA.items()],
+                                }
                             ],
                         }
                     ],
@@ -194,10 +212,15 @@ def cluster_queue_active(api_client, name: str = CLUSTER_QUEUE) -> bool:
     from kubernetes import client
 
     cq = client.CustomObjectsApi(api_client).get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
-    return any(c["type"] == "Active" and c["status"] == "True" for c in (cq.get("status") or {}).get("conditions") or [])
+    return any(
+        c["type"] == "Active" and c["status"] == "True"
+        for c in (cq.get("status") or {}).get("conditions") or []
+    )
 
 
-def create_local_queue(api_client, namespace: str, name: str = LOCAL_QUEUE, cluster_queue: str = CLUSTER_QUEUE) -> dict:
+def create_local_queue(
+    api_client, namespace: str, name: str = LOCAL_QUEUE, cluster_queue: str = CLUSTER_QUEUE
+) -> dict:
     """A LocalQueue ``name`` in ``namespace`` feeding ``cluster_queue``."""
     from kubernetes import client
 
@@ -207,7 +230,9 @@ def create_local_queue(api_client, namespace: str, name: str = LOCAL_QUEUE, clus
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"clusterQueue": cluster_queue},
     }
-    return client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", obj)
+    return client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "localqueues", obj
+    )
 
 
 def workloads_of(api_client, namespace: str, job_uid: str) -> list[dict]:

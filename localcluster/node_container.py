@@ -42,10 +42,16 @@ def _log(msg: str) -> None:
     print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
 
 
-def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = 600, **kw) -> subprocess.CompletedProcess:
-    res = subprocess.run(["docker", *args], capture_output=capture, text=True, timeout=timeout, check=False, **kw)
+def docker(
+    *args: str, check: bool = True, capture: bool = True, timeout: float | None = 600, **kw
+) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        ["docker", *args], capture_output=capture, text=True, timeout=timeout, check=False, **kw
+    )
     if check and res.returncode != 0:
-        raise ClusterError(f"docker {' '.join(args[:3])} failed ({res.returncode}): {(res.stderr or '').strip()[-2000:]}")
+        raise ClusterError(
+            f"docker {' '.join(args[:3])} failed ({res.returncode}): {(res.stderr or '').strip()[-2000:]}"
+        )
     return res
 
 
@@ -82,7 +88,22 @@ def build_image(verbose: bool = True) -> str:
     )
     t0 = time.monotonic()
     _log(f"building {tag}")
-    docker("buildx", "build", "--load", "-q", "--build-arg", "BINARIES=prebuilt", "-f", str(DOCKERFILE), "-t", tag, "-t", f"{IMAGE_REPO}:local", str(context), timeout=1800)
+    docker(
+        "buildx",
+        "build",
+        "--load",
+        "-q",
+        "--build-arg",
+        "BINARIES=prebuilt",
+        "-f",
+        str(DOCKERFILE),
+        "-t",
+        tag,
+        "-t",
+        f"{IMAGE_REPO}:local",
+        str(context),
+        timeout=1800,
+    )
     shutil.rmtree(context, ignore_errors=True)
     _log(f"built {tag} in {time.monotonic() - t0:.0f}s")
     build_ledger.note("node image (images/kube)", True, time.monotonic() - t0)
@@ -134,12 +155,27 @@ def build_mpi_images(targets: Sequence[str] = DEFAULT_MPI_TARGETS) -> list[str]:
     for target in targets:
         t0 = time.monotonic()
         with _build_lock(target):
-            res = docker("buildx", "build", "--load", "--progress=plain", *extra_ca_secret(), "-f",
-                         str(MPI_DOCKERFILE), "--target", target, "-t", IMAGE_TARGETS[target],
-                         str(MPI_DOCKERFILE.parent), timeout=3600)
+            res = docker(
+                "buildx",
+                "build",
+                "--load",
+                "--progress=plain",
+                *extra_ca_secret(),
+                "-f",
+                str(MPI_DOCKERFILE),
+                "--target",
+                target,
+                "-t",
+                IMAGE_TARGETS[target],
+                str(MPI_DOCKERFILE.parent),
+                timeout=3600,
+            )
         _log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
-        build_ledger.note(f"image {IMAGE_TARGETS[target]}", bool(build_ledger.steps_ran(res.stdout + res.stderr)),
-                          time.monotonic() - t0)
+        build_ledger.note(
+            f"image {IMAGE_TARGETS[target]}",
+            bool(build_ledger.steps_ran(res.stdout + res.stderr)),
+            time.monotonic() - t0,
+        )
     return [IMAGE_TARGETS[t] for t in targets]
 
 
@@ -159,8 +195,16 @@ class NodeCluster(ClusterPaths):
 
     kind = "real-node"
 
-    def __init__(self, name: str = "real", api_version: str = API_V2BETA1, *, kwok_nodes: int = 0, kueue: bool = False,
-                 container_log_max_size: str | None = None, controllers: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        name: str = "real",
+        api_version: str = API_V2BETA1,
+        *,
+        kwok_nodes: int = 0,
+        kueue: bool = False,
+        container_log_max_size: str | None = None,
+        controllers: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
@@ -198,8 +242,16 @@ class NodeCluster(ClusterPaths):
             self.collect_logs()
             raise
         (self.state_dir / "state.json").write_text(
-            json.dumps({"name": self.name, "kind": self.kind, "image": tag, "api_version": self.api_version,
-                        "kueue": self.kueue, "phase": "running"})  # fmt: skip
+            json.dumps(
+                {
+                    "name": self.name,
+                    "kind": self.kind,
+                    "image": tag,
+                    "api_version": self.api_version,
+                    "kueue": self.kueue,
+                    "phase": "running",
+                }
+            )  # fmt: skip
         )
         _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
         return self
@@ -207,7 +259,10 @@ class NodeCluster(ClusterPaths):
     def _await_ready(self, timeout: float) -> None:
         """Follow the container's output until serve reports ready (or the container ends)."""
         proc = subprocess.Popen(
-            ["docker", "logs", "-f", self.container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            ["docker", "logs", "-f", self.container],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.monotonic() + timeout
         tail: list[str] = []
@@ -262,7 +317,9 @@ class NodeCluster(ClusterPaths):
         dest.mkdir(parents=True, exist_ok=True)
         docker("cp", f"{self.container}:{NODE_STATE}/logs/.", str(dest), check=False)
         with open(dest / "container.log", "w") as f:
-            subprocess.run(["docker", "logs", self.container], stdout=f, stderr=subprocess.STDOUT, check=False)
+            subprocess.run(
+                ["docker", "logs", self.container], stdout=f, stderr=subprocess.STDOUT, check=False
+            )
         return dest
 
     def stop(self, keep_logs: bool = True) -> None:
@@ -277,7 +334,9 @@ class NodeCluster(ClusterPaths):
         self.remove()
         if keep_logs:
             self.kubeconfig_path.unlink(missing_ok=True)
-            (self.state_dir / "state.json").unlink(missing_ok=True)  # logs stay; `localcluster list` forgets it
+            (self.state_dir / "state.json").unlink(
+                missing_ok=True
+            )  # logs stay; `localcluster list` forgets it
         else:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
@@ -306,8 +365,10 @@ class NodeCluster(ClusterPaths):
         """What the kubelet wrote for a pod container, file by file, oldest first (rotated ``0.log.<time>[.gz]``,
         then the live ``0.log``): CRI lines ``<time> <stream> <P|F> <text>``. Post-mortem evidence, read on the
         node: the API serves only the newest file."""
-        script = (f"for f in /var/log/pods/{namespace}_{pod}_*/{container}/0.log*; do echo \"== $f\"; "
-                  'case "$f" in *.gz) zcat "$f" ;; *) cat "$f" ;; esac; done')
+        script = (
+            f'for f in /var/log/pods/{namespace}_{pod}_*/{container}/0.log*; do echo "== $f"; '
+            'case "$f" in *.gz) zcat "$f" ;; *) cat "$f" ;; esac; done'
+        )
         files: dict[str, list[str]] = {}
         for line in docker("exec", self.container, "sh", "-c", script).stdout.splitlines():
             if line.startswith("== "):
@@ -321,7 +382,9 @@ class NodeCluster(ClusterPaths):
     @staticmethod
     def names() -> list[str]:
         """Names of the node clusters that have a container on this machine (running or not)."""
-        res = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.Label "{LABEL}"}}}}', check=False)
+        res = docker(
+            "ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.Label "{LABEL}"}}}}', check=False
+        )
         return sorted(set(res.stdout.split()))
 
     def remove(self) -> None:

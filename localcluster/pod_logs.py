@@ -21,7 +21,7 @@ _CRI_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (stdout|stderr) [FP] ")
 
 
 def _rfc3339nano(t: float) -> str:
-    dt = _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc)
+    dt = _dt.datetime.fromtimestamp(t, tz=_dt.UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int((t % 1) * 1e9):09d}Z"
 
 

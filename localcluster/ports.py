@@ -40,7 +40,9 @@ def claim(count: int, claims_file: Path) -> list[int]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         now = time.time()
         try:
-            claims = {int(p): t for p, t in json.loads(claims_file.read_text()).items() if now - t < CLAIM_SECONDS}
+            claims = {
+                int(p): t for p, t in json.loads(claims_file.read_text()).items() if now - t < CLAIM_SECONDS
+            }
         except (OSError, ValueError):
             claims = {}
         ports: list[int] = []
@@ -48,7 +50,7 @@ def claim(count: int, claims_file: Path) -> list[int]:
             port = random.randint(LOW, HIGH)
             if port not in claims and port not in ports and _bindable(port):
                 ports.append(port)
-        claims.update({p: now for p in ports})
+        claims.update(dict.fromkeys(ports, now))
         claims_file.write_text(json.dumps(claims))
         return ports
 

@@ -56,8 +56,15 @@ def node_ip() -> str:
 class RealNode:
     """containerd, kubelet and CoreDNS processes for one node; ``start()`` returns once the Node is Ready."""
 
-    def __init__(self, bin_dir: Path, kubeconfig: Path, pki_dir: Path, state_dir: Path, logs_dir: Path,
-                 container_log_max_size: str | None = None) -> None:
+    def __init__(
+        self,
+        bin_dir: Path,
+        kubeconfig: Path,
+        pki_dir: Path,
+        state_dir: Path,
+        logs_dir: Path,
+        container_log_max_size: str | None = None,
+    ) -> None:
         self.bin_dir = bin_dir
         self.container_log_max_size = container_log_max_size  # None: the kubelet's default (10Mi)
         self.kubeconfig = kubeconfig
@@ -148,7 +155,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     "maxPods": 110,
                     "serializeImagePulls": False,
                     # a test machine's disk is shared with everything else: never evict or collect images for it
-                    "evictionHard": {"memory.available": "50Mi", "nodefs.available": "0%", "imagefs.available": "0%"},
+                    "evictionHard": {
+                        "memory.available": "50Mi",
+                        "nodefs.available": "0%",
+                        "imagefs.available": "0%",
+                    },
                     "imageGCHighThresholdPercent": 100,
                     "imageGCLowThresholdPercent": 99,
                     "protectKernelDefaults": False,
@@ -183,14 +194,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         compare what the kubelet wrote with what its followers were served."""
         if not self.container_log_max_size:
             return {}
-        return {"containerLogMaxSize": self.container_log_max_size, "containerLogMaxFiles": 10,
-                "containerLogMonitorInterval": "3s"}
+        return {
+            "containerLogMaxSize": self.container_log_max_size,
+            "containerLogMaxFiles": 10,
+            "containerLogMonitorInterval": "3s",
+        }
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, argv: list[str]) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-        self.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
         log.close()
 
     def _argv(self, name: str, configs: dict[str, Path]) -> list[str]:

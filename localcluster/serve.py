@@ -94,15 +94,24 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
                     raise
 
         def active(ns: str = ns) -> bool:
-            lq = co.get_namespaced_custom_object(_kueue.GROUP, _kueue.VERSION, ns, "localqueues", _kueue.LOCAL_QUEUE)
+            lq = co.get_namespaced_custom_object(
+                _kueue.GROUP, _kueue.VERSION, ns, "localqueues", _kueue.LOCAL_QUEUE
+            )
             return (_kueue.condition(lq, "Active") or {}).get("status") == "True"
 
         wait_until(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
 
 
 def serve(
-    *, kwok_nodes: int, api_version: str, images_dir: Path, kubeconfig_out: Path | None, server: str, kueue: bool = False,
-    local_queues: list[str] | None = None, container_log_max_size: str | None = None,
+    *,
+    kwok_nodes: int,
+    api_version: str,
+    images_dir: Path,
+    kubeconfig_out: Path | None,
+    server: str,
+    kueue: bool = False,
+    local_queues: list[str] | None = None,
+    container_log_max_size: str | None = None,
     controllers: Sequence[str] = (),
 ) -> int:
     if local_queues and not (kueue or "kueue" in controllers):
@@ -147,7 +156,9 @@ def serve(
             export_kubeconfig(cluster.kubeconfig_path, kubeconfig_out, server)
         READY_FILE.parent.mkdir(parents=True, exist_ok=True)
         READY_FILE.write_text(str(os.getpid()))
-        _log(f"ready in {time.monotonic() - t0:.1f}s: API {server}, node {node_ip()}, logs {cluster.logs_dir}")
+        _log(
+            f"ready in {time.monotonic() - t0:.1f}s: API {server}, node {node_ip()}, logs {cluster.logs_dir}"
+        )
         while not stopping:
             restarted = node.supervise() + cluster.ensure_components()
             if restarted:

@@ -23,7 +23,7 @@ _LAUNCHER_JQ = (
 LIFECYCLE_JQ = f'((.metadata.labels // {{}})["{b.LIFECYCLE}"] // (if {_LAUNCHER_JQ} then "{b.SUCCEED}" else "{b.RUN}" end))'
 #: what happens when the run duration is over: succeed | fail | restart | run
 ACTION_JQ = (
-    f"{LIFECYCLE_JQ} as $lc | if $lc == \"{b.FAIL}\" then"
+    f'{LIFECYCLE_JQ} as $lc | if $lc == "{b.FAIL}" then'
     f' ((.metadata.annotations // {{}})["{b.SUCCEED_AFTER_RESTARTS}"]) as $n'
     " | ([(.status.containerStatuses // [])[] | .restartCount] | max // 0) as $rc"
     ' | if ($n != null) and ($rc >= ($n | tonumber)) then "succeed"'
@@ -202,9 +202,7 @@ containerStatuses:
 phase: Running
 """
 
-_FAIL_EXIT = (
-    f'{{{{ or ( index $annotations "{b.EXIT_CODE}" ) "{b.DEFAULT_EXIT_CODE}" }}}}'
-)
+_FAIL_EXIT = f'{{{{ or ( index $annotations "{b.EXIT_CODE}" ) "{b.DEFAULT_EXIT_CODE}" }}}}'
 _FAIL_REASON = f'{{{{ or ( index $annotations "{b.REASON}" ) "{b.DEFAULT_REASON}" | Quote }}}}'
 _FAIL_MESSAGE = f'{{{{ or ( index $annotations "{b.MESSAGE}" ) "" | Quote }}}}'
 

@@ -28,7 +28,9 @@ REAL_CONTAINER_RUNS = ("real-node", "compose")
 
 
 def phases(path: Path) -> list[tuple[str, int]]:
-    rows = [line.split("\t") for line in path.read_text().splitlines() if "\t" in line] if path.exists() else []
+    rows = (
+        [line.split("\t") for line in path.read_text().splitlines() if "\t" in line] if path.exists() else []
+    )
     return [(name, int(float(seconds))) for name, seconds in rows]
 
 
@@ -64,7 +66,9 @@ def junit_cases(folder: Path) -> dict[str, list[tuple[str, str]]]:
         cases = []
         for case in root.iter("testcase"):
             tags = {child.tag for child in case}
-            outcome = ("failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed")
+            outcome = (
+                "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+            )
             cases.append((f"{case.get('classname')}::{case.get('name')}", outcome))
         runs[xml.stem.removeprefix("junit-")] = cases
     return runs
@@ -92,16 +96,25 @@ def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout) -> None:
         for run, cases in runs.items():
             say(f"  run {run}: {counts(cases)}")
         distinct = {test for cases in runs.values() for test, _ in cases}
-        twice = {t for t, _ in runs.get("af2-unit", [])} & {t for r, c in runs.items() if r != "af2-unit" for t, _ in c}
+        twice = {t for t, _ in runs.get("af2-unit", [])} & {
+            t for r, c in runs.items() if r != "af2-unit" for t, _ in c
+        }
         real = {t for r in REAL_CONTAINER_RUNS for t, o in runs.get(r, []) if o != "skipped"}
-        say(f"  {len(distinct)} distinct tests; {len(twice)} of them are the unit tests run on Airflow 2.11 and 3; "
-            f"{len(real)} ran real containers (runs {', '.join(REAL_CONTAINER_RUNS)})")
+        say(
+            f"  {len(distinct)} distinct tests; {len(twice)} of them are the unit tests run on Airflow 2.11 and 3; "
+            f"{len(real)} ran real containers (runs {', '.join(REAL_CONTAINER_RUNS)})"
+        )
     kind, now = kind_of(built)
     target = TARGETS[kind]
-    verdict = (f"within the target of {target} min" if total <= target * 60 else
-               f"OVER the target of {target} min by {(total - target * 60) / 60:.1f} min")
+    verdict = (
+        f"within the target of {target} min"
+        if total <= target * 60
+        else f"OVER the target of {target} min by {(total - target * 60) / 60:.1f} min"
+    )
     say(f"== this run was {kind}{': built now: ' + '; '.join(now) if now else ' (nothing built now)'} ==")
-    say(f"  {total:,} s ({total / 60:.1f} min): {verdict} for a {kind} run (README, Tests; reported, not an exit code)")
+    say(
+        f"  {total:,} s ({total / 60:.1f} min): {verdict} for a {kind} run (README, Tests; reported, not an exit code)"
+    )
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ if "AIRFLOW_MPI_KEEP_AIRFLOW_HOME" not in os.environ:
 # Operators run in-process here, outside any deployment's task runner: they get a pinned deployment identity
 # (the e2e and compose stacks run real deployments with an environment of their own, without this variable).
 os.environ.setdefault("AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID", "tests-in-process")
-os.environ.setdefault("AIRFLOW__AIRFLOW_MPI__INSTALLATION", "tests-in-process")  # and the installation holding it
+os.environ.setdefault(
+    "AIRFLOW__AIRFLOW_MPI__INSTALLATION", "tests-in-process"
+)  # and the installation holding it
 
 
 # ------------------------------------------------------------------ where a run's time goes (scripts/test's table)
-import time  # noqa: E402
+import time
 
 _SUITE_SPANS: dict[str, list[float]] = {}
 

@@ -32,12 +32,18 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 
-from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.function_task.function_call import (
-    call_secret_data, call_secret_name, check_function, check_source, mount_call_secret, pickle_arguments, rank_command,
+    call_secret_data,
+    call_secret_name,
+    check_function,
+    check_source,
+    mount_call_secret,
+    pickle_arguments,
+    rank_command,
 )
 from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest, result_digest_of
+from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
+from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.callbacks import LogSink, MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_result_key, recorded_result_key
@@ -68,9 +74,13 @@ def function_task_kwargs(decorator: str, python: str, kwargs: dict[str, Any]) ->
             reason = f"does not apply to {decorator}: the function is the program"
             raise MPIJobValidationError(name, kwargs[name], reason)
     if kwargs.get("get_logs") is False:
-        raise MPIJobValidationError("get_logs", False, f"{decorator} reads rank 0's return value from the launcher log")
+        raise MPIJobValidationError(
+            "get_logs", False, f"{decorator} reads rank 0's return value from the launcher log"
+        )
     if not isinstance(python, str) or not python:
-        raise MPIJobValidationError("python", python, "must name the ranks' Python interpreter (e.g. python3)")
+        raise MPIJobValidationError(
+            "python", python, "must name the ranks' Python interpreter (e.g. python3)"
+        )
     return {**kwargs, "program": rank_command(python=python)}
 
 
@@ -152,8 +162,13 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         try:
             self.operator.hook.create_owned_secret(secret, namespace, data, job)
         except Exception as err:
-            self._drop(job, namespace, f"Could not create Secret {namespace}/{secret}, which carries the function "
-                                       f"and its arguments to the ranks ({failure_text(err)})", err)
+            self._drop(
+                job,
+                namespace,
+                f"Could not create Secret {namespace}/{secret}, which carries the function "
+                f"and its arguments to the ranks ({failure_text(err)})",
+                err,
+            )
         return job
 
     def _drop(self, job: dict, namespace: str, failure: str, err: Exception) -> None:
@@ -194,9 +209,14 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
             return None
         if self.key_of(job) is not None:
             return job
-        replace(hook, log, job, "it is an earlier try's submission, and this try does not hold the key its "
-                                "rank 0 signs its return value with (kept from try to try only in Airflow "
-                                "3.3+'s task state store)")
+        replace(
+            hook,
+            log,
+            job,
+            "it is an earlier try's submission, and this try does not hold the key its "
+            "rank 0 signs its return value with (kept from try to try only in Airflow "
+            "3.3+'s task state store)",
+        )
         return None
 
     def job_attached(self, job: dict) -> None:
@@ -239,8 +259,11 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         try:
             return parse_result(hook.launcher_log(payload["name"], payload["namespace"]), self.key)
         except Exception as err:  # the cleanup below must run whatever happens here
-            return RankResult(started=result.started, error=f"its launcher log could not be read back for rank "
-                                                            f"0's return value ({type(err).__name__}: {err})")
+            return RankResult(
+                started=result.started,
+                error=f"its launcher log could not be read back for rank "
+                f"0's return value ({type(err).__name__}: {err})",
+            )
 
     def finish(self, payload: dict[str, Any], finish_job: Callable[[], Any]) -> Any:
         """Clean up and raise as for any MPIJob; on success, rank 0's return value."""
@@ -278,8 +301,11 @@ class FunctionTaskMixin:
         value = super().execute_complete(context, event, job_try_number)  # type: ignore[misc]
         if AIRFLOW_V_3_0_PLUS:  # as DecoratedOperator.execute does (multiple_outputs, assets)
             return self._handle_output(return_value=value)  # type: ignore[attr-defined]
-        return self._handle_output(return_value=value, context=context,  # type: ignore[attr-defined]
-                                   xcom_push=self.xcom_push)  # type: ignore[attr-defined]
+        return self._handle_output(
+            return_value=value,
+            context=context,  # type: ignore[attr-defined]
+            xcom_push=self.xcom_push,
+        )  # type: ignore[attr-defined]
 
 
 def function_task_operator(operator: type, decorator: str, launch: Launch) -> type:
@@ -305,10 +331,15 @@ def function_task_operator(operator: type, decorator: str, launch: Launch) -> ty
 
 
 def function_task_decorator(
-    operator_class: type, python_callable: Callable | None, multiple_outputs: bool | None, kwargs: dict[str, Any]
+    operator_class: type,
+    python_callable: Callable | None,
+    multiple_outputs: bool | None,
+    kwargs: dict[str, Any],
 ) -> TaskDecorator:
     """The TaskFlow decorator of a FunctionTaskMixin operator (as cncf.kubernetes' kubernetes_task)."""
     return task_decorator_factory(
-        python_callable=python_callable, multiple_outputs=multiple_outputs, decorated_operator_class=operator_class,
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=operator_class,
         **kwargs,
     )

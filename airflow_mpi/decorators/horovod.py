@@ -15,7 +15,6 @@ from airflow.providers.common.compat.sdk import TaskDecorator
 from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
 from airflow_mpi.operators.horovod import HorovodJobOperator, horovodrun_launch
 
-
 _Operator = function_task_operator(HorovodJobOperator, "@task.horovod", horovodrun_launch)
 
 

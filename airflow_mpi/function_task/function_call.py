@@ -13,9 +13,9 @@ that is no JSON) comes back in rank 0's marker lines.
 from __future__ import annotations
 
 import ast
-import copy
 import base64
 import builtins
+import copy
 import dis
 import inspect
 import io
@@ -53,12 +53,15 @@ def check_function(func: Callable, decorator: str) -> list[str]:
     if code is None:
         return [*reasons, "is not a Python function"]
     if code.co_freevars:
-        reasons.append(f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as "
-                       "arguments")
+        reasons.append(
+            f"uses variables of an enclosing function ({', '.join(code.co_freevars)}): pass them as arguments"
+        )
     dag_globals = sorted(_global_names(code) & set(func.__globals__) - set(vars(builtins)) - {func.__name__})
     if dag_globals:
-        reasons.append(f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
-                       "import or define them inside the function")
+        reasons.append(
+            f"uses names of its module ({', '.join(dag_globals)}), which do not exist on the ranks: "
+            "import or define them inside the function"
+        )
     return reasons
 
 
@@ -97,7 +100,9 @@ class _ModuleRecorder(pickle.Pickler):
 
 def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
     """``(args, kwargs)`` pickled; an argument that cannot be, or that needs the DAG file to load, is an error."""
-    named = [(f"op_args[{i}]", v) for i, v in enumerate(args)] + [(f"op_kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    named = [(f"op_args[{i}]", v) for i, v in enumerate(args)] + [
+        (f"op_kwargs[{k!r}]", v) for k, v in kwargs.items()
+    ]
     for field, value in named:
         recorder = _ModuleRecorder(io.BytesIO())
         try:
@@ -107,8 +112,12 @@ def pickle_arguments(errors: ErrorList, args: Sequence[Any], kwargs: Mapping[str
             continue
         local = sorted(m for m in recorder.modules if m.startswith(DAG_LOCAL_MODULE_PREFIXES))
         if local:
-            errors.add(field, value, f"needs classes or functions of the DAG file ({', '.join(local)}), which the "
-                       "ranks cannot import: pass plain data (JSON-like values, or types of modules in the image)")
+            errors.add(
+                field,
+                value,
+                f"needs classes or functions of the DAG file ({', '.join(local)}), which the "
+                "ranks cannot import: pass plain data (JSON-like values, or types of modules in the image)",
+            )
     if errors:
         return b""
     return pickle.dumps((tuple(args), dict(kwargs)), protocol=PICKLE_PROTOCOL)
@@ -120,10 +129,14 @@ def call_secret_data(source: str, name: str, arguments: bytes, nonce: str) -> di
     call = {"name": name, "source": source, "arguments": base64.b64encode(arguments).decode(), "nonce": nonce}
     encoded = base64.b64encode(zlib.compress(json.dumps(call).encode(), 9)).decode()
     if len(encoded) > MAX_CALL_BYTES:
-        raise MPIJobValidationError("op_args/op_kwargs", f"<{len(encoded)} bytes>", f"the function and its arguments "
-                                    f"take {len(encoded)} bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the "
-                                    "call's Kubernetes Secret may hold (1 MiB in all): pass large data by reference (a "
-                                    "path or URL the ranks read)")
+        raise MPIJobValidationError(
+            "op_args/op_kwargs",
+            f"<{len(encoded)} bytes>",
+            f"the function and its arguments "
+            f"take {len(encoded)} bytes encoded (zlib, base64), over the {MAX_CALL_BYTES} the "
+            "call's Kubernetes Secret may hold (1 MiB in all): pass large data by reference (a "
+            "path or URL the ranks read)",
+        )
     return {CALL_KEY: encoded, RUNNER_KEY: inspect.getsource(rank_runner)}
 
 
@@ -151,7 +164,9 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
         volumes = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME]
         for container in [*(pod.get("initContainers") or []), *pod["containers"]]:
             if any(m.get("name") == CALL_VOLUME for m in container.get("volumeMounts") or []):
-                container["volumeMounts"] = [m for m in container["volumeMounts"] if m.get("name") != CALL_VOLUME]
+                container["volumeMounts"] = [
+                    m for m in container["volumeMounts"] if m.get("name") != CALL_VOLUME
+                ]
         if role == WORKER_REPLICA or launcher_runs_ranks:
             main = pod["containers"][0]  # the main container comes first (jobspec/precedence.py _merged)
             main["volumeMounts"] = [*(main.get("volumeMounts") or []), dict(mount)]
@@ -163,7 +178,9 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
 
 def mounted_call_secret(job: dict) -> str | None:
     """The name of the call Secret ``job``'s workers mount (a ``@task.mpi`` job's), or None."""
-    pod = ((((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(WORKER_REPLICA) or {}).get("template") or {})
+    pod = (((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(WORKER_REPLICA) or {}).get(
+        "template"
+    ) or {}
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         if isinstance(volume, dict) and volume.get("name") == CALL_VOLUME:
             name = (volume.get("secret") or {}).get("secretName")

@@ -10,7 +10,11 @@ import hashlib
 
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
 from airflow_mpi.wait.rank_result_capture import (
-    UNVERIFIED, RankResult, ResultCollector, hide_result_lines, parse_result,
+    UNVERIFIED,
+    RankResult,
+    ResultCollector,
+    hide_result_lines,
+    parse_result,
 )
 
 RESULT_NONCE_ANNOTATION = LABEL_PREFIX + "result-nonce-sha256"
@@ -26,5 +30,13 @@ def result_digest_of(obj: dict) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(RESULT_NONCE_ANNOTATION)
 
 
-__all__ = ["RESULT_NONCE_ANNOTATION", "UNVERIFIED", "RankResult", "ResultCollector", "hide_result_lines",
-           "nonce_digest", "parse_result", "result_digest_of"]
+__all__ = [
+    "RESULT_NONCE_ANNOTATION",
+    "UNVERIFIED",
+    "RankResult",
+    "ResultCollector",
+    "hide_result_lines",
+    "nonce_digest",
+    "parse_result",
+    "result_digest_of",
+]

@@ -26,11 +26,15 @@ import sys
 import traceback
 import zlib
 
-MARKER = "::airflow-mpi-result::"  # ``MARKER <line_mac(nonce, words)> <words...>``, the kind first among the words
+MARKER = (
+    "::airflow-mpi-result::"  # ``MARKER <line_mac(nonce, words)> <words...>``, the kind first among the words
+)
 STARTED = "started"  # rank 0 began (Python runs in the image)
 VALUE = "value"  # <index> <count> <crc32> <chunk>: rank 0's return value, JSON, zlib, base64, in chunks
 UNRETURNABLE = "unreturnable"  # <base64 of a message>: rank 0's return value is no JSON (cannot be an XCom)
-TOO_LARGE = "toolarge"  # <characters encoded> <bytes of JSON>: rank 0's return value is over a cap, not printed
+TOO_LARGE = (
+    "toolarge"  # <characters encoded> <bytes of JSON>: rank 0's return value is over a cap, not printed
+)
 CHUNK = 1000  # characters of a chunk: one write of a short line, which mpirun forwards whole
 # Caps of a return value: as rank 0 prints it (base64 of zlib), and as JSON. An XCom lives in Airflow's database;
 # larger results belong in storage the ranks write to, returned by reference. The reader holds no more than this.
@@ -96,7 +100,12 @@ def main(call_path):
     name, source, nonce = call.pop("name"), call.pop("source"), call.pop("nonce")
     del sys.argv[1:]  # the function sees no path to the call (nor its nonce)
     filename = "<@task function %s>" % name
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # source lines in tracebacks
+    linecache.cache[filename] = (
+        len(source),
+        None,
+        source.splitlines(True),
+        filename,
+    )  # source lines in tracebacks
     root = rank() == 0
     if root:
         say(nonce, STARTED)

@@ -9,7 +9,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.errors import (
-    MPIJobAPIUnavailable, MPIJobConflictError, MPIJobHookError, PodLogUnavailable, WatchExpired,
+    MPIJobAPIUnavailable,
+    MPIJobConflictError,
+    MPIJobHookError,
+    PodLogUnavailable,
+    WatchExpired,
 )
 
 if TYPE_CHECKING:
@@ -18,8 +22,15 @@ if TYPE_CHECKING:
 
 _LAZY = {"MPIJobHook": "airflow_mpi.hooks.mpijob", "AsyncMPIJobHook": "airflow_mpi.hooks.async_mpijob"}
 
-__all__ = ["AsyncMPIJobHook", "MPIJobAPIUnavailable", "MPIJobConflictError", "MPIJobHook", "MPIJobHookError",
-           "PodLogUnavailable", "WatchExpired"]
+__all__ = [
+    "AsyncMPIJobHook",
+    "MPIJobAPIUnavailable",
+    "MPIJobConflictError",
+    "MPIJobHook",
+    "MPIJobHookError",
+    "PodLogUnavailable",
+    "WatchExpired",
+]
 
 
 def __getattr__(name: str) -> Any:

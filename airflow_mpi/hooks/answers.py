@@ -8,14 +8,21 @@ import json
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, WatchExpired, error_message, is_missing_resource_type
+from airflow_mpi.hooks.errors import (
+    MPIJobAPIUnavailable,
+    WatchExpired,
+    error_message,
+    is_missing_resource_type,
+)
 from airflow_mpi.jobspec.vocabulary import API_V2BETA1, REPLICA_INDEX_LABEL, TERMINAL_PHASES
 
 # the kubelet's RFC 3339 timestamp (nanoseconds, offset) in front of a ``timestamps=true`` log line
-_TIMESTAMP_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S)
+_TIMESTAMP_RE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ?(.*)$", re.S
+)
 
 
 # --------------------------------------------------------------------------------------- lines
@@ -163,7 +170,9 @@ class WatchDecoder:
         if event_type == "ERROR":
             if obj.get("code") == 410:
                 raise WatchExpired(self.name, self.namespace, self.last_rv, obj.get("message", ""))
-            raise self.api_exception(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
+            raise self.api_exception(
+                status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}"
+            )
         self.last_rv = (obj.get("metadata") or {}).get("resourceVersion") or self.last_rv
         if event_type == "BOOKMARK" and not self.allow_bookmarks:
             return None
@@ -171,7 +180,7 @@ class WatchDecoder:
 
 
 # --------------------------------------------------------------------------------------- order
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 def parse_api_time(text: Any) -> datetime | None:
@@ -188,7 +197,7 @@ def _as_utc(value: Any) -> datetime:
     if isinstance(value, str):
         value = parse_api_time(value)
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     return _EPOCH
 
 
@@ -216,8 +225,13 @@ def sort_workers(pods: Iterable[Any]) -> list[Any]:
 def event_time(event: dict) -> datetime:
     """When an event last happened: the first of its times that is set (series, last, event, first, created)."""
     series, meta = event.get("series") or {}, event.get("metadata") or {}
-    times = (series.get("lastObservedTime"), event.get("lastTimestamp"), event.get("eventTime"),
-             event.get("firstTimestamp"), meta.get("creationTimestamp"))
+    times = (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        meta.get("creationTimestamp"),
+    )
     return _as_utc(next((value for value in times if value), None))
 
 

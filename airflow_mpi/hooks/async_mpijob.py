@@ -16,11 +16,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import tenacity
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, _get_bool
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
-
-from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, _get_bool
 
 try:
     from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
@@ -31,7 +30,13 @@ from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, aiter_lines, merge_pod
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace, load_client_config
 from airflow_mpi.hooks.requests import (
-    Call, LogRequest, Plan, Steps, items_of, job_event_selector, pod_event_selector,
+    Call,
+    LogRequest,
+    Plan,
+    Steps,
+    items_of,
+    job_event_selector,
+    pod_event_selector,
 )
 from airflow_mpi.jobspec.vocabulary import LAUNCHER
 
@@ -72,16 +77,24 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         """An async hook reaching the cluster exactly as the sync ``hook`` does (its connection extras included,
         so no second connection lookup happens from the event loop)."""
         extras = dict(hook.conn_extras) if hook.conn_id else {}
-        return cls(conn_id=hook.conn_id, api_version=hook.api_version, connection_extras=extras,
-                   **hook.connection_settings())
+        return cls(
+            conn_id=hook.conn_id,
+            api_version=hook.api_version,
+            connection_extras=extras,
+            **hook.connection_settings(),
+        )
 
     # ------------------------------------------------------------------------------- session
     async def __aenter__(self) -> AsyncMPIJobHook:
         if self._shared_depth == 0:
             await self._load_client_config()
-            self._pool_key = client_pool.identity(self) if self._config_loaded else None  # static credentials only
+            self._pool_key = (
+                client_pool.identity(self) if self._config_loaded else None
+            )  # static credentials only
             factory = partial(_TimeoutAsyncK8sApiClient, configuration=self.client_configuration)
-            self._shared_client = client_pool.acquire(self._pool_key, factory) if self._pool_key else factory()
+            self._shared_client = (
+                client_pool.acquire(self._pool_key, factory) if self._pool_key else factory()
+            )
         self._shared_depth += 1
         return self
 
@@ -143,12 +156,15 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
 
     async def _call_raw_json(self, api_cls, method: str, **kwargs) -> dict:
         async with self.get_conn() as api_client:
-            return await self.read_json(await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs))
+            return await self.read_json(
+                await getattr(api_cls(api_client), method)(_preload_content=False, **kwargs)
+            )
 
     async def _send(self, call: Call) -> Any:
         try:
-            return call.on_result(await self._retry(self._call, getattr(async_client, call.api), call.method,
-                                                    **call.kwargs))
+            return call.on_result(
+                await self._retry(self._call, getattr(async_client, call.api), call.method, **call.kwargs)
+            )
         except ApiException as e:
             return call.on_error(e)
 
@@ -173,9 +189,14 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     async def launcher_pods(self, name: str, namespace: str | None = None) -> list[V1Pod]:
         return await self._role_pods(name, namespace, LAUNCHER)
 
-    async def read_pod_log(self, pod: str, namespace: str | None = None, *,
-                           request_timeout: float | tuple[float, float] | None = None,
-                           **query: Any) -> AsyncIterator[str]:
+    async def read_pod_log(
+        self,
+        pod: str,
+        namespace: str | None = None,
+        *,
+        request_timeout: float | tuple[float, float] | None = None,
+        **query: Any,
+    ) -> AsyncIterator[str]:
         """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: the fields of
         hooks/requests.py ``LogRequest``. A broken stream raises and its unfinished line is dropped (a clean end
         yields it): reconnect with ``since_time``. A line over ``MAX_LOG_LINE_BYTES`` comes in marked pieces
@@ -217,15 +238,21 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     # ------------------------------------------------------------------------------- events
     async def _events(self, namespace: str, field_selector: str) -> list[dict]:
         """Events read as raw JSON: the generated models reject some events' fields."""
-        result = await self._retry(self._call_raw_json, async_client.CoreV1Api, "list_namespaced_event",
-                                   namespace=namespace, field_selector=field_selector)
+        result = await self._retry(
+            self._call_raw_json,
+            async_client.CoreV1Api,
+            "list_namespaced_event",
+            namespace=namespace,
+            field_selector=field_selector,
+        )
         return items_of(result)
 
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
         """Events of the MPIJob, oldest first, as API dicts (as are :meth:`pod_events`', merged)."""
-        return sort_events(await self._events(await self.resolve_namespace(namespace), job_event_selector(name)))
+        return sort_events(
+            await self._events(await self.resolve_namespace(namespace), job_event_selector(name))
+        )
 
     async def pod_events(self, pod_names: Iterable[str], namespace: str | None = None) -> list[dict]:
         ns = await self.resolve_namespace(namespace)
         return merge_pod_events([(pod, await self._events(ns, pod_event_selector(pod))) for pod in pod_names])
-

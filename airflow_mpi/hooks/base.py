@@ -33,14 +33,22 @@ class MPIJobHookBase:
     #: (urllib3 ReadTimeoutError / aiohttp timeout) and the caller reconnects with ``since_time``.
     log_request_timeout: tuple[float, float] = (30.0, 300.0)
 
-    def __init__(self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any):
+    def __init__(
+        self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any
+    ):
         super().__init__(conn_id=conn_id, **kwargs)  # type: ignore[call-arg]
         self.group, self.version = split_api_version(api_version)
         self.api_version = api_version
 
     def custom_object_args(self, namespace: str, **extra: Any) -> dict[str, Any]:
         """The CustomObjectsApi arguments naming this hook's MPIJobs in ``namespace``."""
-        return {"group": self.group, "version": self.version, "namespace": namespace, "plural": MPIJOB_PLURAL, **extra}
+        return {
+            "group": self.group,
+            "version": self.version,
+            "namespace": namespace,
+            "plural": MPIJOB_PLURAL,
+            **extra,
+        }
 
     def _retrying(self) -> dict[str, Any]:
         return request_retrying(self.api_retries, self.api_retry_wait, self.api_retry_wait_max)
@@ -52,12 +60,23 @@ class MPIJobHookBase:
         """The MPIJob, or None when it does not exist."""
         return self._run(namespace, lambda ns: get_call(self.custom_object_args(ns), name))
 
-    def delete_mpijob(self, name: str, namespace: str | None = None, *, propagation_policy: str | None = "Foreground",
-                      grace_period_seconds: int | None = None, uid: str | None = None) -> Any:
+    def delete_mpijob(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str | None = "Foreground",
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> Any:
         """Delete the MPIJob; False when it was already gone (given ``uid``: or is another object of that name now).
         ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone."""
-        return self._run(namespace, lambda ns: delete_call(
-            self.custom_object_args(ns), name, propagation_policy, grace_period_seconds, uid, self.log))
+        return self._run(
+            namespace,
+            lambda ns: delete_call(
+                self.custom_object_args(ns), name, propagation_policy, grace_period_seconds, uid, self.log
+            ),
+        )
 
     def delete_live_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> Any:
         """Delete the MPIJob only while it is live (hooks/live_delete.py); returns the outcome."""
@@ -72,14 +91,24 @@ class MPIJobHookBase:
         """The ``role`` pods the MPIJob's controllers made (hooks/ownership.py): launchers newest first (one per
         attempt), workers by replica index. A pod that only carries its labels is named once in the log."""
         sort = sort_newest_first if role == LAUNCHER else sort_workers
-        return self._run(namespace, lambda ns: role_pods(self.custom_object_args(ns), name,
-                                                         pod_selectors(self.api_version, name, role), sort,
-                                                         self._note_foreign))
+        return self._run(
+            namespace,
+            lambda ns: role_pods(
+                self.custom_object_args(ns),
+                name,
+                pod_selectors(self.api_version, name, role),
+                sort,
+                self._note_foreign,
+            ),
+        )
 
     def _note_foreign(self, pods: list[Any]) -> None:
         noted: set[str] = self.__dict__.setdefault("_noted_foreign", set())
         for pod in pods:
             if pod.metadata.name not in noted:
                 noted.add(pod.metadata.name)
-                self.log.info("Ignoring pod %s: it carries the MPIJob's labels, but the MPIJob's controllers did not "
-                              "make it (someone else's pod: not read, not counted)", pod.metadata.name)
+                self.log.info(
+                    "Ignoring pod %s: it carries the MPIJob's labels, but the MPIJob's controllers did not "
+                    "make it (someone else's pod: not read, not counted)",
+                    pod.metadata.name,
+                )

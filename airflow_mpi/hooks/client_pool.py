@@ -31,9 +31,14 @@ _POOL: dict[tuple, _Shared] = {}
 
 def identity(hook: AsyncMPIJobHook) -> tuple:
     """Hooks with equal identities reach the same cluster as the same user (connection, config, extras)."""
-    settings = (hook.config_file, hook.cluster_context, hook.in_cluster, hook.disable_verify_ssl,
-                json.dumps(hook.config_dict, sort_keys=True, default=str),
-                json.dumps(getattr(hook, "_extras", None), sort_keys=True, default=str))
+    settings = (
+        hook.config_file,
+        hook.cluster_context,
+        hook.in_cluster,
+        hook.disable_verify_ssl,
+        json.dumps(hook.config_dict, sort_keys=True, default=str),
+        json.dumps(getattr(hook, "_extras", None), sort_keys=True, default=str),
+    )
     return (hook.conn_id, hook.api_version, settings)
 
 

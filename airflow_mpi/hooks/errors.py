@@ -8,6 +8,7 @@ import functools
 import json
 
 from airflow.providers.common.compat.sdk import AirflowException
+
 from airflow_mpi.jobspec.naming import LABEL_PREFIX, RAW_IDENTITY_KEYS, TRY_NUMBER_LABEL
 
 # identity keys of an MPIJob's owner: labels hold label-safe values, annotations the raw ones (jobspec/naming.py)
@@ -34,47 +35,78 @@ class MPIJobHookError(AirflowException):
 class MPIJobConflictError(MPIJobHookError):
     """An MPIJob of the same name exists and does not belong to the task instance creating it."""
 
-    def __init__(self, name: str | None, namespace: str | None, existing_labels: dict | None = None,
-                 desired_labels: dict | None = None, existing_annotations: dict | None = None,
-                 desired_annotations: dict | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        namespace: str | None,
+        existing_labels: dict | None = None,
+        desired_labels: dict | None = None,
+        existing_annotations: dict | None = None,
+        desired_annotations: dict | None = None,
+    ) -> None:
         self.name, self.namespace = name, namespace
         self.existing_labels = dict(existing_labels or {})
         self.desired_labels = dict(desired_labels or {})
         self.existing_annotations = dict(existing_annotations or {})
         self.desired_annotations = dict(desired_annotations or {})
-        keys = sorted(k for k in set(self.existing_labels) | set(self.desired_labels)
-                      if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL)
+        keys = sorted(
+            k
+            for k in set(self.existing_labels) | set(self.desired_labels)
+            if k.startswith(LABEL_PREFIX) and k != TRY_NUMBER_LABEL
+        )
         #: identity label (or, where the sanitised labels agree, raw identity annotation) -> (value on the existing
         #: object, value this task would set)
         self.differences: dict[str, tuple[str | None, str | None]] = {
-            k: (self.existing_labels.get(k), self.desired_labels.get(k)) for k in keys
-            if self.existing_labels.get(k) != self.desired_labels.get(k)}
+            k: (self.existing_labels.get(k), self.desired_labels.get(k))
+            for k in keys
+            if self.existing_labels.get(k) != self.desired_labels.get(k)
+        }
         if not self.differences:
             self.differences = {
                 f"annotation {k}": (self.existing_annotations.get(k), self.desired_annotations.get(k))
-                for k in RAW_IDENTITY_KEYS if self.existing_annotations.get(k) != self.desired_annotations.get(k)}
+                for k in RAW_IDENTITY_KEYS
+                if self.existing_annotations.get(k) != self.desired_annotations.get(k)
+            }
         self.existing_owner = describe_owner(self.existing_labels, self.existing_annotations)
         if not any(k.startswith(LABEL_PREFIX) for k in self.desired_labels):
             why = "the MPIJob to create carries no airflow-mpi.io identity labels, so ownership cannot be established"
         else:
-            why = "; ".join(f"{k}: existing {old!r} != this task {new!r}" for k, (old, new) in self.differences.items())
+            why = "; ".join(
+                f"{k}: existing {old!r} != this task {new!r}" for k, (old, new) in self.differences.items()
+            )
         super().__init__(
             f"MPIJob {namespace}/{name} already exists and belongs to a different owner "
             f"({self.existing_owner}); refusing to adopt it: {why}. "
-            "Delete it, or choose another name for this task's MPIJob.")
+            "Delete it, or choose another name for this task's MPIJob."
+        )
 
     def __reduce__(self):
-        return type(self), (self.name, self.namespace, self.existing_labels, self.desired_labels,
-                            self.existing_annotations, self.desired_annotations)
+        return type(self), (
+            self.name,
+            self.namespace,
+            self.existing_labels,
+            self.desired_labels,
+            self.existing_annotations,
+            self.desired_annotations,
+        )
 
 
 class WatchExpired(MPIJobHookError):
     """The watch's resourceVersion is too old (HTTP 410 Gone): re-list (get) and watch again from there."""
 
-    def __init__(self, name: str, namespace: str, resource_version: str | None = None, message: str = "") -> None:
-        self.name, self.namespace, self.resource_version, self.message = name, namespace, resource_version, message
-        super().__init__(f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
-                         + (f": {message}" if message else ""))
+    def __init__(
+        self, name: str, namespace: str, resource_version: str | None = None, message: str = ""
+    ) -> None:
+        self.name, self.namespace, self.resource_version, self.message = (
+            name,
+            namespace,
+            resource_version,
+            message,
+        )
+        super().__init__(
+            f"Watch of MPIJob {namespace}/{name} expired at resourceVersion {resource_version!r}"
+            + (f": {message}" if message else "")
+        )
 
     def __reduce__(self):
         return (type(self), (self.name, self.namespace, self.resource_version, self.message))
@@ -88,7 +120,8 @@ class MPIJobAPIUnavailable(MPIJobHookError):
         super().__init__(
             f"The Kubernetes API does not serve mpijobs.{api_version.split('/')[0]} version {api_version!r}: "
             "is the MPI operator (v2beta1: kubeflow/mpi-operator, v1: kubeflow/training-operator) installed, "
-            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else ""))
+            "and does api_version match the installed CRD?" + (f" ({detail})" if detail else "")
+        )
 
     def __reduce__(self):
         return (type(self), (self.api_version, self.namespace, self.detail))
@@ -98,8 +131,16 @@ class PodLogUnavailable(MPIJobHookError):
     """The log of a container cannot be read (yet or any more): ``status`` 404, pod gone; 400, container not started
     or no previous terminated container. ``message``: the API server's explanation."""
 
-    def __init__(self, pod: str, namespace: str, container: str | None, status: int | None, message: str = "") -> None:
-        self.pod, self.namespace, self.container, self.status, self.message = pod, namespace, container, status, message
+    def __init__(
+        self, pod: str, namespace: str, container: str | None, status: int | None, message: str = ""
+    ) -> None:
+        self.pod, self.namespace, self.container, self.status, self.message = (
+            pod,
+            namespace,
+            container,
+            status,
+            message,
+        )
         where = f"{namespace}/{pod}" + (f" container {container}" if container else "")
         super().__init__(f"Cannot read the log of {where} (HTTP {status}): {message}")
 
@@ -152,7 +193,14 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     from aiohttp import ClientConnectionError, ClientPayloadError
     from urllib3.exceptions import HTTPError
 
-    return ConnectionError, TimeoutError, asyncio.TimeoutError, HTTPError, ClientConnectionError, ClientPayloadError
+    return (
+        ConnectionError,
+        TimeoutError,
+        asyncio.TimeoutError,
+        HTTPError,
+        ClientConnectionError,
+        ClientPayloadError,
+    )
 
 
 def is_api_exception(exc: BaseException) -> bool:
@@ -177,4 +225,3 @@ def describe_error(exc: BaseException | None) -> str:
     if status is not None and is_api_exception(exc):
         return f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
     return f"{type(exc).__name__}: {exc}"
-

@@ -11,7 +11,14 @@ from __future__ import annotations
 from airflow_mpi.hooks.protocols import PlanSender
 from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, get_call, items_of
 from airflow_mpi.jobspec.claims import (
-    CLAIM_GROUP, CLAIM_PLURAL, CLAIM_VERSION, claim_body, claim_name, claim_selector, claimed, foreign_claim,
+    CLAIM_GROUP,
+    CLAIM_PLURAL,
+    CLAIM_VERSION,
+    claim_body,
+    claim_name,
+    claim_selector,
+    claimed,
+    foreign_claim,
     live_jobs_of_another_id,
 )
 from airflow_mpi.jobspec.orphans import deployment_selector, is_live
@@ -36,16 +43,26 @@ def get_claim(hook: PlanSender, namespace: str, deployment: str) -> dict | None:
 def list_claims(hook: PlanSender, namespace: str, installation: str) -> list[dict]:
     """The claims ``installation`` made in the namespace (one per deployment id it has used there)."""
     kwargs = {**_where(namespace), "label_selector": claim_selector(installation)}
-    return hook._run(namespace, lambda ns: Call(CUSTOM_OBJECTS, "list_namespaced_custom_object",
-                                                {**kwargs, "namespace": ns}, on_result=items_of))
+    return hook._run(
+        namespace,
+        lambda ns: Call(
+            CUSTOM_OBJECTS, "list_namespaced_custom_object", {**kwargs, "namespace": ns}, on_result=items_of
+        ),
+    )
 
 
 def create_claim(hook: PlanSender, namespace: str, deployment: str, installation: str) -> dict | None:
     """Claim ``deployment`` in the namespace for ``installation``; None when a claim exists already (409). A resend
     after a transient error that did create it answers 409 too: the caller reads the claim either way."""
-    return hook._run(namespace, lambda ns: Call(CUSTOM_OBJECTS, "create_namespaced_custom_object",
-                                                {**_where(ns), "body": claim_body(deployment, installation, ns)},
-                                                on_error=_exists))
+    return hook._run(
+        namespace,
+        lambda ns: Call(
+            CUSTOM_OBJECTS,
+            "create_namespaced_custom_object",
+            {**_where(ns), "body": claim_body(deployment, installation, ns)},
+            on_error=_exists,
+        ),
+    )
 
 
 def holder(hook: PlanSender, namespace: str, deployment: str, installation: str) -> str | None:

@@ -8,7 +8,6 @@ import os
 from typing import TYPE_CHECKING
 
 import yaml
-
 from airflow.providers.common.compat.sdk import AirflowException
 
 if TYPE_CHECKING:
@@ -30,7 +29,9 @@ def parse_kubeconfig(text: str) -> dict:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ValueError(f"The connection's kube_config is not valid YAML/JSON ({type(err).__name__})") from None
+        raise ValueError(
+            f"The connection's kube_config is not valid YAML/JSON ({type(err).__name__})"
+        ) from None
     if not isinstance(data, dict):
         raise ValueError("The connection's kube_config must be a kubeconfig mapping (YAML or JSON object)")
     return data
@@ -70,7 +71,8 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
     config_file argument or kube_config_path extra | kube_config extra (YAML/JSON text or dict) | config_dict
     argument, mutually exclusive; none: in-cluster when running in a pod, else the default kubeconfig. Loaded once,
     except for exec/auth-provider credentials (short-lived tokens), reloaded on every call."""
-    from kubernetes_asyncio import client as async_client, config as async_config
+    from kubernetes_asyncio import client as async_client
+    from kubernetes_asyncio import config as async_config
 
     if hook.client_configuration is None:
         hook.client_configuration = async_client.Configuration()
@@ -83,9 +85,11 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
     kubeconfig_path = hook._coalesce_param(hook.config_file or None, await field("kube_config_path"))
     kubeconfig = await field("kube_config")
     if sum(1 for o in (in_cluster, kubeconfig, kubeconfig_path, hook.config_dict) if o) > 1:
-        raise AirflowException("Invalid connection configuration. Options kube_config_path (or config_file), "
-                               "kube_config, in_cluster and config_dict are mutually exclusive. You can only use one "
-                               "option at a time.")
+        raise AirflowException(
+            "Invalid connection configuration. Options kube_config_path (or config_file), "
+            "kube_config, in_cluster and config_dict are mutually exclusive. You can only use one "
+            "option at a time."
+        )
     dynamic, hook._is_in_cluster = False, False
     if in_cluster:
         hook.log.debug("loading kube_config from: in_cluster configuration")
@@ -93,12 +97,15 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
         hook._is_in_cluster = True
     elif kubeconfig_path:
         hook.log.debug("loading kube_config from: %s", kubeconfig_path)
-        await async_config.load_kube_config(config_file=kubeconfig_path, context=cluster_context,
-                                            client_configuration=cfg)
+        await async_config.load_kube_config(
+            config_file=kubeconfig_path, context=cluster_context, client_configuration=cfg
+        )
         data = await asyncio.to_thread(read_kubeconfig, kubeconfig_path)
         dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
     elif kubeconfig or hook.config_dict:
-        hook.log.debug("loading kube_config from: %s", "connection kube_config" if kubeconfig else "config dictionary")
+        hook.log.debug(
+            "loading kube_config from: %s", "connection kube_config" if kubeconfig else "config dictionary"
+        )
         data = kubeconfig or hook.config_dict
         data = data if isinstance(data, dict) else parse_kubeconfig(data)
         await async_config.load_kube_config_from_dict(data, context=cluster_context, client_configuration=cfg)

@@ -40,8 +40,12 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
     """DELETE ``obj`` only if it is still the version that was judged live (uid + resourceVersion)."""
     metadata = obj["metadata"]
     name = metadata["name"]
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground",
-            "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Foreground",
+        "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
+    }
 
     def on_error(exc: BaseException) -> str:
         if (outcome := {404: GONE, 409: CHANGED}.get(cast(int, getattr(exc, "status", None)))) is None:

@@ -15,16 +15,25 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import tenacity
-from kubernetes.client.exceptions import ApiException
-
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
+from kubernetes.client.exceptions import ApiException
+
 from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, iter_lines, split_timestamp
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.errors import connection_errors
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 from airflow_mpi.hooks.requests import (
-    CORE_V1, Call, Create, LogRequest, Plan, Steps, adopt_or_raise, get_call, list_call, prepare_body,
+    CORE_V1,
+    Call,
+    Create,
+    LogRequest,
+    Plan,
+    Steps,
+    adopt_or_raise,
+    get_call,
+    list_call,
+    prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
@@ -53,7 +62,11 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
 
     def get_namespace(self) -> str:
         """Namespace of the connection, else of the pod this runs in, else ``default``."""
-        return super().get_namespace() or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE) or self.DEFAULT_NAMESPACE
+        return (
+            super().get_namespace()
+            or in_cluster_namespace(self.IN_CLUSTER_NAMESPACE_FILE)
+            or self.DEFAULT_NAMESPACE
+        )
 
     def configured_namespace(self) -> str | None:
         """The connection's namespace; None when it sets none or the connection does not exist (offline use)."""
@@ -69,8 +82,14 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
     def connection_settings(self) -> dict[str, Any]:
         """The constructor settings besides conn_id/api_version (JSON-serialisable, None left out): a trigger's
         async hook gets them to reach the cluster exactly as the task did."""
-        names = ("config_file", "cluster_context", "in_cluster", "disable_verify_ssl", "disable_tcp_keepalive",
-                 "config_dict")
+        names = (
+            "config_file",
+            "cluster_context",
+            "in_cluster",
+            "disable_verify_ssl",
+            "disable_tcp_keepalive",
+            "config_dict",
+        )
         return {name: value for name in names if (value := getattr(self, name)) is not None}
 
     # ------------------------------------------------------------------------------- requests
@@ -101,7 +120,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         create = Create(prepare_body(manifest, ns, self.api_version), self.log)
         for attempt in itertools.count(1):
             try:
-                obj = self.custom_object_client.create_namespaced_custom_object(**create.where, body=create.body)
+                obj = self.custom_object_client.create_namespaced_custom_object(
+                    **create.where, body=create.body
+                )
                 return create.created(obj)
             except (ApiException, *connection_errors()) as e:
                 create.failed(e)
@@ -114,10 +135,13 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
-        return self._run(namespace, lambda ns: list_call(self.custom_object_args(ns), label_selector, self.api_version))
+        return self._run(
+            namespace, lambda ns: list_call(self.custom_object_args(ns), label_selector, self.api_version)
+        )
 
-    def wait_for_deleted(self, name: str, namespace: str | None = None, timeout: float = 300, *,
-                         poll_interval: float = 2.0) -> bool:
+    def wait_for_deleted(
+        self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0
+    ) -> bool:
         """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
         ns = self.resolve_namespace(namespace)
         end = time.monotonic() + timeout
@@ -133,7 +157,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         reads; a line over ``MAX_LOG_LINE_BYTES`` in marked pieces: hooks/answers.py)."""
         containers = (pod.spec.containers if pod.spec is not None else None) or []
         container = containers[0].name if containers else None
-        req = LogRequest(pod.metadata.name, namespace, self.log_request_timeout, container, tail_lines=tail_lines)
+        req = LogRequest(
+            pod.metadata.name, namespace, self.log_request_timeout, container, tail_lines=tail_lines
+        )
         try:
             resp = self._retry(self.api_client.call_api, *req.args, **req.kwargs)
         except ApiException as e:
@@ -145,7 +171,9 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
             resp.close()
             resp.release_conn()
 
-    def worker_log_tails(self, name: str, namespace: str | None = None, tail_lines: int = 50) -> dict[str, list[str]]:
+    def worker_log_tails(
+        self, name: str, namespace: str | None = None, tail_lines: int = 50
+    ) -> dict[str, list[str]]:
         """The last ``tail_lines`` log lines (timestamps stripped) of each worker's main container; a pod whose log
         cannot be read gets one explanatory line instead."""
         ns = self.resolve_namespace(namespace)
@@ -166,15 +194,29 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         launchers = self._role_pods(name, ns, LAUNCHER)
         return self._log_messages(launchers[0], ns) if launchers else iter(())
 
-    def create_owned_secret(self, name: str, namespace: str, string_data: dict[str, str], owner: dict) -> dict:
+    def create_owned_secret(
+        self, name: str, namespace: str, string_data: dict[str, str], owner: dict
+    ) -> dict:
         """Create a Secret owned by the MPIJob ``owner``: the garbage collector deletes it with the job. Not retried
         (a create is not idempotent); the caller decides what a failure means."""
         metadata = owner["metadata"]
         labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)}
-        owner_ref = {"apiVersion": owner.get("apiVersion") or self.api_version, "kind": MPIJOB_KIND,
-                     "name": metadata["name"], "uid": metadata["uid"]}
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref]},
-                "stringData": string_data}
+        owner_ref = {
+            "apiVersion": owner.get("apiVersion") or self.api_version,
+            "kind": MPIJOB_KIND,
+            "name": metadata["name"],
+            "uid": metadata["uid"],
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [owner_ref],
+            },
+            "stringData": string_data,
+        }
         return self.core_v1_client.create_namespaced_secret(namespace, body).to_dict()
-

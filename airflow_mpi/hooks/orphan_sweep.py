@@ -20,8 +20,16 @@ from airflow_mpi.hooks.live_delete import DELETED
 from airflow_mpi.hooks.mpijob import MPIJobHook
 from airflow_mpi.hooks.protocols import MPIJobRequests
 from airflow_mpi.hooks.requests import Call
-from airflow_mpi.jobspec.orphans import (TaskKey, TryState, deployment_selector, is_live, job_try, orphans,
-                                         task_key_of, unsure)
+from airflow_mpi.jobspec.orphans import (
+    TaskKey,
+    TryState,
+    deployment_selector,
+    is_live,
+    job_try,
+    orphans,
+    task_key_of,
+    unsure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +66,20 @@ def owns_place(hook: MPIJobRequests, deployment: str, key: TaskKey, name: str, n
     return job is not None and task_key_of(job, deployment) == key
 
 
-def sweep_namespace(hook: MPIJobRequests, namespace: str, deployment: str, ti_states: StateLookup,
-                    reported: dict[TaskKey, TryState] | None = None) -> list[str]:
+def sweep_namespace(
+    hook: MPIJobRequests,
+    namespace: str,
+    deployment: str,
+    ti_states: StateLookup,
+    reported: dict[TaskKey, TryState] | None = None,
+) -> list[str]:
     """Delete the orphans of ``deployment`` in ``namespace``; returns the names of the jobs deleted. ``reported``:
     the state a finish request saw, by task instance (jobspec/orphans.py: which jobs it may judge)."""
     reported = reported or {}
     listed = hook.list_mpijobs(namespace, label_selector=deployment_selector(deployment))
-    jobs = [(job, key) for job in listed if is_live(job) and (key := task_key_of(job, deployment)) is not None]
+    jobs = [
+        (job, key) for job in listed if is_live(job) and (key := task_key_of(job, deployment)) is not None
+    ]
     states = ti_states(sorted({key for _, key in jobs})) if jobs else {}  # read after the listing
     found = {id(job) for job in orphans([job for job, _ in jobs], deployment, states, reported)}
     deleted = []
@@ -72,16 +87,29 @@ def sweep_namespace(hook: MPIJobRequests, namespace: str, deployment: str, ti_st
         name, uid = job["metadata"]["name"], job["metadata"].get("uid")
         if id(job) not in found:
             if unsure(job, reported.get(key)):
-                log.info("Not deleting MPIJob %s/%s on the finish request of %s: the job does not say which try made "
-                         "it (an older release); the database's state (%s) decides", namespace, name, key,
-                         states.get(key))
+                log.info(
+                    "Not deleting MPIJob %s/%s on the finish request of %s: the job does not say which try made "
+                    "it (an older release); the database's state (%s) decides",
+                    namespace,
+                    name,
+                    key,
+                    states.get(key),
+                )
             continue
         if not uid:  # only the object judged may go: without its uid, a replacement could be deleted
             log.warning("Not deleting MPIJob %s/%s: it was listed without a uid", namespace, name)
             continue
         outcome = hook.delete_live_mpijob(name, namespace, uid=uid)
-        log.warning("Orphaned MPIJob %s/%s of %s, try %s (database: %s; finish request: %s): %s", namespace, name,
-                    key, job_try(job).try_number, states.get(key, "gone"), reported.get(key), outcome)
+        log.warning(
+            "Orphaned MPIJob %s/%s of %s, try %s (database: %s; finish request: %s): %s",
+            namespace,
+            name,
+            key,
+            job_try(job).try_number,
+            states.get(key, "gone"),
+            reported.get(key),
+            outcome,
+        )
         if outcome == DELETED:
             deleted.append(name)
     return deleted

@@ -116,24 +116,44 @@ def launcher_job_call(namespace: str, name: str) -> Call:
         if status not in (403, 404):
             raise exc
         if status == 403:
-            log.warning("may not read Job %s/%s (%s): its launcher pods are not followed, as any pod that only carries "
-                        "the MPIJob's labels; grant get on jobs.batch (deploy/rbac.yaml)", namespace, job,
-                        describe_error(exc))
+            log.warning(
+                "may not read Job %s/%s (%s): its launcher pods are not followed, as any pod that only carries "
+                "the MPIJob's labels; grant get on jobs.batch (deploy/rbac.yaml)",
+                namespace,
+                job,
+                describe_error(exc),
+            )
         return None
 
-    return Call(CUSTOM_OBJECTS, "get_namespaced_custom_object", {**BATCH_JOBS, "namespace": namespace, "name": job},
-                on_error=on_error)
+    return Call(
+        CUSTOM_OBJECTS,
+        "get_namespaced_custom_object",
+        {**BATCH_JOBS, "namespace": namespace, "name": job},
+        on_error=on_error,
+    )
 
 
-def role_pods(where: dict[str, Any], name: str, selectors: list[str], sort: Callable[[list], list],
-              foreign: Callable[[list[Any]], None]) -> Steps:
+def role_pods(
+    where: dict[str, Any],
+    name: str,
+    selectors: list[str],
+    sort: Callable[[list], list],
+    foreign: Callable[[list[Any]], None],
+) -> Steps:
     """The MPIJob's pods by the first of ``selectors`` that finds any of them, only those its controllers made
     (a GET of the MPIJob for its uid, and of its launcher Job when a pod names a Job as its controller), sorted;
     ``foreign`` is told of the others. No MPIJob: no pods."""
     owner = Owner(name, _uid((yield get_call(where, name))))
     for selector in selectors:
-        pods = list((yield Call(CORE_V1, "list_namespaced_pod", {"namespace": where["namespace"],
-                                                                 "label_selector": selector})).items)
+        pods = list(
+            (
+                yield Call(
+                    CORE_V1,
+                    "list_namespaced_pod",
+                    {"namespace": where["namespace"], "label_selector": selector},
+                )
+            ).items
+        )
         if unchecked := owner.unchecked(pods):
             owner = owner.learn((yield launcher_job_call(where["namespace"], name)), unchecked)
         owned, others, _ = owner.split(pods)  # undecided: no MPIJob (uid unknown), no pod is its

@@ -8,17 +8,30 @@ import copy
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_mpi.hooks.errors import (
-    MPIJobAPIUnavailable, MPIJobConflictError, PodLogUnavailable, describe_error, error_message, is_api_exception,
-    is_missing_resource_type, is_transient,
+    MPIJobAPIUnavailable,
+    MPIJobConflictError,
+    PodLogUnavailable,
+    describe_error,
+    error_message,
+    is_api_exception,
+    is_missing_resource_type,
+    is_transient,
 )
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.vocabulary import (
-    API_GROUP, API_V2BETA1, JOB_NAME_LABEL, JOB_ROLE_LABEL, LEGACY_JOB_NAME_LABEL, LEGACY_ROLE_LABEL,
-    MPIJOB_KIND, MPIJOB_PLURAL, REPLICA_TYPE_LABEL,
+    API_GROUP,
+    API_V2BETA1,
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    LEGACY_JOB_NAME_LABEL,
+    LEGACY_ROLE_LABEL,
+    MPIJOB_KIND,
+    MPIJOB_PLURAL,
+    REPLICA_TYPE_LABEL,
 )
 
 log = logging.getLogger(__name__)
@@ -40,7 +53,9 @@ def split_api_version(api_version: str) -> tuple[str, str]:
     """``"kubeflow.org/v2beta1"`` -> ``("kubeflow.org", "v2beta1")``; only the kubeflow.org group serves MPIJobs."""
     group, sep, version = (api_version or "").partition("/")
     if not sep or not version or group != API_GROUP:
-        raise ValueError(f"api_version={api_version!r}: expected '{API_GROUP}/<version>' (e.g. {API_V2BETA1!r})")
+        raise ValueError(
+            f"api_version={api_version!r}: expected '{API_GROUP}/<version>' (e.g. {API_V2BETA1!r})"
+        )
     return group, version
 
 
@@ -54,7 +69,9 @@ def prepare_body(manifest: dict, namespace: str, api_version: str) -> dict:
     split_api_version(body["apiVersion"])
     metadata = body.setdefault("metadata", {})
     if not metadata.get("name"):
-        raise ValueError("manifest metadata.name is required (generateName is not supported: jobs must be re-findable)")
+        raise ValueError(
+            "manifest metadata.name is required (generateName is not supported: jobs must be re-findable)"
+        )
     metadata["namespace"] = namespace
     return body
 
@@ -64,10 +81,20 @@ def adopt_or_raise(existing: dict, desired: dict) -> dict:
     name = desired_meta.get("name") or meta.get("name")
     namespace = desired_meta.get("namespace") or meta.get("namespace")
     if not same_task(meta, desired_meta):
-        raise MPIJobConflictError(name, namespace, meta.get("labels"), desired_meta.get("labels"),
-                                  meta.get("annotations"), desired_meta.get("annotations"))
-    log.info("MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it", namespace, name,
-             (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"))
+        raise MPIJobConflictError(
+            name,
+            namespace,
+            meta.get("labels"),
+            desired_meta.get("labels"),
+            meta.get("annotations"),
+            desired_meta.get("annotations"),
+        )
+    log.info(
+        "MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it",
+        namespace,
+        name,
+        (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"),
+    )
     if meta.get("deletionTimestamp"):
         log.warning("The adopted MPIJob %s/%s is being deleted (deletionTimestamp set)", namespace, name)
     return existing
@@ -158,21 +185,38 @@ def _absent(value: Any) -> Callable[[BaseException], Any]:
 
 def get_call(where: dict[str, Any], name: str) -> Call:
     """GET one MPIJob (``where``: group, version, namespace, plural); None when it does not exist."""
-    return Call(CUSTOM_OBJECTS, "get_namespaced_custom_object", {**where, "name": name}, on_error=_absent(None))
+    return Call(
+        CUSTOM_OBJECTS, "get_namespaced_custom_object", {**where, "name": name}, on_error=_absent(None)
+    )
 
 
-def delete_call(where: dict[str, Any], name: str, propagation_policy: str | None, grace_period_seconds: int | None,
-                uid: str | None, hook_log: logging.Logger) -> Call:
+def delete_call(
+    where: dict[str, Any],
+    name: str,
+    propagation_policy: str | None,
+    grace_period_seconds: int | None,
+    uid: str | None,
+    hook_log: logging.Logger,
+) -> Call:
     """DELETE one MPIJob; True when deleted, False when it was already gone (or, given ``uid``, is another object
     of the same name now: the API server checks the precondition and answers 409)."""
-    options = {"propagationPolicy": propagation_policy or None, "gracePeriodSeconds": grace_period_seconds,
-               "preconditions": None if uid is None else {"uid": uid}}
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", **{k: v for k, v in options.items() if v is not None}}
+    options = {
+        "propagationPolicy": propagation_policy or None,
+        "gracePeriodSeconds": grace_period_seconds,
+        "preconditions": None if uid is None else {"uid": uid},
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        **{k: v for k, v in options.items() if v is not None},
+    }
     namespace = where["namespace"]
 
     def on_error(exc: BaseException) -> Any:
         if uid is not None and getattr(exc, "status", None) == 409:
-            hook_log.warning("Not deleting MPIJob %s/%s: it is another object now (not uid %s)", namespace, name, uid)
+            hook_log.warning(
+                "Not deleting MPIJob %s/%s: it is another object now (not uid %s)", namespace, name, uid
+            )
             return False
         return _absent(False)(exc)
 
@@ -209,7 +253,12 @@ class Create:
         self.body, self.log = body, hook_log
         self.name, self.namespace = body["metadata"]["name"], body["metadata"]["namespace"]
         group, version = split_api_version(body["apiVersion"])
-        self.where = {"group": group, "version": version, "namespace": self.namespace, "plural": MPIJOB_PLURAL}
+        self.where = {
+            "group": group,
+            "version": version,
+            "namespace": self.namespace,
+            "plural": MPIJOB_PLURAL,
+        }
 
     def created(self, obj: dict) -> dict:
         self.log.info("Created MPIJob %s/%s (%s)", self.namespace, self.name, self.body["apiVersion"])
@@ -219,11 +268,17 @@ class Create:
         """Raises what no lookup can mend; otherwise the job may or may not exist (409: it does): look first."""
         if is_api_exception(exc):
             if is_missing_resource_type(exc):
-                raise MPIJobAPIUnavailable(self.body["apiVersion"], self.namespace, error_message(exc)) from exc
+                raise MPIJobAPIUnavailable(
+                    self.body["apiVersion"], self.namespace, error_message(exc)
+                ) from exc
             if exc.status != 409 and not is_transient(exc):  # type: ignore[attr-defined]
                 raise exc
-        self.log.warning("Create of MPIJob %s/%s failed (%s); looking it up", self.namespace, self.name,
-                         describe_error(exc))
+        self.log.warning(
+            "Create of MPIJob %s/%s failed (%s); looking it up",
+            self.namespace,
+            self.name,
+            describe_error(exc),
+        )
 
 
 # --------------------------------------------------------------------------------------- logs
@@ -234,8 +289,8 @@ def format_since_time(value: datetime | str) -> str:
         return value.strip()
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     raise TypeError(f"since_time must be a datetime or an RFC 3339 string, got {type(value).__name__}")
 
 
@@ -270,14 +325,22 @@ class LogRequest:
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return {"path_params": {"namespace": self.namespace, "name": self.pod}, "query_params": self.query,
-                "header_params": {"Accept": "*/*"}, "response_types_map": {200: "str"},
-                "auth_settings": ["BearerToken"], "_return_http_data_only": True, "_preload_content": False,
-                "_request_timeout": self.request_timeout}
+        return {
+            "path_params": {"namespace": self.namespace, "name": self.pod},
+            "query_params": self.query,
+            "header_params": {"Accept": "*/*"},
+            "response_types_map": {200: "str"},
+            "auth_settings": ["BearerToken"],
+            "_return_http_data_only": True,
+            "_preload_content": False,
+            "_request_timeout": self.request_timeout,
+        }
 
     def raise_error(self, exc: BaseException) -> Any:
         """400 (container not started / no previous container), 404 (pod gone) -> PodLogUnavailable."""
         status = getattr(exc, "status", None)
         if status in (400, 404):
-            raise PodLogUnavailable(self.pod, self.namespace, self.container, status, error_message(exc)) from exc
+            raise PodLogUnavailable(
+                self.pod, self.namespace, self.container, status, error_message(exc)
+            ) from exc
         raise exc

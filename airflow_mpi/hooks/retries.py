@@ -37,7 +37,7 @@ def backoff(failures: int, first: float, most: float) -> float:
 def worth_retrying(err: BaseException, *, in_outage: bool) -> bool:
     """Transient, and 401/403 once the API was seen failing (else an answer): an API server coming back refuses
     non-admin identities until its authentication and RBAC caches synced (seen with a least-privilege account)."""
-    return is_transient(err) or in_outage and getattr(err, "status", None) in (401, 403)
+    return is_transient(err) or (in_outage and getattr(err, "status", None) in (401, 403))
 
 
 def outage_delay(err: BaseException, failures: int, seconds: float) -> float | None:
@@ -68,21 +68,34 @@ def _failure(state: tenacity.RetryCallState) -> tuple[BaseException | None, floa
 
 def _log_request_retry(state: tenacity.RetryCallState) -> None:
     exc, delay = _failure(state)
-    log.warning("Kubernetes API call failed (%s); attempt %d, retrying in %.1fs", describe_error(exc),
-                state.attempt_number, delay)
+    log.warning(
+        "Kubernetes API call failed (%s); attempt %d, retrying in %.1fs",
+        describe_error(exc),
+        state.attempt_number,
+        delay,
+    )
 
 
 def _log_outage(state: tenacity.RetryCallState) -> None:
     exc, delay = _failure(state)
-    log.warning("Kubernetes API unavailable for %.0fs (%s): the wait goes on, next try in %.0fs (gives up after %.0fs)",
-                state.seconds_since_start or 0.0, describe_error(exc), delay, API_OUTAGE_LIMIT)
+    log.warning(
+        "Kubernetes API unavailable for %.0fs (%s): the wait goes on, next try in %.0fs (gives up after %.0fs)",
+        state.seconds_since_start or 0.0,
+        describe_error(exc),
+        delay,
+        API_OUTAGE_LIMIT,
+    )
 
 
 def request_retrying(attempts: int, first: float, most: float) -> dict[str, Any]:
     """tenacity arguments of an idempotent request: ``attempts`` sends at most, ``first`` doubling to ``most``."""
-    return {"stop": tenacity.stop_after_attempt(max(1, attempts)), "retry": tenacity.retry_if_exception(is_transient),
-            "wait": lambda state: backoff(state.attempt_number, first, most), "reraise": True,
-            "before_sleep": _log_request_retry}
+    return {
+        "stop": tenacity.stop_after_attempt(max(1, attempts)),
+        "retry": tenacity.retry_if_exception(is_transient),
+        "wait": lambda state: backoff(state.attempt_number, first, most),
+        "reraise": True,
+        "before_sleep": _log_request_retry,
+    }
 
 
 def _outage_retrying() -> dict[str, Any]:
@@ -90,7 +103,9 @@ def _outage_retrying() -> dict[str, Any]:
 
     def delay(state: tenacity.RetryCallState) -> float | None:
         exc = state.outcome.exception() if state.outcome else None
-        return None if exc is None else outage_delay(exc, state.attempt_number, state.seconds_since_start or 0.0)
+        return (
+            None if exc is None else outage_delay(exc, state.attempt_number, state.seconds_since_start or 0.0)
+        )
 
     # a failure not retried is raised as it is (tenacity returns the outcome's result)
     return {"retry": lambda state: delay(state) is not None, "wait": delay, "before_sleep": _log_outage}
@@ -99,7 +114,9 @@ def _outage_retrying() -> dict[str, Any]:
 async def through_outage(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Await ``fn(*args, **kwargs)``, riding out an API outage of up to ``API_OUTAGE_LIMIT`` seconds."""
 
-    async def call() -> T:  # the hooks' shared reads are plain methods returning an awaitable: tenacity would not await
+    async def call() -> (
+        T
+    ):  # the hooks' shared reads are plain methods returning an awaitable: tenacity would not await
         return await fn(*args, **kwargs)
 
     return await tenacity.AsyncRetrying(**_outage_retrying())(call)

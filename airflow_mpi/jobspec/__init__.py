@@ -9,7 +9,14 @@ from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, Sched
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import (
-    BASE_MANIFEST, DEFAULT, PARAMETER, Resolved, Setting, build_manifest, resolve, validate,
+    BASE_MANIFEST,
+    DEFAULT,
+    PARAMETER,
+    Resolved,
+    Setting,
+    build_manifest,
+    resolve,
+    validate,
 )
 from airflow_mpi.jobspec.spec import Defaults
 from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1

@@ -40,8 +40,10 @@ def installation_of_url(url: str) -> str:
     parsed = make_url(url)
     backend = parsed.get_backend_name().lower()
     port = parsed.port or _DEFAULT_PORTS.get(backend)
-    where = "\x1f".join(str(part or "") for part in (backend, parsed.username, (parsed.host or "").lower(), port,
-                                                     parsed.database))
+    where = "\x1f".join(
+        str(part or "")
+        for part in (backend, parsed.username, (parsed.host or "").lower(), port, parsed.database)
+    )
     return hashlib.sha256(where.encode()).hexdigest()[:_HASH_LENGTH]
 
 
@@ -58,10 +60,17 @@ def claim_selector(installation: str) -> str:
 def claim_body(deployment: str, installation: str, namespace: str) -> dict:
     """The Lease that says ``installation`` holds ``deployment``'s jobs in ``namespace``."""
     return {
-        "apiVersion": f"{CLAIM_GROUP}/{CLAIM_VERSION}", "kind": "Lease",
-        "metadata": {"name": claim_name(deployment), "namespace": namespace,
-                     "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, DEPLOYMENT_LABEL: deployment,
-                                INSTALLATION_LABEL: installation}},
+        "apiVersion": f"{CLAIM_GROUP}/{CLAIM_VERSION}",
+        "kind": "Lease",
+        "metadata": {
+            "name": claim_name(deployment),
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                DEPLOYMENT_LABEL: deployment,
+                INSTALLATION_LABEL: installation,
+            },
+        },
         "spec": {"holderIdentity": installation},
     }
 
@@ -74,29 +83,39 @@ def claimed(claim: dict) -> tuple[str | None, str | None]:
 
 def copied_database(deployment: str, recorded: str, own: str) -> str:
     """The error of a component whose database records another installation as the holder of ``deployment``."""
-    return (f"airflow-mpi: the metadata database says deployment id {deployment!r} is held by installation "
-            f"{recorded!r}, and this installation is {own!r}: this database is a copy of another deployment's (or "
-            f"it moved). This installation is now recorded, and no task of it creates, reattaches to or deletes a "
-            f"job, and no sweep deletes one, where that deployment claimed the namespace. {RESOLUTION}")
+    return (
+        f"airflow-mpi: the metadata database says deployment id {deployment!r} is held by installation "
+        f"{recorded!r}, and this installation is {own!r}: this database is a copy of another deployment's (or "
+        f"it moved). This installation is now recorded, and no task of it creates, reattaches to or deletes a "
+        f"job, and no sweep deletes one, where that deployment claimed the namespace. {RESOLUTION}"
+    )
 
 
 def foreign_claim(namespace: str, deployment: str, holder: str | None, installation: str) -> str:
     """The refusal where the namespace's claim of ``deployment`` names another installation."""
-    return (f"airflow-mpi: namespace {namespace!r} is claimed for deployment id {deployment!r} by installation "
-            f"{holder!r} (Lease {namespace}/{claim_name(deployment)}), and this deployment's installation is "
-            f"{installation!r}: its database is a copy of that deployment's (or it moved). Nothing is created, "
-            f"reattached to or deleted there. {RESOLUTION}")
+    return (
+        f"airflow-mpi: namespace {namespace!r} is claimed for deployment id {deployment!r} by installation "
+        f"{holder!r} (Lease {namespace}/{claim_name(deployment)}), and this deployment's installation is "
+        f"{installation!r}: its database is a copy of that deployment's (or it moved). Nothing is created, "
+        f"reattached to or deleted there. {RESOLUTION}"
+    )
 
 
 def live_jobs_of_another_id(namespace: str, deployment: str | None, others: dict[str, list[str]]) -> str:
     """The refusal where this installation's claims name other ids whose jobs still run: the Variable was deleted
     (``deployment`` None: no new id is made) or changed while they ran, and a new id would leave them unswept."""
     jobs = "; ".join(f"id {other!r}: {', '.join(sorted(names))}" for other, names in sorted(others.items()))
-    now = "the Variable airflow_mpi_deployment_id is missing" if deployment is None else f"its id is {deployment!r}"
-    return (f"airflow-mpi: in namespace {namespace!r} this installation holds other deployment ids whose MPIJobs "
-            f"still run ({jobs}), and {now}: it was deleted or changed while they ran, and a new id would leave "
-            "them unswept and start second jobs beside them. Restore the old id (the Variable, or "
-            "[airflow_mpi] deployment_id), or delete those jobs, then retry (restart the scheduler).")
+    now = (
+        "the Variable airflow_mpi_deployment_id is missing"
+        if deployment is None
+        else f"its id is {deployment!r}"
+    )
+    return (
+        f"airflow-mpi: in namespace {namespace!r} this installation holds other deployment ids whose MPIJobs "
+        f"still run ({jobs}), and {now}: it was deleted or changed while they ran, and a new id would leave "
+        "them unswept and start second jobs beside them. Restore the old id (the Variable, or "
+        "[airflow_mpi] deployment_id), or delete those jobs, then retry (restart the scheduler)."
+    )
 
 
 RESOLUTION = (

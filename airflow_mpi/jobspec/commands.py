@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.spec import DISCOVER_HOSTS_SCRIPT, HOSTFILE, INTEL, MPI_IMPLEMENTATIONS, MPICH, OPENMPI
+from airflow_mpi.jobspec.spec import (
+    DISCOVER_HOSTS_SCRIPT,
+    HOSTFILE,
+    INTEL,
+    MPI_IMPLEMENTATIONS,
+    MPICH,
+    OPENMPI,
+)
 
 # Open MPI (as in the kubeflow examples): containers often run as root; no core binding (pods share nodes and cgroups
 # limit CPUs anyway); fill each host's slots in order; forward the paths to remote ranks; TCP/shared memory via ob1
@@ -68,8 +75,13 @@ def _positive(errors: ErrorList, field: str, value: object) -> bool:
 
 
 def mpirun_command(
-    program: str | Sequence[str], *, workers: int, slots_per_worker: int = 1, implementation: str = OPENMPI,
-    extra_args: str | Sequence[str] = (), default_flags: str | Sequence[str] | None = None,
+    program: str | Sequence[str],
+    *,
+    workers: int,
+    slots_per_worker: int = 1,
+    implementation: str = OPENMPI,
+    extra_args: str | Sequence[str] = (),
+    default_flags: str | Sequence[str] | None = None,
     run_launcher_as_worker: bool = False,
 ) -> list[str]:
     """``mpirun <default flags> <process count> <extra_args> <program...>`` for the launcher.
@@ -95,9 +107,17 @@ def mpirun_command(
 
 
 def horovodrun_command(
-    program: str | Sequence[str], *, workers: int, slots_per_worker: int = 1, min_np: int | None = None,
-    max_np: int | None = None, discovery_script: str = DISCOVER_HOSTS_SCRIPT, log_level: str | None = None,
-    verbose: bool = False, elastic_timeout: int | None = None, network_interface: str | None = None,
+    program: str | Sequence[str],
+    *,
+    workers: int,
+    slots_per_worker: int = 1,
+    min_np: int | None = None,
+    max_np: int | None = None,
+    discovery_script: str = DISCOVER_HOSTS_SCRIPT,
+    log_level: str | None = None,
+    verbose: bool = False,
+    elastic_timeout: int | None = None,
+    network_interface: str | None = None,
     extra_args: str | Sequence[str] = (),
 ) -> list[str]:
     """``horovodrun -np N --slots-per-host S --hostfile /etc/mpi/hostfile ...`` (N = workers x slots).
@@ -128,7 +148,9 @@ def horovodrun_command(
     ):
         errors.add("elastic_timeout", elastic_timeout, "must be an integer number of seconds >= 0")
     elif elastic_timeout is not None and not elastic:
-        errors.add("elastic_timeout", elastic_timeout, "applies to elastic mode only: set min_np and/or max_np")
+        errors.add(
+            "elastic_timeout", elastic_timeout, "applies to elastic mode only: set min_np and/or max_np"
+        )
     if network_interface is not None and (not isinstance(network_interface, str) or not network_interface):
         reason = "must be a non-empty interface name (comma-separated for several)"
         errors.add("network_interface", network_interface, reason)
@@ -174,7 +196,12 @@ class _LauncherCommand:
         return self._build(program, extra, job, implementation, run_launcher_as_worker)
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
+        self,
+        program: list[str],
+        extra: list[str],
+        job: dict[str, Any],
+        implementation: str,
+        launcher_runs: bool,
     ) -> list[str]:
         raise NotImplementedError
 
@@ -191,12 +218,21 @@ class Mpirun(_LauncherCommand):
     in_args: ClassVar[tuple[str, ...]] = (INTEL, MPICH)
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
+        self,
+        program: list[str],
+        extra: list[str],
+        job: dict[str, Any],
+        implementation: str,
+        launcher_runs: bool,
     ) -> list[str]:
         if self.tag_output:
             extra = [*TAG_OUTPUT_FLAGS.get(implementation, ()), *extra]
         command = mpirun_command(
-            program, **job, implementation=implementation, extra_args=extra, run_launcher_as_worker=launcher_runs
+            program,
+            **job,
+            implementation=implementation,
+            extra_args=extra,
+            run_launcher_as_worker=launcher_runs,
         )
         return [*HYDRA_CONNECT_BY_IP, *command] if self.connect_by_ip and implementation == MPICH else command
 
@@ -212,6 +248,13 @@ class Horovodrun(_LauncherCommand):
     extra_name: ClassVar[str] = "horovod_args"
 
     def _build(
-        self, program: list[str], extra: list[str], job: dict[str, Any], implementation: str, launcher_runs: bool
+        self,
+        program: list[str],
+        extra: list[str],
+        job: dict[str, Any],
+        implementation: str,
+        launcher_runs: bool,
     ) -> list[str]:
-        return horovodrun_command(program, **job, **self.options, extra_args=extra)  # it counts no launcher slots
+        return horovodrun_command(
+            program, **job, **self.options, extra_args=extra
+        )  # it counts no launcher slots

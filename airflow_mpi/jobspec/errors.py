@@ -22,7 +22,13 @@ class MPIJobValidationError(ValueError):
     """A field of an MPIJob spec (or its base manifest) that the operator or Kubernetes would reject."""
 
     def __init__(
-        self, field: str, value: Any, reason: str, *, errors: Iterable[MPIJobValidationError] = (), secret: bool = False
+        self,
+        field: str,
+        value: Any,
+        reason: str,
+        *,
+        errors: Iterable[MPIJobValidationError] = (),
+        secret: bool = False,
     ):
         self.field = field
         self.value = MASK if secret or names_a_secret(field) else redact_value(value)

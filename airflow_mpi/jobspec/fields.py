@@ -21,8 +21,17 @@ from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
-    CLEAN_POD_POLICIES, DISCOVER_HOSTS_SCRIPT, GPU_RESOURCE, IMAGE_PULL_POLICIES, KUEUE_PRIORITY_LABEL,
-    KUEUE_QUEUE_LABEL, LAUNCHER_CREATION_POLICIES, MPI_IMPLEMENTATIONS, OPENMPI, Defaults, LauncherCommand,
+    CLEAN_POD_POLICIES,
+    DISCOVER_HOSTS_SCRIPT,
+    GPU_RESOURCE,
+    IMAGE_PULL_POLICIES,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LAUNCHER_CREATION_POLICIES,
+    MPI_IMPLEMENTATIONS,
+    OPENMPI,
+    Defaults,
+    LauncherCommand,
 )
 from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER
 
@@ -43,7 +52,9 @@ def as_int(errors: ErrorList, name: str, value: Any) -> int | None:
         return int(value)
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    errors.add(name, value, f"must be an integer, not {type(value).__name__} (no fraction or rounding is applied)")
+    errors.add(
+        name, value, f"must be an integer, not {type(value).__name__} (no fraction or rounding is applied)"
+    )
     return None
 
 
@@ -59,7 +70,7 @@ def as_argv(errors: ErrorList, name: str, value: Any) -> Any:
 
 
 def as_bool(errors: ErrorList, name: str, value: Any) -> Any:
-    """"True"/"false" (any case), as a template renders a boolean, as a bool; anything else is left for the rule."""
+    """ "True"/"false" (any case), as a template renders a boolean, as a bool; anything else is left for the rule."""
     text = value.strip().lower() if isinstance(value, str) else None
     return text == "true" if text in ("true", "false") else value
 
@@ -84,7 +95,10 @@ def _label_named_object(value: object) -> str | None:
 def env_list(env: dict | list) -> list:
     """EnvVar dicts from the ``{"NAME": "value"}`` shorthand (values stringified) or a list as given."""
     if isinstance(env, dict):
-        return [{"name": name, "value": value if isinstance(value, str) else str(value)} for name, value in env.items()]
+        return [
+            {"name": name, "value": value if isinstance(value, str) else str(value)}
+            for name, value in env.items()
+        ]
     return env
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from airflow_mpi.jobspec.fields import FIELDS, REPLICA, Field, MPIJobSpec, holder, manifest_path
 from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, MPIJOB_KIND, WORKER_REPLICA
 
-
 _JOB_ROWS = tuple(f for f in FIELDS if f.owner != REPLICA and f.path and not f.nested)
 _REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
 

@@ -22,8 +22,11 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _named(items: Any) -> bool:
-    return isinstance(items, list) and bool(items) and all(
-        isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)
+    return (
+        isinstance(items, list)
+        and bool(items)
+        and all(isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)
+    )
 
 
 def _merge_named(base: list, override: list) -> list:
@@ -32,7 +35,9 @@ def _merge_named(base: list, override: list) -> list:
     merged = [deepcopy(item) for item in base]
     taken: set[int] = set()
     for item in override:
-        index = next((i for i, old in enumerate(base) if old["name"] == item["name"] and i not in taken), None)
+        index = next(
+            (i for i, old in enumerate(base) if old["name"] == item["name"] and i not in taken), None
+        )
         if index is None:
             merged.append(deepcopy(item))
         else:

@@ -44,8 +44,14 @@ def _slug(text: str) -> str:
 
 
 def job_name(
-    dag_id: str, task_id: str, run_id: str, map_index: int = -1, *, max_workers: int = 1,
-    deployment: str | None = None, prefix: str | None = None,
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int = -1,
+    *,
+    max_workers: int = 1,
+    deployment: str | None = None,
+    prefix: str | None = None,
 ) -> str:
     """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
@@ -58,8 +64,11 @@ def job_name(
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
     if budget < 1:
         raise ValueError(f"max_workers={max_workers!r}: too many workers to name pods within 63 characters")
-    digest = _digest(dag_id, task_id, run_id, map_index) if deployment is None else _digest(
-        deployment, dag_id, task_id, run_id, map_index)
+    digest = (
+        _digest(dag_id, task_id, run_id, map_index)
+        if deployment is None
+        else _digest(deployment, dag_id, task_id, run_id, map_index)
+    )
     slug = (prefix if prefix is not None else _slug(f"{dag_id}-{task_id}"))[:budget].strip("-")
     if not slug or not slug[0].isalpha():
         slug = ("mpi-" + slug)[:budget].strip("-")
@@ -98,11 +107,21 @@ def identity_labels(
 
 
 def identity_annotations(
-    dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, task_instance_id: str | None = None
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int,
+    try_number: int,
+    task_instance_id: str | None = None,
 ) -> dict[str, str]:
     """The raw identity, for people reading the object (labels may be hashed)."""
-    annotations = {DAG_ID_LABEL: dag_id, TASK_ID_LABEL: task_id, RUN_ID_LABEL: run_id, MAP_INDEX_LABEL: str(map_index),
-                   TRY_NUMBER_LABEL: str(try_number)}
+    annotations = {
+        DAG_ID_LABEL: dag_id,
+        TASK_ID_LABEL: task_id,
+        RUN_ID_LABEL: run_id,
+        MAP_INDEX_LABEL: str(map_index),
+        TRY_NUMBER_LABEL: str(try_number),
+    }
     if task_instance_id is not None:
         annotations[TASK_INSTANCE_ID_ANNOTATION] = task_instance_id
     return annotations
@@ -125,15 +144,25 @@ class TaskIdentity:
     task_instance_id: str | None = None
 
     def labels(self) -> dict[str, str]:
-        return identity_labels(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.deployment)
+        return identity_labels(
+            self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.deployment
+        )
 
     def annotations(self) -> dict[str, str]:
-        return identity_annotations(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number,
-                                    self.task_instance_id)
+        return identity_annotations(
+            self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.task_instance_id
+        )
 
     def job_name(self, max_workers: int = 1, prefix: str | None = None) -> str:
-        return job_name(self.dag_id, self.task_id, self.run_id, self.map_index, max_workers=max_workers,
-                        deployment=self.deployment, prefix=prefix)
+        return job_name(
+            self.dag_id,
+            self.task_id,
+            self.run_id,
+            self.map_index,
+            max_workers=max_workers,
+            deployment=self.deployment,
+            prefix=prefix,
+        )
 
 
 def _task_identity(labels: dict[str, str] | None) -> dict[str, str]:

@@ -22,8 +22,15 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from airflow_mpi.jobspec.naming import (
-    DAG_ID_LABEL, DEPLOYMENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL,
-    TASK_INSTANCE_ID_ANNOTATION, TRY_NUMBER_LABEL,
+    DAG_ID_LABEL,
+    DEPLOYMENT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MAP_INDEX_LABEL,
+    RUN_ID_LABEL,
+    TASK_ID_LABEL,
+    TASK_INSTANCE_ID_ANNOTATION,
+    TRY_NUMBER_LABEL,
 )
 from airflow_mpi.jobspec.status import job_state
 
@@ -92,15 +99,19 @@ def job_try(job: dict) -> JobTry:
     annotations = metadata.get("annotations") or {}
     number = (metadata.get("labels") or {}).get(TRY_NUMBER_LABEL)
     raw, ti_id = annotations.get(TRY_NUMBER_LABEL, number), annotations.get(TASK_INSTANCE_ID_ANNOTATION)
-    return JobTry(int(number) if isinstance(number, str) and number.isdigit() and raw == number else None,
-                  ti_id if isinstance(ti_id, str) and ti_id else None)
+    return JobTry(
+        int(number) if isinstance(number, str) and number.isdigit() and raw == number else None,
+        ti_id if isinstance(ti_id, str) and ti_id else None,
+    )
 
 
 def is_live(job: dict) -> bool:
     return not (job.get("metadata") or {}).get("deletionTimestamp") and not job_state(job).terminal
 
 
-def is_orphan(job: dict, deployment: str, committed: TryState | None, reported: TryState | None = None) -> bool:
+def is_orphan(
+    job: dict, deployment: str, committed: TryState | None, reported: TryState | None = None
+) -> bool:
     """A live job of ``deployment`` whose task instance is gone from its database (``committed`` None) or finished.
 
     ``committed``: its task instance in the database, read after the job was listed (so about the job's try or a
@@ -119,7 +130,9 @@ def is_orphan(job: dict, deployment: str, committed: TryState | None, reported: 
 
 def unsure(job: dict, reported: TryState | None) -> bool:
     """True when ``reported`` was not applied to ``job`` only because the job does not say which try made it."""
-    return reported is not None and reported.state in FINISHED_TI_STATES and job_try(job) == JobTry(None, None)
+    return (
+        reported is not None and reported.state in FINISHED_TI_STATES and job_try(job) == JobTry(None, None)
+    )
 
 
 def _newer(number: int | None, than: int | None) -> bool:
@@ -137,13 +150,20 @@ def _about(made: JobTry, reported: TryState, committed: TryState) -> bool:
             return True
     elif made.try_number is not None and made.try_number == reported.try_number:
         return True
-    current = (reported.ti_id == committed.ti_id if reported.ti_id and committed.ti_id
-               else reported.try_number is not None and reported.try_number == committed.try_number)
+    current = (
+        reported.ti_id == committed.ti_id
+        if reported.ti_id and committed.ti_id
+        else reported.try_number is not None and reported.try_number == committed.try_number
+    )
     return current and _newer(reported.try_number, made.try_number)
 
 
-def orphans(jobs: list[dict], deployment: str, committed: dict[TaskKey, TryState],
-            reported: dict[TaskKey, TryState] | None = None) -> list[dict]:
+def orphans(
+    jobs: list[dict],
+    deployment: str,
+    committed: dict[TaskKey, TryState],
+    reported: dict[TaskKey, TryState] | None = None,
+) -> list[dict]:
     """The orphans among ``jobs``: ``committed`` maps every task instance of ``deployment`` that exists to its
     state in the database, ``reported`` some of them to the state a finish request carries."""
     found = []

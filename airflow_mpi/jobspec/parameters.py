@@ -16,8 +16,20 @@ from typing import Any
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.jobspec.fields import (
-    HOROVOD_FIELDS, JOB, PARAMETERS, REPLICA, RUN_POLICY, SCHEDULING, MPIJobSpec, ReplicaSpec, RunPolicy,
-    SchedulingPolicy, as_int, parameters, role_parameter, rows,
+    HOROVOD_FIELDS,
+    JOB,
+    PARAMETERS,
+    REPLICA,
+    RUN_POLICY,
+    SCHEDULING,
+    MPIJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    as_int,
+    parameters,
+    role_parameter,
+    rows,
 )
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import Resolved, resolve
@@ -32,7 +44,12 @@ _TYPED = {**PARAMETERS, **parameters(HOROVOD_FIELDS)}
 _REPLICA_ROWS = {row.name: row for row in rows(REPLICA)}
 # Paths the model reports (validation.py) -> the parameter that sets them.
 _MODEL_PATHS = {
-    **{f"{role}.{row.name}": p for row in rows(REPLICA) for role in ROLES.values() if (p := role_parameter(row, role))},
+    **{
+        f"{role}.{row.name}": p
+        for row in rows(REPLICA)
+        for role in ROLES.values()
+        if (p := role_parameter(row, role))
+    },
     **{f"run_policy.{row.name}": row.name for row in rows(RUN_POLICY)},
 }
 
@@ -54,7 +71,11 @@ def _role(errors: ErrorList, role: str, overrides: Any, params: dict[str, Any]) 
         if row.coerce is not None:
             value = row.coerce(errors, path, value)
         current = getattr(spec, key)
-        setattr(spec, key, {**current, **value} if isinstance(current, dict) and isinstance(value, dict) else value)
+        setattr(
+            spec,
+            key,
+            {**current, **value} if isinstance(current, dict) and isinstance(value, dict) else value,
+        )
     return spec
 
 
@@ -71,7 +92,11 @@ def _scheduling(errors: ErrorList, value: Any) -> SchedulingPolicy | None:
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower() if isinstance(key, str) else key
         row = known.get(snake)
         if row is None:
-            errors.add(f"scheduling_policy.{key}", item, f"is not a schedulingPolicy field; known: {', '.join(known)}")
+            errors.add(
+                f"scheduling_policy.{key}",
+                item,
+                f"is not a schedulingPolicy field; known: {', '.join(known)}",
+            )
         else:
             policy[snake] = row.coerce(errors, f"scheduling_policy.{key}", item) if row.coerce else item
     return SchedulingPolicy(**policy)
@@ -97,15 +122,24 @@ def _given(values: Mapping[str, Any], errors: ErrorList) -> dict[str, Any]:
 def _launch(errors: ErrorList, given: dict[str, Any], launch: LaunchFactory) -> LauncherCommand | None:
     if "program" not in given:
         if "mpirun_args" in given:
-            errors.add("mpirun_args", given["mpirun_args"], "applies only with program (it extends program's mpirun)")
+            errors.add(
+                "mpirun_args", given["mpirun_args"], "applies only with program (it extends program's mpirun)"
+            )
         return None
     if "command" in given:
-        errors.add("command", given["command"], "cannot be combined with program (program builds the launcher command)")
+        errors.add(
+            "command",
+            given["command"],
+            "cannot be combined with program (program builds the launcher command)",
+        )
     return launch(errors, given)
 
 
 def spec_from_parameters(
-    values: Mapping[str, Any], *, identity: TaskIdentity | None = None, defaults: Defaults | None = None,
+    values: Mapping[str, Any],
+    *,
+    identity: TaskIdentity | None = None,
+    defaults: Defaults | None = None,
     launch: LaunchFactory = mpirun_launch,
 ) -> tuple[MPIJobSpec, dict[str, Any]]:
     """The MPIJobSpec of an operator's (rendered) parameters (None: not given), and the parameters given (normalised).
@@ -123,7 +157,11 @@ def spec_from_parameters(
             if param not in given:
                 continue
             params[row.name] = given[param]
-            if isinstance(row.param, dict) and isinstance(overrides, dict) and overrides.get(row.name) is not None:
+            if (
+                isinstance(row.param, dict)
+                and isinstance(overrides, dict)
+                and overrides.get(row.name) is not None
+            ):
                 reason = f"is also given as the {param} parameter: give one"
                 errors.add(f"{role}.{row.name}", overrides[row.name], reason)
         roles[role] = _role(errors, role, overrides, params)
@@ -132,7 +170,9 @@ def spec_from_parameters(
         scheduling_policy=_scheduling(errors, given.get("scheduling_policy")),
     )
     errors.raise_if_any()
-    job = {row.name: given[row.name] for row in rows(JOB) if row.param and not row.nested and row.name in given}
+    job = {
+        row.name: given[row.name] for row in rows(JOB) if row.param and not row.nested and row.name in given
+    }
     spec = MPIJobSpec(
         **job, **roles, run_policy=run_policy, launch=launcher_command, identity=identity, defaults=defaults
     )
@@ -140,7 +180,10 @@ def spec_from_parameters(
 
 
 def resolve_parameters(
-    values: Mapping[str, Any], *, identity: TaskIdentity | None = None, defaults: Defaults | None = None,
+    values: Mapping[str, Any],
+    *,
+    identity: TaskIdentity | None = None,
+    defaults: Defaults | None = None,
     launch: LaunchFactory = mpirun_launch,
 ) -> Resolved:
     """The validated manifest of an operator's parameters (see spec_from_parameters and precedence.resolve)."""
@@ -162,7 +205,7 @@ def _attributed(error: MPIJobValidationError, given: Mapping[str, Any]) -> MPIJo
         under_path = error.field == path or error.field.startswith((f"{path}.", f"{path}["))
         # errors hold redacted values (errors.py)
         if under_path and param in given and _holds(redact_value(given[param]), error.value):
-            return MPIJobValidationError(param + error.field[len(path):], error.value, error.reason)
+            return MPIJobValidationError(param + error.field[len(path) :], error.value, error.reason)
     return error
 
 

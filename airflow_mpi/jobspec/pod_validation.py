@@ -52,8 +52,15 @@ def check_pod_template(errors: ErrorList, role: str, template: Any, injected: di
 
 
 def check_labels(errors: ErrorList, path: str, labels: Any) -> None:
-    errors.check_entries(path, labels, "must be a mapping of label keys to values", rules.qualified_name,
-                         rules.label_value, key_what="invalid label key", value_what="invalid label value")
+    errors.check_entries(
+        path,
+        labels,
+        "must be a mapping of label keys to values",
+        rules.qualified_name,
+        rules.label_value,
+        key_what="invalid label key",
+        value_what="invalid label value",
+    )
 
 
 def _annotation_value_problem(value: Any) -> str | None:
@@ -61,12 +68,20 @@ def _annotation_value_problem(value: Any) -> str | None:
 
 
 def check_annotations(errors: ErrorList, path: str, annotations: Any) -> None:
-    errors.check_entries(path, annotations, "must be a mapping of annotation keys to string values",
-                         rules.annotation_key, _annotation_value_problem, key_what="invalid annotation key")
+    errors.check_entries(
+        path,
+        annotations,
+        "must be a mapping of annotation keys to string values",
+        rules.annotation_key,
+        _annotation_value_problem,
+        key_what="invalid annotation key",
+    )
     if isinstance(annotations, dict):
         size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
         if size > rules.ANNOTATIONS_TOTAL_MAX:
-            errors.add(path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes")
+            errors.add(
+                path, f"<{size} bytes>", f"total size must be at most {rules.ANNOTATIONS_TOTAL_MAX} bytes"
+            )
 
 
 def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: dict[str, str]) -> set[str]:
@@ -78,18 +93,26 @@ def _check_volumes(errors: ErrorList, role: str, volumes: Any, injected: dict[st
         if problem := rules.dns1123_label(name):
             errors.add(f"{path}.name", name, problem)
         elif name in injected:
-            errors.add(f"{path}.name", name, "is reserved: the operator adds a volume of this name to the pod")
+            errors.add(
+                f"{path}.name", name, "is reserved: the operator adds a volume of this name to the pod"
+            )
         elif name in names:
             errors.add(f"{path}.name", name, "is a duplicate volume name")
         else:
             names.add(name)
         sources = [k for k in volume if k != "name"]
         if len(sources) != 1:
-            errors.add(path, sources, "must specify exactly one volume source (e.g. persistentVolumeClaim, configMap)")
+            errors.add(
+                path,
+                sources,
+                "must specify exactly one volume source (e.g. persistentVolumeClaim, configMap)",
+            )
     return names
 
 
-def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: dict) -> None:
+def _check_containers(
+    errors: ErrorList, role: str, containers: Any, volumes: set[str], injected: dict
+) -> None:
     if not isinstance(containers, list) or not containers:
         errors.add(f"{role}.containers", containers, "must define at least one container")
         return
@@ -110,7 +133,9 @@ def _check_containers(errors: ErrorList, role: str, containers: Any, volumes: se
         _check_container(errors, prefix, container, volumes, injected if main else {})
 
 
-def _check_container(errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: dict) -> None:
+def _check_container(
+    errors: ErrorList, prefix: str, container: dict, volumes: set[str], injected: dict
+) -> None:
     image = container.get("image")
     if not isinstance(image, str) or not image.strip():
         errors.add(f"{prefix}.image", image, "is required (a non-empty image reference)")
@@ -142,8 +167,12 @@ def _check_env(errors: ErrorList, prefix: str, env: Any) -> None:
             errors.add(f"{path}.name", var.get("name"), f"invalid environment variable name: {problem}")
         value, value_from = var.get("value"), var.get("valueFrom")
         if value is not None and not isinstance(value, str):
-            errors.add(f"{path}.value", value, "must be a string (quote numbers and booleans)",
-                       secret=is_sensitive(str(var.get("name"))))
+            errors.add(
+                f"{path}.value",
+                value,
+                "must be a string (quote numbers and booleans)",
+                secret=is_sensitive(str(var.get("name"))),
+            )
         if value and value_from is not None:
             errors.add(f"{path}.valueFrom", value_from, "may not be set together with a non-empty value")
         if value_from is not None:
@@ -191,7 +220,10 @@ def _check_env_from(errors: ErrorList, prefix: str, env_from: Any) -> None:
 
 def _check_mounts(errors: ErrorList, prefix: str, mounts: Any, volumes: set[str], injected: dict) -> None:
     paths = {p: f"the operator mounts volume {v!r} there" for v, p in injected.items()}
-    reason, item_reason = "must be a list of VolumeMount mappings", "must be a mapping with name and mountPath"
+    reason, item_reason = (
+        "must be a list of VolumeMount mappings",
+        "must be a mapping with name and mountPath",
+    )
     for path, mount in errors.mappings(f"{prefix}.volume_mounts", mounts, reason, item_reason):
         name, mount_path = mount.get("name"), mount.get("mountPath")
         if not isinstance(name, str) or not name:
@@ -237,7 +269,9 @@ def _check_tolerations(errors: ErrorList, role: str, tolerations: Any) -> None:
         elif value and (problem := rules.label_value(value)):
             errors.add(f"{path}.value", value, problem)
         if effect and effect not in _TAINT_EFFECTS:
-            errors.add(f"{path}.effect", effect, f"must be one of {', '.join(_TAINT_EFFECTS)} (or empty for all)")
+            errors.add(
+                f"{path}.effect", effect, f"must be one of {', '.join(_TAINT_EFFECTS)} (or empty for all)"
+            )
         seconds = toleration.get("tolerationSeconds")
         if seconds is not None:
             if isinstance(seconds, bool) or not isinstance(seconds, int):
@@ -254,11 +288,15 @@ def resource_name_problem(name: Any) -> str | None:
             return None
         if name.startswith("hugepages-") and quantity_problem(name[len("hugepages-") :]) is None:
             return None
-        return ("is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> or a "
-                "domain-prefixed extended resource such as nvidia.com/gpu")
+        return (
+            "is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> or a "
+            "domain-prefixed extended resource such as nvidia.com/gpu"
+        )
     if problem := rules.qualified_name(name):
         return problem
-    if "kubernetes.io/" not in name and (name.startswith("requests.") or rules.qualified_name("requests." + name)):
+    if "kubernetes.io/" not in name and (
+        name.startswith("requests.") or rules.qualified_name("requests." + name)
+    ):
         return "is not a valid extended resource name"
     return None
 
@@ -304,4 +342,6 @@ def check_resources(errors: ErrorList, path: str, resources: Any) -> None:
             reason = f"must equal the limit {raw_limit!r}: this resource cannot be overcommitted"
             errors.add(f"{path}.requests.{name}", raw, reason)
         elif request > limit:
-            errors.add(f"{path}.requests.{name}", raw, f"must be less than or equal to the limit {raw_limit!r}")
+            errors.add(
+                f"{path}.requests.{name}", raw, f"must be less than or equal to the limit {raw_limit!r}"
+            )

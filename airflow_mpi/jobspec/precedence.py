@@ -19,18 +19,39 @@ from typing import Any, cast
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import (
-    REPLICA, RUN_POLICY, Field, MPIJobSpec, ReplicaSpec, field_of, holder, manifest_path,
+    REPLICA,
+    RUN_POLICY,
+    Field,
+    MPIJobSpec,
+    ReplicaSpec,
+    field_of,
+    holder,
+    manifest_path,
 )
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
-    CLUSTER_DOMAIN, CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_CONTAINER_NAMES, INTEL,
-    KUEUE_QUEUE_LABEL, MPICH, MPIUSER_SSHD_COMMAND, MPIUSER_SSH_AUTH_MOUNT_PATH, MPIUSER_UID, OPENMPI,
-    SSHD_LISTENING_CHECK, WAIT_FOR_WORKERS_READY, WORKER_SSHD_START_SECONDS, WORKERS_DNS_WAIT,
-    Defaults, LauncherCommand, workers_dns_wait_script, workers_dns_wait_seconds,
+    CLUSTER_DOMAIN,
+    CONFIG_MOUNT_PATH,
+    CONFIG_VOLUME,
+    DEFAULT_CONTAINER_NAMES,
+    INTEL,
+    MPICH,
+    MPIUSER_SSH_AUTH_MOUNT_PATH,
+    MPIUSER_SSHD_COMMAND,
+    MPIUSER_UID,
+    OPENMPI,
+    SSHD_LISTENING_CHECK,
+    WAIT_FOR_WORKERS_READY,
+    WORKER_SSHD_START_SECONDS,
+    WORKERS_DNS_WAIT,
+    Defaults,
+    LauncherCommand,
+    workers_dns_wait_script,
+    workers_dns_wait_seconds,
 )
-from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
+from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
@@ -38,8 +59,11 @@ CONTROLLER_DEFAULT = "controller default, not written"
 # ``program`` uses the same values).
 CONTROLLER_DEFAULTS: dict[str, Any] = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
 # Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
-STARTUP_PROBE = {"exec": {"command": list(SSHD_LISTENING_CHECK)}, "periodSeconds": 1,
-                 "failureThreshold": WORKER_SSHD_START_SECONDS}
+STARTUP_PROBE = {
+    "exec": {"command": list(SSHD_LISTENING_CHECK)},
+    "periodSeconds": 1,
+    "failureThreshold": WORKER_SSHD_START_SECONDS,
+}
 # Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env var given as a
 # parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
@@ -68,7 +92,11 @@ class Resolved:
 def _mpiuser_convention(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     """A job described by parameters only follows the mpi-operator's unprivileged convention; a base manifest's
     silence keeps the controller's root one (upstream's Horovod examples run root images on its defaults)."""
-    return MPIUSER_SSH_AUTH_MOUNT_PATH if spec.api_version == API_V2BETA1 and spec.base_manifest is None else None
+    return (
+        MPIUSER_SSH_AUTH_MOUNT_PATH
+        if spec.api_version == API_V2BETA1 and spec.base_manifest is None
+        else None
+    )
 
 
 def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
@@ -116,14 +144,20 @@ def validate(spec: MPIJobSpec) -> None:
 def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     """``spec`` merged onto ``base``, validated, and where its defaultable fields came from."""
     filled = replace(
-        spec, launcher=replace(spec.launcher), worker=replace(spec.worker), run_policy=replace(spec.run_policy)
+        spec,
+        launcher=replace(spec.launcher),
+        worker=replace(spec.worker),
+        run_policy=replace(spec.run_policy),
     )
     role: str | None  # a role's name, then None for the rows of no role (_DEFAULTS)
     for role in ROLES:
         filled.replica(role).container_name = _main_container_name(spec, role, base)
     settings: dict[str, Setting] = {}
     for name, row, role, default in _DEFAULTS:
-        given, in_base = getattr(holder(spec, row, role), row.name), _in_base(base, row, role, spec.api_version)
+        given, in_base = (
+            getattr(holder(spec, row, role), row.name),
+            _in_base(base, row, role, spec.api_version),
+        )
         if given is not None:
             settings[name] = Setting(given, PARAMETER)
         elif in_base is not None:
@@ -162,7 +196,11 @@ def base_value(base: Any, path: tuple) -> Any:
 
 def _in_base(base: dict, row: Field, role: str | None, api: str) -> Any:
     """The base manifest's value of ``row`` (a kubeflow.org/v1 one may also hold it at the row's ``v1_path``)."""
-    paths = (manifest_path(row, role), manifest_path(row, role, api)) if api == API_V1 else (manifest_path(row, role),)
+    paths = (
+        (manifest_path(row, role), manifest_path(row, role, api))
+        if api == API_V1
+        else (manifest_path(row, role),)
+    )
     return next((v for p in paths if (v := base_value(base, p)) is not None), None)
 
 
@@ -179,12 +217,16 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
     source = PARAMETER if spec.name is not None else BASE_MANIFEST
     workers = settings["workers"].value if "workers" in settings else 1
     valid = isinstance(workers, int) and not isinstance(workers, bool) and 1 <= workers <= rules.INT32_MAX
-    if spec.identity is None or (name is not None and (spec.unique_name_suffix is False or not is_name(name))):
+    if spec.identity is None or (
+        name is not None and (spec.unique_name_suffix is False or not is_name(name))
+    ):
         if name is not None:  # used as given (validation names an invalid one)
             settings["name"] = Setting(name, source)
         return
     filled.name = spec.identity.job_name(max_workers=workers if valid else 1, prefix=name)
-    settings["name"] = Setting(filled.name, DEFAULT if name is None else f"{source}, suffixed per task instance")
+    settings["name"] = Setting(
+        filled.name, DEFAULT if name is None else f"{source}, suffixed per task instance"
+    )
 
 
 def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
@@ -210,8 +252,12 @@ def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
 
 
 def _sets_uid(replica: ReplicaSpec, main: dict, pod: dict) -> bool:
-    contexts = (replica.security_context, replica.pod_security_context, main.get("securityContext"),
-                pod.get("securityContext"))
+    contexts = (
+        replica.security_context,
+        replica.pod_security_context,
+        main.get("securityContext"),
+        pod.get("securityContext"),
+    )
     return any(isinstance(c, dict) and c.get("runAsUser") is not None for c in contexts)
 
 
@@ -221,16 +267,24 @@ def _container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Sett
     command and the uid both roles run as."""
     worker, worker_main = filled.worker, _main(filled, base, WORKER_REPLICA)
     policy = settings.get("launcher_creation_policy")
-    probed = worker.readiness_probe or worker.startup_probe or worker_main.get("readinessProbe") or worker_main.get(
-        "startupProbe")
+    probed = (
+        worker.readiness_probe
+        or worker.startup_probe
+        or worker_main.get("readinessProbe")
+        or worker_main.get("startupProbe")
+    )
     if policy is not None and policy.value == WAIT_FOR_WORKERS_READY and not probed:
         worker.startup_probe = deepcopy(STARTUP_PROBE)
         settings["worker.startup_probe"] = Setting("a TCP socket listens (sshd)", DEFAULT)
     path = settings.get("ssh_auth_mount_path")
     if path is None or path.value != MPIUSER_SSH_AUTH_MOUNT_PATH:
         return
-    if worker.command is None and worker.args is None and not worker_main.get("command") and not worker_main.get(
-            "args"):
+    if (
+        worker.command is None
+        and worker.args is None
+        and not worker_main.get("command")
+        and not worker_main.get("args")
+    ):
         worker.command = list(MPIUSER_SSHD_COMMAND)
         settings["worker.command"] = Setting(" ".join(MPIUSER_SSHD_COMMAND), DEFAULT)
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
@@ -248,9 +302,14 @@ def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Set
     implementation = settings.get("mpi_implementation")
     namespace = settings.get("namespace")
     launcher = filled.launcher
-    if (implementation is None or implementation.value not in (MPICH, INTEL) or namespace is None
-            or not isinstance(filled.name, str) or launcher.dns_searches is not None
-            or pod_spec(base, LAUNCHER_REPLICA).get("dnsConfig") is not None):
+    if (
+        implementation is None
+        or implementation.value not in (MPICH, INTEL)
+        or namespace is None
+        or not isinstance(filled.name, str)
+        or launcher.dns_searches is not None
+        or pod_spec(base, LAUNCHER_REPLICA).get("dnsConfig") is not None
+    ):
         return
     launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
     settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)
@@ -267,21 +326,38 @@ def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting], de
     job = manifest["spec"]
     pod = pod_spec(manifest, LAUNCHER_REPLICA)
     init = pod.get("initContainers") or []
-    if (policy is None or policy.source != DEFAULT or policy.value != WAIT_FOR_WORKERS_READY
-            or job.get("runLauncherAsWorker") is True or any(c.get("name") == WORKERS_DNS_WAIT for c in init)):
+    if (
+        policy is None
+        or policy.source != DEFAULT
+        or policy.value != WAIT_FOR_WORKERS_READY
+        or job.get("runLauncherAsWorker") is True
+        or any(c.get("name") == WORKERS_DNS_WAIT for c in init)
+    ):
         return
     main = pod["containers"][0]
     deadline = workers_dns_wait_seconds(defaults.schedule_timeout)
     script = workers_dns_wait_script(deadline)
-    waiter = {"name": WORKERS_DNS_WAIT, "image": main.get("image"), "command": ["/bin/sh", "-c", script],
-              **{key: deepcopy(main[key]) for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
-              "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}
+    waiter = {
+        "name": WORKERS_DNS_WAIT,
+        "image": main.get("image"),
+        "command": ["/bin/sh", "-c", script],
+        **{
+            key: deepcopy(main[key])
+            for key in ("imagePullPolicy", "resources", "securityContext")
+            if key in main
+        },
+        "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}],
+    }
     pod["initContainers"] = [waiter, *init]
     settings["launcher.wait_for_workers"] = Setting(
         "an init container waits until every worker's name resolves (WaitForWorkersReady does not wait for DNS), "
-        + ("without a deadline (schedule_timeout=None)" if deadline is None else
-           f"for up to {deadline} s (schedule_timeout + {WORKER_SSHD_START_SECONDS} s for the workers' sshd)"),
-        DEFAULT)
+        + (
+            "without a deadline (schedule_timeout=None)"
+            if deadline is None
+            else f"for up to {deadline} s (schedule_timeout + {WORKER_SSHD_START_SECONDS} s for the workers' sshd)"
+        ),
+        DEFAULT,
+    )
 
 
 def _merged(filled: MPIJobSpec, base: dict) -> dict:
@@ -291,7 +367,10 @@ def _merged(filled: MPIJobSpec, base: dict) -> dict:
     replicas = merged["spec"]["mpiReplicaSpecs"]
     launcher = replicas.get(LAUNCHER_REPLICA)
     if isinstance(launcher, dict) and "replicas" not in launcher:
-        replicas[LAUNCHER_REPLICA] = {"replicas": 1, **launcher}  # the only valid count; first, as written by hand
+        replicas[LAUNCHER_REPLICA] = {
+            "replicas": 1,
+            **launcher,
+        }  # the only valid count; first, as written by hand
     for role in ROLES:
         name = filled.replica(role).container_name
         containers = pod_spec(merged, role).get("containers")
@@ -299,8 +378,12 @@ def _merged(filled: MPIJobSpec, base: dict) -> dict:
             containers.sort(key=lambda c: not (isinstance(c, dict) and c.get("name") == name))
     clean = filled.run_policy.clean_pod_policy
     base_policy = base_value(base, ("spec", "runPolicy"))
-    if filled.api_version == API_V1 and clean is not None and isinstance(base_policy, dict) and "cleanPodPolicy" in (
-            base_policy):
+    if (
+        filled.api_version == API_V1
+        and clean is not None
+        and isinstance(base_policy, dict)
+        and "cleanPodPolicy" in (base_policy)
+    ):
         # training-operator lets runPolicy.cleanPodPolicy win over the top-level field: keep them equal.
         merged["spec"]["runPolicy"]["cleanPodPolicy"] = clean
     return merged
@@ -324,7 +407,9 @@ def _without_replaced(base: dict, override: dict) -> dict:
 def _replace_named(old: dict, new: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         if isinstance(old.get(key), list) and isinstance(new.get(key), list):
-            by_name = {i["name"]: i for i in new[key] if isinstance(i, dict) and isinstance(i.get("name"), str)}
+            by_name = {
+                i["name"]: i for i in new[key] if isinstance(i, dict) and isinstance(i.get("name"), str)
+            }
             old[key] = [deepcopy(by_name[_name_of(i)]) if _name_of(i) in by_name else i for i in old[key]]
 
 

@@ -48,7 +48,9 @@ def _exponent(text: str) -> int:
     exponent = int(digits or "0") if len(digits) <= 10 else EXPONENT_MAX + 1  # 10 digits hold any int32
     exponent = -exponent if text.startswith("-") else exponent
     if not EXPONENT_MIN <= exponent <= EXPONENT_MAX:
-        raise QuantityError(f"has an exponent outside the API server's range ({EXPONENT_MIN} to {EXPONENT_MAX})")
+        raise QuantityError(
+            f"has an exponent outside the API server's range ({EXPONENT_MIN} to {EXPONENT_MAX})"
+        )
     return exponent
 
 
@@ -71,8 +73,10 @@ def parse_quantity(value: str | int | float) -> Fraction:
         value = repr(value)  # what json.dumps sends, e.g. "0.5" or "1e-05"
     match = _QUANTITY.fullmatch(value)
     if not match:
-        raise QuantityError("is not a Kubernetes quantity (e.g. 500m, 1.5, 2Gi, 100u, 1e3: number, then an optional "
-                            "suffix, nothing else)")
+        raise QuantityError(
+            "is not a Kubernetes quantity (e.g. 500m, 1.5, 2Gi, 100u, 1e3: number, then an optional "
+            "suffix, nothing else)"
+        )
     power_of_2 = _BINARY[match["binary"]] if match["binary"] else 0
     power_of_10 = _exponent(match["exponent"]) if match["exponent"] else _DECIMAL.get(match["si"] or "", 0)
     amount = Decimal(f"{match['sign'] or ''}{match['number']}e{power_of_10}")  # exact: no context applies
@@ -96,7 +100,9 @@ def quantity_problem(value: object, *, integer: bool = False) -> str | None:
     types quantities as int-or-string: the API server refuses a JSON number with a fraction (or written as a float)
     there, although a Pod would take it."""
     if isinstance(value, float):
-        return "must be a string or an integer: the MPIJob CRD refuses floats here (quote it: '0.5' or '500m')"
+        return (
+            "must be a string or an integer: the MPIJob CRD refuses floats here (quote it: '0.5' or '500m')"
+        )
     try:
         amount = parse_quantity(value)  # type: ignore[arg-type]
     except QuantityError as exc:

@@ -33,9 +33,27 @@ MASK = "***"
 # every name of Airflow's secrets masker (DEFAULT_SENSITIVE_FIELDS, Airflow 2.11 and 3.3) and a few more ("key",
 # "auth", "credential"); operators/redaction.py adds the deployment's own ([core] sensitive_var_conn_names).
 SENSITIVE_WORDS = (
-    "password", "passwd", "passphrase", "secret", "token", "credential", "private_key", "privatekey",
-    "api_key", "apikey", "access_key", "accesskey", "auth", "key", "bearer", "dsn", "proxy", "proxies",
-    "connection_string", "service_account", "webhook_url",
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "credential",
+    "private_key",
+    "privatekey",
+    "api_key",
+    "apikey",
+    "access_key",
+    "accesskey",
+    "auth",
+    "key",
+    "bearer",
+    "dsn",
+    "proxy",
+    "proxies",
+    "connection_string",
+    "service_account",
+    "webhook_url",
 )
 _extra_words: set[str] = set()
 _OPTION = re.compile(r"(--?[A-Za-z0-9_.-]+)=(.*)", re.S)
@@ -43,18 +61,35 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.S)
 # Short options that hold a password only after these programs (and the option stays alone or glued to its value).
 # Anywhere else a short option is left alone: "-p" is ssh's port (mpirun's plm_rsh_args "-p 2222", Hydra's
 # bootstrap arguments), and mysql's "-p DB" names a database (its password is glued: -pSECRET).
-_PROGRAM_SECRETS: dict[str, tuple[str, bool]] = {  # program -> (option, whether the value may be the next word)
-    "sshpass": ("-p", True), "redis-cli": ("-a", True),
-    "mysql": ("-p", False), "mysqldump": ("-p", False), "mysqladmin": ("-p", False), "mariadb": ("-p", False),
+_PROGRAM_SECRETS: dict[
+    str, tuple[str, bool]
+] = {  # program -> (option, whether the value may be the next word)
+    "sshpass": ("-p", True),
+    "redis-cli": ("-a", True),
+    "mysql": ("-p", False),
+    "mysqldump": ("-p", False),
+    "mysqladmin": ("-p", False),
+    "mariadb": ("-p", False),
 }
 # What makes a word worth scanning as a shell string (``sh -c "..."``, ``bash -lc '...'``, a whole command line).
 _SHELLISH = re.compile(r"[\s;&|'\"]")
 _MAX_DEPTH = 4  # shell strings inside shell strings (sh -c "bash -c '...'") are scanned this deep
 # Names in error paths (the parameters', Kubernetes') that look sensitive but hold no secret.
-SCHEMA_NAMES = frozenset({
-    "key", "secretKeyRef", "configMapKeyRef", "fileKeyRef", "secretRef", "imagePullSecrets", "image_pull_secrets",
-    "sshAuthMountPath", "ssh_auth_mount_path", "serviceAccountName", "service_account_name",
-})
+SCHEMA_NAMES = frozenset(
+    {
+        "key",
+        "secretKeyRef",
+        "configMapKeyRef",
+        "fileKeyRef",
+        "secretRef",
+        "imagePullSecrets",
+        "image_pull_secrets",
+        "sshAuthMountPath",
+        "ssh_auth_mount_path",
+        "serviceAccountName",
+        "service_account_name",
+    }
+)
 # name: value / "name": "value" (YAML, JSON, an error's snippet of either)
 _MAPPING_ENTRY = re.compile(
     r"(?P<head>(?P<quote>[\"']?)(?P<name>[A-Za-z_][\w.-]*)(?P=quote)[ \t]*:[ \t]*)"
@@ -169,7 +204,8 @@ def redact_string(text: str) -> str:
     """Free text (an error's value or reason, a YAML snippet) with every rule that works on text alone applied:
     the shapes (``redact_text``), ``name: value`` entries with a sensitive name, and command lines."""
     text = _MAPPING_ENTRY.sub(
-        lambda m: f"{m.group('head')}{MASK}" if is_sensitive(m.group("name")) else m.group(0), redact_text(text)
+        lambda m: f"{m.group('head')}{MASK}" if is_sensitive(m.group("name")) else m.group(0),
+        redact_text(text),
     )
     return redact_shell(text) if _SHELLISH.search(text) else redact_words([text])[0]
 
@@ -189,7 +225,9 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         env_secret = is_sensitive(str(value.get("name", ""))) and "value" in value
         return {
-            k: MASK if (k == "value" and env_secret) or (isinstance(k, str) and names_a_secret(k)) else redact_value(v)
+            k: MASK
+            if (k == "value" and env_secret) or (isinstance(k, str) and names_a_secret(k))
+            else redact_value(v)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):  # the strings read as one command line, whatever else the list holds
@@ -209,7 +247,8 @@ def map_strings(value: Any, func: Callable[[str], str], *, keys: bool = False) -
         return func(value)
     if isinstance(value, dict):
         return {
-            (func(k) if keys and isinstance(k, str) else k): map_strings(v, func, keys=keys) for k, v in value.items()
+            (func(k) if keys and isinstance(k, str) else k): map_strings(v, func, keys=keys)
+            for k, v in value.items()
         }
     if isinstance(value, list):
         return [map_strings(item, func, keys=keys) for item in value]

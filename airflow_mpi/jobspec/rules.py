@@ -21,7 +21,9 @@ _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
-_ALNUM_ENDS = "must consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric one"
+_ALNUM_ENDS = (
+    "must consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric one"
+)
 
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
@@ -61,7 +63,9 @@ def integer(minimum: int = 0, maximum: int = INT32_MAX) -> Rule:
 
 
 def one_of(allowed: tuple[str, ...]) -> Rule:
-    return lambda value: None if isinstance(value, str) and value in allowed else f"must be one of {', '.join(allowed)}"
+    return lambda value: (
+        None if isinstance(value, str) and value in allowed else f"must be one of {', '.join(allowed)}"
+    )
 
 
 def mapping(what: str) -> Rule:
@@ -80,14 +84,25 @@ def _matching(pattern: re.Pattern, maximum: int, reason: str) -> Rule:
 
 
 # Pod hostnames, container/volume names, namespaces.
-dns1123_label = _matching(_DNS1123_LABEL, LABEL_MAX, "must be a DNS-1123 label: lowercase letters, digits and '-', "
-                          "starting and ending with a letter or digit")
+dns1123_label = _matching(
+    _DNS1123_LABEL,
+    LABEL_MAX,
+    "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+)
 # Object names such as service accounts, secrets and priority classes.
-dns1123_subdomain = _matching(_DNS1123_SUBDOMAIN, SUBDOMAIN_MAX, "must be a DNS-1123 subdomain: lowercase letters, "
-                              "digits, '-' and '.', starting and ending with a letter or digit")
+dns1123_subdomain = _matching(
+    _DNS1123_SUBDOMAIN,
+    SUBDOMAIN_MAX,
+    "must be a DNS-1123 subdomain: lowercase letters, "
+    "digits, '-' and '.', starting and ending with a letter or digit",
+)
 # Service names (the MPIJob name in v2beta1): like DNS-1123 labels but starting with a letter.
-dns1035_label = _matching(_DNS1035_LABEL, LABEL_MAX, "must be a DNS-1035 label: lowercase letters, digits and '-', "
-                          "starting with a letter and ending with a letter or digit")
+dns1035_label = _matching(
+    _DNS1035_LABEL,
+    LABEL_MAX,
+    "must be a DNS-1035 label: lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit",
+)
 # Label (and nodeSelector) values: empty, or up to 63 of [-_.A-Za-z0-9] with alphanumeric ends.
 label_value = _matching(_LABEL_VALUE, LABEL_MAX, f"must be empty or {_ALNUM_ENDS}")
 

@@ -78,4 +78,7 @@ def scan(text: str) -> list[Word]:
 
 def split_on_blanks(text: str) -> list[Word]:
     """The fallback for text that does not parse: runs of non-blank characters, quotes kept."""
-    return [Word(m.group(), tuple(range(m.start(), m.end())), m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    return [
+        Word(m.group(), tuple(range(m.start(), m.end())), m.start(), m.end())
+        for m in re.finditer(r"\S+", text)
+    ]

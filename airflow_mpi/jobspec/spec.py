@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from airflow_mpi.jobspec.vocabulary import (
-    API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA,
+    API_V1,
+    API_V2BETA1,
+    LAUNCHER,
+    LAUNCHER_REPLICA,
+    WORKER,
+    WORKER_REPLICA,
 )
 
 if TYPE_CHECKING:
@@ -87,13 +92,17 @@ def workers_dns_wait_script(deadline_seconds: int | None) -> str:
         *([] if deadline_seconds is None else [f"deadline=$(( $(date +%s) + {deadline_seconds} ))"]),
         f"for host in $(sed 's/[ :].*//' {HOSTFILE} 2>/dev/null); do",
         '  until getent hosts "$host" >/dev/null 2>&1 || nslookup "$host" >/dev/null 2>&1; do',
-        *([] if deadline_seconds is None else [
-            '    if [ "$(date +%s)" -ge "$deadline" ]; then',
-            f'      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after '
-            f'{deadline_seconds} s (the '
-            f'task\'s schedule_timeout + {WORKER_SSHD_START_SECONDS} s for its sshd)" >&2; exit 1',
-            "    fi",
-        ]),
+        *(
+            []
+            if deadline_seconds is None
+            else [
+                '    if [ "$(date +%s)" -ge "$deadline" ]; then',
+                f'      echo "{WORKERS_DNS_WAIT}: worker $host not resolvable (not Ready) after '
+                f"{deadline_seconds} s (the "
+                f"task's schedule_timeout + {WORKER_SSHD_START_SECONDS} s for its sshd)\" >&2; exit 1",
+                "    fi",
+            ]
+        ),
         "    sleep 1",
         "  done",
         "done",
@@ -123,7 +132,9 @@ class Defaults:
     clean_pod_policy: str | None = CLEAN_RUNNING  # the controllers' is None: idle workers would hold nodes
     retries: int | None = None
     namespace: str | Callable[[], str | None] | None = None
-    schedule_timeout: float | None = 300.0  # the task's (seconds a worker may stay unscheduled): the launcher's
+    schedule_timeout: float | None = (
+        300.0  # the task's (seconds a worker may stay unscheduled): the launcher's
+    )
     # init container waits for the workers that long and their sshd's start (workers_dns_wait_seconds)
 
 

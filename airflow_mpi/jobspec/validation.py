@@ -16,18 +16,42 @@ from typing import Any, cast
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import (
-    FIELDS, JOB, RUN_POLICY, SCHEDULING, Field, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy, field_of, rows,
+    FIELDS,
+    JOB,
+    RUN_POLICY,
+    SCHEDULING,
+    Field,
+    MPIJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    field_of,
+    rows,
 )
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.jobspec.spec import (
-    CONFIG_MOUNT_PATH, CONFIG_VOLUME, DEFAULT_SSH_AUTH_MOUNT_PATH, GPU_RESOURCE, MANAGED_BY, RESTART_POLICIES,
-    WAIT_FOR_WORKERS_READY, Defaults,
+    CONFIG_MOUNT_PATH,
+    CONFIG_VOLUME,
+    DEFAULT_SSH_AUTH_MOUNT_PATH,
+    GPU_RESOURCE,
+    MANAGED_BY,
+    RESTART_POLICIES,
+    WAIT_FOR_WORKERS_READY,
+    Defaults,
 )
 from airflow_mpi.jobspec.vocabulary import (
-    API_V1, API_V2BETA1, API_VERSIONS, LAUNCHER, LAUNCHER_REPLICA, MPIJOB_KIND, ROLES, WORKER, WORKER_REPLICA,
+    API_V1,
+    API_V2BETA1,
+    API_VERSIONS,
+    LAUNCHER,
+    LAUNCHER_REPLICA,
+    MPIJOB_KIND,
+    ROLES,
+    WORKER,
+    WORKER_REPLICA,
 )
 
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
@@ -93,18 +117,28 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
     if spec.launch is not None:
         spec.launch.check(errors)
         if spec.launcher.command is not None:
-            errors.add("command", spec.launcher.command, "cannot be combined with program (which builds the command)")
+            errors.add(
+                "command", spec.launcher.command, "cannot be combined with program (which builds the command)"
+            )
     for row in rows(JOB):
         value = getattr(spec, row.name) if row.api not in (None, spec.api_version) else None
         if value is None:
             continue
         if row.api == API_V1:
-            errors.add(row.name, value, f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one")
+            errors.add(
+                row.name, value, f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one"
+            )
         elif row.name == "mpi_implementation" and spec.launch is not None:
             _passes(errors, row, value)  # not written: it picks the launch flags
         else:
-            hint = " without program (with program it picks mpirun's flags)" if row.name == "mpi_implementation" else ""
-            errors.add(row.name, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only")
+            hint = (
+                " without program (with program it picks mpirun's flags)"
+                if row.name == "mpi_implementation"
+                else ""
+            )
+            errors.add(
+                row.name, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only"
+            )
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
 
@@ -123,7 +157,9 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
         errors.add(f"{role}.resources", rs.resources, "must be a mapping with requests and/or limits")
     if rs.gpus is not None and _check(errors, f"{role}.gpus", rs.gpus, rules.integer()):
         if limits is not None and not isinstance(limits, dict):
-            errors.add(f"{role}.resources.limits", limits, "must be a mapping of resource names to quantities")
+            errors.add(
+                f"{role}.resources.limits", limits, "must be a mapping of resource names to quantities"
+            )
         elif limits and GPU_RESOURCE in limits:
             try:
                 same = parse_quantity(limits[GPU_RESOURCE]) == rs.gpus
@@ -143,7 +179,11 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
     """The base manifest is an MPIJob of the chosen version, with the containers parameters refer to."""
     for key, expected in (("apiVersion", spec.api_version), ("kind", MPIJOB_KIND)):
         if key in base and base[key] != expected:
-            hint = "set api_version to the base manifest's version" if key == "apiVersion" else "must be an MPIJob"
+            hint = (
+                "set api_version to the base manifest's version"
+                if key == "apiVersion"
+                else "must be an MPIJob"
+            )
             errors.add(f"base_manifest.{key}", base[key], f"differs from {expected!r}: {hint}")
     for role, name in ROLES.items():
         wanted = spec.replica(role).container_name
@@ -195,8 +235,14 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         scheduling: Any = policy.get("schedulingPolicy")
         if _is_mapping(errors, "run_policy.scheduling_policy", scheduling):
             # The gang is the launcher + the workers: a larger minimum can never be scheduled.
-            _check_keys(errors, scheduling, _SCHEDULING, "spec.runPolicy.schedulingPolicy",
-                        "is not a schedulingPolicy field", {"minAvailable": rules.integer(1, workers + 1)})
+            _check_keys(
+                errors,
+                scheduling,
+                _SCHEDULING,
+                "spec.runPolicy.schedulingPolicy",
+                "is not a schedulingPolicy field",
+                {"minAvailable": rules.integer(1, workers + 1)},
+            )
     _check_replica_specs(errors, job, api)
 
 
@@ -206,8 +252,14 @@ def _launcher_ttl(value: Any) -> str | None:
     it again: the program runs twice (seen in a CI run of tests/faults, 2026-11-25)."""
     if problem := rules.integer()(value):
         return problem
-    return ("must be at least 1 on kubeflow.org/v2beta1: it is the launcher Job's, and a launcher Job deleted the "
-            "moment it finishes can be created again by the mpi-operator (the program runs twice)") if value == 0 else None
+    return (
+        (
+            "must be at least 1 on kubeflow.org/v2beta1: it is the launcher Job's, and a launcher Job deleted the "
+            "moment it finishes can be created again by the mpi-operator (the program runs twice)"
+        )
+        if value == 0
+        else None
+    )
 
 
 def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
@@ -217,7 +269,12 @@ def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
 
 
 def _check_keys(
-    errors: ErrorList, node: dict, known: dict[str, Field], path: str, unknown: str, special: dict[str, rules.Rule]
+    errors: ErrorList,
+    node: dict,
+    known: dict[str, Field],
+    path: str,
+    unknown: str,
+    special: dict[str, rules.Rule],
 ) -> None:
     """Every key of ``node`` (at ``path``) known, every value passing its row's rule (or the ``special`` one: what
     depends on the API version or the rest of the job)."""
@@ -231,8 +288,14 @@ def _check_keys(
             _passes(errors, row, value, rule)
         elif key == "minResources":
             reason = "must be a mapping of resource names to quantities"
-            errors.check_entries(_PREFIXES[row.owner] + row.name, value, reason, rules.qualified_name, quantity_problem,
-                                 key_what="invalid resource name")
+            errors.check_entries(
+                _PREFIXES[row.owner] + row.name,
+                value,
+                reason,
+                rules.qualified_name,
+                quantity_problem,
+                key_what="invalid resource name",
+            )
 
 
 def _worker_count(replica_specs: Any) -> int:
@@ -268,21 +331,43 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
         elif key in _SPEC and _SPEC[key].check is not None:
             _passes(errors, _SPEC[key], value)
     containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
-    worker = containers[0] if isinstance(containers, list) and containers and isinstance(containers[0], dict) else {}
+    worker = (
+        containers[0]
+        if isinstance(containers, list) and containers and isinstance(containers[0], dict)
+        else {}
+    )
     names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
-    policy, clean, main = job.get("launcherCreationPolicy"), job.get("cleanPodPolicy"), job.get("mainContainer")
-    if api == API_V2BETA1 and policy == WAIT_FOR_WORKERS_READY and not (
-        worker.get("readinessProbe") or worker.get("startupProbe")
+    policy, clean, main = (
+        job.get("launcherCreationPolicy"),
+        job.get("cleanPodPolicy"),
+        job.get("mainContainer"),
+    )
+    if (
+        api == API_V2BETA1
+        and policy == WAIT_FOR_WORKERS_READY
+        and not (worker.get("readinessProbe") or worker.get("startupProbe"))
     ):
-        errors.add("launcher_creation_policy", policy, "requires a worker readiness or startup probe: without one a "
-                   "worker counts as Ready as soon as it starts, before sshd accepts connections")
+        errors.add(
+            "launcher_creation_policy",
+            policy,
+            "requires a worker readiness or startup probe: without one a "
+            "worker counts as Ready as soon as it starts, before sshd accepts connections",
+        )
     if api == API_V1 and clean is not None and _passes(errors, _CLEAN_POD_POLICY, clean):
         other = job["runPolicy"].get("cleanPodPolicy") if isinstance(job.get("runPolicy"), dict) else None
         if other is not None and other != clean:
-            errors.add("run_policy.clean_pod_policy", clean, f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} "
-                       "(the training-operator lets runPolicy win)")
+            errors.add(
+                "run_policy.clean_pod_policy",
+                clean,
+                f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} "
+                "(the training-operator lets runPolicy win)",
+            )
     if api == API_V1 and main is not None and (not isinstance(main, str) or main not in names):
-        errors.add("main_container", main, f"must name a worker container (kubexec.sh runs there); containers: {names}")
+        errors.add(
+            "main_container",
+            main,
+            f"must name a worker container (kubexec.sh runs there); containers: {names}",
+        )
 
 
 def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
@@ -300,8 +385,14 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
         return
     for key in specs:
         if key not in ROLES:
-            errors.add(f"mpi_replica_specs.{key}", specs[key], "unknown replica type (expected Launcher, Worker)")
-    ssh_path = job["sshAuthMountPath"] if isinstance(job.get("sshAuthMountPath"), str) else DEFAULT_SSH_AUTH_MOUNT_PATH
+            errors.add(
+                f"mpi_replica_specs.{key}", specs[key], "unknown replica type (expected Launcher, Worker)"
+            )
+    ssh_path = (
+        job["sshAuthMountPath"]
+        if isinstance(job.get("sshAuthMountPath"), str)
+        else DEFAULT_SSH_AUTH_MOUNT_PATH
+    )
     for role, name in ROLES.items():
         replica = specs.get(role)
         if not isinstance(replica, dict):
@@ -312,7 +403,9 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
                 errors.add(f"mpi_replica_specs.{role}.{key}", replica[key], "is not a replica spec field")
         replicas = replica.get("replicas")
         if role == LAUNCHER_REPLICA:
-            if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas != 1):
+            if replicas is not None and (
+                isinstance(replicas, bool) or not isinstance(replicas, int) or replicas != 1
+            ):
                 errors.add("launcher.replicas", replicas, "must be 1")
         elif replicas is None:
             errors.add("worker.replicas", None, "is required (the number of worker pods, >= 1)")

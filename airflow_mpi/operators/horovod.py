@@ -59,4 +59,6 @@ class HorovodJobOperator(_Base):
         kwargs["callbacks"] = kwargs.get("callbacks") or HorovodCallbacks()  # else a decorator's
         super().__init__(**kwargs)
 
-    __init__.__signature__ = init_signature({"program": PARAMETERS["program"], **_HOROVOD}, required=("program",))
+    __init__.__signature__ = init_signature(
+        {"program": PARAMETERS["program"], **_HOROVOD}, required=("program",)
+    )

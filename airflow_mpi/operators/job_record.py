@@ -15,7 +15,12 @@ from typing import Any
 STATE_STORE_KEY = "airflow_mpi_job"
 RESULT_KEY_STORE_KEY = "airflow_mpi_result_key"
 JOB_XCOM_KEY = "airflow_mpi_job"
-JOB_RECORD_KEYS = ("name", "namespace", "kubernetes_conn_id", "api_version")  # the XCom's, as the listener reads it
+JOB_RECORD_KEYS = (
+    "name",
+    "namespace",
+    "kubernetes_conn_id",
+    "api_version",
+)  # the XCom's, as the listener reads it
 
 
 def record_job(
@@ -27,14 +32,20 @@ def record_job(
         store.set(STATE_STORE_KEY, {"name": name, "namespace": namespace, "uid": uid})
     ti = context["ti"]
     if hasattr(ti, "xcom_push"):
-        ti.xcom_push(key=JOB_XCOM_KEY, value=dict(zip(JOB_RECORD_KEYS, (name, namespace, conn_id, api_version))))
+        ti.xcom_push(
+            key=JOB_XCOM_KEY, value=dict(zip(JOB_RECORD_KEYS, (name, namespace, conn_id, api_version)))
+        )
 
 
 def recorded_job(context: Any) -> tuple[str, str, str | None] | None:
     """``(name, namespace, uid)`` of the job an earlier try remembered in the task state store (Airflow 3.3+)."""
     store = context.get("task_state_store") if hasattr(context, "get") else None
     stored = store.get(STATE_STORE_KEY) if store is not None else None
-    if isinstance(stored, dict) and isinstance(stored.get("name"), str) and isinstance(stored.get("namespace"), str):
+    if (
+        isinstance(stored, dict)
+        and isinstance(stored.get("name"), str)
+        and isinstance(stored.get("namespace"), str)
+    ):
         uid = stored.get("uid")
         return stored["name"], stored["namespace"], uid if isinstance(uid, str) else None
     return None

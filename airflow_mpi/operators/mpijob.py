@@ -21,15 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi import deployment_identity
 from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
-from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
+from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_job, recorded_job
@@ -39,8 +39,14 @@ from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
 from airflow_mpi.operators.supervision import orphaned, supervisor_pid, until_orphaned
 from airflow_mpi.operators.task_params import (
-    TASK_PARAMETERS, check_task_parameters, init_signature, parse_time_values, placeholder_identity, settings_explained,
-    task_instance_id, typed,
+    TASK_PARAMETERS,
+    check_task_parameters,
+    init_signature,
+    parse_time_values,
+    placeholder_identity,
+    settings_explained,
+    task_instance_id,
+    typed,
 )
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
@@ -74,7 +80,9 @@ class MPIJobOperator(_Base):
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
     template_fields: Sequence[str] = template_fields_of(_PARAMETERS)
     template_ext: Sequence[str] = TEMPLATE_EXT
-    template_fields_renderers = {n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")}
+    template_fields_renderers = {
+        n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")
+    }
     ui_color = "#c7e2f7"
 
     @typed_init(_Base.__init__)
@@ -85,7 +93,9 @@ class MPIJobOperator(_Base):
             setattr(self, name, value)
         self.callbacks = callbacks if callbacks is not None else MPIJobCallbacks()
         self.callbacks.bind(self)
-        self._job: tuple[str, str, str | None] | None = None  # (name, namespace, uid) once created or attached
+        self._job: tuple[str, str, str | None] | None = (
+            None  # (name, namespace, uid) once created or attached
+        )
         self._resolved: Resolved | None = None  # of the last build_manifest
         self._supervisor: int | None = None  # the Airflow 3 supervisor of this try's process (supervision.py)
         self._validate_at_parse_time()
@@ -98,7 +108,9 @@ class MPIJobOperator(_Base):
         values = parse_time_values(self)
         check_task_parameters(values)
         if self.base_manifest is not None and values.get("base_manifest") is None:
-            values["image"] = values.get("image") or PARAMETERS["image"].stand_in  # the base manifest may carry it
+            values["image"] = (
+                values.get("image") or PARAMETERS["image"].stand_in
+            )  # the base manifest may carry it
         self._resolve(values, placeholder_identity(self, "parse-time"), namespace=None)
 
     @property
@@ -108,7 +120,9 @@ class MPIJobOperator(_Base):
         return self.callbacks.captures_result
 
     def _resolve(self, values: dict[str, Any], identity: TaskIdentity, namespace: Any) -> Resolved:
-        defaults = Defaults(retries=self.retries or 0, namespace=namespace, schedule_timeout=values["schedule_timeout"])
+        defaults = Defaults(
+            retries=self.retries or 0, namespace=namespace, schedule_timeout=values["schedule_timeout"]
+        )
         launch = self.callbacks.launch_command  # what ``program`` becomes (HorovodJobOperator: horovodrun)
         return resolve_parameters(values, identity=identity, defaults=defaults, launch=launch)
 
@@ -133,9 +147,15 @@ class MPIJobOperator(_Base):
         check_task_parameters(values)
         ti = context.get("ti") if context else None
         if ti is not None:
-            identity = TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number,
-                                    deployment=deployment_identity.for_task(),
-                                    task_instance_id=task_instance_id(context))
+            identity = TaskIdentity(
+                ti.dag_id,
+                ti.task_id,
+                ti.run_id,
+                ti.map_index,
+                ti.try_number,
+                deployment=deployment_identity.for_task(),
+                task_instance_id=task_instance_id(context),
+            )
             namespace = lambda: self.hook.resolve_namespace()  # noqa: E731 (the hook only when it is needed)
         else:
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
@@ -184,15 +204,27 @@ class MPIJobOperator(_Base):
         self._check_claim(manifest["metadata"]["namespace"], manifest["metadata"]["labels"][DEPLOYMENT_LABEL])
         job = reattach(self.hook, self.log, manifest, recorded_job(context))
         job = job and self._followable(job)
-        if not job:  # recorded before it exists: a worker dying right after the create leaves no unrecorded job
-            record_job(context, manifest["metadata"]["name"], manifest["metadata"]["namespace"],
-                       conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+        if (
+            not job
+        ):  # recorded before it exists: a worker dying right after the create leaves no unrecorded job
+            record_job(
+                context,
+                manifest["metadata"]["name"],
+                manifest["metadata"]["namespace"],
+                conn_id=self.kubernetes_conn_id,
+                api_version=self.api_version,
+            )
             job = self._create(manifest)
-        name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or manifest["metadata"]["namespace"]
+        name, namespace = (
+            job["metadata"]["name"],
+            job["metadata"].get("namespace") or manifest["metadata"]["namespace"],
+        )
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)
         self._attached(job)
-        record_job(context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version, uid=uid)
+        record_job(
+            context, name, namespace, conn_id=self.kubernetes_conn_id, api_version=self.api_version, uid=uid
+        )
         job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
         if self.deferrable and job_state(job).terminal:
@@ -206,8 +238,12 @@ class MPIJobOperator(_Base):
         return self._finish(result)
 
     def resume_deferred(
-        self, context: Any, event: dict[str, Any], job_try_number: int | None = None,
-        backoff_limit: int | None = None, retries_mapped: bool | None = None,
+        self,
+        context: Any,
+        event: dict[str, Any],
+        job_try_number: int | None = None,
+        backoff_limit: int | None = None,
+        retries_mapped: bool | None = None,
     ) -> Any:
         """Where a deferral resumes (``_defer``): with what ``execute`` knew of the backoff limit, so that the
         resumed try builds no manifest (for ``@task.mpi`` that would pickle the arguments again and make a new
@@ -216,7 +252,9 @@ class MPIJobOperator(_Base):
             self._carried_backoff = (backoff_limit, retries_mapped)
         return self.execute_complete(context, event, job_try_number)
 
-    def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> dict:
+    def execute_complete(
+        self, context: Any, event: dict[str, Any], job_try_number: int | None = None
+    ) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish. Called directly
         (a deferral of an earlier release), the backoff limit comes from an offline resolution."""
         self._supervisor = supervisor_pid()
@@ -241,15 +279,17 @@ class MPIJobOperator(_Base):
 
         self._installation = deployment_identity.installation_for_task()
         try:
-            refusal = task_refusal(self.hook, namespace, deployment or deployment_identity.for_task(),
-                                   self._installation)
+            refusal = task_refusal(
+                self.hook, namespace, deployment or deployment_identity.for_task(), self._installation
+            )
         except Exception as err:
             if getattr(err, "status", None) != 403:
                 raise
             raise AirflowFailException(
                 f"May not read or make this deployment's claim in namespace {namespace!r} (HTTP 403: "
                 f"{error_message(err)}): the role of kubernetes_default needs coordination.k8s.io leases "
-                "get/create/list there (deploy/rbac.yaml, role airflow-mpi)") from err
+                "get/create/list there (deploy/rbac.yaml, role airflow-mpi)"
+            ) from err
         if refusal:
             raise AirflowFailException(refusal)
 
@@ -274,14 +314,19 @@ class MPIJobOperator(_Base):
         name, namespace, uid = self._job
         if orphaned(self._supervisor):
             with contextlib.suppress(OSError):  # the log's socket died with the supervisor
-                self.log.warning("Task killed after its Airflow supervisor died: MPIJob %s/%s kept for the next try",
-                                 namespace, name)
+                self.log.warning(
+                    "Task killed after its Airflow supervisor died: MPIJob %s/%s kept for the next try",
+                    namespace,
+                    name,
+                )
             return
         outcome = self.hook.delete_live_mpijob(name, namespace, uid=uid)
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
     def _log_settings(self) -> None:
-        for line in settings_explained(self._resolution().settings, self.retries or 0, self._retries_mapped()):
+        for line in settings_explained(
+            self._resolution().settings, self.retries or 0, self._retries_mapped()
+        ):
             self.log.info("%s", line)
 
     def _followable(self, job: dict) -> dict | None:
@@ -304,7 +349,12 @@ class MPIJobOperator(_Base):
         return job if job is not None else self._create(manifest)
 
     async def _wait(
-        self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, uid: str | None = None
+        self,
+        name: str,
+        namespace: str,
+        submitted_at: datetime,
+        deadline: datetime | None,
+        uid: str | None = None,
     ) -> WaitResult:
         result = await self._monitor(name, namespace, submitted_at, deadline, uid=uid)
         assert result is not None, "only a drain returns no result"
@@ -313,22 +363,35 @@ class MPIJobOperator(_Base):
     async def _drain(self, name: str, namespace: str, log_state: dict | None) -> None:
         await self._monitor(name, namespace, _now(), None, drain_only=True, log_state=log_state)
 
-    async def _monitor(self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None,
-                       **kwargs: Any) -> WaitResult | None:
+    async def _monitor(
+        self, name: str, namespace: str, submitted_at: datetime, deadline: datetime | None, **kwargs: Any
+    ) -> WaitResult | None:
         from airflow_mpi.wait.monitor import monitor_with
 
         options = self._wait_options(deadline)
-        return await until_orphaned(monitor_with(
-            self.hook, name, namespace, options, emit=self._launcher_log(), submitted_at=submitted_at,
-            **kwargs,
-        ), self._supervisor)
+        return await until_orphaned(
+            monitor_with(
+                self.hook,
+                name,
+                namespace,
+                options,
+                emit=self._launcher_log(),
+                submitted_at=submitted_at,
+                **kwargs,
+            ),
+            self._supervisor,
+        )
 
     def _wait_options(self, deadline: datetime | None) -> WaitOptions:
         """How this task waits (its task parameters), in the worker and in the trigger alike."""
         return WaitOptions(
-            poll_interval=self.poll_interval, startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout, queue_timeout=self.queue_timeout, get_logs=self.get_logs,
-            max_attempts=self.effective_backoff_limit() + 1, deadline=deadline,
+            poll_interval=self.poll_interval,
+            startup_timeout=self.startup_timeout,
+            schedule_timeout=self.schedule_timeout,
+            queue_timeout=self.queue_timeout,
+            get_logs=self.get_logs,
+            max_attempts=self.effective_backoff_limit() + 1,
+            deadline=deadline,
             tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
         )
 
@@ -340,17 +403,30 @@ class MPIJobOperator(_Base):
         self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
 
     def _defer(
-        self, context: Any, name: str, namespace: str, submitted_at: datetime, job_try: int | None, uid: str | None
+        self,
+        context: Any,
+        name: str,
+        namespace: str,
+        submitted_at: datetime,
+        job_try: int | None,
+        uid: str | None,
     ) -> None:
         from airflow_mpi.triggers import MPIJobTrigger
 
         deferred_at = _now()
         deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
         trigger = MPIJobTrigger(
-            name=name, namespace=namespace, api_version=self.api_version, kubernetes_conn_id=self.kubernetes_conn_id,
-            connection=self.hook.connection_settings(), submitted_at=submitted_at.isoformat(),
-            options=self._wait_options(deadline), not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
-            capture_result=self.captures_result, uid=uid, result_key=self._result_key(),
+            name=name,
+            namespace=namespace,
+            api_version=self.api_version,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            connection=self.hook.connection_settings(),
+            submitted_at=submitted_at.isoformat(),
+            options=self._wait_options(deadline),
+            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
+            capture_result=self.captures_result,
+            uid=uid,
+            result_key=self._result_key(),
             installation=self._installation,
         )
         # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
@@ -361,13 +437,21 @@ class MPIJobOperator(_Base):
         self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, result: WaitResult) -> Any:
-        return self.callbacks.finish(result, lambda: finish(
-            self, result, api_version=self.api_version, on_finish_action=self.on_finish_action,
-            fail_permanently=self._retries_mapped(), worker_log_tail_lines=self.worker_log_tail_lines))
+        return self.callbacks.finish(
+            result,
+            lambda: finish(
+                self,
+                result,
+                api_version=self.api_version,
+                on_finish_action=self.on_finish_action,
+                fail_permanently=self._retries_mapped(),
+                worker_log_tail_lines=self.worker_log_tail_lines,
+            ),
+        )
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -12,14 +12,22 @@ from typing import Any
 
 from airflow_mpi.jobspec.vocabulary import WORKER
 from airflow_mpi.operators.finish_action import OnFinishAction
+from airflow_mpi.version_compat import AirflowException, AirflowFailException
 from airflow_mpi.wait.contract import Outcome, WaitResult
 from airflow_mpi.wait.failure_causes import explain
 from airflow_mpi.wait.progress import EXPLAINED
-from airflow_mpi.version_compat import AirflowException, AirflowFailException
 
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
-ABANDONED = frozenset({Outcome.INVALID, Outcome.UNSCHEDULABLE, Outcome.STARTUP_TIMEOUT, Outcome.TIMEOUT,
-                       Outcome.QUEUE_TIMEOUT, Outcome.WORKER_FAILED})
+ABANDONED = frozenset(
+    {
+        Outcome.INVALID,
+        Outcome.UNSCHEDULABLE,
+        Outcome.STARTUP_TIMEOUT,
+        Outcome.TIMEOUT,
+        Outcome.QUEUE_TIMEOUT,
+        Outcome.WORKER_FAILED,
+    }
+)
 # Outcomes no Airflow retry can fix.
 PERMANENT = frozenset({Outcome.INVALID})
 
@@ -27,9 +35,14 @@ PERMANENT = frozenset({Outcome.INVALID})
 def _xcom_result(result: WaitResult, api_version: str) -> dict[str, Any]:
     """The operator's return value (plain JSON)."""
     return {
-        "name": result.name, "namespace": result.namespace, "api_version": api_version,
-        "condition": result.condition, "reason": result.reason, "message": result.job_message,
-        "start_time": result.start_time, "completion_time": result.completion_time,
+        "name": result.name,
+        "namespace": result.namespace,
+        "api_version": api_version,
+        "condition": result.condition,
+        "reason": result.reason,
+        "message": result.job_message,
+        "start_time": result.start_time,
+        "completion_time": result.completion_time,
         "launcher_attempts": result.launcher_attempts,
         "launcher_exit_codes": list(result.launcher_exit_codes),
         "launcher_pods": list(result.launcher_pods),
@@ -37,8 +50,11 @@ def _xcom_result(result: WaitResult, api_version: str) -> dict[str, Any]:
 
 
 def _should_delete(outcome: Outcome, action: str) -> bool:
-    return outcome in ABANDONED or action == OnFinishAction.DELETE or (
-        action == OnFinishAction.DELETE_SUCCEEDED and outcome.succeeded)
+    return (
+        outcome in ABANDONED
+        or action == OnFinishAction.DELETE
+        or (action == OnFinishAction.DELETE_SUCCEEDED and outcome.succeeded)
+    )
 
 
 def _failure_text(outcome: Outcome, job: str, detail: Any) -> str:
@@ -65,8 +81,14 @@ def _log_tails(task: Any, result: WaitResult, tail_lines: int) -> None:
 
 
 def finish(
-    task: Any, result: WaitResult, *, api_version: str, on_finish_action: str, fail_permanently: bool,
-    worker_log_tail_lines: int = 0, owns_job: bool = True,
+    task: Any,
+    result: WaitResult,
+    *,
+    api_version: str,
+    on_finish_action: str,
+    fail_permanently: bool,
+    worker_log_tail_lines: int = 0,
+    owns_job: bool = True,
 ) -> dict[str, Any]:
     """Report, clean up and return the XCom value, or raise.
 

@@ -49,7 +49,9 @@ def reattach(
         existing = hook.get_mpijob(name, namespace)
     if existing is None:
         found = hook.list_mpijobs(namespace, label_selector=reattach_selector(labels))  # labels: a superset
-        live = [j for j in found if not job_state(j).terminal and same_task(j["metadata"], manifest["metadata"])]
+        live = [
+            j for j in found if not job_state(j).terminal and same_task(j["metadata"], manifest["metadata"])
+        ]
         existing = live[0] if live else None
     if existing is None:
         return None
@@ -64,12 +66,18 @@ def reattach(
         )
     state = job_state(existing)
     if existing["metadata"].get("deletionTimestamp"):
-        log.info("MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew",
-                 existing_name)
+        log.info(
+            "MPIJob %s is being deleted (a killed earlier try): waiting for it, then submitting anew",
+            existing_name,
+        )
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
         return None
     if state.terminal and not state.succeeded:
-        log.info("MPIJob %s of an earlier try ended %s: replacing it with a fresh one", existing_name, state.describe())
+        log.info(
+            "MPIJob %s of an earlier try ended %s: replacing it with a fresh one",
+            existing_name,
+            state.describe(),
+        )
         hook.delete_mpijob(existing_name, existing_ns, uid=existing["metadata"].get("uid"))
         hook.wait_for_deleted(existing_name, existing_ns, timeout=DELETION_WAIT)
         return None
@@ -98,8 +106,13 @@ def dropped_without_call_secret(hook: MPIJobRequests, log: logging.Logger, job: 
             f"Could not tell whether Secret {namespace}/{secret}, which MPIJob {name}'s pods mount, exists "
             f"({failure_text(err)}): not following a job whose pods may never start"
         ) from err
-    replace(hook, log, job, f"it has no call Secret {secret} (the try that made it ended before creating it): its "
-                            "pods could never start")
+    replace(
+        hook,
+        log,
+        job,
+        f"it has no call Secret {secret} (the try that made it ended before creating it): its "
+        "pods could never start",
+    )
     return True
 
 
@@ -117,7 +130,9 @@ def failure_text(err: BaseException) -> str:
     from airflow_mpi.hooks.errors import error_message
 
     status = getattr(err, "status", None)
-    return f"{type(err).__name__}{f' {status}' if status else ''}: {' '.join(error_message(err).split())[:300]}"
+    return (
+        f"{type(err).__name__}{f' {status}' if status else ''}: {' '.join(error_message(err).split())[:300]}"
+    )
 
 
 def deleted_by_earlier_try(

@@ -46,7 +46,9 @@ def supervisor_pid() -> int | None:
         from airflow.sdk.execution_time.comms import CommsDecoder
     except ImportError:  # Airflow 2
         return None
-    if not isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), CommsDecoder):  # not a forked task runner
+    if not isinstance(
+        getattr(task_runner, "SUPERVISOR_COMMS", None), CommsDecoder
+    ):  # not a forked task runner
         return None
     return os.getppid()
 
@@ -57,8 +59,13 @@ def orphaned(supervisor: int | None) -> bool:
     return supervisor is not None and os.getppid() != supervisor
 
 
-async def until_orphaned(wait: Awaitable[T], supervisor: int | None, *, interval: float = CHECK_INTERVAL,
-                         exit: Callable[[int], NoReturn] = os._exit) -> T:
+async def until_orphaned(
+    wait: Awaitable[T],
+    supervisor: int | None,
+    *,
+    interval: float = CHECK_INTERVAL,
+    exit: Callable[[int], NoReturn] = os._exit,
+) -> T:
     """``await wait``, but end the process (``exit``) as soon as it is orphaned, whatever the wait is doing."""
     if supervisor is None:
         return await wait

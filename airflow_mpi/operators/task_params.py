@@ -24,7 +24,9 @@ TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
 def _seconds(optional: bool) -> Rule:
     def problem(value: object) -> str | None:
-        if (value is None and optional) or (isinstance(value, Real) and type(value) is not bool and value > 0):
+        if (value is None and optional) or (
+            isinstance(value, Real) and type(value) is not bool and value > 0
+        ):
             return None
         return "must be a number of seconds > 0" + (" (or None: no limit)" if optional else "")
 
@@ -63,7 +65,9 @@ def init_signature(fields: dict[str, Field], required: tuple[str, ...] = ()) -> 
         default = inspect.Parameter.empty if name in required else row.parameter_default
         annotation = row.type | str if row.coerce is not None else row.type
         annotation = annotation | None if default is None else annotation
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
     params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation=Any))
     return inspect.Signature(params, return_annotation=None)
 
@@ -71,7 +75,9 @@ def init_signature(fields: dict[str, Field], required: tuple[str, ...] = ()) -> 
 def is_unrendered(value: Any, template_ext: tuple[str, ...] = ()) -> bool:
     """True for Jinja text, a template file name, or a lazy value (XComArg, ...) at any depth."""
     if isinstance(value, str):
-        return any(m in value for m in TEMPLATE_MARKERS) or (bool(template_ext) and value.endswith(template_ext))
+        return any(m in value for m in TEMPLATE_MARKERS) or (
+            bool(template_ext) and value.endswith(template_ext)
+        )
     if isinstance(value, dict):
         return any(is_unrendered(k, template_ext) or is_unrendered(v, template_ext) for k, v in value.items())
     if isinstance(value, (list, tuple, set)):
@@ -82,7 +88,9 @@ def is_unrendered(value: Any, template_ext: tuple[str, ...] = ()) -> bool:
 def typed(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with each task setting's rendered text as its type where it is one (the checks report the rest)."""
     return {
-        name: row.coerce(ErrorList(), name, value) if (row := TASK_PARAMETERS.get(name)) and row.coerce else value
+        name: row.coerce(ErrorList(), name, value)
+        if (row := TASK_PARAMETERS.get(name)) and row.coerce
+        else value
         for name, value in values.items()
     }
 
@@ -126,7 +134,10 @@ def task_instance_id(context: Any) -> str:
 def settings_explained(settings: dict[str, Any], retries: int, retries_mapped: bool) -> list[str]:
     """The task log's account of every field's value and source, and of what Airflow retries mean for this job."""
     limit = settings["backoff_limit"].value
-    lines = ["Each field: parameter > base manifest > default: " + ", ".join(f"{k}={v}" for k, v in settings.items())]
+    lines = [
+        "Each field: parameter > base manifest > default: "
+        + ", ".join(f"{k}={v}" for k, v in settings.items())
+    ]
     if retries_mapped:
         lines.append(
             f"Retries: Airflow retries={retries} are mapped onto the MPIJob (runPolicy.backoffLimit={limit}, launcher "

@@ -18,17 +18,18 @@ from airflow_mpi.version_compat import non_scoped_session
 def task_instance_states(keys: list[TaskKey]) -> dict[TaskKey, TryState]:
     """The state, try and (Airflow 3) id of every task instance among ``keys`` that exists (a deleted DAG run's are
     absent): which try the state is about decides which jobs it may judge (jobspec/orphans.py)."""
-    from sqlalchemy import select, tuple_
-
     from airflow.models.taskinstance import TaskInstance as TI
+    from sqlalchemy import select, tuple_
 
     columns = (TI.dag_id, TI.task_id, TI.run_id, TI.map_index)
     ti_id = getattr(TI, "id", None)  # Airflow 3 only: a new UUID with each try
     extra = (TI.state, TI.try_number) + ((ti_id,) if ti_id is not None else ())
     with non_scoped_session() as session:
         rows = session.execute(select(*columns, *extra).where(tuple_(*columns).in_([tuple(k) for k in keys])))
-        return {TaskKey(*row[:4]): TryState(state_text(row[4]), row[5], str(row[6]) if len(row) > 6 else None)
-                for row in rows}
+        return {
+            TaskKey(*row[:4]): TryState(state_text(row[4]), row[5], str(row[6]) if len(row) > 6 else None)
+            for row in rows
+        }
 
 
 def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[tuple[TaskKey, dict]]:
@@ -39,13 +40,18 @@ def job_locations(dag_id: str, run_id: str, task_id: str | None = None) -> list[
         except ImportError:  # Airflow 2
             from airflow.models.xcom import XCom
 
-            rows = XCom.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id, task_ids=task_id, session=session)
+            rows = XCom.get_many(
+                run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id, task_ids=task_id, session=session
+            )
             found = [(row, row.value) for row in rows]
         else:
             query = XComModel.get_many(run_id=run_id, key=JOB_XCOM_KEY, dag_ids=dag_id, task_ids=task_id)
             found = [(row, XComModel.deserialize_value(row)) for row in session.scalars(query).all()]
-    return [(TaskKey(row.dag_id, row.task_id, row.run_id, row.map_index), value)
-            for row, value in found if _is_location(value)]
+    return [
+        (TaskKey(row.dag_id, row.task_id, row.run_id, row.map_index), value)
+        for row, value in found
+        if _is_location(value)
+    ]
 
 
 def _is_location(value: Any) -> bool:

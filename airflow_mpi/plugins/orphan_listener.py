@@ -65,8 +65,10 @@ def _mpi_operator_names() -> frozenset[str]:
 def is_mpi_task(task_instance: Any) -> bool:
     """From the task instance's own columns, no I/O. A subclass defined in a DAG file only (not importable
     here) is not recognised: the sweep when its DAG run finishes catches its job."""
-    return (getattr(task_instance, "custom_operator_name", None) in DECORATOR_NAMES
-            or getattr(task_instance, "operator", None) in _mpi_operator_names())
+    return (
+        getattr(task_instance, "custom_operator_name", None) in DECORATOR_NAMES
+        or getattr(task_instance, "operator", None) in _mpi_operator_names()
+    )
 
 
 def handle(request: Any) -> list[str]:
@@ -75,7 +77,9 @@ def handle(request: Any) -> list[str]:
     from airflow_mpi.plugins import metadata
 
     identity = deployment_identity.in_database()
-    if identity.conflict:  # a copied database this component's scheduler has not recorded its installation in yet
+    if (
+        identity.conflict
+    ):  # a copied database this component's scheduler has not recorded its installation in yet
         log.error("%s Not sweeping.", identity.conflict)
         return []
     reported: dict[TaskKey, TryState] = {}
@@ -85,12 +89,23 @@ def handle(request: Any) -> list[str]:
         reported[key] = request.seen
     else:
         records = metadata.job_locations(request.dag_id, request.run_id)
-    return sweep_places(records, identity.deployment, metadata.task_instance_states, reported,
-                        installation=identity.installation)
+    return sweep_places(
+        records,
+        identity.deployment,
+        metadata.task_instance_states,
+        reported,
+        installation=identity.installation,
+    )
 
 
-def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: Any,
-                 reported: dict[TaskKey, TryState] | None = None, *, installation: str) -> list[str]:
+def sweep_places(
+    records: list[tuple[TaskKey, dict]],
+    deployment: str,
+    states: Any,
+    reported: dict[TaskKey, TryState] | None = None,
+    *,
+    installation: str,
+) -> list[str]:
     """Sweep each place a record names once it is proven to hold that task instance's job, and its claim of
     ``deployment`` names ``installation`` (hooks/identity_claims.py: a copy of the database holding the same id
     sweeps nothing of the original's). ``states``: the database's lookup; ``reported``: the state a finish request
@@ -107,8 +122,13 @@ def sweep_places(records: list[tuple[TaskKey, dict]], deployment: str, states: A
             continue
         hook = BudgetedMPIJobHook(conn_id=place[1], api_version=place[2], deadline=deadline)
         if not owns_place(hook, deployment, key, record["name"], place[0]):
-            log.info("airflow-mpi: not sweeping %s: MPIJob %s there is not the job of %s in this deployment (%s)",
-                     place[0], record["name"], key, deployment)
+            log.info(
+                "airflow-mpi: not sweeping %s: MPIJob %s there is not the job of %s in this deployment (%s)",
+                place[0],
+                record["name"],
+                key,
+                deployment,
+            )
             continue
         swept.add(place)
         if refusal := sweep_refusal(hook, place[0], deployment, installation):
@@ -126,7 +146,11 @@ def submit_task(task_instance: Any) -> bool:
     (its number, and its id on Airflow 3: a job's labels and annotations say the same of the try that made it);
     True when queued."""
     ti, state = task_instance, state_text(getattr(task_instance, "state", None))
-    if not type(ti).__module__.startswith("airflow.models") or state not in FINISHED_TI_STATES or not is_mpi_task(ti):
+    if (
+        not type(ti).__module__.startswith("airflow.models")
+        or state not in FINISHED_TI_STATES
+        or not is_mpi_task(ti)
+    ):
         return False
     ti_id, try_number = getattr(ti, "id", None), getattr(ti, "try_number", None)
     seen = TryState(state, try_number if isinstance(try_number, int) else None, str(ti_id) if ti_id else None)
@@ -143,8 +167,11 @@ def on_starting(component: Any) -> None:
         from airflow_mpi import deployment_identity
 
         identity = deployment_identity.establish(live_claims)
-        log.info("airflow-mpi: this deployment's identity is %s (installation %s)", identity.deployment,
-                 identity.installation)
+        log.info(
+            "airflow-mpi: this deployment's identity is %s (installation %s)",
+            identity.deployment,
+            identity.installation,
+        )
 
 
 def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
@@ -158,7 +185,9 @@ def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
     deadline = time.monotonic() + CLAIM_CHECK_BUDGET
     places = set(metadata.recorded_places())
     try:
-        places.add((BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", API_V2BETA1))
+        places.add(
+            (BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", API_V2BETA1)
+        )
     except Exception as err:  # no such connection: nothing of it to look at
         log.info("airflow-mpi: no namespace of kubernetes_default to look for earlier ids in (%s)", err)
     found: dict[str, dict[str, list[str]]] = {}
@@ -168,7 +197,9 @@ def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
             if live := live_in(hook, namespace, installation):
                 found.setdefault(namespace, {}).update(live)
         except Exception as err:
-            log.warning("airflow-mpi: could not look for jobs of earlier ids in %s (%s): %s", namespace, conn_id, err)
+            log.warning(
+                "airflow-mpi: could not look for jobs of earlier ids in %s (%s): %s", namespace, conn_id, err
+            )
     return found
 
 
@@ -177,7 +208,9 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any 
     submit_task(task_instance)
 
 
-on_task_instance_success = on_task_instance_skipped = on_task_instance_failed  # the same for every finished state
+on_task_instance_success = on_task_instance_skipped = (
+    on_task_instance_failed  # the same for every finished state
+)
 
 
 @hookimpl

@@ -30,7 +30,9 @@ QUEUE_SIZE = 1000
 class SweepWorker:
     """Runs ``handle(request)`` for each submitted request, in one daemon thread started on first use."""
 
-    def __init__(self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"):
+    def __init__(
+        self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"
+    ):
         self._handle, self._size, self._name = handle, size, name
         self._reset()
         _WORKERS.add(self)
@@ -48,8 +50,12 @@ class SweepWorker:
         try:
             self._queue.put_nowait(request)
         except queue.Full:
-            log.warning("airflow-mpi: the orphan sweeper is %d requests behind: dropped %s (a later sweep of its "
-                        "namespace still finds its job)", self._queue.maxsize, request)
+            log.warning(
+                "airflow-mpi: the orphan sweeper is %d requests behind: dropped %s (a later sweep of its "
+                "namespace still finds its job)",
+                self._queue.maxsize,
+                request,
+            )
             return False
         return True
 
@@ -100,4 +106,6 @@ def _after_fork_in_child() -> None:
         worker._reset()
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.jobspec import API_V2BETA1
-from airflow_mpi.wait.deferral import not_before_text
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.operators.outcome import finish
-from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowException, AirflowFailException, BaseSensorOperator, conf
+from airflow_mpi.version_compat import (
+    AIRFLOW_VERSION,
+    AirflowException,
+    AirflowFailException,
+    BaseSensorOperator,
+    conf,
+)
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
+from airflow_mpi.wait.deferral import not_before_text
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -33,15 +39,23 @@ class MPIJobSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("job_name", "namespace", "target_condition")
 
     def __init__(
-        self, *, job_name: str, namespace: str | None = None, kubernetes_conn_id: str = "kubernetes_default",
-        api_version: str = API_V2BETA1, target_condition: str = JobCondition.SUCCEEDED.value,
+        self,
+        *,
+        job_name: str,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        api_version: str = API_V2BETA1,
+        target_condition: str = JobCondition.SUCCEEDED.value,
         attach_logs: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_name, self.namespace = job_name, namespace
         if "{{" not in target_condition and target_condition not in KNOWN_CONDITIONS:
-            raise MPIJobValidationError("target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}")
+            raise MPIJobValidationError(
+                "target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}"
+            )
         self.target_condition = target_condition
         self.attach_logs = attach_logs
         self.kubernetes_conn_id, self.api_version = kubernetes_conn_id, api_version
@@ -63,11 +77,15 @@ class MPIJobSensor(BaseSensorOperator):
             return None
         from airflow_mpi.triggers import MPIJobTrigger
 
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         trigger = MPIJobTrigger(
-            name=self.job_name, namespace=self._namespace(), api_version=self.api_version,
-            kubernetes_conn_id=self.kubernetes_conn_id, connection=self.hook.connection_settings(),
-            submitted_at=now.isoformat(), options=self._wait_options(now),
+            name=self.job_name,
+            namespace=self._namespace(),
+            api_version=self.api_version,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            connection=self.hook.connection_settings(),
+            submitted_at=now.isoformat(),
+            options=self._wait_options(now),
             not_before=not_before_text(now, AIRFLOW_VERSION),
         )
         self.defer(trigger=trigger, method_name="execute_complete")
@@ -76,9 +94,15 @@ class MPIJobSensor(BaseSensorOperator):
         """The deferred wait: for the condition, at the poke interval, until the sensor's timeout; the job is
         someone else's (never deleted), its start is not this sensor's to time, its log printed at the end."""
         deadline = now + timedelta(seconds=self.timeout) if self.timeout else None
-        return WaitOptions(poll_interval=self.poke_interval, startup_timeout=None, schedule_timeout=None,
-                           get_logs=False, target_condition=self.target_condition, deadline=deadline,
-                           owns_job=False)
+        return WaitOptions(
+            poll_interval=self.poke_interval,
+            startup_timeout=None,
+            schedule_timeout=None,
+            get_logs=False,
+            target_condition=self.target_condition,
+            deadline=deadline,
+            owns_job=False,
+        )
 
     def poke(self, context: Any) -> bool:
         from airflow_mpi.hooks.retries import through_outage_sync
@@ -103,8 +127,14 @@ class MPIJobSensor(BaseSensorOperator):
             self._attach_logs(result.namespace)
         elif result.outcome is Outcome.TIMEOUT:
             raise AirflowException(f"MPIJob {result.namespace}/{self.job_name}: sensor timed out")
-        return finish(self, result, api_version=self.api_version, on_finish_action=OnFinishAction.KEEP,
-                      fail_permanently=True, owns_job=False)
+        return finish(
+            self,
+            result,
+            api_version=self.api_version,
+            on_finish_action=OnFinishAction.KEEP,
+            fail_permanently=True,
+            owns_job=False,
+        )
 
     def _attach_logs(self, namespace: str) -> None:
         if not self.attach_logs:
@@ -112,5 +142,6 @@ class MPIJobSensor(BaseSensorOperator):
         from airflow_mpi.wait.monitor import monitor_with
 
         options = WaitOptions(owns_job=False)  # the drain reads the launcher log, once, and waits for nothing
-        asyncio.run(monitor_with(self.hook, self.job_name, namespace, options, drain_only=True,
-                                 emit=self.log.info))
+        asyncio.run(
+            monitor_with(self.hook, self.job_name, namespace, options, drain_only=True, emit=self.log.info)
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import InitVar, dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.answers import split_timestamp
@@ -30,8 +30,16 @@ if TYPE_CHECKING:
 
 # The arguments a trigger of an earlier release carried its wait options in (the InitVars below, in order).
 LEGACY_OPTIONS = (
-    "deadline", "poll_interval", "startup_timeout", "schedule_timeout", "queue_timeout", "get_logs",
-    "max_attempts", "tail_lines", "target_condition", "owns_job",
+    "deadline",
+    "poll_interval",
+    "startup_timeout",
+    "schedule_timeout",
+    "queue_timeout",
+    "get_logs",
+    "max_attempts",
+    "tail_lines",
+    "target_condition",
+    "owns_job",
 )
 _NOT_GIVEN: Any = object()
 
@@ -77,8 +85,13 @@ class MPIJobTrigger(BaseTrigger):
         self.connection = self.connection or {}
         given = self.options
         options = given.to_dict() if isinstance(given, WaitOptions) else dict(given or {})
-        options.update({name: value for name, value in zip(LEGACY_OPTIONS, legacy, strict=True)
-                        if value is not _NOT_GIVEN})
+        options.update(
+            {
+                name: value
+                for name, value in zip(LEGACY_OPTIONS, legacy, strict=True)
+                if value is not _NOT_GIVEN
+            }
+        )
         self.options = WaitOptions.from_dict(options)
         self._fired = False
 
@@ -95,15 +108,20 @@ class MPIJobTrigger(BaseTrigger):
     def _hook(self) -> AsyncMPIJobHook:
         from airflow_mpi.hooks import AsyncMPIJobHook
 
-        return AsyncMPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection)
+        return AsyncMPIJobHook(
+            conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_mpi.wait.monitor import JobMonitor
 
         if refusal := await self._foreign():
             self._fired = True  # nothing of this trigger deletes the job
-            yield TriggerEvent(WaitResult.of_error(self.name, self.namespace, refusal, uid=self.uid,
-                                                   log_state=self.log_state).to_event())
+            yield TriggerEvent(
+                WaitResult.of_error(
+                    self.name, self.namespace, refusal, uid=self.uid, log_state=self.log_state
+                ).to_event()
+            )
             return
         log_state, emit_marked = await self._log_position()
         emit = self.log.info
@@ -115,8 +133,15 @@ class MPIJobTrigger(BaseTrigger):
         try:
             async with self._hook() as hook:
                 result = await JobMonitor.with_options(
-                    hook, self.name, self.namespace, self.options, emit=emit, emit_marked=emit_marked,
-                    log_state=log_state, submitted_at=datetime.fromisoformat(self.submitted_at), uid=self.uid,
+                    hook,
+                    self.name,
+                    self.namespace,
+                    self.options,
+                    emit=emit,
+                    emit_marked=emit_marked,
+                    log_state=log_state,
+                    submitted_at=datetime.fromisoformat(self.submitted_at),
+                    uid=self.uid,
                 ).run()
                 if collector is not None and result.outcome is Outcome.SUCCESS and not collector.complete:
                     unread = await self._read_back(hook, collector)
@@ -124,8 +149,9 @@ class MPIJobTrigger(BaseTrigger):
             raise
         except Exception as err:  # surfaced by execute_complete, which cleans up
             why = f"{type(err).__name__}: {err}"
-            result = WaitResult.of_error(self.name, self.namespace, why, uid=self.uid,
-                                         log_state=self.log_state)
+            result = WaitResult.of_error(
+                self.name, self.namespace, why, uid=self.uid, log_state=self.log_state
+            )
         if collector is not None:
             rank_result = collector.result().to_dict()
             if unread and not collector.complete:
@@ -140,7 +166,9 @@ class MPIJobTrigger(BaseTrigger):
         past its marker lines (a triggerer failover). Why it could not be read, if it could not."""
         if not self.result_key:
             return "the trigger holds no key to verify rank 0's return value with"
-        self.log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
+        self.log.info(
+            "Rank 0's return value was not among the lines this wait read: reading the launcher log"
+        )
         try:
             launchers = await hook.launcher_pods(self.name, self.namespace)
             if launchers:
@@ -163,20 +191,28 @@ class MPIJobTrigger(BaseTrigger):
         handed_over: list[str] = []
         state = await resume_state_off_loop(task_instance, self.log_state, self.log.warning, handed_over)
         emit_marked = marked_emitter()
-        if handed_over:  # the positions now in remote storage, marked in this triggerer's file for a successor
+        if (
+            handed_over
+        ):  # the positions now in remote storage, marked in this triggerer's file for a successor
             for stream, position in (state or {}).get("cursor", {}).items():
-                emit_marked(f"Launcher log {stream}: logged up to here by a previous triggerer, whose trigger log "
-                            f"({', '.join(handed_over)}) this triggerer uploaded; resuming after it",
-                            line_mark(stream, position))
+                emit_marked(
+                    f"Launcher log {stream}: logged up to here by a previous triggerer, whose trigger log "
+                    f"({', '.join(handed_over)}) this triggerer uploaded; resuming after it",
+                    line_mark(stream, position),
+                )
         return state, emit_marked
 
     async def _hold(self) -> None:
         """Wait until ``not_before`` (an absolute time: a restarted triggerer waits only what is left)."""
-        wait = hold_seconds(datetime.fromisoformat(self.not_before) if self.not_before else None,
-                            datetime.now(timezone.utc))
+        wait = hold_seconds(
+            datetime.fromisoformat(self.not_before) if self.not_before else None, datetime.now(UTC)
+        )
         if wait > 0:
-            self.log.info("Holding the result %.1f s: the deferral is too recent for this Airflow version "
-                          "(deferral race, apache/airflow#71580 / #72716)", wait)
+            self.log.info(
+                "Holding the result %.1f s: the deferral is too recent for this Airflow version "
+                "(deferral race, apache/airflow#71580 / #72716)",
+                wait,
+            )
             await asyncio.sleep(wait)
 
     async def _foreign(self) -> str | None:
@@ -195,9 +231,11 @@ class MPIJobTrigger(BaseTrigger):
             return None
         if now == self.installation:
             return None
-        return (f"MPIJob {self.namespace}/{self.name} was followed for installation {self.installation!r}, and this "
-                f"deployment's database records installation {now!r} (a copy of that deployment's database): not "
-                "following or deleting it")
+        return (
+            f"MPIJob {self.namespace}/{self.name} was followed for installation {self.installation!r}, and this "
+            f"deployment's database records installation {now!r} (a copy of that deployment's database): not "
+            "following or deleting it"
+        )
 
     async def _delete(self) -> None:
         """Delete the job if it is still live (a finished one is kept: hooks/live_delete.py)."""
@@ -234,7 +272,8 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
             states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
+                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+            )
             key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
             return str(states[ti.run_id][key])
 
@@ -243,8 +282,11 @@ class MPIJobTrigger(BaseTrigger):
             from airflow.utils.session import create_session
 
             with create_session() as session:
-                row = session.query(TaskInstance.state).filter_by(
-                    dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index).scalar()
+                row = (
+                    session.query(TaskInstance.state)
+                    .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
+                    .scalar()
+                )
                 return str(row) if row is not None else None
 
         return await sync_to_async(read_state)()

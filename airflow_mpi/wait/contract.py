@@ -81,9 +81,23 @@ class WaitOptions:
 
 # The event's keys, in the order the wait has always written them; "status" is the outcome's value.
 EVENT_KEYS = (
-    "status", "message", "warnings", "name", "namespace", "uid", "condition", "reason", "start_time",
-    "completion_time", "job_message", "launcher_pods", "launcher_attempts", "launcher_exit_codes",
-    "log_state", "failure", "evictions",
+    "status",
+    "message",
+    "warnings",
+    "name",
+    "namespace",
+    "uid",
+    "condition",
+    "reason",
+    "start_time",
+    "completion_time",
+    "job_message",
+    "launcher_pods",
+    "launcher_attempts",
+    "launcher_exit_codes",
+    "log_state",
+    "failure",
+    "evictions",
 )
 _LISTS = ("warnings", "launcher_pods", "launcher_exit_codes")
 
@@ -116,8 +130,15 @@ class WaitResult:
     result: dict[str, Any] | None = None  # rank 0's value, as the trigger read it (@task.mpi: RankResult)
 
     @classmethod
-    def of_error(cls, name: str, namespace: str, message: str, *, uid: str | None = None,
-                 log_state: dict[str, Any] | None = None) -> WaitResult:
+    def of_error(
+        cls,
+        name: str,
+        namespace: str,
+        message: str,
+        *,
+        uid: str | None = None,
+        log_state: dict[str, Any] | None = None,
+    ) -> WaitResult:
         """A wait that could not conclude (an error of its own, a refusal to follow the job)."""
         return cls(Outcome.ERROR, name, namespace, message, uid=uid, log_state=log_state)
 

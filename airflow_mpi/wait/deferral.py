@@ -41,8 +41,9 @@ def resume_race_affected(airflow_version: str, fixed_in: tuple[int, int, int] | 
     return version >= (3, 0, 0) and (fixed_in is None or version < fixed_in)
 
 
-def event_not_before(deferred_at: datetime, airflow_version: str,
-                     window: timedelta = RESUME_RACE_WINDOW) -> datetime | None:
+def event_not_before(
+    deferred_at: datetime, airflow_version: str, window: timedelta = RESUME_RACE_WINDOW
+) -> datetime | None:
     """The earliest time the trigger may fire its event, or None when no hold is needed."""
     return deferred_at + window if resume_race_affected(airflow_version) else None
 

@@ -21,10 +21,10 @@ import signal as signals
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
+from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.jobspec.spec import CLEAN_ALL, CLEAN_RUNNING
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, TERMINAL_PHASES, WORKER, PodPhase
 from airflow_mpi.wait.progress import EVICTED, PodSummary
-from airflow_mpi.function_task.rank_runner import MARKER
 
 OOM_KILLED = "OOMKilled"
 DELETING_POLICIES = frozenset({CLEAN_RUNNING, CLEAN_ALL})  # the cleanPodPolicy values deleting live workers
@@ -73,7 +73,11 @@ def _container(pod: PodSummary) -> str:
 
 
 def _oom_text(pod: PodSummary) -> str:
-    limit = f"memory limit {pod.memory_limit}" if pod.memory_limit else "no memory limit (the node ran out of memory)"
+    limit = (
+        f"memory limit {pod.memory_limit}"
+        if pod.memory_limit
+        else "no memory limit (the node ran out of memory)"
+    )
     text = f"{OOM_KILLED}: out of memory, {limit}"
     if pod.exit_code is not None and pod.exit_code < 128:
         # cgroup v1: the kernel killed a process of the container (an MPI rank); the main process lived on
@@ -104,16 +108,20 @@ def _restarts_text(pod: PodSummary) -> str | None:
         text += f", now {pod.waiting_reason}"
     last = [p for p in (pod.last_terminated_reason, exit_text(pod.last_exit_code)) if p]
     if last:
-        text += "; previous container ended: " + (f"{OOM_KILLED}, memory limit {pod.memory_limit}"
-                                                   if pod.last_terminated_reason == OOM_KILLED and pod.memory_limit
-                                                   else ", ".join(last))
+        text += "; previous container ended: " + (
+            f"{OOM_KILLED}, memory limit {pod.memory_limit}"
+            if pod.last_terminated_reason == OOM_KILLED and pod.memory_limit
+            else ", ".join(last)
+        )
     return text
 
 
 def pod_cause(pod: PodSummary) -> str | None:
     """One line naming why ``pod`` failed, or None when it did not (running, succeeded, ended by its deletion)."""
     evicted = pod.pod_reason == EVICTED or (pod.phase == PodPhase.FAILED and pod.pod_reason)
-    reason = (f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason) if evicted else None
+    reason = (
+        (f"{pod.pod_reason}: {pod.pod_message}" if pod.pod_message else pod.pod_reason) if evicted else None
+    )
     # a disruption (an eviction through the API, a preemption) deletes the pod: not the job's clean-up
     disrupted = f"disrupted ({pod.disruption})" if pod.disruption and not evicted else None
     # restarts: a worker restarted under a running MPI job broke it, even if it runs again
@@ -127,18 +135,29 @@ def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
     """The pods with a cause: every failed worker (in the given order), then the newest failed launcher (the
     last attempt: the exit codes of all of them are reported apart)."""
     workers = [p for p in pods if p.role == WORKER and pod_cause(p)]
-    launchers = sorted((p for p in pods if p.role == LAUNCHER and pod_cause(p)),
-                       key=lambda p: -p.created.timestamp() if p.created else 0.0)  # newest first
+    launchers = sorted(
+        (p for p in pods if p.role == LAUNCHER and pod_cause(p)),
+        key=lambda p: -p.created.timestamp() if p.created else 0.0,
+    )  # newest first
     return workers + launchers[:1]
 
 
-def causes(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = (), ranks: Sequence[str] = ()) -> list[str]:
+def causes(
+    pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = (), ranks: Sequence[str] = ()
+) -> list[str]:
     """The cause lines of :func:`failed_pods`, after those of the ``disrupted`` pods (seen with a DisruptionTarget
     during the wait, perhaps replaced since by a pod of the same name: the disruption came first) and the ``ranks``
     mpirun reports dead (wait/mpirun_report.py: more precise than the launcher's exit code), at most MAX_CAUSES (the
     rest counted)."""
-    named = list(dict.fromkeys([*(cause for p in disrupted if (cause := pod_cause(p))), *ranks,
-                                *(cause for p in failed_pods(pods) if (cause := pod_cause(p)))]))
+    named = list(
+        dict.fromkeys(
+            [
+                *(cause for p in disrupted if (cause := pod_cause(p))),
+                *ranks,
+                *(cause for p in failed_pods(pods) if (cause := pod_cause(p))),
+            ]
+        )
+    )
     lines = named[:MAX_CAUSES]
     if len(named) > MAX_CAUSES:
         lines.append(f"... and {len(named) - MAX_CAUSES} more failed pods")
@@ -164,8 +183,13 @@ def awaited_workers(pods: Sequence[PodSummary], clean_pod_policy: str | None) ->
     """Live workers whose end is still to come and will be seen: the ones being deleted, and, when the
     ``cleanPodPolicy`` deletes live workers, the Running and Pending ones (the mpi-operator's deleteWorkerPods)."""
     deleting = clean_pod_policy in DELETING_POLICIES
-    return [p for p in pods if p.role == WORKER and not _settled(p)
-            and (p.deleting or (deleting and p.phase in (PodPhase.RUNNING, PodPhase.PENDING)))]
+    return [
+        p
+        for p in pods
+        if p.role == WORKER
+        and not _settled(p)
+        and (p.deleting or (deleting and p.phase in (PodPhase.RUNNING, PodPhase.PENDING)))
+    ]
 
 
 def settle_deadline(awaited: Sequence[PodSummary], verdict_at: datetime) -> datetime | None:
@@ -213,8 +237,13 @@ def bound_tail(lines: Iterable[str], max_lines: int, max_bytes: int = TAIL_BYTES
 
 
 def tail_entry(pod: PodSummary, lines: list[str] | None, note: str | None = None) -> dict:
-    return {"pod": pod.name, "role": pod.role, "container": pod.container, "lines": lines or [],
-            "note": clip(note)}
+    return {
+        "pod": pod.name,
+        "role": pod.role,
+        "container": pod.container,
+        "lines": lines or [],
+        "note": clip(note),
+    }
 
 
 def report(cause_lines: list[str], tails: list[dict]) -> dict:

@@ -18,14 +18,14 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.answers import log_messages
-from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 from airflow_mpi.hooks.protocols import PodLogReader
-from airflow_mpi.wait.summaries import pod_summary
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 from airflow_mpi.wait import failure_causes as fc
+from airflow_mpi.wait import watch_hub
 from airflow_mpi.wait.mpirun_report import rank_ends
 from airflow_mpi.wait.progress import PodSummary
+from airflow_mpi.wait.summaries import pod_summary
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,16 @@ READ_LIMIT_BYTES = 256 * 1024  # what one tail request may return at most (bound
 async def _read_tail(hook: PodLogReader, namespace: str, pod: PodSummary, tail_lines: int) -> dict:
     """The last lines of ``pod``'s main container (its previous instance's when it restarted and runs again)."""
     try:
+
         async def lines() -> list[str]:
-            stream = hook.read_pod_log(pod.name, namespace, container=pod.container, previous=fc.reads_previous(pod),
-                                       tail_lines=min(tail_lines, fc.MAX_TAIL_LINES), limit_bytes=READ_LIMIT_BYTES)
+            stream = hook.read_pod_log(
+                pod.name,
+                namespace,
+                container=pod.container,
+                previous=fc.reads_previous(pod),
+                tail_lines=min(tail_lines, fc.MAX_TAIL_LINES),
+                limit_bytes=READ_LIMIT_BYTES,
+            )
             return [line async for line in stream]
 
         raw = await asyncio.wait_for(lines(), TAIL_READ_TIMEOUT)
@@ -53,9 +60,17 @@ async def _read_tail(hook: PodLogReader, namespace: str, pod: PodSummary, tail_l
 class FailureReport:
     """One failed wait's report; see the module docstring."""
 
-    def __init__(self, hook: PodLogReader, namespace: str, sub: watch_hub.Subscription, *,
-                 clean_pod_policy: str | None, tail_lines: int, now: Callable[[], datetime],
-                 deadline: datetime | None = None) -> None:
+    def __init__(
+        self,
+        hook: PodLogReader,
+        namespace: str,
+        sub: watch_hub.Subscription,
+        *,
+        clean_pod_policy: str | None,
+        tail_lines: int,
+        now: Callable[[], datetime],
+        deadline: datetime | None = None,
+    ) -> None:
         self.hook, self.namespace, self.sub = hook, namespace, sub
         self.clean_pod_policy = clean_pod_policy
         self.tail_lines = max(int(tail_lines or 0), 0)
@@ -70,7 +85,9 @@ class FailureReport:
         if pod.role == WORKER and sum(role == WORKER for role in self._roles.values()) >= fc.MAX_WORKER_TAILS:
             return
         self._roles[pod.name] = pod.role
-        self._reads[pod.name] = asyncio.create_task(_read_tail(self.hook, self.namespace, pod, self.tail_lines))
+        self._reads[pod.name] = asyncio.create_task(
+            _read_tail(self.hook, self.namespace, pod, self.tail_lines)
+        )
 
     def _workers(self) -> list[PodSummary]:
         return [pod_summary(p) for p in self.sub.worker_pods(with_gone=True)]
@@ -85,8 +102,9 @@ class FailureReport:
                 if fc.pod_cause(pod):  # failed since the verdict (an OOM kill shows at its end): read it now
                     self._read(pod)
             live = {p.metadata.name for p in self.sub.pods()}
-            until = fc.settle_deadline([p for p in fc.awaited_workers(workers, self.clean_pod_policy)
-                                        if p.name in live], verdict_at)
+            until = fc.settle_deadline(
+                [p for p in fc.awaited_workers(workers, self.clean_pod_policy) if p.name in live], verdict_at
+            )
             if until is not None and self.deadline is not None:
                 until = min(until, self.deadline)
             left = (until - self.now()).total_seconds() if until is not None else 0.0

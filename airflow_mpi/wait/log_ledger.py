@@ -173,8 +173,9 @@ def hand_over(remote: Any, path: Path, ti: Any) -> bool:
     return path.is_file() and path.stat().st_size == 0
 
 
-def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None],
-                 handed_over: list[str] | None = None) -> dict | None:
+def resume_state(
+    ti: Any, deferred_state: dict | None, warn: Callable[..., None], handed_over: list[str] | None = None
+) -> dict | None:
     """The position to resume the launcher log from: the defer-time state, moved on to what the task log
     holds. A task log that cannot be read leaves the defer-time state (lines may then repeat). With remote logging,
     a previous triggerer's file counts only once handed over to remote storage (:func:`hand_over`; its name is then
@@ -191,12 +192,18 @@ def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]
         try:
             taken = hand_over(remote, path, ti)
         except Exception as err:
-            warn("Could not upload %s, the trigger log of a previous triggerer (%s): its lines are logged again",
-                 path.name, err)
+            warn(
+                "Could not upload %s, the trigger log of a previous triggerer (%s): its lines are logged again",
+                path.name,
+                err,
+            )
             return False
         if not taken:
-            warn("%s, the trigger log of a previous triggerer, is not in remote log storage and cannot be handed "
-                 "over: its lines are logged again", path.name)
+            warn(
+                "%s, the trigger log of a previous triggerer, is not in remote log storage and cannot be handed "
+                "over: its lines are logged again",
+                path.name,
+            )
         elif handed_over is not None:
             handed_over.append(path.name)
         return taken
@@ -208,8 +215,9 @@ def resume_state(ti: Any, deferred_state: dict | None, warn: Callable[..., None]
         return deferred_state
 
 
-async def resume_state_off_loop(ti: Any, deferred_state: dict | None, warn: Callable[..., None],
-                                handed_over: list[str] | None = None) -> dict | None:
+async def resume_state_off_loop(
+    ti: Any, deferred_state: dict | None, warn: Callable[..., None], handed_over: list[str] | None = None
+) -> dict | None:
     """:func:`resume_state` in a thread, not holding up the triggerer's other triggers (they share its event loop);
     a hand-over's upload runs there too."""
     return await asyncio.to_thread(resume_state, ti, deferred_state, warn, handed_over)

@@ -15,6 +15,7 @@ ends is therefore checked against the first line of the container's current file
 newer than the first the follow was served, the log rotated under it, and the task log says so, with where the node
 keeps the rotated files.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +35,9 @@ from airflow_mpi.wait.summaries import pod_summary
 
 log = logging.getLogger(__name__)
 
-MAX_FOLLOW_STREAMS = 64  # follow streams open at once per event loop (a triggerer); others read when a slot frees
+MAX_FOLLOW_STREAMS = (
+    64  # follow streams open at once per event loop (a triggerer); others read when a slot frees
+)
 FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its container stopped
 # seconds the pod's status gets to say the container ended after the log server ended its follow stream: a kubelet
 # ends it about 1 s after the container's last output, sometimes before its status report (measured on the real node:
@@ -42,7 +45,9 @@ FOLLOW_GRACE = 0.3  # seconds a follow stream gets to end by itself once its con
 EOF_SETTLE = 2.0
 FINAL_READ_RETRIES = 5  # reads of a finished launcher's log that may fail before giving up
 RETRY_DELAY = 1.0  # first delay after a failed read, doubled up to MAX_RETRY_DELAY
-DRAIN_PASS_GAP = 1.0  # seconds between the last reads of a launcher still running after the wait ended (or a change)
+DRAIN_PASS_GAP = (
+    1.0  # seconds between the last reads of a launcher still running after the wait ended (or a change)
+)
 MAX_RETRY_DELAY = 30.0
 ROTATION_PROBE_BYTES = 64  # enough of the current file for its first line's timestamp (36 bytes at most)
 ROTATION_PROBE_TIMEOUT = 15.0  # seconds that read may take (a kubelet that does not answer: nothing is said)
@@ -69,7 +74,9 @@ class LogState:
     @classmethod
     def from_dict(cls, data: dict | None) -> LogState:
         data = data or {}
-        return cls(LogCursor.from_dict(data.get("cursor")), list(data.get("streams", [])), set(data.get("done", [])))
+        return cls(
+            LogCursor.from_dict(data.get("cursor")), list(data.get("streams", [])), set(data.get("done", []))
+        )
 
     def to_dict(self) -> dict:
         return {"cursor": self.cursor.to_dict(), "streams": list(self.streams), "done": sorted(self.done)}
@@ -101,8 +108,12 @@ class LogPump:
     idle_wait: float
     job_succeeded: Callable[[], bool] = lambda: False
     _reported: set[str] = field(default_factory=set, init=False)
-    _ended: set[str] = field(default_factory=set, init=False)  # streams whose follow the log server ended itself
-    _rotation_said: set[str] = field(default_factory=set, init=False)  # streams whose rotation the task log told
+    _ended: set[str] = field(
+        default_factory=set, init=False
+    )  # streams whose follow the log server ended itself
+    _rotation_said: set[str] = field(
+        default_factory=set, init=False
+    )  # streams whose rotation the task log told
 
     async def run(self, finished: asyncio.Event) -> None:
         failures = 0
@@ -112,7 +123,9 @@ class LogPump:
                 streams = self.note_streams([pod_summary(p) for p in await self.pods.launchers()])
                 pending = [s for s in streams if s.key not in self.logs.done]
                 for stream in pending:
-                    await self._read_stream(stream, finished, follow=not stream.finished and not finished.is_set())
+                    await self._read_stream(
+                        stream, finished, follow=not stream.finished and not finished.is_set()
+                    )
                 if finished.is_set() and all(s.finished for s in pending):
                     self._tell_unread(streams)
                     return
@@ -129,7 +142,9 @@ class LogPump:
                 if finished.is_set():  # the last reads: a steady pace
                     await asyncio.sleep(RETRY_DELAY)
                 else:  # backoff, cut short when the wait ends
-                    await self._wait(asyncio.sleep(min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)), finished)
+                    await self._wait(
+                        asyncio.sleep(min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)), finished
+                    )
                 continue
             if not finished.is_set():
                 await self._wait(self.pods.wait_change(seen, self.idle_wait), finished)
@@ -141,12 +156,16 @@ class LogPump:
         the launcher Job's TTL, a deletion) before this reader got to the end, so no line is silently missing."""
         present = {s.key for s in streams}
         for key in [k for k in self.logs.streams if k not in self.logs.done | self._ended | present]:
-            self.emit(f"(launcher log {key} could not be read to its end: its pod is gone; lines it printed "
-                      "after the last one above, if any, are not in this log)")
+            self.emit(
+                f"(launcher log {key} could not be read to its end: its pod is gone; lines it printed "
+                "after the last one above, if any, are not in this log)"
+            )
             self.logs.done.add(key)
         if not streams and not self.logs.streams and self.job_succeeded():
-            self.emit("(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
-                      "ttlSecondsAfterFinished before this try read it; its output is not in this log)")
+            self.emit(
+                "(the launcher's log could not be read: its pod is gone, e.g. removed by cleanPodPolicy or "
+                "ttlSecondsAfterFinished before this try read it; its output is not in this log)"
+            )
 
     def _report(self, err: BaseException) -> None:
         """Each distinct failure once as a warning, not at every retry of a failing endpoint."""
@@ -176,8 +195,14 @@ class LogPump:
         log_pass = log_pass or self.logs.cursor.new_pass(stream.key)
         gap_said = False
         since_time = self.logs.cursor.since_time(stream.key)
-        async for raw in self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
-                                                since_time=since_time, previous=stream.previous, follow=follow):
+        async for raw in self.hook.read_pod_log(
+            stream.pod,
+            self.namespace,
+            container=stream.container,
+            since_time=since_time,
+            previous=stream.previous,
+            follow=follow,
+        ):
             if split_timestamp(raw)[0] is None:
                 raise LogEndpointError(f"the log of {stream.pod} answered {raw.strip()[:300]!r}")
             message = log_pass.accept(raw)
@@ -186,9 +211,11 @@ class LogPump:
             if log_pass.gap and not gap_said:
                 since, until = (format_stamp(stamp) for stamp in log_pass.gap)
                 gap_said = True
-                self.emit(f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
-                          f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
-                          "not following; lines printed in between, if any, are not in this log)")
+                self.emit(
+                    f"(launcher log {stream.key}: the log server no longer serves the lines after {since} up to "
+                    f"{until}, e.g. the kubelet rotated them away (containerLogMaxSize) while this reader was "
+                    "not following; lines printed in between, if any, are not in this log)"
+                )
             position = cast(list[int], self.logs.cursor.position(stream.key))  # set: a line was just printed
             self.emit_marked(message, line_mark(stream.key, position))
 
@@ -259,7 +286,9 @@ class LogPump:
         await self._tell_rotation(stream, log_pass.first)
         if failed is not None:
             raise failed
-        if not read.cancelled():  # the log server ended the stream: a kubelet does so once the container exited
+        if (
+            not read.cancelled()
+        ):  # the log server ended the stream: a kubelet does so once the container exited
             self._ended.add(stream.key)
             await self._settle(stream, finished)
 
@@ -284,7 +313,9 @@ class LogPump:
         except Exception as err:
             log.debug("could not read the start of %s's current log file: %s", stream.pod, err)
             return
-        if start:  # an empty file after served lines: rotated after the last line (the container's last output)
+        if (
+            start
+        ):  # an empty file after served lines: rotated after the last line (the container's last output)
             current = split_timestamp(start)[0]
             if current is None or current <= first:  # the log server's error text, or not rotated
                 return
@@ -293,16 +324,19 @@ class LogPump:
             return
         self._rotation_said.add(stream.key)
         where = f"starts at {format_stamp(cast(tuple[int, int], current))}" if start else "is empty"
-        self.emit(f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "
-                  f"(containerLogMaxSize; its current file {where}). At a rotation the last line or two containerd "
-                  "writes to the old file can miss the follow, and the API serves only the current file: a line "
-                  "that seems missing is in the node's rotated files, "
-                  f"/var/log/pods/{self.namespace}_{stream.pod}_<pod uid>/{stream.container}/0.log.<time>)")
+        self.emit(
+            f"(launcher log {stream.key}: the kubelet rotated this log while it was followed "
+            f"(containerLogMaxSize; its current file {where}). At a rotation the last line or two containerd "
+            "writes to the old file can miss the follow, and the API serves only the current file: a line "
+            "that seems missing is in the node's rotated files, "
+            f"/var/log/pods/{self.namespace}_{stream.pod}_<pod uid>/{stream.container}/0.log.<time>)"
+        )
 
     async def _current_file_start(self, stream: LogStream) -> str:
         """The first bytes of the container's current log file, up to its first line's end ('' when empty)."""
-        lines = self.hook.read_pod_log(stream.pod, self.namespace, container=stream.container,
-                                       limit_bytes=ROTATION_PROBE_BYTES)
+        lines = self.hook.read_pod_log(
+            stream.pod, self.namespace, container=stream.container, limit_bytes=ROTATION_PROBE_BYTES
+        )
         async with contextlib.aclosing(lines):
             async for raw in lines:
                 return raw

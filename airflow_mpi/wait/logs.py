@@ -14,7 +14,7 @@ drops the repeats. The cursor is plain data so it can travel in a trigger event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
@@ -48,24 +48,44 @@ def launcher_streams(pods: list[PodSummary]) -> list[LogStream]:
     for pod in sorted(pods, key=lambda p: (p.created is None, p.created or 0, p.name)):
         container = pod.container or DEFAULT_CONTAINER_NAMES[API_V2BETA1][LAUNCHER_REPLICA]
         for restart in range(pod.restart_count):
-            streams.append(LogStream(stream_key(pod.name, container, restart), pod.name, container, restart,
-                                     previous=True, finished=True, retrievable=restart == pod.restart_count - 1))
+            streams.append(
+                LogStream(
+                    stream_key(pod.name, container, restart),
+                    pod.name,
+                    container,
+                    restart,
+                    previous=True,
+                    finished=True,
+                    retrievable=restart == pod.restart_count - 1,
+                )
+            )
         if pod.state in ("running", "terminated"):
-            streams.append(LogStream(stream_key(pod.name, container, pod.restart_count), pod.name, container,
-                                     pod.restart_count, previous=False, finished=pod.state == "terminated"))
+            streams.append(
+                LogStream(
+                    stream_key(pod.name, container, pod.restart_count),
+                    pod.name,
+                    container,
+                    pod.restart_count,
+                    previous=False,
+                    finished=pod.state == "terminated",
+                )
+            )
     return streams
 
 
 def attempt_header(number: int, max_attempts: int | None, stream: LogStream) -> str:
     of = f" of {max_attempts}" if max_attempts else ""
     restart = f", container restart {stream.restart}" if stream.restart else ""
-    lost = ("" if stream.retrievable
-            else " (log no longer retrievable: Kubernetes keeps only the previous container's log)")
+    lost = (
+        ""
+        if stream.retrievable
+        else " (log no longer retrievable: Kubernetes keeps only the previous container's log)"
+    )
     return f"========== launcher attempt {number}{of}, pod {stream.pod}{restart}{lost} =========="
 
 
 def _since(seconds: int) -> str:
-    return format_since_time(datetime.fromtimestamp(seconds, tz=timezone.utc))
+    return format_since_time(datetime.fromtimestamp(seconds, tz=UTC))
 
 
 def format_stamp(stamp: tuple[int, int]) -> str:

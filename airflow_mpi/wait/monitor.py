@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.protocols import JobReads, WaitHook
@@ -43,7 +43,7 @@ UNCREATED_EVENTS_GAP = (10.0, 300.0)  # seconds between event listings of a job 
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class _ListedPods:
@@ -88,11 +88,15 @@ class JobMonitor:
     # what the wait has seen
     logs: LogState = field(init=False)
     last_state: JobState | None = field(default=None, init=False)
-    clean_pod_policy: str | None = field(default=None, init=False)  # from the first GET (the hub caches no spec)
+    clean_pod_policy: str | None = field(
+        default=None, init=False
+    )  # from the first GET (the hub caches no spec)
     failure: dict | None = field(default=None, init=False)
     launcher_pod_names: list[str] = field(default_factory=list, init=False)
     launcher_attempts: int = field(default=0, init=False)
-    launcher_exit_codes: list[int] = field(default_factory=list, init=False)  # of ended launchers, oldest first
+    launcher_exit_codes: list[int] = field(
+        default_factory=list, init=False
+    )  # of ended launchers, oldest first
     queue: QueueTracker = field(init=False)  # its time in a Kueue queue (wait/queueing.py)
     _log_pump: LogPump | None = field(default=None, init=False)
     _uncreated_events: list = field(default_factory=list, init=False)
@@ -112,10 +116,18 @@ class JobMonitor:
         """A monitor waiting as ``options`` say; ``state``: its other fields (emit, submitted_at, uid...)."""
         timeouts = Timeouts(options.startup_timeout, options.schedule_timeout, options.queue_timeout)
         return cls(
-            hook, name, namespace, timeouts=timeouts, poll_interval=options.poll_interval,
-            get_logs=options.get_logs, max_attempts=options.max_attempts, tail_lines=options.tail_lines,
-            deadline=options.deadline, target_condition=options.target_condition,
-            owns_job=options.owns_job, **state,
+            hook,
+            name,
+            namespace,
+            timeouts=timeouts,
+            poll_interval=options.poll_interval,
+            get_logs=options.get_logs,
+            max_attempts=options.max_attempts,
+            tail_lines=options.tail_lines,
+            deadline=options.deadline,
+            target_condition=options.target_condition,
+            owns_job=options.owns_job,
+            **state,
         )
 
     # ---------------------------------------------------------------- public
@@ -143,7 +155,7 @@ class JobMonitor:
             if pump is not None:
                 try:
                     await asyncio.wait_for(pump, DRAIN_TIMEOUT)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.emit("(stopped waiting for the rest of the launcher log)")
             self._count_attempts(await sub.launchers())
         return self.result(verdict)
@@ -156,23 +168,46 @@ class JobMonitor:
 
     def _ignored(self, pod: str) -> None:
         """A pod with the job's labels that its controllers did not make (hooks/ownership.py): said once, by name."""
-        self.emit(f"(ignoring pod {pod}: it carries MPIJob {self.name}'s labels, but the job's controllers did not "
-                  "make it: not followed, not counted)")
+        self.emit(
+            f"(ignoring pod {pod}: it carries MPIJob {self.name}'s labels, but the job's controllers did not "
+            "make it: not followed, not counted)"
+        )
 
     def _pump(self, pods: Any) -> LogPump:
-        return LogPump(self.hook, self.namespace, self.logs, pods, emit=self.emit, emit_marked=self.emit_marked,
-                       note_streams=self._note_streams, max_attempts=self.max_attempts, idle_wait=self.poll_interval,
-                       job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded)
+        return LogPump(
+            self.hook,
+            self.namespace,
+            self.logs,
+            pods,
+            emit=self.emit,
+            emit_marked=self.emit_marked,
+            note_streams=self._note_streams,
+            max_attempts=self.max_attempts,
+            idle_wait=self.poll_interval,
+            job_succeeded=lambda: self.last_state is not None and self.last_state.succeeded,
+        )
 
     def result(self, verdict: Verdict) -> WaitResult:
         assert verdict.outcome is not None, "a wait's result needs its verdict"
         state = self.last_state  # None: the job was never read
         return WaitResult(
-            verdict.outcome, self.name, self.namespace, verdict.message, verdict.warnings, uid=self.uid,
-            **{key: getattr(state, key, None) for key in ("condition", "reason", "start_time", "completion_time")},
-            job_message=getattr(state, "message", None), launcher_pods=self.launcher_pod_names,
-            launcher_attempts=self.launcher_attempts, launcher_exit_codes=self.launcher_exit_codes,
-            log_state=self.logs.to_dict(), failure=self.failure, evictions=self.queue.evictions,
+            verdict.outcome,
+            self.name,
+            self.namespace,
+            verdict.message,
+            verdict.warnings,
+            uid=self.uid,
+            **{
+                key: getattr(state, key, None)
+                for key in ("condition", "reason", "start_time", "completion_time")
+            },
+            job_message=getattr(state, "message", None),
+            launcher_pods=self.launcher_pod_names,
+            launcher_attempts=self.launcher_attempts,
+            launcher_exit_codes=self.launcher_exit_codes,
+            log_state=self.logs.to_dict(),
+            failure=self.failure,
+            evictions=self.queue.evictions,
         )
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:
@@ -180,8 +215,15 @@ class JobMonitor:
         the job failed (its ``cleanPodPolicy`` applies now), not only the wait."""
         try:
             policy = self.clean_pod_policy if finished else "None"
-            return await FailureReport(self.hook, self.namespace, sub, clean_pod_policy=policy,
-                                       tail_lines=self.tail_lines, now=utcnow, deadline=self.deadline).gather()
+            return await FailureReport(
+                self.hook,
+                self.namespace,
+                sub,
+                clean_pod_policy=policy,
+                tail_lines=self.tail_lines,
+                now=utcnow,
+                deadline=self.deadline,
+            ).gather()
         except Exception:
             log.warning("could not tell why MPIJob %s/%s failed", self.namespace, self.name, exc_info=True)
             return None
@@ -191,7 +233,9 @@ class JobMonitor:
         pods = [pod_summary(p) for p in launchers]
         streams = self._note_streams(pods)
         self.launcher_attempts = max(len(streams), len(self.logs.streams))
-        ended = sorted((p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created))
+        ended = sorted(
+            (p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created)
+        )
         self.launcher_exit_codes = [p.exit_code for p in ended]
 
     def _note_streams(self, pods: list) -> list[LogStream]:
@@ -214,19 +258,23 @@ class JobMonitor:
         sub.uid = sub.uid or job_uid  # its pods are the ones this incarnation's controllers made
         self.clean_pod_policy = clean_pod_policy(obj)
         if self.uid and job_uid != self.uid:
-            return Verdict(Outcome.DELETED, f"it was replaced by another MPIJob of the same name (uid "
-                                            f"{job_uid}; this task's was {self.uid}): not following it")
+            return Verdict(
+                Outcome.DELETED,
+                f"it was replaced by another MPIJob of the same name (uid "
+                f"{job_uid}; this task's was {self.uid}): not following it",
+            )
         seen = sub.version
         while True:
-            if job_uid and job_uid in sub.deleted_uids or not job_uid and sub.deleted_uids:
+            if (job_uid and job_uid in sub.deleted_uids) or (not job_uid and sub.deleted_uids):
                 return Verdict(Outcome.DELETED, "it was deleted while the task waited")
             obj = sub.job(job_uid) or obj
             verdict = await self._queueing(obj, sub, job_uid) or await self._assess(obj, sub, job_uid)
             if verdict.done:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
-                return Verdict(Outcome.TIMEOUT,
-                               f"execution_timeout reached while waiting for MPIJob {self.name}")
+                return Verdict(
+                    Outcome.TIMEOUT, f"execution_timeout reached while waiting for MPIJob {self.name}"
+                )
             seen = await sub.wait_change(seen, self._wait_timeout())
 
     def _wait_timeout(self) -> float:
@@ -241,7 +289,9 @@ class JobMonitor:
         if KUEUE_QUEUE_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
             visible = await sub.watch_workloads()
         evictions = self.queue.evictions
-        lines, verdict = self.queue.observe(obj, sub.workload(uid) if visible else None, utcnow(), visible=visible)
+        lines, verdict = self.queue.observe(
+            obj, sub.workload(uid) if visible else None, utcnow(), visible=visible
+        )
         for line in lines:
             self.emit(line)
         if self._log_pump is not None and self._log_pump.max_attempts and self.queue.evictions > evictions:
@@ -260,8 +310,16 @@ class JobMonitor:
             pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
 
         def verdict(events: list) -> Verdict:
-            return assess(state, pods, events, now=utcnow(), submitted_at=self.submitted_at, timeouts=self.timeouts,
-                          target_condition=self.target_condition, current_conditions=conditions)
+            return assess(
+                state,
+                pods,
+                events,
+                now=utcnow(),
+                submitted_at=self.submitted_at,
+                timeouts=self.timeouts,
+                target_condition=self.target_condition,
+                current_conditions=conditions,
+            )
 
         if not state.created and not state.terminal:
             watched = sub.validation_events(uid)
@@ -308,7 +366,12 @@ class JobMonitor:
 
 
 async def monitor_with(
-    sync_hook: MPIJobHook, name: str, namespace: str, options: WaitOptions, *, drain_only: bool = False,
+    sync_hook: MPIJobHook,
+    name: str,
+    namespace: str,
+    options: WaitOptions,
+    *,
+    drain_only: bool = False,
     **kwargs: Any,
 ) -> WaitResult | None:
     """Run a JobMonitor waiting as ``options`` say from a worker (operator, sensor), on the sync hook's

@@ -25,12 +25,15 @@ from typing import Any, cast
 from airflow_mpi.wait.failure_causes import clip, exit_text, signal_name
 
 _OPEN_MPI_SIGNAL = re.compile(
-    r"noticed that process rank (?P<rank>\d+) with PID \S+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
+    r"noticed that process rank (?P<rank>\d+) with PID \S+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)"
+)
 _OPEN_MPI_EXIT = re.compile(
-    r"exited with non-zero status.*?Process name: \[\S*?,(?P<rank>\d+)\]+ Exit code: (?P<code>\d+)")
+    r"exited with non-zero status.*?Process name: \[\S*?,(?P<rank>\d+)\]+ Exit code: (?P<code>\d+)"
+)
 _HYDRA = re.compile(
     r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES (?:RANK (?P<rank>\d+) )?PID \S+ RUNNING AT (?P<host>\S+) "
-    r"(?:KILLED BY SIGNAL: (?P<signal>\d+)|EXIT (?:CODE|STATUS): (?P<code>\d+))")
+    r"(?:KILLED BY SIGNAL: (?P<signal>\d+)|EXIT (?:CODE|STATUS): (?P<code>\d+))"
+)
 
 MAX_RANKS = 4  # rank ends named; mpirun reports the first one, hydra one per failed process
 
@@ -51,8 +54,13 @@ def rank_ends(lines: Sequence[str]) -> list[str]:
             parts = match.groupdict()
             signal: Any = parts.get("signal")  # each pattern has a signal or a code
             code: Any = parts.get("code")
-            how = exit_text(None, int(signal)) if signal else _hydra_code(int(code)) if pattern is _HYDRA \
+            how = (
+                exit_text(None, int(signal))
+                if signal
+                else _hydra_code(int(code))
+                if pattern is _HYDRA
                 else exit_text(int(code))
+            )
             rank = f"rank {parts['rank']}" if parts.get("rank") else "a rank"
             host = f" on {parts['host'].rstrip('.,')}" if parts.get("host") else ""
             cause = cast(str, clip(f"{rank}{host}: {how}", 200))

@@ -20,7 +20,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_mpi.hooks.answers import WatchDecoder, aiter_lines
 from airflow_mpi.hooks.requests import (
-    EVENTS, KUEUE_GROUP, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS, watch_request_timeout,
+    EVENTS,
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    MPIJOBS,
+    PODS,
+    WORKLOADS,
+    watch_request_timeout,
 )
 from airflow_mpi.wait.summaries import slim_mpijob, slim_pod, slim_workload
 
@@ -35,15 +41,25 @@ class _Body:
         self.data = data
 
 
-def _request(hook: AsyncMPIJobHook, api_client: Any, kind: str, namespace: str, version: str | None = None,
-             **kwargs: Any) -> tuple[Any, dict]:
+def _request(
+    hook: AsyncMPIJobHook,
+    api_client: Any,
+    kind: str,
+    namespace: str,
+    version: str | None = None,
+    **kwargs: Any,
+) -> tuple[Any, dict]:
     if kind == MPIJOBS:
         api = async_client.CustomObjectsApi(api_client)
         return api.list_namespaced_custom_object, hook.custom_object_args(namespace, **kwargs)
     if kind == WORKLOADS:
         return async_client.CustomObjectsApi(api_client).list_namespaced_custom_object, {
-            "group": KUEUE_GROUP, "version": version or KUEUE_VERSIONS[0], "namespace": namespace,
-            "plural": WORKLOADS, **kwargs}
+            "group": KUEUE_GROUP,
+            "version": version or KUEUE_VERSIONS[0],
+            "namespace": namespace,
+            "plural": WORKLOADS,
+            **kwargs,
+        }
     if kind == PODS:
         return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
     if kind == EVENTS:
@@ -52,8 +68,11 @@ def _request(hook: AsyncMPIJobHook, api_client: Any, kind: str, namespace: str, 
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
-    return {key: value for key, value in (("label_selector", label_selector), ("field_selector", field_selector))
-            if value}
+    return {
+        key: value
+        for key, value in (("label_selector", label_selector), ("field_selector", field_selector))
+        if value
+    }
 
 
 def _model(api_client: Any, kind: str, obj: dict) -> Any:
@@ -65,27 +84,43 @@ def _model(api_client: Any, kind: str, obj: dict) -> Any:
 
 
 async def list_objects(
-    hook: AsyncMPIJobHook, kind: str, namespace: str, label_selector: str | None = None,
-    field_selector: str | None = None, version: str | None = None,
+    hook: AsyncMPIJobHook,
+    kind: str,
+    namespace: str,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    version: str | None = None,
 ) -> tuple[list, str]:
     async with hook.get_conn() as api_client:
-        method, kwargs = _request(hook, api_client, kind, namespace, version,
-                                  **_selectors(label_selector, field_selector))
+        method, kwargs = _request(
+            hook, api_client, kind, namespace, version, **_selectors(label_selector, field_selector)
+        )
         data = await hook.read_json(await hook.open_stream(method, _preload_content=False, **kwargs))
         items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
         return items, cast(str, (data.get("metadata") or {}).get("resourceVersion"))  # a list answer has one
 
 
 async def watch_objects(
-    hook: AsyncMPIJobHook, kind: str, namespace: str, *, label_selector: str | None = None,
-    field_selector: str | None = None, resource_version: str | None = None, timeout_seconds: int = 290,
+    hook: AsyncMPIJobHook,
+    kind: str,
+    namespace: str,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    resource_version: str | None = None,
+    timeout_seconds: int = 290,
     version: str | None = None,
 ) -> AsyncIterator[tuple[str, Any, str | None]]:
     """``(event_type, object, resourceVersion)`` of a watch of the namespace; a BOOKMARK has no object, nor has
     the first item, ``OPEN``: the API server accepted the watch. 410 Gone raises WatchExpired (list again)."""
-    extra: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
-                             "_request_timeout": watch_request_timeout(timeout_seconds), "_preload_content": False,
-                             **_selectors(label_selector, field_selector)}
+    extra: dict[str, Any] = {
+        "watch": True,
+        "allow_watch_bookmarks": True,
+        "timeout_seconds": timeout_seconds,
+        "_request_timeout": watch_request_timeout(timeout_seconds),
+        "_preload_content": False,
+        **_selectors(label_selector, field_selector),
+    }
     if resource_version:
         extra["resource_version"] = resource_version
     decoder = WatchDecoder(f"({kind})", namespace, resource_version, True, ApiException, hook.api_version)
@@ -101,6 +136,10 @@ async def watch_objects(
                 if (event := decoder.decode(line)) is None:
                     continue
                 event_type, obj = event
-                yield event_type, None if event_type == "BOOKMARK" else _model(api_client, kind, obj), decoder.last_rv
+                yield (
+                    event_type,
+                    None if event_type == "BOOKMARK" else _model(api_client, kind, obj),
+                    decoder.last_rv,
+                )
         finally:
             resp.close()

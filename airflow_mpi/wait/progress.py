@@ -21,7 +21,9 @@ from airflow_mpi.wait.contract import Outcome
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
-VALIDATION_ERROR = "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
+VALIDATION_ERROR = (
+    "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
+)
 EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
 # Outcomes whose pods are examined for the failure's report (wait/failure_causes.py) and named in the error.
 EXPLAINED = (Outcome.FAILED, Outcome.WORKER_FAILED)
@@ -82,7 +84,9 @@ class Verdict:
 class Timeouts:
     startup_timeout: float | None = 120.0  # seconds until the job must be Created
     schedule_timeout: float | None = 300.0  # seconds a pod may stay unscheduled / not started
-    queue_timeout: float | None = None  # seconds a job may wait in a Kueue queue at a stretch (wait/queueing.py)
+    queue_timeout: float | None = (
+        None  # seconds a job may wait in a Kueue queue at a stretch (wait/queueing.py)
+    )
 
 
 def _warning_lines(events: list[EventSummary]) -> list[str]:
@@ -110,18 +114,33 @@ def _failed_before_launch(pods: list[PodSummary]) -> str | None:
         return None
     for pod in pods:
         if pod.role == WORKER and pod.phase == PodPhase.FAILED and pod.pod_reason != EVICTED:
-            how = ", ".join(str(part) for part in (pod.terminated_reason or pod.pod_reason,
-                                                   f"exit code {pod.exit_code}" if pod.exit_code is not None else None,
-                                                   pod.termination_message or pod.pod_message) if part)
-            return (f"worker pod {pod.name} failed before the launcher started ({how or 'no detail'}); the "
-                    "mpi-operator does not replace it, so the launcher would never start: does its container run "
-                    "sshd, listening on the SSH port?")
+            how = ", ".join(
+                str(part)
+                for part in (
+                    pod.terminated_reason or pod.pod_reason,
+                    f"exit code {pod.exit_code}" if pod.exit_code is not None else None,
+                    pod.termination_message or pod.pod_message,
+                )
+                if part
+            )
+            return (
+                f"worker pod {pod.name} failed before the launcher started ({how or 'no detail'}); the "
+                "mpi-operator does not replace it, so the launcher would never start: does its container run "
+                "sshd, listening on the SSH port?"
+            )
     return None
 
 
 def assess(
-    state: JobState, pods: list[PodSummary], events: list[EventSummary], *, now: datetime, submitted_at: datetime,
-    timeouts: Timeouts, target_condition: str | None = None, current_conditions: set[str] | None = None,
+    state: JobState,
+    pods: list[PodSummary],
+    events: list[EventSummary],
+    *,
+    now: datetime,
+    submitted_at: datetime,
+    timeouts: Timeouts,
+    target_condition: str | None = None,
+    current_conditions: set[str] | None = None,
 ) -> Verdict:
     warnings = _warning_lines(events)
     if state.terminal:
@@ -132,16 +151,24 @@ def assess(
         invalid = [e for e in events if e.reason == VALIDATION_ERROR]
         if invalid:
             return Verdict(Outcome.INVALID, "; ".join(e.message for e in invalid), warnings)
-        if timeouts.startup_timeout is not None and (now - submitted_at).total_seconds() >= timeouts.startup_timeout:
-            return Verdict(Outcome.STARTUP_TIMEOUT, f"MPIJob {state.name} got no Created condition within "
-                           f"{timeouts.startup_timeout:g}s: is the mpi-operator running and watching this namespace?",
-                           warnings)
+        if (
+            timeouts.startup_timeout is not None
+            and (now - submitted_at).total_seconds() >= timeouts.startup_timeout
+        ):
+            return Verdict(
+                Outcome.STARTUP_TIMEOUT,
+                f"MPIJob {state.name} got no Created condition within "
+                f"{timeouts.startup_timeout:g}s: is the mpi-operator running and watching this namespace?",
+                warnings,
+            )
         return Verdict(None, state.describe(), warnings)
     failed_worker = _failed_before_launch(pods)
     if failed_worker:
         return Verdict(Outcome.WORKER_FAILED, failed_worker, warnings)
     stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]
     if stuck:
-        scheduling = [w for w in warnings if "Failed" in w or "BackOff" in w]  # FailedScheduling, FailedMount, ...
+        scheduling = [
+            w for w in warnings if "Failed" in w or "BackOff" in w
+        ]  # FailedScheduling, FailedMount, ...
         return Verdict(Outcome.UNSCHEDULABLE, "; ".join(stuck + scheduling), warnings)
     return Verdict(None, state.describe(), warnings)

@@ -44,13 +44,17 @@ def _seconds(seconds: float) -> str:
 
 def flavors(workload: dict | None) -> str:
     """The flavors of the admission: ``default-flavor``, or per pod set and resource where they differ."""
-    assignments = (((workload or {}).get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    assignments = (((workload or {}).get("status") or {}).get("admission") or {}).get(
+        "podSetAssignments"
+    ) or []
     per_set = {a.get("name"): a.get("flavors") or {} for a in assignments}
     names = {name for assigned in per_set.values() for name in assigned.values()}
     if len(names) <= 1:
         return next(iter(names), "none")
-    return "; ".join(f"{pod_set}: " + ", ".join(f"{res}={name}" for res, name in sorted(assigned.items()))
-                     for pod_set, assigned in per_set.items())
+    return "; ".join(
+        f"{pod_set}: " + ", ".join(f"{res}={name}" for res, name in sorted(assigned.items()))
+        for pod_set, assigned in per_set.items()
+    )
 
 
 @dataclass
@@ -68,8 +72,9 @@ class QueueTracker:
     _evicted_messages: set = field(default_factory=set, init=False)
     _suspended_said: bool = field(default=False, init=False)
 
-    def observe(self, job: dict, workload: dict | None, now: datetime, *,
-                visible: bool = True) -> tuple[list[str], Verdict | None]:
+    def observe(
+        self, job: dict, workload: dict | None, now: datetime, *, visible: bool = True
+    ) -> tuple[list[str], Verdict | None]:
         """``visible``: the Workloads of the namespace are watched (else ``workload`` is always None)."""
         labels = (job.get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(KUEUE_QUEUE_LABEL)
@@ -77,13 +82,17 @@ class QueueTracker:
         if local_queue is None:
             if suspended and not self._suspended_said:
                 self._suspended_said = True
-                return [f"MPIJob {self.name} is suspended (runPolicy.suspend is true): waiting until it is resumed"], None
+                return [
+                    f"MPIJob {self.name} is suspended (runPolicy.suspend is true): waiting until it is resumed"
+                ], None
             return [], None
         lines = self._eviction(workload)
         if suspended:
             lines += self._queued(job, workload, local_queue, visible)
             return lines, self._timeout(workload, local_queue, now)
-        if _true(_condition(workload, "QuotaReserved")) or (workload is None and self.queued_since is not None):
+        if _true(_condition(workload, "QuotaReserved")) or (
+            workload is None and self.queued_since is not None
+        ):
             lines += self._admission(job, workload, now)
         return lines, None
 
@@ -100,14 +109,16 @@ class QueueTracker:
         if not _true(evicted):  # reset at a re-admission
             if self._admitted_at is None or self._requeued or not message.startswith(_PREVIOUSLY):
                 return []  # reported already, or nothing was running to evict
-            message = message[len(_PREVIOUSLY):]
+            message = message[len(_PREVIOUSLY) :]
         self.evictions += 1
         self._evicted_messages = {evicted.get("message"), message}
         self.queued_since = parse_api_time(stamp) if _true(evicted) else None
         self._said, self._requeued = None, True
         reason = evicted.get("reason") if _true(evicted) else "Evicted"
-        return [f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
-                "stops its launcher and workers, and the program starts over once Kueue admits the job again"]
+        return [
+            f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
+            "stops its launcher and workers, and the program starts over once Kueue admits the job again"
+        ]
 
     def _queued(self, job: dict, workload: dict | None, local_queue: str, visible: bool) -> list[str]:
         if self.queued_since is None:
@@ -115,12 +126,17 @@ class QueueTracker:
         reserved = _condition(workload, "QuotaReserved")
         if _true(reserved):
             return []  # admitted: about to be resumed
-        why = reserved.get("message")  # (no ClusterQueue to name: Kueue clears the admission while not reserved)
+        why = reserved.get(
+            "message"
+        )  # (no ClusterQueue to name: Kueue clears the admission while not reserved)
         if self._requeued and why in self._evicted_messages:
             why = "waiting to be admitted again"  # the eviction's own message, just said
-        why = why or ("waiting for Kueue to admit it" if visible else
-                      "waiting to be resumed (its Kueue Workload is not visible: grant list and watch on "
-                      "workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)")
+        why = why or (
+            "waiting for Kueue to admit it"
+            if visible
+            else "waiting to be resumed (its Kueue Workload is not visible: grant list and watch on "
+            "workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)"
+        )
         if (local_queue, why) == self._said:
             return []
         self._said = (local_queue, why)
@@ -140,15 +156,23 @@ class QueueTracker:
         if workload is None:
             return [f"MPIJob {self.name} was admitted (resumed){queued}"]
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
-        return [f"MPIJob {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
-                f"{flavors(workload)}{queued}"]
+        return [
+            f"MPIJob {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
+            f"{flavors(workload)}{queued}"
+        ]
 
     def _timeout(self, workload: dict | None, local_queue: str, now: datetime) -> Verdict | None:
-        if self.queue_timeout is None or self.queued_since is None or _true(_condition(workload, "QuotaReserved")):
+        if (
+            self.queue_timeout is None
+            or self.queued_since is None
+            or _true(_condition(workload, "QuotaReserved"))
+        ):
             return None
         if (now - self.queued_since).total_seconds() < self.queue_timeout:
             return None
         why = (self._said or (None, "not admitted"))[1]
-        message = (f"MPIJob {self.name} was not admitted by Kueue within "
-                   f"queue_timeout={self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted")
+        message = (
+            f"MPIJob {self.name} was not admitted by Kueue within "
+            f"queue_timeout={self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted"
+        )
         return Verdict(Outcome.QUEUE_TIMEOUT, message)

@@ -31,12 +31,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_mpi.function_task.rank_runner import (
-    CHUNK, MARKER, MAX_ENCODED_CHARS, MAX_JSON_BYTES, STARTED, TOO_LARGE, UNRETURNABLE, VALUE, line_mac,
+    CHUNK,
+    MARKER,
+    MAX_ENCODED_CHARS,
+    MAX_JSON_BYTES,
+    STARTED,
+    TOO_LARGE,
+    UNRETURNABLE,
+    VALUE,
+    line_mac,
 )
 
 _RANK0_MARKER = re.compile(r"^\[(?:\d+,)?0\](?:<stdout>:)? ?" + re.escape(MARKER) + r" (\S+) (.*)$")
-UNVERIFIED = ("(a line in the form of rank 0's result came back whose MAC does not verify under this submission's "
-              "nonce: it is not this task's result, and is neither shown nor read)")
+UNVERIFIED = (
+    "(a line in the form of rank 0's result came back whose MAC does not verify under this submission's "
+    "nonce: it is not this task's result, and is neither shown nor read)"
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,9 @@ class RankResult:
     started: bool = False
     has_value: bool = False
     value: Any = None
-    error: str | None = None  # the value cannot be an XCom, or its lines came back damaged, too large or unverifiable
+    error: str | None = (
+        None  # the value cannot be an XCom, or its lines came back damaged, too large or unverifiable
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """As a trigger event carries it (plain JSON)."""
@@ -62,7 +74,9 @@ def _damaged(why: str) -> RankResult:
 
 
 def _too_large(what: str) -> RankResult:
-    return RankResult(error=f"rank 0's return value {what}: return it by reference (a path or URL the ranks write)")
+    return RankResult(
+        error=f"rank 0's return value {what}: return it by reference (a path or URL the ranks write)"
+    )
 
 
 class ResultCollector:
@@ -111,10 +125,14 @@ class ResultCollector:
         if kind == STARTED:
             self.started = True
         elif kind == UNRETURNABLE and len(rest) == 1:
-            self._outcome = RankResult(error=f"rank 0 returned a value that cannot be an XCom (JSON): {_text(rest[0])}")
+            self._outcome = RankResult(
+                error=f"rank 0 returned a value that cannot be an XCom (JSON): {_text(rest[0])}"
+            )
         elif kind == TOO_LARGE and len(rest) == 2 and all(w.isdigit() for w in rest):
-            self._outcome = _too_large(f"takes {rest[0]} characters encoded (zlib, base64) and {rest[1]} bytes as "
-                                       f"JSON, over the caps of {MAX_ENCODED_CHARS} and {MAX_JSON_BYTES}")
+            self._outcome = _too_large(
+                f"takes {rest[0]} characters encoded (zlib, base64) and {rest[1]} bytes as "
+                f"JSON, over the caps of {MAX_ENCODED_CHARS} and {MAX_JSON_BYTES}"
+            )
         elif kind == VALUE:
             self._chunk(rest)
 
@@ -130,8 +148,10 @@ class ResultCollector:
         chunk = rest[3] if len(rest) == 4 else ""
         self._size += len(chunk)
         if self._size > MAX_ENCODED_CHARS:
-            self._outcome = _too_large(f"is over the cap of {MAX_ENCODED_CHARS} characters encoded (zlib, base64): "
-                                       f"{count} chunks of up to {CHUNK}, over {self._size} characters")
+            self._outcome = _too_large(
+                f"is over the cap of {MAX_ENCODED_CHARS} characters encoded (zlib, base64): "
+                f"{count} chunks of up to {CHUNK}, over {self._size} characters"
+            )
             self._chunks, self._skipping = [], True
             return
         self._chunks.append(chunk)

@@ -96,7 +96,9 @@ class Subscription:
             await asyncio.shield(check)
 
     def pods(self) -> list[Any]:
-        return self._owned(self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods)
+        return self._owned(
+            self.hub.pods[p] for p in self.hub.pods_by_job.get(self.name, ()) if p in self.hub.pods
+        )
 
     def disrupted(self) -> list[Any]:
         """The job's pods last seen disrupted (:attr:`disrupted_pods`)."""
@@ -131,5 +133,7 @@ class Subscription:
         if not self.hub.watches_events:
             return None
         events = self.hub.invalid_events.get(self.name, {}).values()
-        return sorted((e for e in events if not uid or involved_object(e).get("uid") in (None, uid)),
-                      key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return sorted(
+            (e for e in events if not uid or involved_object(e).get("uid") in (None, uid)),
+            key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+        )

@@ -5,10 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_mpi.jobspec.vocabulary import (
-    JOB_NAME_LABEL, JOB_ROLE_LABEL, LAUNCHER, MPIJOB_KIND, REPLICA_TYPE_LABEL, V1_LAUNCHER_ROLE, WORKER,
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    LAUNCHER,
+    MPIJOB_KIND,
+    REPLICA_TYPE_LABEL,
+    V1_LAUNCHER_ROLE,
+    WORKER,
 )
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
+
 
 def pod_role(pod: Any) -> str:
     """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
@@ -42,12 +49,17 @@ def _ended(main: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     terminated = getattr(getattr(main, "state", None), "terminated", None)
     if terminated is not None:
-        fields.update(terminated_reason=getattr(terminated, "reason", None), signal=getattr(terminated, "signal", None),
-                      termination_message=clip(getattr(terminated, "message", None)))
+        fields.update(
+            terminated_reason=getattr(terminated, "reason", None),
+            signal=getattr(terminated, "signal", None),
+            termination_message=clip(getattr(terminated, "message", None)),
+        )
     last = getattr(getattr(main, "last_state", None), "terminated", None)
     if last is not None:
-        fields.update(last_terminated_reason=getattr(last, "reason", None),
-                      last_exit_code=getattr(last, "exit_code", None))
+        fields.update(
+            last_terminated_reason=getattr(last, "reason", None),
+            last_exit_code=getattr(last, "exit_code", None),
+        )
     return fields
 
 
@@ -84,13 +96,25 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
     deletion = getattr(metadata, "deletion_timestamp", None)
     grace = getattr(spec, "termination_grace_period_seconds", None)
     return PodSummary(
-        name=metadata.name, role=pod_role(pod), created=metadata.creation_timestamp,
-        phase=getattr(status, "phase", None), scheduled=scheduled, container=name,
+        name=metadata.name,
+        role=pod_role(pod),
+        created=metadata.creation_timestamp,
+        phase=getattr(status, "phase", None),
+        scheduled=scheduled,
+        container=name,
         restart_count=int(getattr(main, "restart_count", 0) or 0) if main is not None else 0,
-        state=state, waiting_reason=waiting_reason, waiting_message=waiting_message, exit_code=exit_code,
-        pod_reason=getattr(status, "reason", None), pod_message=clip(getattr(status, "message", None)),
-        memory_limit=_memory_limit(spec, name), deleting=deletion is not None, deletion_deadline=deletion,
-        grace_period=float(grace) if grace is not None else None, disruption=disruption(pod), **_ended(main),
+        state=state,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        exit_code=exit_code,
+        pod_reason=getattr(status, "reason", None),
+        pod_message=clip(getattr(status, "message", None)),
+        memory_limit=_memory_limit(spec, name),
+        deleting=deletion is not None,
+        deletion_deadline=deletion,
+        grace_period=float(grace) if grace is not None else None,
+        disruption=disruption(pod),
+        **_ended(main),
     )
 
 
@@ -104,9 +128,14 @@ def _clipped_state(state: dict | None) -> dict | None:
     """A container state with its message (a termination message may be 4 KiB) cut as pod_summary cuts it."""
     if not state:
         return state
-    return {kind: ({**detail, "message": clip(detail["message"], MAX_TEXT)}
-                   if isinstance(detail, dict) and detail.get("message") else detail)
-            for kind, detail in state.items()}
+    return {
+        kind: (
+            {**detail, "message": clip(detail["message"], MAX_TEXT)}
+            if isinstance(detail, dict) and detail.get("message")
+            else detail
+        )
+        for kind, detail in state.items()
+    }
 
 
 def _slim_container_status(status: dict) -> dict:
@@ -120,7 +149,10 @@ def _slim_container_status(status: dict) -> dict:
 def _slim_container(container: dict) -> dict:
     """Its name, and its memory limit (an OOMKilled cause names it)."""
     memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
-    return {"name": container.get("name"), **({"resources": {"limits": {"memory": memory}}} if memory else {})}
+    return {
+        "name": container.get("name"),
+        **({"resources": {"limits": {"memory": memory}}} if memory else {}),
+    }
 
 
 def _slim_condition(cond: dict) -> dict:
@@ -149,38 +181,62 @@ def slim_pod(pod: dict) -> dict:
     for key in ("reason", "message"):
         if status.get(key):
             slim_status[key] = clip(status[key], MAX_TEXT)
-    owners = [{key: ref[key] for key in _OWNER_REF if key in ref} for ref in meta.get("ownerReferences") or []]
-    return {"metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
-            "spec": slim_spec, "status": slim_status}
+    owners = [
+        {key: ref[key] for key in _OWNER_REF if key in ref} for ref in meta.get("ownerReferences") or []
+    ]
+    return {
+        "metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
+        "spec": slim_spec,
+        "status": slim_status,
+    }
 
 
 def slim_mpijob(job: dict) -> dict:
     """An MPIJob (API dict) cut to its metadata and status (what ``job_state`` reads): its spec and annotations
     (kubectl's last-applied manifest) are a large part of each of the thousand jobs a triggerer may keep."""
     meta = job.get("metadata") or {}
-    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
-            "metadata": {key: meta[key] for key in _META if key in meta}, "status": job.get("status") or {}}
+    return {
+        "apiVersion": job.get("apiVersion"),
+        "kind": job.get("kind"),
+        "metadata": {key: meta[key] for key in _META if key in meta},
+        "status": job.get("status") or {},
+    }
 
 
 def slim_workload(workload: dict) -> dict:
     """A Kueue Workload cut to what wait/queueing.py and the hub read: its owner, queue, conditions and admission."""
     meta, status = workload.get("metadata") or {}, workload.get("status") or {}
     admission = status.get("admission") or {}
-    owners = [{key: ref.get(key) for key in ("apiVersion", "kind", "name", "uid")}
-              for ref in meta.get("ownerReferences") or []]
-    slim_admission = {"clusterQueue": admission.get("clusterQueue"),
-                      "podSetAssignments": [{"name": a.get("name"), "flavors": a.get("flavors") or {}}
-                                            for a in admission.get("podSetAssignments") or []]}
-    return {"metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
-            "spec": {"queueName": (workload.get("spec") or {}).get("queueName")},
-            "status": {"conditions": status.get("conditions") or [], **({"admission": slim_admission} if admission else {})}}
+    owners = [
+        {key: ref.get(key) for key in ("apiVersion", "kind", "name", "uid")}
+        for ref in meta.get("ownerReferences") or []
+    ]
+    slim_admission = {
+        "clusterQueue": admission.get("clusterQueue"),
+        "podSetAssignments": [
+            {"name": a.get("name"), "flavors": a.get("flavors") or {}}
+            for a in admission.get("podSetAssignments") or []
+        ],
+    }
+    return {
+        "metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
+        "spec": {"queueName": (workload.get("spec") or {}).get("queueName")},
+        "status": {
+            "conditions": status.get("conditions") or [],
+            **({"admission": slim_admission} if admission else {}),
+        },
+    }
 
 
 def event_summary(event: dict) -> EventSummary:
     involved = event.get("involvedObject") or {}
-    return EventSummary(type=event.get("type") or "", reason=event.get("reason") or "",
-                        message=event.get("message") or "", object_name=involved.get("name") or "",
-                        count=int(event.get("count") or 1))
+    return EventSummary(
+        type=event.get("type") or "",
+        reason=event.get("reason") or "",
+        message=event.get("message") or "",
+        object_name=involved.get("name") or "",
+        count=int(event.get("count") or 1),
+    )
 
 
 # ---------------------------------------------------------------------- metadata the watch hub indexes by

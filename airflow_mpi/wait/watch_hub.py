@@ -27,15 +27,21 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 from airflow_mpi.hooks.errors import WatchExpired, describe_error
+from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.hooks.protocols import WatchRequests
 from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage, through_outage
-from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL, MPIJOB_KIND
 from airflow_mpi.wait.progress import VALIDATION_ERROR
 from airflow_mpi.wait.subscription import Subscription
-from airflow_mpi.wait.summaries import involved_object, job_of_pod, object_meta, owner_mpijob, without_managed_fields
+from airflow_mpi.wait.summaries import (
+    involved_object,
+    job_of_pod,
+    object_meta,
+    owner_mpijob,
+    without_managed_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +62,13 @@ class WatchHub:
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
         self.pods_by_job: dict[str, set[str]] = {}
-        self.invalid_events: dict[str, dict[str, dict]] = {}  # job name -> event name -> ValidationError event
+        self.invalid_events: dict[
+            str, dict[str, dict]
+        ] = {}  # job name -> event name -> ValidationError event
         self.watches_events = True  # False once the identity was refused a watch of events
-        self.workloads: dict[str, dict] = {}  # Kueue Workloads of MPIJobs by name; workload_of: job uid -> name
+        self.workloads: dict[
+            str, dict
+        ] = {}  # Kueue Workloads of MPIJobs by name; workload_of: job uid -> name
         self.workload_of: dict[str, str] = {}
         self.watches_workloads: bool | None = None  # None: not asked yet; False: refused, or no Kueue
         self.workload_version = KUEUE_VERSIONS[0]
@@ -145,8 +155,9 @@ class WatchHub:
         """Have one GET of the launcher Job tell whether the Job uids ``uids``, which pods name as their controller,
         are the launcher Job of ``owner`` (one GET at a time per job; its waits are told when it is known)."""
         if owner.uid and uids and owner.uid not in self._checks:
-            self._checks[owner.uid] = asyncio.create_task(self._check_launcher_job(owner.name, owner.uid, uids),
-                                                          name=f"launcher-job-{owner.name}")
+            self._checks[owner.uid] = asyncio.create_task(
+                self._check_launcher_job(owner.name, owner.uid, uids), name=f"launcher-job-{owner.name}"
+            )
 
     def launcher_job_check(self, owner: Owner) -> asyncio.Task | None:
         """The GET of ``owner``'s launcher Job under way, if any."""
@@ -158,8 +169,12 @@ class WatchHub:
         except asyncio.CancelledError:
             raise
         except Exception as err:  # an outage too long: those pods are not followed (a later pod asks again)
-            log.warning("could not read the launcher Job of MPIJob %s/%s (%s): the pods naming it are not followed",
-                        self.namespace, name, describe_error(err))
+            log.warning(
+                "could not read the launcher Job of MPIJob %s/%s (%s): the pods naming it are not followed",
+                self.namespace,
+                name,
+                describe_error(err),
+            )
             job = None
         finally:
             self._checks.pop(uid, None)
@@ -237,8 +252,12 @@ class WatchHub:
 
     def _stop_watching_events(self, err: BaseException) -> None:
         """The identity may list but not watch events (a role from before the hub watched them)."""
-        log.warning("may not watch events in %s (%s): each wait lists its job's events instead; grant `watch` on "
-                    "events (deploy/rbac.yaml) to spare the API server", self.namespace, describe_error(err))
+        log.warning(
+            "may not watch events in %s (%s): each wait lists its job's events instead; grant `watch` on "
+            "events (deploy/rbac.yaml) to spare the API server",
+            self.namespace,
+            describe_error(err),
+        )
         self.watches_events = False
         self.invalid_events = {}
         self._bump("events_refused")
@@ -248,8 +267,12 @@ class WatchHub:
 
     def _stop_watching_workloads(self, err: BaseException) -> None:
         """No Workloads to watch (no Kueue: 404) or not allowed to (403): the waits go on without them."""
-        log.warning("cannot watch Kueue Workloads in %s (%s): the task log says when a job is queued, not why; grant "
-                    "list and watch on workloads.kueue.x-k8s.io (deploy/rbac.yaml)", self.namespace, describe_error(err))
+        log.warning(
+            "cannot watch Kueue Workloads in %s (%s): the task log says when a job is queued, not why; grant "
+            "list and watch on workloads.kueue.x-k8s.io (deploy/rbac.yaml)",
+            self.namespace,
+            describe_error(err),
+        )
         self.watches_workloads = False
         self.workloads, self.workload_of = {}, {}
         self._bump("workloads_refused")
@@ -280,8 +303,11 @@ class WatchHub:
                     self._check_ready()
                 self._bump(f"{kind}_watches")
                 async for event_type, obj, rv in self.hook.watch_objects(
-                    kind, self.namespace, **selector,
-                    resource_version=self.resource_versions[kind], timeout_seconds=WATCH_SECONDS,
+                    kind,
+                    self.namespace,
+                    **selector,
+                    resource_version=self.resource_versions[kind],
+                    timeout_seconds=WATCH_SECONDS,
                 ):
                     self.resource_versions[kind] = rv or self.resource_versions[kind]
                     outage = None
@@ -316,8 +342,12 @@ class WatchHub:
                         self._fail(err)
                     return
                 if outage.failures == 1:
-                    log.warning("watch of %s in %s interrupted (%s): resuming", kind, self.namespace,
-                                describe_error(err))
+                    log.warning(
+                        "watch of %s in %s interrupted (%s): resuming",
+                        kind,
+                        self.namespace,
+                        describe_error(err),
+                    )
                 await asyncio.sleep(delay)
 
 

@@ -65,5 +65,5 @@ class MpiOperator(Controller):
             return False
         if spec.acquire_time is None or spec.acquire_time.timestamp() < started - 1:
             return False  # still the lease of a previous operator process
-        age = (_dt.datetime.now(_dt.timezone.utc) - spec.renew_time).total_seconds()
+        age = (_dt.datetime.now(_dt.UTC) - spec.renew_time).total_seconds()
         return age < (spec.lease_duration_seconds or 15)

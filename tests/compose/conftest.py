@@ -43,7 +43,9 @@ class ComposeStack:
 
     def kubectl(self, *args: str) -> str:
         """kubectl inside the kube service (the in-stack cluster is not published to the host)."""
-        return self.docker.compose.execute("kube", ["kubectl", f"--kubeconfig={NODE_KUBECONFIG}", *args], tty=False)
+        return self.docker.compose.execute(
+            "kube", ["kubectl", f"--kubeconfig={NODE_KUBECONFIG}", *args], tty=False
+        )
 
     def kube_objects(self, kind: str) -> list[dict]:
         return json.loads(self.kubectl("get", kind, "--all-namespaces", "-o", "json"))["items"]
@@ -51,8 +53,11 @@ class ComposeStack:
     def save_logs(self) -> None:
         """Every service's output into .artifacts/compose/compose.log (kept for post-mortems)."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(["docker", "compose", "-p", PROJECT, "logs", "--no-color", "--timestamps"],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            ["docker", "compose", "-p", PROJECT, "logs", "--no-color", "--timestamps"],
+            capture_output=True,
+            text=True,
+        )
         if res.stdout:
             (ARTIFACTS / "compose.log").write_text(res.stdout)
 
@@ -82,16 +87,26 @@ def _dead(pid: int) -> bool:
 
 def _reap_stale_projects() -> None:
     """Stacks and image tags of test sessions that are gone."""
-    res = subprocess.run(["docker", "compose", "ls", "-a", "--format", "json"], capture_output=True, text=True)
+    res = subprocess.run(
+        ["docker", "compose", "ls", "-a", "--format", "json"], capture_output=True, text=True
+    )
     for project in json.loads(res.stdout or "[]"):
         m = re.fullmatch(r"airflow-mpi-test-(\d+)", project["Name"])
         if m and _dead(int(m.group(1))):
-            subprocess.run(["docker", "compose", "-p", project["Name"], "down", "-v", "--remove-orphans"],
-                           capture_output=True)
-    res = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "airflow-mpi/*"],
-                         capture_output=True, text=True)
-    stale = [ref for ref in res.stdout.split() if (m := re.fullmatch(r"airflow-mpi/[^:]+:test-(\d+)", ref))
-             and _dead(int(m.group(1)))]
+            subprocess.run(
+                ["docker", "compose", "-p", project["Name"], "down", "-v", "--remove-orphans"],
+                capture_output=True,
+            )
+    res = subprocess.run(
+        ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "airflow-mpi/*"],
+        capture_output=True,
+        text=True,
+    )
+    stale = [
+        ref
+        for ref in res.stdout.split()
+        if (m := re.fullmatch(r"airflow-mpi/[^:]+:test-(\d+)", ref)) and _dead(int(m.group(1)))
+    ]
     if stale:
         subprocess.run(["docker", "image", "rm", *stale], capture_output=True)
 
@@ -123,7 +138,9 @@ def compose_stack():
     kube_image = build_image()  # ensures Docker (scripts/docker-setup); the node image of this worktree
     _reap_stale_projects()
     port = free_port()
-    os.environ["AIRFLOW_MPI_UI_PORT"] = str(port)  # compose interpolates it into the api-server's published port
+    os.environ["AIRFLOW_MPI_UI_PORT"] = str(
+        port
+    )  # compose interpolates it into the api-server's published port
     os.environ["AIRFLOW_MPI_TAG"] = TAG  # ... and this into the names of the images it builds and runs
     docker = DockerClient(compose_files=[REPO / "docker-compose.yaml"], compose_project_name=PROJECT)
     services = docker.compose.config().services
@@ -147,7 +164,9 @@ def compose_stack():
     finally:
         stack.save_logs()
         docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
-        subprocess.run(["docker", "image", "rm", *sorted(ours)], capture_output=True)  # untag; unused layers go
+        subprocess.run(
+            ["docker", "image", "rm", *sorted(ours)], capture_output=True
+        )  # untag; unused layers go
         os.environ.pop("AIRFLOW_MPI_UI_PORT", None)
         os.environ.pop("AIRFLOW_MPI_TAG", None)
 

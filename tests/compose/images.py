@@ -18,16 +18,22 @@ if str(REPO) not in sys.path:  # localcluster/ is a dev-only folder, not install
 
 from localcluster import build_ledger  # noqa: E402
 
-OWN = ("postgres", "airflow-init")  # the services whose images carry AIRFLOW_MPI_TAG (airflow-* share one image)
+OWN = (
+    "postgres",
+    "airflow-init",
+)  # the services whose images carry AIRFLOW_MPI_TAG (airflow-* share one image)
 
 
 def compose_build(services: list[str], project: str, what: str, env: dict[str, str] | None = None) -> None:
     """``docker compose build``, noted in the test run's build ledger: built now when any RUN, COPY or ADD step ran
     (build_ledger.steps_ran)."""
     t0 = time.monotonic()
-    res = subprocess.run(["docker", "compose", "-f", str(REPO / "docker-compose.yaml"), "-p", project, "build",
-                          *services], capture_output=True, text=True,
-                         env={**os.environ, **(env or {}), "BUILDKIT_PROGRESS": "plain"})
+    res = subprocess.run(
+        ["docker", "compose", "-f", str(REPO / "docker-compose.yaml"), "-p", project, "build", *services],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {}), "BUILDKIT_PROGRESS": "plain"},
+    )
     if res.returncode:
         raise RuntimeError(f"docker compose build failed ({res.returncode}):\n{res.stderr[-4000:]}")
     ran = build_ledger.steps_ran(res.stdout + res.stderr)
@@ -41,11 +47,17 @@ def compose_build(services: list[str], project: str, what: str, env: dict[str, s
 def prebuild() -> None:
     tag = f"prebuild-{os.getpid()}"
     try:
-        compose_build(list(OWN), f"airflow-mpi-prebuild-{os.getpid()}",
-                      "compose images (Airflow, PostgreSQL), in the background", {"AIRFLOW_MPI_TAG": tag})
+        compose_build(
+            list(OWN),
+            f"airflow-mpi-prebuild-{os.getpid()}",
+            "compose images (Airflow, PostgreSQL), in the background",
+            {"AIRFLOW_MPI_TAG": tag},
+        )
     finally:
-        subprocess.run(["docker", "image", "rm", f"airflow-mpi/airflow:{tag}", f"airflow-mpi/postgres:{tag}"],
-                       capture_output=True)
+        subprocess.run(
+            ["docker", "image", "rm", f"airflow-mpi/airflow:{tag}", f"airflow-mpi/postgres:{tag}"],
+            capture_output=True,
+        )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,13 @@ from .conftest import ARTIFACTS
 
 DAG = "mpi_pi_queued"
 JOBS, WORKERS = 3, 2  # 3 x (200m + 2 x 300m): the quota (cpu 2) admits two of them at a time
-QUEUED = re.compile(r"MPIJob (\S+) is queued by Kueue in LocalQueue user-queue(?: \(ClusterQueue [^)]+\))?: (.+)")
-ADMITTED = re.compile(r"MPIJob (\S+) was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor"
-                      r" after (?:less than 1s|(?:(\d+)m)?(\d+)s) in the queue")
+QUEUED = re.compile(
+    r"MPIJob (\S+) is queued by Kueue in LocalQueue user-queue(?: \(ClusterQueue [^)]+\))?: (.+)"
+)
+ADMITTED = re.compile(
+    r"MPIJob (\S+) was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor"
+    r" after (?:less than 1s|(?:(\d+)m)?(\d+)s) in the queue"
+)
 NO_QUOTA = "insufficient unused quota for cpu in flavor default-flavor"
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) ranks")
@@ -40,8 +44,10 @@ class Job:
 
     def queued_for_quota(self) -> tuple[int, re.Match] | None:
         """The line saying its job is queued for want of quota (an earlier one may say only that it is queued)."""
-        return next(((i, m) for i, line in enumerate(self.lines) if (m := QUEUED.search(line)) and NO_QUOTA in m[2]),
-                    None)
+        return next(
+            ((i, m) for i, line in enumerate(self.lines) if (m := QUEUED.search(line)) and NO_QUOTA in m[2]),
+            None,
+        )
 
     def waited_for_quota(self) -> bool:
         """Logged "queued ... insufficient unused quota" for its job, then that job's admission."""
@@ -64,7 +70,9 @@ def queued_run(client) -> QueuedRun:
     finished = client.wait_run(DAG, run_id, timeout=600)
     jobs = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for ti in sorted((t for t in client.task_instances(DAG, run_id) if t["task_id"] == "pi"), key=lambda t: t["map_index"]):
+    for ti in sorted(
+        (t for t in client.task_instances(DAG, run_id) if t["task_id"] == "pi"), key=lambda t: t["map_index"]
+    ):
         log = client.task_log(DAG, run_id, "pi", try_number=ti["try_number"], map_index=ti["map_index"])
         (ARTIFACTS / f"{DAG}-pi-{ti['map_index']}.log").write_text(log)
         jobs.append(Job(ti["map_index"], ti["state"], log.splitlines()))
@@ -93,7 +101,11 @@ def test_every_queued_job_runs_its_mpi_program_once(queued_run):
         assert sorted(ranks) == list(range(WORKERS)), "\n".join(job.lines[-60:])
         assert job.count(PI_LINE) == 1
         pi_at, pi = job.first(PI_LINE)
-        assert admitted_at < pi_at and int(pi[2]) == WORKERS and math.isclose(float(pi[1]), math.pi, abs_tol=0.01)
+        assert (
+            admitted_at < pi_at
+            and int(pi[2]) == WORKERS
+            and math.isclose(float(pi[1]), math.pi, abs_tol=0.01)
+        )
     assert len(names) == JOBS  # one MPIJob per mapped task
     assert [(r["condition"], r["job"].split("/")[1], r["launcher_attempts"]) for r in queued_run.report] == [
         ("Succeeded", job.first(ADMITTED)[1][1], 1) for job in queued_run.jobs
@@ -125,7 +137,9 @@ def test_the_ui_task_log_shows_the_job_queued_then_admitted(compose_stack, queue
         page.set_viewport_size({"width": 1400, "height": 3200})
         page.goto(f"{run_path}/tasks/pi/mapped/{job.map_index}")
         page.get_by_text(PI_LINE).first.wait_for()  # the end of the log
-        queued_row, admitted_row = (page.get_by_text(line, exact=False).first for line in (queued[0], admitted[0]))
+        queued_row, admitted_row = (
+            page.get_by_text(line, exact=False).first for line in (queued[0], admitted[0])
+        )
         queued_row.wait_for()
         admitted_row.wait_for()
         assert queued_row.bounding_box()["y"] < admitted_row.bounding_box()["y"]  # shown in that order

@@ -29,17 +29,28 @@ def assert_real_pi_run(client, run_id: str, np: int) -> None:
     log = client.task_log(DAG, run_id, "pi")
     ranks, estimates = ranks_and_pi(log)
     assert sorted(ranks) == list(range(np)), log[-4000:]
-    assert all(re.fullmatch(r".+-worker-\d+", host.split(".")[0]) for host in ranks.values())  # ranks ran on workers
+    assert all(
+        re.fullmatch(r".+-worker-\d+", host.split(".")[0]) for host in ranks.values()
+    )  # ranks ran on workers
     ((pi, reported_ranks),) = estimates  # printed once, by rank 0
     assert reported_ranks == np and math.isclose(pi, math.pi, abs_tol=0.01)
     assert log.count("pi is approximately") == 1  # streamed exactly once
 
 
 def test_up_wait_leaves_every_service_healthy(compose_stack):
-    containers = {c.config.labels["com.docker.compose.service"]: c.state for c in compose_stack.docker.compose.ps(all=True)}
+    containers = {
+        c.config.labels["com.docker.compose.service"]: c.state
+        for c in compose_stack.docker.compose.ps(all=True)
+    }
     one_shot = {"airflow-init", "mpi-image-openmpi", "mpi-image-mpich", "mpi-image-intel"}
-    assert set(containers) == one_shot | {"postgres", "kube", "airflow-api-server", "airflow-scheduler",
-                                          "airflow-dag-processor", "airflow-triggerer"}
+    assert set(containers) == one_shot | {
+        "postgres",
+        "kube",
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    }
     for name, state in containers.items():
         if name in one_shot:
             assert state.status == "exited" and state.exit_code == 0, name
@@ -52,12 +63,20 @@ def test_up_wait_leaves_every_service_healthy(compose_stack):
 
 @pytest.mark.parametrize(
     ("implementation", "image", "deferrable"),
-    [("OpenMPI", "airflow-mpi/mpi-pi:openmpi", False), ("Intel", "airflow-mpi/mpi-pi:intel", True),
-     ("MPICH", "airflow-mpi/mpi-pi:mpich", False)],
+    [
+        ("OpenMPI", "airflow-mpi/mpi-pi:openmpi", False),
+        ("Intel", "airflow-mpi/mpi-pi:intel", True),
+        ("MPICH", "airflow-mpi/mpi-pi:mpich", False),
+    ],
 )
 def test_mpi_pi_over_rest_prints_real_ranks(client, implementation, image, deferrable):
-    conf = {"workers": 2, "slots_per_worker": 2, "mpi_implementation": implementation, "image": image,
-            "deferrable": deferrable}
+    conf = {
+        "workers": 2,
+        "slots_per_worker": 2,
+        "mpi_implementation": implementation,
+        "image": image,
+        "deferrable": deferrable,
+    }
     run_id = client.trigger(DAG, conf)["dag_run_id"]
     finished = client.wait_run(DAG, run_id, timeout=300)
     assert finished["state"] == "success", client.task_log(DAG, run_id, "pi")[-4000:]
@@ -74,8 +93,11 @@ def test_mpi_pi_from_the_trigger_form(compose_stack, client):
         form.get_by_text("Run Parameters").first.wait_for()
         assert form.locator("input[name=element_image]").input_value() == "airflow-mpi/mpi-pi:openmpi"
         page.get_by_test_id("trigger-dag-submit").click()
-        run = wait_for(lambda: next((r for r in client.dag_runs(DAG) if r["dag_run_id"] not in before), None), 60,
-                       "the run submitted through the form")
+        run = wait_for(
+            lambda: next((r for r in client.dag_runs(DAG) if r["dag_run_id"] not in before), None),
+            60,
+            "the run submitted through the form",
+        )
         finished = client.wait_run(DAG, run["dag_run_id"], timeout=300)
         assert finished["state"] == "success", client.task_log(DAG, run["dag_run_id"], "pi")[-4000:]
         assert_real_pi_run(client, run["dag_run_id"], np=2)  # the form's defaults: 2 workers x 1 slot
@@ -89,9 +111,17 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
     run_id = client.trigger(DAG, {"workers": 2, "samples": LONG_RUNNING})["dag_run_id"]
 
     def running_job():
-        jobs = [j for j in compose_stack.kube_objects("mpijobs")
-                if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id]
-        conditions = {c["type"] for j in jobs for c in j.get("status", {}).get("conditions", []) if c["status"] == "True"}
+        jobs = [
+            j
+            for j in compose_stack.kube_objects("mpijobs")
+            if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
+        ]
+        conditions = {
+            c["type"]
+            for j in jobs
+            for c in j.get("status", {}).get("conditions", [])
+            if c["status"] == "True"
+        }
         return jobs[0] if jobs and "Running" in conditions else None
 
     job = wait_for(running_job, 180, "the run's MPIJob to be Running")
@@ -99,7 +129,11 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
     client.set_task_state(DAG, run_id, "pi", "failed")
 
     def gone():
-        pods = [p["metadata"]["name"] for p in compose_stack.kube_objects("pods") if p["metadata"]["name"].startswith(name)]
+        pods = [
+            p["metadata"]["name"]
+            for p in compose_stack.kube_objects("pods")
+            if p["metadata"]["name"].startswith(name)
+        ]
         jobs = [j for j in compose_stack.kube_objects("mpijobs") if j["metadata"]["name"] == name]
         return not pods and not jobs
 
@@ -113,6 +147,10 @@ def test_down_v_leaves_nothing_behind(compose_stack):
     compose_stack.docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
     label = f"label=com.docker.compose.project={PROJECT}"
     for kind in ("container", "volume", "network"):
-        listed = subprocess.run(["docker", kind, "ls", *(["-a"] if kind == "container" else []), "-q",
-                                 "--filter", label], capture_output=True, text=True, check=True).stdout.split()
+        listed = subprocess.run(
+            ["docker", kind, "ls", *(["-a"] if kind == "container" else []), "-q", "--filter", label],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert listed == [], kind

@@ -39,7 +39,9 @@ def _require_installed() -> None:
     try:
         importlib.metadata.distribution("airflow-mpi")
     except importlib.metadata.PackageNotFoundError:
-        pytest.fail("airflow-mpi is not installed in this environment: run scripts/bootstrap first", pytrace=False)
+        pytest.fail(
+            "airflow-mpi is not installed in this environment: run scripts/bootstrap first", pytrace=False
+        )
 
 
 @pytest.fixture(scope="package")
@@ -70,8 +72,9 @@ def e2e_env(dags_folder, artifacts_dir):
     shutil.rmtree(home, ignore_errors=True)
     # the kubeconfig paths are known before the cluster exists: the services only need them in their connection
     roles = role_kubeconfigs(artifacts_dir) if kube.env_kubeconfig() is None else None
-    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE,
-                         service_kubeconfigs=roles)
+    stack = AirflowStack(
+        dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, service_kubeconfigs=roles
+    )
     starting = kube.Starting(cluster)
     try:
         stack.start()
@@ -99,14 +102,20 @@ def role_kubeconfigs(artifacts_dir: Path) -> dict[str, Path]:
 def grant_roles(cluster, kubeconfigs: dict[str, Path]) -> None:
     """The shipped roles, each bound in NAMESPACE to a service account of its own; their kubeconfigs written where
     the services' connections point."""
-    from tests.integration.least_privilege import (SWEEPER_ROLE, WORKER_ROLE, apply_role,
-                                                   bound_service_account_kubeconfig, shipped_role)
+    from tests.integration.least_privilege import (
+        SWEEPER_ROLE,
+        WORKER_ROLE,
+        apply_role,
+        bound_service_account_kubeconfig,
+        shipped_role,
+    )
 
     api = cluster.api_client()
     for role, dest in ((WORKER_ROLE, kubeconfigs["scheduler"]), (SWEEPER_ROLE, kubeconfigs["api-server"])):
         apply_role(api, shipped_role(role))
-        bound_service_account_kubeconfig(api, str(cluster.kubeconfig), NAMESPACE, role, dest,
-                                         service_account=f"e2e-{role}")
+        bound_service_account_kubeconfig(
+            api, str(cluster.kubeconfig), NAMESPACE, role, dest, service_account=f"e2e-{role}"
+        )
 
 
 @pytest.fixture(scope="package")
@@ -133,4 +142,6 @@ def custom_api(cluster):
 
 def mpijobs(custom_api, label_selector: str | None = None) -> list[dict]:
     kwargs = {"label_selector": label_selector} if label_selector else {}
-    return custom_api.list_namespaced_custom_object("kubeflow.org", "v2beta1", NAMESPACE, "mpijobs", **kwargs)["items"]
+    return custom_api.list_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", NAMESPACE, "mpijobs", **kwargs
+    )["items"]

@@ -27,8 +27,12 @@ def af2_airflow() -> Path:
     airflow = AF2_VENV / "bin" / "airflow"
     if not airflow.exists():
         pytest.fail(f"no Airflow 2.11 environment at {AF2_VENV}: run scripts/bootstrap", pytrace=False)
-    version = subprocess.run([str(AF2_VENV / "bin" / "python"), "-c", "import airflow; print(airflow.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [str(AF2_VENV / "bin" / "python"), "-c", "import airflow; print(airflow.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert version.startswith("2.11."), version
     return airflow
 
@@ -37,22 +41,30 @@ def test_dags_test_mpi_pi_on_airflow_2_11(af2_airflow, cluster, tmp_path, artifa
     home = tmp_path / "af2-home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__EXECUTOR": "SequentialExecutor",
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(cluster.kubeconfig, NAMESPACE),
-        "PATH": f"{af2_airflow.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    })
-    subprocess.run([str(af2_airflow), "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__EXECUTOR": "SequentialExecutor",
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(cluster.kubeconfig, NAMESPACE),
+            "PATH": f"{af2_airflow.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
+    subprocess.run(
+        [str(af2_airflow), "db", "migrate"], env=env, cwd=home, check=True, capture_output=True, timeout=300
+    )
 
     cluster.serve_launcher_logs(NAMESPACE, pi_output(4))
     conf = {"workers": 2, "slots_per_worker": 2}
     proc = subprocess.run(
         [str(af2_airflow), "dags", "test", "mpi_pi", "-c", json.dumps(conf)],
-        env=env, cwd=home, capture_output=True, text=True, timeout=600,
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     output = proc.stdout + proc.stderr
     (artifacts_dir / "airflow2-dags-test.log").write_text(output)
@@ -66,6 +78,8 @@ def test_dags_test_mpi_pi_on_airflow_2_11(af2_airflow, cluster, tmp_path, artifa
     # the run and both tasks ended successfully, in the 2.11 metadata database
     with sqlite3.connect(home / "airflow.db") as db:
         runs = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'mpi_pi'").fetchall()
-        tasks = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 'mpi_pi'").fetchall())
+        tasks = dict(
+            db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 'mpi_pi'").fetchall()
+        )
     assert [state for _, state in runs] == ["success"], runs
     assert tasks == {"pi": "success", "report": "success"}

@@ -30,8 +30,11 @@ def dags_ready(client):
 
 
 def _jobs_of(custom_api, run_id: str) -> list[dict]:
-    return [j for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={DAG}")
-            if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id]
+    return [
+        j
+        for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={DAG}")
+        if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
+    ]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,16 +45,27 @@ def launcher_output(cluster):
 def _run_all(client, confs: list[dict]) -> list[tuple[str, dict]]:
     """Trigger every conf at once (they overlap in the scheduler and triggerer), then wait for each task."""
     run_ids = [client.trigger(DAG, conf)["dag_run_id"] for conf in confs]
-    return [(run_id, client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=RUN_TIMEOUT))
-            for run_id in run_ids]
+    return [
+        (
+            run_id,
+            client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=RUN_TIMEOUT),
+        )
+        for run_id in run_ids
+    ]
 
 
 def _wait_try_finished(client, run_id: str, try_number: int) -> dict:
     def probe():
         ti = client.task_instance(DAG, run_id, TASK)
-        return ti if ti["try_number"] >= try_number and ti["state"] in ("success", "failed", "up_for_retry") else None
+        return (
+            ti
+            if ti["try_number"] >= try_number and ti["state"] in ("success", "failed", "up_for_retry")
+            else None
+        )
 
-    return wait_until(probe, timeout=RUN_TIMEOUT, interval=0.5, what=f"try {try_number} of {DAG}/{run_id}", ignore=())
+    return wait_until(
+        probe, timeout=RUN_TIMEOUT, interval=0.5, what=f"try {try_number} of {DAG}/{run_id}", ignore=()
+    )
 
 
 def _assert_no_spurious_failure(client) -> None:

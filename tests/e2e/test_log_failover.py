@@ -35,10 +35,13 @@ def _launcher_lines(client, run_id: str) -> list[str]:
 def _streamed(client, run_id: str, expected: list[str]):
     def probe():
         return set(expected) <= set(_launcher_lines(client, run_id)) or None
+
     wait_until(probe, timeout=TIMEOUT, interval=0.5, what=f"{expected[-1]!r} in the task log", ignore=())
 
 
-def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill(airflow_stack, client, cluster, custom_api):
+def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill(
+    airflow_stack, client, cluster, custom_api
+):
     if not cluster.simulated:
         pytest.skip("scripted launcher lines need the simulated cluster")
     messages = numbered_lines("first") + numbered_lines("second") + numbered_lines("third")
@@ -56,8 +59,11 @@ def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill(airflow_s
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("third"))
     _streamed(client, run_id, messages)
 
-    (job,) = [j for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={DAG}")
-              if j["metadata"]["annotations"]["airflow-mpi.io/run-id"] == run_id]
+    (job,) = [
+        j
+        for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={DAG}")
+        if j["metadata"]["annotations"]["airflow-mpi.io/run-id"] == run_id
+    ]
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
     ti = client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
     log = client.task_log(DAG, run_id, TASK)

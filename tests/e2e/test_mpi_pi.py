@@ -31,8 +31,13 @@ def _assert_launcher_lines(log: str, cluster, np: int) -> None:
 
 
 def test_rest_trigger_with_conf_overrides_runs_and_returns_the_job(client, cluster, custom_api):
-    conf = {"workers": 3, "slots_per_worker": 2, "image": "mpioperator/mpi-pi:openmpi",
-            "mpi_implementation": "OpenMPI", "deferrable": False}
+    conf = {
+        "workers": 3,
+        "slots_per_worker": 2,
+        "image": "mpioperator/mpi-pi:openmpi",
+        "mpi_implementation": "OpenMPI",
+        "deferrable": False,
+    }
     cluster.serve_launcher_logs(NAMESPACE, pi_output(6))
     run = client.trigger(DAG, conf)
     assert run["conf"] == conf
@@ -54,8 +59,11 @@ def test_rest_trigger_with_conf_overrides_runs_and_returns_the_job(client, clust
     assert report["job"] == f"{NAMESPACE}/{job['name']}"
     assert report["condition"] == "Succeeded"
     # on_finish_action="delete_succeeded": nothing is left on the cluster
-    _wait(lambda: not [j for j in mpijobs(custom_api) if j["metadata"]["name"] == job["name"]], 60,
-          f"MPIJob {job['name']} to be deleted after success")
+    _wait(
+        lambda: not [j for j in mpijobs(custom_api) if j["metadata"]["name"] == job["name"]],
+        60,
+        f"MPIJob {job['name']} to be deleted after success",
+    )
 
 
 def test_deferrable_run_passes_through_the_triggerer(client, cluster):
@@ -64,8 +72,15 @@ def test_deferrable_run_passes_through_the_triggerer(client, cluster):
     run_id = client.trigger(DAG, conf)["dag_run_id"]
 
     seen: list[str] = []
-    ti = client.wait_task(DAG, run_id, "pi", {"success", "failed", "upstream_failed"}, timeout=RUN_TIMEOUT,
-                          seen=seen, interval=0.2)
+    ti = client.wait_task(
+        DAG,
+        run_id,
+        "pi",
+        {"success", "failed", "upstream_failed"},
+        timeout=RUN_TIMEOUT,
+        seen=seen,
+        interval=0.2,
+    )
     assert ti["state"] == "success", client.task_log(DAG, run_id, "pi")
     assert "deferred" in seen, f"task states observed: {seen}"
     assert ti["try_number"] == 1
@@ -83,8 +98,14 @@ def test_deferrable_run_passes_through_the_triggerer(client, cluster):
 
 @pytest.mark.parametrize(
     "conf",
-    [{"workers": 0}, {"workers": 17}, {"slots_per_worker": 9}, {"mpi_implementation": "LAM"},
-     {"image": ""}, {"deferrable": "yes"}],
+    [
+        {"workers": 0},
+        {"workers": 17},
+        {"slots_per_worker": 9},
+        {"mpi_implementation": "LAM"},
+        {"image": ""},
+        {"deferrable": "yes"},
+    ],
     ids=["workers-0", "workers-17", "slots-9", "implementation", "image-empty", "deferrable-string"],
 )
 def test_conf_violating_a_param_schema_is_refused(client, custom_api, conf):
@@ -102,9 +123,12 @@ HOLD = "e2e_mpi_hold"
 
 
 def _live_jobs(custom_api, run_id: str) -> list[dict]:
-    return [j for j in mpijobs(custom_api, "airflow-mpi.io/dag-id=e2e_mpi_hold")
-            if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
-            and not j["metadata"].get("deletionTimestamp")]
+    return [
+        j
+        for j in mpijobs(custom_api, "airflow-mpi.io/dag-id=e2e_mpi_hold")
+        if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
+        and not j["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
@@ -122,7 +146,9 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
         ti = client.task_instance(HOLD, run_id, "hold")
         if ti["state"] in ("success", "failed", "upstream_failed"):
             log = client.task_log(HOLD, run_id, "hold", try_number)
-            raise AssertionError(f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}")
+            raise AssertionError(
+                f"try {try_number} ended {ti['state']} instead of waiting on its MPIJob:\n{log[-3000:]}"
+            )
         trigger_id = (ti.get("trigger") or {}).get("id")
         if ti["state"] != "deferred" or ti["try_number"] != try_number or trigger_id is None:
             return None, []
@@ -134,13 +160,20 @@ def _deferred_job(client, custom_api, run_id: str, try_number: int = 1) -> dict:
 
     def settled():
         first, jobs = observe()
-        if first is None or len(first[1]) != 1:  # not deferred (yet, or between two deferrals) / no single job
+        if (
+            first is None or len(first[1]) != 1
+        ):  # not deferred (yet, or between two deferrals) / no single job
             return None
         again, _ = observe()
         return jobs[0] if again == first else None
 
-    return wait_until(settled, timeout=RUN_TIMEOUT, interval=0.5,
-                      what=f"try {try_number} of {HOLD}/{run_id} to wait in a running trigger", ignore=())
+    return wait_until(
+        settled,
+        timeout=RUN_TIMEOUT,
+        interval=0.5,
+        what=f"try {try_number} of {HOLD}/{run_id} to wait in a running trigger",
+        ignore=(),
+    )
 
 
 def _gone(custom_api, uid: str) -> bool:
@@ -152,8 +185,11 @@ def test_marking_a_deferred_task_failed_deletes_its_mpijob(client, custom_api):
     job = _deferred_job(client, custom_api, run_id)
 
     client.set_task_state(HOLD, run_id, "hold", "failed")
-    _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 90,
-          f"MPIJob {job['metadata']['name']} to be deleted after the task was marked failed")
+    _wait(
+        lambda: _gone(custom_api, job["metadata"]["uid"]),
+        90,
+        f"MPIJob {job['metadata']['name']} to be deleted after the task was marked failed",
+    )
     assert client.wait_run(HOLD, run_id, timeout=60)["state"] == "failed"
 
 
@@ -162,8 +198,11 @@ def test_clearing_a_deferred_task_deletes_its_mpijob(client, custom_api):
     job = _deferred_job(client, custom_api, run_id)
 
     client.clear_task(HOLD, run_id, ["hold"])
-    _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 90,
-          f"MPIJob {job['metadata']['name']} to be deleted after the task was cleared")
+    _wait(
+        lambda: _gone(custom_api, job["metadata"]["uid"]),
+        90,
+        f"MPIJob {job['metadata']['name']} to be deleted after the task was cleared",
+    )
 
     # the cleared task runs again with a fresh MPIJob; end it the same way
     def next_try():
@@ -177,7 +216,9 @@ def test_clearing_a_deferred_task_deletes_its_mpijob(client, custom_api):
     _wait(lambda: _gone(custom_api, again["metadata"]["uid"]), 90, "the second MPIJob to be deleted")
 
 
-def test_marking_a_task_failed_before_a_triggerer_picked_it_up_deletes_its_mpijob(airflow_stack, client, custom_api):
+def test_marking_a_task_failed_before_a_triggerer_picked_it_up_deletes_its_mpijob(
+    airflow_stack, client, custom_api
+):
     """No trigger runs, so no on_kill can: the provider's listener in the API server deletes the live job."""
     airflow_stack.stop_service("triggerer")
     try:
@@ -187,8 +228,11 @@ def test_marking_a_task_failed_before_a_triggerer_picked_it_up_deletes_its_mpijo
         assert f"trigger {HOLD}/{run_id}/hold/" not in client.task_log(HOLD, run_id, "hold")
 
         client.set_task_state(HOLD, run_id, "hold", "failed")
-        _wait(lambda: _gone(custom_api, job["metadata"]["uid"]), 60,
-              f"MPIJob {job['metadata']['name']} to be deleted although no trigger ever ran")
+        _wait(
+            lambda: _gone(custom_api, job["metadata"]["uid"]),
+            60,
+            f"MPIJob {job['metadata']['name']} to be deleted although no trigger ever ran",
+        )
         assert client.wait_run(HOLD, run_id, timeout=60)["state"] == "failed"
     finally:
         airflow_stack.start_service("triggerer")

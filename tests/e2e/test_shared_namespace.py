@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from airflow_mpi.jobspec.status import job_state, true_condition_types
 from airflowstack import AirflowClient, AirflowStack, Background, StackError, wait_until
 from airflowstack.client import ApiError
-from airflowstack.stack import SERVICES
 from airflowstack.job_behaviour import RUN, SUCCEED, launcher_conf
-from airflow_mpi.jobspec.status import job_state, true_condition_types
+from airflowstack.stack import SERVICES
 
 from .conftest import E2E_DAGS, NAMESPACE, REPO, mpijobs
 
@@ -48,7 +48,9 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 LAUNCHER_LINES = ["shared namespace: step 1", "shared namespace: done"]
 
 TIMEOUT = 180
-SWEEP_TIMEOUT = 60  # a sweep's Kubernetes calls (list, get, delete) on an idle cluster take well under a second
+SWEEP_TIMEOUT = (
+    60  # a sweep's Kubernetes calls (list, get, delete) on an idle cluster take well under a second
+)
 # B only: the scheduler fails a task whose worker died once its heartbeats are this old (Airflow's default: 300 s).
 # Workers heartbeat every 5 s; 30 s leaves a loaded machine 5 late heartbeats before a live task is failed.
 B_ENV = {
@@ -64,8 +66,11 @@ def _suffix() -> str:
 # ------------------------------------------------------------------------------------------------ cluster views
 def _jobs(custom_api, dag_id: str, run_id: str) -> list[dict]:
     """MPIJobs of one DAG run, by the raw run id annotation (whichever deployment made them)."""
-    return [j for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={dag_id}")
-            if (j["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION) == run_id]
+    return [
+        j
+        for j in mpijobs(custom_api, f"airflow-mpi.io/dag-id={dag_id}")
+        if (j["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION) == run_id
+    ]
 
 
 def _live(job: dict) -> bool:
@@ -77,7 +82,9 @@ def _one_live_job(custom_api, dag_id: str, run_id: str) -> dict:
         jobs = [j for j in _jobs(custom_api, dag_id, run_id) if _live(j)]
         return jobs[0] if len(jobs) == 1 else None
 
-    return wait_until(probe, timeout=TIMEOUT, interval=0.5, what=f"the live MPIJob of {dag_id}/{run_id}", ignore=())
+    return wait_until(
+        probe, timeout=TIMEOUT, interval=0.5, what=f"the live MPIJob of {dag_id}/{run_id}", ignore=()
+    )
 
 
 def _find(custom_api, uid: str) -> dict | None:
@@ -110,13 +117,20 @@ def _signal(pids: list[int], sig: int) -> None:
 
 
 def _deployment_id(client: AirflowClient) -> str:
-    return wait_until(lambda: client.variable(DEPLOYMENT_VARIABLE), timeout=60, interval=0.5,
-                      what=f"the Variable {DEPLOYMENT_VARIABLE}", ignore=())
+    return wait_until(
+        lambda: client.variable(DEPLOYMENT_VARIABLE),
+        timeout=60,
+        interval=0.5,
+        what=f"the Variable {DEPLOYMENT_VARIABLE}",
+        ignore=(),
+    )
 
 
 def _no_unexpected_commit(stack: AirflowStack) -> None:
     log = (stack.log_dir / "scheduler.log").read_text(errors="replace")
-    assert "UNEXPECTED COMMIT" not in log, [line for line in log.splitlines() if "UNEXPECTED COMMIT" in line][:5]
+    assert "UNEXPECTED COMMIT" not in log, [line for line in log.splitlines() if "UNEXPECTED COMMIT" in line][
+        :5
+    ]
     stack.check_alive()
 
 
@@ -135,8 +149,13 @@ def _kill_a_worker(stack: AirflowStack, client: AirflowClient) -> str:
     end: the scheduler fails it itself when its heartbeats stop); the run id."""
     run_id = client.trigger(PLAIN_HOLD)["dag_run_id"]
     ti = client.wait_task(PLAIN_HOLD, run_id, "hold", {"running"}, timeout=TIMEOUT)
-    task = wait_until(lambda: stack.task_process(ti["id"]), timeout=60, interval=0.2,
-                      what=f"the task process of {PLAIN_HOLD}/{run_id}", ignore=(StackError,))
+    task = wait_until(
+        lambda: stack.task_process(ti["id"]),
+        timeout=60,
+        interval=0.2,
+        what=f"the task process of {PLAIN_HOLD}/{run_id}",
+        ignore=(StackError,),
+    )
     _signal([stack.task_supervisor(ti["id"]), task], signal.SIGKILL)
     return run_id
 
@@ -160,8 +179,14 @@ def deployment_b(cluster, airflow_stack, dags_folder, artifacts_dir, custom_api,
     home = artifacts_dir / "airflow-home-b"
     shutil.rmtree(home, ignore_errors=True)
     roles = airflow_stack.service_kubeconfigs or None  # B's services under the same roles as A's
-    stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, extra_env=B_ENV,
-                         service_kubeconfigs=roles)
+    stack = AirflowStack(
+        dags_folder,
+        home=home,
+        kubeconfig=cluster.kubeconfig,
+        namespace=NAMESPACE,
+        extra_env=B_ENV,
+        service_kubeconfigs=roles,
+    )
     starting = Background(lambda: _bring_up_b(stack, custom_api), name="deployment-b")
     try:
         yield starting
@@ -169,7 +194,9 @@ def deployment_b(cluster, airflow_stack, dags_folder, artifacts_dir, custom_api,
         starting.join()
         for name in list(stack.services):  # B is thrown away: no graceful stop (its triggerer's takes ~10 s)
             stack.stop_service(name, signal.SIGKILL)
-        with contextlib.suppress(Exception):  # B's held job would outlive B: later modules share the namespace
+        with contextlib.suppress(
+            Exception
+        ):  # B's held job would outlive B: later modules share the namespace
             _delete(custom_api, starting.result().held_job["metadata"]["name"])
         stack.stop()
 
@@ -191,16 +218,30 @@ def _a_sweeps(stack: AirflowStack, client: AirflowClient, custom_api) -> None:
     run_id = client.trigger(SYNC_LAST_TRY, launcher_conf(RUN), run_id=f"swept-in-a-{_suffix()}")["dag_run_id"]
     ti = client.wait_task(SYNC_LAST_TRY, run_id, "job", {"running"}, timeout=TIMEOUT)
     own = _one_live_job(custom_api, SYNC_LAST_TRY, run_id)
-    wait_until(lambda: client.xcom(SYNC_LAST_TRY, run_id, "job", key=JOB_XCOM_KEY), timeout=TIMEOUT, interval=0.5,
-               what=f"the job record of {run_id}")
-    task = wait_until(lambda: stack.task_process(ti["id"]), timeout=60, interval=0.2,
-                      what=f"the task process of {run_id}", ignore=(StackError,))
+    wait_until(
+        lambda: client.xcom(SYNC_LAST_TRY, run_id, "job", key=JOB_XCOM_KEY),
+        timeout=TIMEOUT,
+        interval=0.5,
+        what=f"the job record of {run_id}",
+    )
+    task = wait_until(
+        lambda: stack.task_process(ti["id"]),
+        timeout=60,
+        interval=0.2,
+        what=f"the task process of {run_id}",
+        ignore=(StackError,),
+    )
     worker = [stack.task_supervisor(ti["id"]), task]
     _signal(worker, signal.SIGSTOP)
     try:
         client.set_task_state(SYNC_LAST_TRY, run_id, "job", "failed")
-        wait_until(lambda: _find(custom_api, own["metadata"]["uid"]) is None, timeout=SWEEP_TIMEOUT, interval=0.2,
-                   what=f"A's orphan {own['metadata']['name']} to be deleted by A's sweep", ignore=())
+        wait_until(
+            lambda: _find(custom_api, own["metadata"]["uid"]) is None,
+            timeout=SWEEP_TIMEOUT,
+            interval=0.2,
+            what=f"A's orphan {own['metadata']['name']} to be deleted by A's sweep",
+            ignore=(),
+        )
     finally:
         _signal(worker[::-1], signal.SIGCONT)  # the supervisor learns the task was failed and ends it
     assert client.wait_run(SYNC_LAST_TRY, run_id, timeout=TIMEOUT)["state"] == "failed"
@@ -210,7 +251,11 @@ def _a_sweeps(stack: AirflowStack, client: AirflowClient, custom_api) -> None:
 def test_a_rendered_manifest_applied_by_hand_survives_a_sweeps(airflow_stack, client, custom_api, tmp_path):
     """``airflow-mpi-render``'s manifest (identity annotations of a run that exists nowhere) applied with the
     Kubernetes API, as a user would with kubectl, belongs to no deployment: A's sweeps leave it running."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))
+    }
     env["AIRFLOW_HOME"] = str(tmp_path)  # a user's shell: no deployment's configuration, no database
     out = subprocess.run(  # `python -m airflow_mpi.render` is `airflow-mpi-render`, from this checkout
         [sys.executable, "-m", "airflow_mpi.render", str(E2E_DAGS / "e2e_mpi_hold.py"), "hold",
@@ -223,9 +268,15 @@ def test_a_rendered_manifest_applied_by_hand_survives_a_sweeps(airflow_stack, cl
     name = manifest["metadata"]["name"]
     custom_api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, manifest)
     try:
-        job = wait_until(lambda: (lambda j: j if j and "Running" in true_condition_types(j) else None)(
-            next((j for j in mpijobs(custom_api) if j["metadata"]["name"] == name), None)),
-            timeout=TIMEOUT, interval=0.5, what=f"the rendered MPIJob {name} to run", ignore=())
+        job = wait_until(
+            lambda: (lambda j: j if j and "Running" in true_condition_types(j) else None)(
+                next((j for j in mpijobs(custom_api) if j["metadata"]["name"] == name), None)
+            ),
+            timeout=TIMEOUT,
+            interval=0.5,
+            what=f"the rendered MPIJob {name} to run",
+            ignore=(),
+        )
 
         _a_sweeps(airflow_stack, client, custom_api)
 
@@ -242,15 +293,19 @@ def test_the_same_dag_and_run_id_in_two_deployments_runs_two_mpijobs(client, b, 
     confs = {"A": launcher_conf(SUCCEED, seconds=1), "B": launcher_conf(SUCCEED, seconds=2)}
     for who, c in clients.items():
         assert c.trigger(QUICK, confs[who], run_id=run_id)["dag_run_id"] == run_id
-    tis = {who: c.wait_task(QUICK, run_id, "quick", {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
-           for who, c in clients.items()}
+    tis = {
+        who: c.wait_task(QUICK, run_id, "quick", {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
+        for who, c in clients.items()
+    }
     for who, ti in tis.items():
         assert ti["state"] == "success", (who, clients[who].task_log(QUICK, run_id, "quick")[-3000:])
 
     jobs = {j["metadata"]["name"]: j for j in _jobs(custom_api, QUICK, run_id)}
     results = {who: c.xcom(QUICK, run_id, "quick") for who, c in clients.items()}
-    assert len(jobs) == 2, (f"{len(jobs)} MPIJob(s) {sorted(jobs)} for run {run_id} of two deployments; "
-                            f"their tasks returned {results}")
+    assert len(jobs) == 2, (
+        f"{len(jobs)} MPIJob(s) {sorted(jobs)} for run {run_id} of two deployments; "
+        f"their tasks returned {results}"
+    )
     assert results["A"]["name"] != results["B"]["name"], results
 
     ids = {who: _deployment_id(c) for who, c in clients.items()}
@@ -269,14 +324,18 @@ def test_a_never_deletes_b_live_job(airflow_stack, client, b, custom_api):
     """B holds a running MPIJob (its task deferred, its trigger running in B's triggerer). A marks one of its own
     tasks failed and its run finishes: A sweeps the namespace twice, and B's job runs on."""
     held = b.held_job
-    _assert_untouched(custom_api, held, "deployment B's")  # earlier sweeps of A (the test above) spared it too
+    _assert_untouched(
+        custom_api, held, "deployment B's"
+    )  # earlier sweeps of A (the test above) spared it too
 
     _a_sweeps(airflow_stack, client, custom_api)
 
     _assert_untouched(custom_api, held, "deployment B's")
     assert held["metadata"]["labels"].get(DEPLOYMENT_LABEL) == _deployment_id(b.client)
-    assert b.client.task_instance(HOLD, held["metadata"]["annotations"][RUN_ID_ANNOTATION], "hold")["state"] == \
-        "deferred"
+    assert (
+        b.client.task_instance(HOLD, held["metadata"]["annotations"][RUN_ID_ANNOTATION], "hold")["state"]
+        == "deferred"
+    )
 
 
 def test_scheduler_stays_healthy_when_plain_tasks_fail(b, client, airflow_stack):
@@ -288,7 +347,9 @@ def test_scheduler_stays_healthy_when_plain_tasks_fail(b, client, airflow_stack)
     fail_ti = c.task_instance(PLAIN_FAIL, b.plain_fail_run, "fail")
     assert (fail_ti["state"], fail_ti["try_number"]) == ("failed", 2), fail_ti
 
-    held = c.wait_task(PLAIN_HOLD, b.plain_hold_run, "hold", {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
+    held = c.wait_task(
+        PLAIN_HOLD, b.plain_hold_run, "hold", {"success", "failed", "up_for_retry"}, timeout=TIMEOUT
+    )
     assert held["state"] == "failed", held
     assert c.event_logs(PLAIN_HOLD, "heartbeat timeout"), "the killed task was not failed by the scheduler"
 
@@ -300,8 +361,10 @@ def test_scheduler_stays_healthy_when_plain_tasks_fail(b, client, airflow_stack)
 
 def _logged(stack: AirflowStack, text: str, since: dict[str, int], services=SERVICES) -> int:
     """How often ``text`` is in the logs of ``services`` of ``stack``, after the offsets ``since``."""
-    return sum((stack.log_dir / f"{name}.log").read_text(errors="replace")[since.get(name, 0):].count(text)
-               for name in services)
+    return sum(
+        (stack.log_dir / f"{name}.log").read_text(errors="replace")[since.get(name, 0) :].count(text)
+        for name in services
+    )
 
 
 def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_stack, client, b, custom_api):
@@ -315,32 +378,53 @@ def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_s
     recorded = client.trigger(SYNC_LAST_TRY, launcher_conf(RUN), run_id=f"copied-{_suffix()}")["dag_run_id"]
     deferred = client.trigger(HOLD, run_id=f"deferred-{_suffix()}")["dag_run_id"]
     client.wait_task(SYNC_LAST_TRY, recorded, "job", {"running"}, timeout=TIMEOUT)
-    wait_until(lambda: client.xcom(SYNC_LAST_TRY, recorded, "job", key=JOB_XCOM_KEY), timeout=TIMEOUT, interval=0.5,
-               what=f"the job record of {recorded}")
+    wait_until(
+        lambda: client.xcom(SYNC_LAST_TRY, recorded, "job", key=JOB_XCOM_KEY),
+        timeout=TIMEOUT,
+        interval=0.5,
+        what=f"the job record of {recorded}",
+    )
     client.wait_task(HOLD, deferred, "hold", {"deferred"}, timeout=TIMEOUT)
-    jobs = {"running at the copy": _one_live_job(custom_api, SYNC_LAST_TRY, recorded),
-            "deferred at the copy": _one_live_job(custom_api, HOLD, deferred)}
+    jobs = {
+        "running at the copy": _one_live_job(custom_api, SYNC_LAST_TRY, recorded),
+        "deferred at the copy": _one_live_job(custom_api, HOLD, deferred),
+    }
     since = {name: (b.stack.log_dir / f"{name}.log").stat().st_size for name in b.stack.services}
     copy = b.stack.postgres.copy_database(airflow_stack.postgres, "airflow", f"copy_{_suffix()}")
     after = client.trigger(HOLD, run_id=f"after-the-copy-{_suffix()}")["dag_run_id"]
     jobs["started after the copy"] = _one_live_job(custom_api, HOLD, after)
     client.wait_task(HOLD, after, "hold", {"deferred"}, timeout=TIMEOUT)
 
-    b.stack.restart({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": copy,
-                     "AIRFLOW__CORE__FERNET_KEY": airflow_stack.env["AIRFLOW__CORE__FERNET_KEY"],
-                     # B's triggerer adopts the copy's triggers of A's triggerer (dead there) sooner (default: 30 s)
-                     "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"})
+    b.stack.restart(
+        {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": copy,
+            "AIRFLOW__CORE__FERNET_KEY": airflow_stack.env["AIRFLOW__CORE__FERNET_KEY"],
+            # B's triggerer adopts the copy's triggers of A's triggerer (dead there) sooner (default: 30 s)
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+        }
+    )
     assert _deployment_id(b.client) == _deployment_id(client)
-    wait_until(lambda: _logged(b.stack, "this database is a copy of another deployment's", since), timeout=60,
-               interval=0.5, what="B's components to log that its database is a copy", ignore=())
+    wait_until(
+        lambda: _logged(b.stack, "this database is a copy of another deployment's", since),
+        timeout=60,
+        interval=0.5,
+        what="B's components to log that its database is a copy",
+        ignore=(),
+    )
 
     assert b.client.trigger(HOLD, run_id=after)["dag_run_id"] == after
-    ti = b.client.wait_task(HOLD, after, "hold", {"failed", "up_for_retry", "deferred", "success"}, timeout=TIMEOUT)
+    ti = b.client.wait_task(
+        HOLD, after, "hold", {"failed", "up_for_retry", "deferred", "success"}, timeout=TIMEOUT
+    )
     log = b.client.task_log(HOLD, after, "hold")
     assert ti["state"] == "failed", (ti["state"], log[-3000:])
-    assert "claimed for deployment id" in log and "by installation" in log and "deployment_id" in log, log[-3000:]
+    assert "claimed for deployment id" in log and "by installation" in log and "deployment_id" in log, log[
+        -3000:
+    ]
 
-    sweeps = {"scheduler": 2}  # B's sweeps, refused: the ends of the two copied runs (their jobs' places: "its")
+    sweeps = {
+        "scheduler": 2
+    }  # B's sweeps, refused: the ends of the two copied runs (their jobs' places: "its")
     try:
         b.client.set_task_state(SYNC_LAST_TRY, recorded, "job", "failed")
         sweeps["api-server"] = 1  # marking it failed
@@ -352,25 +436,44 @@ def test_a_deployment_on_a_copy_of_a_database_deletes_none_of_its_jobs(airflow_s
     assert ti["state"] == "failed", ti  # B's triggerer adopted the copied trigger: it fired an error at once
     gone = lambda: [k for k, j in jobs.items() if _find(custom_api, j["metadata"]["uid"]) is None]  # noqa: E731
     for service, count in sweeps.items():
-        wait_until(lambda service=service, count=count: (
-                       gone() or _logged(b.stack, "Not sweeping it", since, [service]) >= count),
-                   timeout=SWEEP_TIMEOUT, interval=0.2, what=f"{count} sweep(s) of B's {service}", ignore=())
+        wait_until(
+            lambda service=service, count=count: (
+                gone() or _logged(b.stack, "Not sweeping it", since, [service]) >= count
+            ),
+            timeout=SWEEP_TIMEOUT,
+            interval=0.2,
+            what=f"{count} sweep(s) of B's {service}",
+            ignore=(),
+        )
     for which, job in jobs.items():
         _assert_untouched(custom_api, job, f"A's job {which}:")
-    assert client.task_instance(HOLD, after, "hold")["state"] == client.task_instance(HOLD, deferred, "hold")[
-        "state"] == "deferred"
+    assert (
+        client.task_instance(HOLD, after, "hold")["state"]
+        == client.task_instance(HOLD, deferred, "hold")["state"]
+        == "deferred"
+    )
     assert client.task_instance(SYNC_LAST_TRY, recorded, "job")["state"] == "running"
 
-    for dag_id, run_id, task_id in ((SYNC_LAST_TRY, recorded, "job"), (HOLD, deferred, "hold"), (HOLD, after, "hold")):
+    for dag_id, run_id, task_id in (
+        (SYNC_LAST_TRY, recorded, "job"),
+        (HOLD, deferred, "hold"),
+        (HOLD, after, "hold"),
+    ):
         # A kills its own: its workers, triggerer and sweeps are unaffected
         client.set_task_state(dag_id, run_id, task_id, "failed")
     for job in jobs.values():
-        wait_until(lambda job=job: _find(custom_api, job["metadata"]["uid"]) is None, timeout=SWEEP_TIMEOUT,
-                   interval=0.2, what=f"A to delete its own {job['metadata']['name']}", ignore=())
+        wait_until(
+            lambda job=job: _find(custom_api, job["metadata"]["uid"]) is None,
+            timeout=SWEEP_TIMEOUT,
+            interval=0.2,
+            what=f"A to delete its own {job['metadata']['name']}",
+            ignore=(),
+        )
 
 
-def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once(airflow_stack, client, cluster,
-                                                                                 custom_api):
+def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once(
+    airflow_stack, client, cluster, custom_api
+):
     """The UI's "mark failed" is a REST request: with the Kubernetes API server down it answers in seconds (the
     sweep it causes waits elsewhere), and the scheduler, finishing that run meanwhile, schedules another to its end.
     Last in the module: the API server is restarted and the mpi-operator leads again before anything else runs."""
@@ -395,12 +498,16 @@ def test_marking_an_mpi_task_failed_with_the_kubernetes_api_down_answers_at_once
             seen["error"] = exc
 
     try:
-        cluster.local.restart_apiserver(down_hook=while_down, grace=0)  # killed: its graceful stop can take 20 s
+        cluster.local.restart_apiserver(
+            down_hook=while_down, grace=0
+        )  # killed: its graceful stop can take 20 s
         cluster.local.controller("mpi-operator").wait_ready(timeout=120)
     finally:
         with contextlib.suppress(Exception):
             _delete(custom_api, job["metadata"]["name"])
-    assert seen["seconds"] < 5, f"marking the task failed took {seen['seconds']:.1f} s ({seen.get('error')!r})"
+    assert seen["seconds"] < 5, (
+        f"marking the task failed took {seen['seconds']:.1f} s ({seen.get('error')!r})"
+    )
     assert "error" not in seen, seen
     assert (seen["hold"], seen["smoke"]) == ("failed", "success"), seen
     _no_unexpected_commit(airflow_stack)

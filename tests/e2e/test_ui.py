@@ -30,7 +30,9 @@ def browser():
 
 @pytest.fixture
 def page(browser, airflow_stack):
-    with logged_in_page(browser, airflow_stack.base_url, airflow_stack.username, airflow_stack.password) as page:
+    with logged_in_page(
+        browser, airflow_stack.base_url, airflow_stack.username, airflow_stack.password
+    ) as page:
         yield page
 
 
@@ -52,8 +54,14 @@ def test_trigger_form_run_succeeds(page, client, cluster, artifacts_dir):
     form = page.get_by_role("dialog")
     form.get_by_text("Run Parameters").first.wait_for()
     # the form is built from the Params: their titles and descriptions
-    for text in ("Workers", "Slots per worker", "MPI implementation", "Deferrable",
-                 "Worker pods (the MPIJob's Worker replicas).", "Selects the mpirun flavour"):
+    for text in (
+        "Workers",
+        "Slots per worker",
+        "MPI implementation",
+        "Deferrable",
+        "Worker pods (the MPIJob's Worker replicas).",
+        "Selects the mpirun flavour",
+    ):
         form.get_by_text(text).first.wait_for()
     workers = form.locator("input[name=element_workers]")
     assert workers.input_value() == "2"

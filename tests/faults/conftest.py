@@ -9,7 +9,7 @@ end of the package the table goes to ``.artifacts/faults/faults.md`` (copied int
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -27,8 +27,14 @@ from tests.faults.record import Results
 
 REPEAT = int(os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "1"))
 ARTIFACTS = REPO / ".artifacts" / "faults"
-DAGS = ["e2e_mpi_quick", "e2e_fault_sync", "e2e_fault_sync_last_try", "e2e_fault_cleanup_sync",
-        "e2e_fault_cleanup_deferred", "e2e_fault_task_mpi"]
+DAGS = [
+    "e2e_mpi_quick",
+    "e2e_fault_sync",
+    "e2e_fault_sync_last_try",
+    "e2e_fault_cleanup_sync",
+    "e2e_fault_cleanup_deferred",
+    "e2e_fault_task_mpi",
+]
 
 
 @pytest.fixture(params=range(REPEAT), ids=lambda i: f"run{i + 1}")
@@ -55,5 +61,5 @@ def artifacts_dir() -> Path:
 def results(artifacts_dir):
     table = Results()
     yield table
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     (artifacts_dir / "faults.md").write_text(table.markdown(started, REPEAT))

@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflowstack import StackError, wait_until
 from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
@@ -35,18 +35,30 @@ TASK_MPI = FaultTask("e2e_fault_task_mpi", "rank_value", "deferred")
 
 
 def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:
-    return [e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if " line " in e or " tie " in e]
+    return [
+        e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if " line " in e or " tie " in e
+    ]
 
 
 def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number: int = 1) -> None:
-    wait_until(lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None, timeout=TIMEOUT,
-               interval=0.5, what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})", ignore=())
+    wait_until(
+        lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None,
+        timeout=TIMEOUT,
+        interval=0.5,
+        what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})",
+        ignore=(),
+    )
 
 
 def try_running(client, t: FaultTask, run_id: str, try_number: int) -> None:
     """Wait until try ``try_number`` of the task runs (its log exists from then on: asked earlier, it is a 404)."""
-    wait_until(lambda: (lambda ti: ti["try_number"] == try_number and ti["state"] == "running")(
-        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {try_number} of {run_id} running")
+    wait_until(
+        lambda: (lambda ti: ti["try_number"] == try_number and ti["state"] == "running")(
+            client.task_instance(t.dag, run_id, t.task)
+        ),
+        timeout=TIMEOUT,
+        what=f"try {try_number} of {run_id} running",
+    )
 
 
 def message(client, t: FaultTask, run_id: str, ti: dict, job_name: str) -> str:
@@ -78,28 +90,51 @@ def waiting_jobs(client, cluster, custom_api, tasks: list[FaultTask]) -> list[tu
     return waiting
 
 
-def record(results, scenario: str, client, custom_api, t: FaultTask, run_id: str, expected: list[str],
-           job: dict, outcome: tuple[str, int] = ("success", 1), every_try: bool = False,
-           note: Callable[[], str] | None = None) -> Run:
+def record(
+    results,
+    scenario: str,
+    client,
+    custom_api,
+    t: FaultTask,
+    run_id: str,
+    expected: list[str],
+    job: dict,
+    outcome: tuple[str, int] = ("success", 1),
+    every_try: bool = False,
+    note: Callable[[], str] | None = None,
+) -> Run:
     """Wait for the task's end and measure it: launcher lines in the log of its last try (``every_try``: in the
     logs of all its tries); ``job``: its first MPIJob, ``outcome``: the final state and try number the fault
     implies; ``note()``, asked once the run is over (e.g. what deleted the job), follows the message in brackets."""
-    ti = wait_until(lambda: (lambda ti: ti if ti["state"] in ENDED and ti["try_number"] >= outcome[1] else None)(
-        client.task_instance(t.dag, run_id, t.task)), timeout=TIMEOUT, what=f"try {outcome[1]} of {run_id} to end")
+    ti = wait_until(
+        lambda: (lambda ti: ti if ti["state"] in ENDED and ti["try_number"] >= outcome[1] else None)(
+            client.task_instance(t.dag, run_id, t.task)
+        ),
+        timeout=TIMEOUT,
+        what=f"try {outcome[1]} of {run_id} to end",
+    )
     if ti["state"] != "up_for_retry":  # orphans are counted once the run is over and its end's sweep is done
         client.wait_run(t.dag, run_id, timeout=TIMEOUT)
         with contextlib.suppress(StackError):  # still live then: measured below as an orphan
-            wait_until(lambda: not live_jobs(custom_api, t.dag, run_id), timeout=SWEEP_TIMEOUT, ignore=(),
-                       what=f"the jobs of {run_id} to be finished or deleted")
+            wait_until(
+                lambda: not live_jobs(custom_api, t.dag, run_id),
+                timeout=SWEEP_TIMEOUT,
+                ignore=(),
+                what=f"the jobs of {run_id} to be finished or deleted",
+            )
     tries = range(1, ti["try_number"] + 1) if every_try else [ti["try_number"]]
     lines = [line for n in tries for line in launcher_lines(client, t, run_id, n)]
     text = message(client, t, run_id, ti, job["metadata"]["name"]) + (f" [{note()}]" if note else "")
-    return results.add(measure(scenario, custom_api, t.dag, run_id, ti, lines, expected, text,
-                               {job["metadata"]["uid"]}, outcome))
+    return results.add(
+        measure(
+            scenario, custom_api, t.dag, run_id, ti, lines, expected, text, {job["metadata"]["uid"]}, outcome
+        )
+    )
 
 
-def more_lines(client, cluster, t: FaultTask, run_id: str, expected: list[str], label: str,
-               try_number: int = 1) -> None:
+def more_lines(
+    client, cluster, t: FaultTask, run_id: str, expected: list[str], label: str, try_number: int = 1
+) -> None:
     """A batch of launcher lines ``label``: printed, added to ``expected``, awaited in the task log of
     ``try_number``."""
     cluster.local.append_launcher_logs(NAMESPACE, stamped_lines(label))
@@ -126,7 +161,11 @@ def deemed_dead(client, job_type: str, job_id: int, threshold: float) -> None:
     def age() -> float:
         (job,) = [j for j in client.jobs(job_type, state=None) if j["id"] == job_id]
         beat = datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00"))
-        return (datetime.now(timezone.utc) - beat).total_seconds()
+        return (datetime.now(UTC) - beat).total_seconds()
 
-    wait_until(lambda: age() > threshold, timeout=threshold + TIMEOUT, interval=0.5,
-               what=f"{job_type} {job_id}'s last heartbeat to be {threshold:.0f} s old")
+    wait_until(
+        lambda: age() > threshold,
+        timeout=threshold + TIMEOUT,
+        interval=0.5,
+        what=f"{job_type} {job_id}'s last heartbeat to be {threshold:.0f} s old",
+    )

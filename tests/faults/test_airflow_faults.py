@@ -22,11 +22,11 @@ import pytest
 import sqlalchemy
 from sqlalchemy.pool import NullPool
 
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
+from airflow_mpi.jobspec.status import job_state
 from airflowstack import AirflowStack, StackError, wait_until
 from airflowstack._proc import parent_pid
 from airflowstack.job_behaviour import RUN, finish_launcher, launcher_conf, numbered_lines, stamped_lines
-from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
-from airflow_mpi.jobspec.status import job_state
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.record import Run, live_jobs
 from tests.faults.scenario import (
@@ -47,7 +47,9 @@ from tests.faults.scenario import (
 # [scheduler] scheduler_health_check_threshold old, a triggerer once its own is [triggerer]
 # triggerer_health_check_threshold old
 SCHEDULER_HEALTH_CHECK_THRESHOLD = 30.0
-ORPHAN_EXIT_TIMEOUT = 15  # the orphaned task process looks at its parent every second (operators/supervision.py)
+ORPHAN_EXIT_TIMEOUT = (
+    15  # the orphaned task process looks at its parent every second (operators/supervision.py)
+)
 SECOND_TRIGGERER = "triggerer-2"
 FOREIGN_DEPLOYMENT = "another-deployment"
 DAG_ID = "airflow-mpi.io/dag-id"  # label and annotation of a job's task instance
@@ -70,7 +72,9 @@ class TaskProcess:
 
     def alive(self) -> bool:
         try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (
+                Path(f"/proc/{self.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
         except OSError:
             return False
         return cmdline.startswith(self.title)
@@ -109,10 +113,15 @@ def test_scheduler_sigkill_mid_wait(airflow_stack, client, cluster, custom_api, 
     try:
         airflow_stack.stop_service("scheduler", signal.SIGKILL)
         assert parent_pid(orphan.pid) != orphan.supervisor, "the task process did not outlive its supervisor"
-        wait_until(lambda: not orphan.alive(), timeout=ORPHAN_EXIT_TIMEOUT, interval=0.2,
-                   what=f"the orphaned task process {orphan.pid} to exit")
-        assert [j["metadata"]["uid"] for j in live_jobs(custom_api, SYNC.dag, sync_run)] == \
-            [sync_job["metadata"]["uid"]], "the orphan touched its job"
+        wait_until(
+            lambda: not orphan.alive(),
+            timeout=ORPHAN_EXIT_TIMEOUT,
+            interval=0.2,
+            what=f"the orphaned task process {orphan.pid} to exit",
+        )
+        assert [j["metadata"]["uid"] for j in live_jobs(custom_api, SYNC.dag, sync_run)] == [
+            sync_job["metadata"]["uid"]
+        ], "the orphan touched its job"
         cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("while-down"))
         deemed_dead(client, "SchedulerJob", scheduler["id"], SCHEDULER_HEALTH_CHECK_THRESHOLD)
     finally:
@@ -123,9 +132,20 @@ def test_scheduler_sigkill_mid_wait(airflow_stack, client, cluster, custom_api, 
         expected += numbered_lines("while-down")
         streamed(client, t, run_id, expected, try_number=2 if t is SYNC else 1)
         finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
-    runs = [record(results, f"scheduler SIGKILL mid-wait ({'sync, try reset' if t is SYNC else 'deferrable'})",
-                   client, custom_api, t, run_id, expected, job, ("success", 2 if t is SYNC else 1))
-            for t, (run_id, job, expected) in zip(tasks, waiting)]
+    runs = [
+        record(
+            results,
+            f"scheduler SIGKILL mid-wait ({'sync, try reset' if t is SYNC else 'deferrable'})",
+            client,
+            custom_api,
+            t,
+            run_id,
+            expected,
+            job,
+            ("success", 2 if t is SYNC else 1),
+        )
+        for t, (run_id, job, expected) in zip(tasks, waiting)
+    ]
     assert all(_clean(run, "success") for run in runs), runs
 
 
@@ -150,8 +170,9 @@ def _owner(client, stack: AirflowStack, run_id: str) -> tuple[int, str | None]:
     return trigger["triggerer_id"], stack.service_holding(f".trigger.{trigger['triggerer_id']}.log")
 
 
-def test_triggerer_sigkill_with_a_second_triggerer_running(two_triggerers, client, cluster, custom_api, results,
-                                                           repeat):
+def test_triggerer_sigkill_with_a_second_triggerer_running(
+    two_triggerers, client, cluster, custom_api, results, repeat
+):
     """Two triggerers run (HA); the one holding a deferred task's trigger is SIGKILLed and stays dead, a batch of
     lines comes while the trigger has no live owner, the other triggerer takes it over, a last batch follows.
 
@@ -175,8 +196,16 @@ def test_triggerer_sigkill_with_a_second_triggerer_running(two_triggerers, clien
     assert survivor_id != dead_id and survivor not in (None, owner), (dead_id, owner, survivor_id, survivor)
     more_lines(client, cluster, DEFERRED, run_id, expected, "after-takeover")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
-    run = record(results, "triggerer SIGKILL with a second triggerer running (HA, no restart)", client, custom_api,
-                 DEFERRED, run_id, expected, job)
+    run = record(
+        results,
+        "triggerer SIGKILL with a second triggerer running (HA, no restart)",
+        client,
+        custom_api,
+        DEFERRED,
+        run_id,
+        expected,
+        job,
+    )
     stack.start_service(owner)  # the pair again, for the next run (the scenario is over)
     assert _clean(run, "success"), run
 
@@ -188,8 +217,14 @@ def foreign_job(custom_api) -> dict:
     this deployment must never touch it (they list only jobs labelled with this deployment's identity)."""
     from airflow_mpi.operators import MPIJobOperator
 
-    operator = MPIJobOperator(task_id=SYNC_LAST_TRY.task, image="mpioperator/mpi-pi:openmpi", workers=1,
-                              namespace=NAMESPACE, name="foreign", **launcher_conf(RUN))
+    operator = MPIJobOperator(
+        task_id=SYNC_LAST_TRY.task,
+        image="mpioperator/mpi-pi:openmpi",
+        workers=1,
+        namespace=NAMESPACE,
+        name="foreign",
+        **launcher_conf(RUN),
+    )
     manifest = operator.build_manifest({"run_id": f"foreign__{uuid4().hex[:8]}"})
     manifest["metadata"]["labels"].update({DEPLOYMENT_LABEL: FOREIGN_DEPLOYMENT, DAG_ID: SYNC_LAST_TRY.dag})
     manifest["metadata"]["annotations"][DAG_ID] = SYNC_LAST_TRY.dag
@@ -200,8 +235,11 @@ def foreign_job(custom_api) -> dict:
 
 def _untouched(custom_api, job: dict) -> bool:
     now = custom_api.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, job["metadata"]["name"])
-    return (now["metadata"]["uid"] == job["metadata"]["uid"] and not now["metadata"].get("deletionTimestamp")
-            and not job_state(now).terminal)
+    return (
+        now["metadata"]["uid"] == job["metadata"]["uid"]
+        and not now["metadata"].get("deletionTimestamp")
+        and not job_state(now).terminal
+    )
 
 
 def _mark_failed_and_kill_api_server(stack: AirflowStack, t: FaultTask, run_id: str, ti_id: str) -> str:
@@ -225,8 +263,13 @@ def _mark_failed_and_kill_api_server(stack: AirflowStack, t: FaultTask, run_id: 
         with engine.connect() as db:  # READ COMMITTED: each query sees what is committed by then
             request = threading.Thread(target=mark, name="mark-failed")
             request.start()
-            wait_until(lambda: db.execute(query, {"id": ti_id}).scalar() == "failed", timeout=30, interval=0.002,
-                       what="the task instance's failed state to be committed", ignore=())
+            wait_until(
+                lambda: db.execute(query, {"id": ti_id}).scalar() == "failed",
+                timeout=30,
+                interval=0.002,
+                what="the task instance's failed state to be committed",
+                ignore=(),
+            )
             stack.stop_service("api-server", signal.SIGKILL)
     finally:
         engine.dispose()
@@ -239,17 +282,25 @@ def _deleted_by(stack: AirflowStack, client, t: FaultTask, run_id: str, name: st
     scheduler's (a DAG run's end) log ``Orphaned MPIJob <ns>/<name> ...: deleted`` (hooks/orphan_sweep.py); the task's
     ``on_kill`` logs ``Task killed: MPIJob <ns>/<name> deleted`` in the task log."""
     swept = f"Orphaned MPIJob {NAMESPACE}/{name} "
-    deleters = [who for service, who in (("api-server", "the API server's listener sweep"),
-                                         ("scheduler", "the scheduler's sweep at the DAG run's end"))
-                if any(swept in line and "): deleted" in line
-                       for line in (stack.log_dir / f"{service}.log").read_text(errors="replace").splitlines())]
+    deleters = [
+        who
+        for service, who in (
+            ("api-server", "the API server's listener sweep"),
+            ("scheduler", "the scheduler's sweep at the DAG run's end"),
+        )
+        if any(
+            swept in line and "): deleted" in line
+            for line in (stack.log_dir / f"{service}.log").read_text(errors="replace").splitlines()
+        )
+    ]
     if f"Task killed: MPIJob {NAMESPACE}/{name} deleted" in client.task_log_events(t.dag, run_id, t.task):
         deleters.append("the task's on_kill")
     return deleters
 
 
-def test_api_server_sigkill_while_marking_a_task_failed(airflow_stack, client, cluster, custom_api, results, repeat,
-                                                        foreign_job):
+def test_api_server_sigkill_while_marking_a_task_failed(
+    airflow_stack, client, cluster, custom_api, results, repeat, foreign_job
+):
     """A sync task waits (no retries); a user marks it failed (REST PATCH) and the API server is SIGKILLed as it
     commits, then restarted. The task ends failed, its MPIJob is deleted, nothing is left running, and another
     deployment's live job in the namespace is untouched.
@@ -277,8 +328,18 @@ def test_api_server_sigkill_while_marking_a_task_failed(airflow_stack, client, c
         deleters.extend(_deleted_by(airflow_stack, client, t, run_id, name))
         return f"request {answer}; job deleted by {' and '.join(deleters) or 'nobody'}"
 
-    run = record(results, "API server SIGKILL while a task is marked failed (sync)", client, custom_api, t, run_id,
-                 expected, job, ("failed", 1), note=note)
+    run = record(
+        results,
+        "API server SIGKILL while a task is marked failed (sync)",
+        client,
+        custom_api,
+        t,
+        run_id,
+        expected,
+        job,
+        ("failed", 1),
+        note=note,
+    )
     assert _clean(run, "failed"), run
     still = [j for j in live_jobs(custom_api, t.dag, run_id) if j["metadata"]["name"] == name]
     assert not still and len(deleters) == 1, (deleters, still)

@@ -88,9 +88,14 @@ def remote(cluster, airflow_stack, dags_folder, artifacts_dir):
     shutil.rmtree(home, ignore_errors=True)
     with S3Server(log_dir=home / "service-logs") as s3:
         s3.create_bucket(BUCKET)
-        stack = AirflowStack(dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE,
-                             extra_env={**s3.remote_logging_env(REMOTE_BASE), **REMOTE_ENV},
-                             service_kubeconfigs=airflow_stack.service_kubeconfigs or None)
+        stack = AirflowStack(
+            dags_folder,
+            home=home,
+            kubeconfig=cluster.kubeconfig,
+            namespace=NAMESPACE,
+            extra_env={**s3.remote_logging_env(REMOTE_BASE), **REMOTE_ENV},
+            service_kubeconfigs=airflow_stack.service_kubeconfigs or None,
+        )
         try:
             stack.start()
             deployment = Remote(stack, s3)
@@ -107,7 +112,7 @@ def _served_from_remote(remote: Remote, run_id: str) -> list[str]:
     """The sources of the task log the API server serves now: once the task has ended, the S3 objects alone."""
     events = remote.client.task_log_events(DEFERRED.dag, run_id, DEFERRED.task)
     start, end = events.index("::group::Log message source details"), events.index("::endgroup::")
-    sources = events[start + 1:end]
+    sources = events[start + 1 : end]
     assert sources and all(s.startswith(f"s3://{BUCKET}/") for s in sources), sources
     return sources
 
@@ -119,35 +124,69 @@ def test_remote_log_holds_every_launcher_line_once(remote, cluster, custom_api, 
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
     more_lines(client, cluster, DEFERRED, run_id, expected, "later")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
-    run = record(results, "remote logging (S3), no fault (deferrable)", client, custom_api, DEFERRED, run_id,
-                 expected, job)
-    assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), run
+    run = record(
+        results,
+        "remote logging (S3), no fault (deferrable)",
+        client,
+        custom_api,
+        DEFERRED,
+        run_id,
+        expected,
+        job,
+    )
+    assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == (
+        "success",
+        1,
+        0,
+        0,
+        0,
+        0,
+    ), run
     remote.keep_served_log("remote logging no fault", run_id)
     sources = _served_from_remote(remote, run_id)
     assert any(".trigger." in s for s in sources), sources  # the trigger's log was uploaded and is served
     assert launcher_lines(client, DEFERRED, run_id) == expected
 
 
-def test_triggerer_sigkill_and_restart_mid_stream_with_remote_logging(remote, cluster, custom_api, results, repeat):
+def test_triggerer_sigkill_and_restart_mid_stream_with_remote_logging(
+    remote, cluster, custom_api, results, repeat
+):
     """The triggerer is SIGKILLed while the launcher logs, more lines come while none runs, a new one (same machine,
     same log folder) takes the trigger over, a last batch follows. Once the task has ended, the log served from S3
     holds every launcher line exactly once: the dead triggerer's file, which Airflow never uploads, was handed over
     by the successor's trigger (its object is in the bucket) before it resumed past its lines."""
-    sources = _failover(remote, cluster, custom_api, results, "remote logging (S3): triggerer SIGKILL + restart mid-wait",
-                        lambda stack: stack.stop_service("triggerer", signal.SIGKILL))
-    assert len([s for s in sources if ".trigger." in s]) == 2, sources  # the dead triggerer's file and its successor's
+    sources = _failover(
+        remote,
+        cluster,
+        custom_api,
+        results,
+        "remote logging (S3): triggerer SIGKILL + restart mid-wait",
+        lambda stack: stack.stop_service("triggerer", signal.SIGKILL),
+    )
+    assert len([s for s in sources if ".trigger." in s]) == 2, (
+        sources
+    )  # the dead triggerer's file and its successor's
 
 
-def test_triggerer_sigterm_and_restart_mid_stream_with_remote_logging(remote, cluster, custom_api, results, repeat):
+def test_triggerer_sigterm_and_restart_mid_stream_with_remote_logging(
+    remote, cluster, custom_api, results, repeat
+):
     """The same with a graceful stop (SIGTERM, as a rolling restart sends): Airflow's triggerer cancels its triggers
     without uploading their logs either, so the successor hands the file over the same way. Exactly once."""
-    sources = _failover(remote, cluster, custom_api, results, "remote logging (S3): triggerer SIGTERM + restart mid-wait",
-                        lambda stack: stack.stop_service("triggerer"))
+    sources = _failover(
+        remote,
+        cluster,
+        custom_api,
+        results,
+        "remote logging (S3): triggerer SIGTERM + restart mid-wait",
+        lambda stack: stack.stop_service("triggerer"),
+    )
     assert len([s for s in sources if ".trigger." in s]) == 2, sources
 
 
-def test_triggerer_sigkill_and_restart_on_another_machine_with_remote_logging(remote, cluster, custom_api, results,
-                                                                               repeat, artifacts_dir):
+def test_triggerer_sigkill_and_restart_on_another_machine_with_remote_logging(
+    remote, cluster, custom_api, results, repeat, artifacts_dir
+):
     """The successor runs where the dead triggerer's file is not (another machine: here another log folder). It
     cannot read the dead one's position back and resumes from the defer-time one, so it logs the lines since the
     deferral again; the dead triggerer uploaded none of them, so once the task has ended the log served from S3
@@ -165,8 +204,14 @@ def test_triggerer_sigkill_and_restart_on_another_machine_with_remote_logging(re
         triggerer.env = {**own_env, "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(other)}
 
     try:
-        sources = _failover(remote, cluster, custom_api, results,
-                            "remote logging (S3): triggerer SIGKILL + restart on another machine", to_another_machine)
+        sources = _failover(
+            remote,
+            cluster,
+            custom_api,
+            results,
+            "remote logging (S3): triggerer SIGKILL + restart on another machine",
+            to_another_machine,
+        )
     finally:  # back on this machine for what follows (no trigger runs now: no takeover to wait for)
         stack.stop_service("triggerer", signal.SIGKILL)
         triggerer.env = own_env
@@ -187,7 +232,13 @@ def _failover(remote: Remote, cluster, custom_api, results, scenario: str, stop)
     run = record(results, scenario, client, custom_api, DEFERRED, run_id, expected, job)
     served = launcher_lines(client, DEFERRED, run_id)
     remote.keep_served_log(scenario, run_id)
-    assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == ("success", 1, 0, 0, 0, 0), (
-        run, served, remote.remote_keys(DEFERRED.dag, run_id))
+    assert (run.state, run.jobs, run.orphans, run.lost, run.doubled, run.spurious) == (
+        "success",
+        1,
+        0,
+        0,
+        0,
+        0,
+    ), (run, served, remote.remote_keys(DEFERRED.dag, run_id))
     assert served == expected
     return _served_from_remote(remote, run_id)

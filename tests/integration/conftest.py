@@ -114,7 +114,9 @@ def _local(name: str, api_version: str, kueue: bool = False):
     if REUSE_NAME and api_version == "v2beta1" and not kueue:
         c = LocalCluster.existing(REUSE_NAME)
         if not c.is_running():
-            pytest.fail(f"AIRFLOW_MPI_CLUSTER_NAME={REUSE_NAME}: that local cluster is not running", pytrace=False)
+            pytest.fail(
+                f"AIRFLOW_MPI_CLUSTER_NAME={REUSE_NAME}: that local cluster is not running", pytrace=False
+            )
         c.simulated = True
         yield c
         return
@@ -146,7 +148,9 @@ def v1_cluster():
     """Second cluster with the training-operator's kubeflow.org/v1 MPIJob CRD (no controller runs)."""
     if REAL_KUBECONFIG:
         if not REAL_V1_KUBECONFIG:
-            pytest.skip("AIRFLOW_MPI_V1_KUBECONFIG is not set (a cluster with the kubeflow.org/v1 MPIJob CRD)")
+            pytest.skip(
+                "AIRFLOW_MPI_V1_KUBECONFIG is not set (a cluster with the kubeflow.org/v1 MPIJob CRD)"
+            )
         yield RealCluster(REAL_V1_KUBECONFIG, "v1")
         return
     yield from _local(SESSION_V1_NAME, "v1")
@@ -158,7 +162,9 @@ def kueue_cluster():
     memory 2Gi, preemption within the queue by priority), WorkloadPriorityClasses ``low`` and ``high``.
     One per session (each test gets its own namespace and LocalQueue: ``kueue_namespace``)."""
     if REAL_KUBECONFIG:
-        pytest.skip("needs the local cluster's Kueue and its queues; AIRFLOW_MPI_KUBECONFIG points to another cluster")
+        pytest.skip(
+            "needs the local cluster's Kueue and its queues; AIRFLOW_MPI_KUBECONFIG points to another cluster"
+        )
     yield from _local(SESSION_KUEUE_NAME, "v2beta1", kueue=True)
 
 
@@ -245,7 +251,11 @@ def least_privilege_kubeconfig(k8s, kubeconfig, namespace, provider_role, tmp_pa
     """Kubeconfig of a service account of the test's namespace bound only to the shipped role."""
     from tests.integration.least_privilege import bound_service_account_kubeconfig
 
-    return str(bound_service_account_kubeconfig(k8s, kubeconfig, namespace, provider_role, tmp_path / "sa-kubeconfig"))
+    return str(
+        bound_service_account_kubeconfig(
+            k8s, kubeconfig, namespace, provider_role, tmp_path / "sa-kubeconfig"
+        )
+    )
 
 
 @pytest.fixture
@@ -265,8 +275,15 @@ SESSION_REAL_NAME = f"it-real-{os.getpid()}"
 # (NodeCluster.provide_images), in the order of the modules that need them. The fault suite kills containerd, which
 # would cut a load short: it comes after them (and NodeCluster.kill_process waits for the loads anyway). Horovod's
 # 2.9 GB image is loaded by its own module, last. A module not named here runs in the middle.
-REAL_NODE_ORDER = ("test_real_failure_causes", "test_real_mpi", "test_task_mpi", "test_first_run",
-                   "test_real_node_faults", "test_kueue_real_node", "test_real_horovod")
+REAL_NODE_ORDER = (
+    "test_real_failure_causes",
+    "test_real_mpi",
+    "test_task_mpi",
+    "test_first_run",
+    "test_real_node_faults",
+    "test_kueue_real_node",
+    "test_real_horovod",
+)
 BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")
 
 
@@ -288,7 +305,9 @@ def real_node():
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki")
-    yield from _node_session(node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES)
+    yield from _node_session(
+        node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES
+    )
 
 
 def _node_session(node, images, dest: Path, later: tuple[str, ...] = ()):

@@ -25,37 +25,74 @@ WORKER_ROLE, SWEEPER_ROLE = "airflow-mpi", "airflow-mpi-sweeper"
 #: ``airflow-mpi`` may grant. Written out rather than read from deploy/rbac.yaml, so that widening the file fails
 #: tests/integration/test_least_privilege.py; tests/unit/hooks/test_rbac_calls.py records what the hooks send and
 #: fails when the code needs a call not listed here, or no longer needs one that is.
-WORKER_CALLS = frozenset({
-    ("kubeflow.org", "mpijobs", "create"),  # MPIJobHook.create_mpijob
-    ("kubeflow.org", "mpijobs", "get"),  # get_mpijob (reattach, wait_for_deleted), create's adoption, live delete
-    ("kubeflow.org", "mpijobs", "list"),  # list_mpijobs (reattach by identity labels); the watch hub's list
-    ("kubeflow.org", "mpijobs", "watch"),  # the watch hub (wait/namespace_watch.py)
-    ("kubeflow.org", "mpijobs", "delete"),  # delete_mpijob, delete_live_mpijob: kill, timeouts, on_finish_action
-    ("", "pods", "list"),  # hooks/base.py _role_pods (launcher log, worker log tails); the watch hub's list
-    ("", "pods", "watch"),  # the watch hub
-    ("batch", "jobs", "get"),  # get_launcher_job: whose pods are the launcher's (hooks/ownership.py)
-    ("", "pods/log", "get"),  # hooks/requests.py LogRequest: launcher log (followed), worker tails, failure report
-    ("", "secrets", "create"),  # MPIJobHook.create_owned_secret: @task.mpi's function and arguments
-    ("", "events", "list"),  # AsyncMPIJobHook.job_events / pod_events; the watch hub's list
-    ("", "events", "watch"),  # the watch hub (ValidationError events)
-    ("kueue.x-k8s.io", "workloads", "list"),  # the watch hub, for a job with Kueue's queue label
-    ("kueue.x-k8s.io", "workloads", "watch"),  # the watch hub
-    ("coordination.k8s.io", "leases", "get"),  # hooks/identity_claims.py get_claim: the id's claim in a namespace
-    ("coordination.k8s.io", "leases", "create"),  # create_claim: made where a namespace is first used
-    ("coordination.k8s.io", "leases", "list"),  # list_claims: this installation's claims (a deleted id Variable)
-})
+WORKER_CALLS = frozenset(
+    {
+        ("kubeflow.org", "mpijobs", "create"),  # MPIJobHook.create_mpijob
+        (
+            "kubeflow.org",
+            "mpijobs",
+            "get",
+        ),  # get_mpijob (reattach, wait_for_deleted), create's adoption, live delete
+        (
+            "kubeflow.org",
+            "mpijobs",
+            "list",
+        ),  # list_mpijobs (reattach by identity labels); the watch hub's list
+        ("kubeflow.org", "mpijobs", "watch"),  # the watch hub (wait/namespace_watch.py)
+        (
+            "kubeflow.org",
+            "mpijobs",
+            "delete",
+        ),  # delete_mpijob, delete_live_mpijob: kill, timeouts, on_finish_action
+        (
+            "",
+            "pods",
+            "list",
+        ),  # hooks/base.py _role_pods (launcher log, worker log tails); the watch hub's list
+        ("", "pods", "watch"),  # the watch hub
+        ("batch", "jobs", "get"),  # get_launcher_job: whose pods are the launcher's (hooks/ownership.py)
+        (
+            "",
+            "pods/log",
+            "get",
+        ),  # hooks/requests.py LogRequest: launcher log (followed), worker tails, failure report
+        ("", "secrets", "create"),  # MPIJobHook.create_owned_secret: @task.mpi's function and arguments
+        ("", "events", "list"),  # AsyncMPIJobHook.job_events / pod_events; the watch hub's list
+        ("", "events", "watch"),  # the watch hub (ValidationError events)
+        ("kueue.x-k8s.io", "workloads", "list"),  # the watch hub, for a job with Kueue's queue label
+        ("kueue.x-k8s.io", "workloads", "watch"),  # the watch hub
+        (
+            "coordination.k8s.io",
+            "leases",
+            "get",
+        ),  # hooks/identity_claims.py get_claim: the id's claim in a namespace
+        ("coordination.k8s.io", "leases", "create"),  # create_claim: made where a namespace is first used
+        (
+            "coordination.k8s.io",
+            "leases",
+            "list",
+        ),  # list_claims: this installation's claims (a deleted id Variable)
+    }
+)
 
 
 def shipped_role(name: str = WORKER_ROLE) -> dict:
     """One of the shipped ClusterRoles: the workers' and triggerer's (default), or the sweeper's."""
-    (role,) = [doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc and doc["metadata"]["name"] == name]
+    (role,) = [
+        doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc and doc["metadata"]["name"] == name
+    ]
     return role
 
 
 def role_calls(role: dict) -> set[tuple[str, str, str]]:
     """The (apiGroup, resource, verb) triples a role's rules name (wildcards as written)."""
-    return {(group, resource, verb) for rule in role["rules"]
-            for group in rule.get("apiGroups", []) for resource in rule.get("resources", []) for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+    }
 
 
 def allowed_calls(api_client, namespace: str, calls) -> set[tuple[str, str, str]]:
@@ -67,8 +104,13 @@ def allowed_calls(api_client, namespace: str, calls) -> set[tuple[str, str, str]
     allowed = set()
     for group, resource, verb in calls:
         name, _, subresource = resource.partition("/")
-        attrs = {"namespace": namespace, "group": group, "resource": name, "verb": verb,
-                 **({"subresource": subresource} if subresource else {})}
+        attrs = {
+            "namespace": namespace,
+            "group": group,
+            "resource": name,
+            "verb": verb,
+            **({"subresource": subresource} if subresource else {}),
+        }
         if authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}}).status.allowed:
             allowed.add((group, resource, verb))
     return allowed
@@ -102,7 +144,12 @@ def role_without(verb: str, resource: str, name: str) -> dict:
 
 
 def bound_service_account_kubeconfig(
-    api_client, admin_kubeconfig: str, namespace: str, role: str, dest: Path, service_account: str = SERVICE_ACCOUNT
+    api_client,
+    admin_kubeconfig: str,
+    namespace: str,
+    role: str,
+    dest: Path,
+    service_account: str = SERVICE_ACCOUNT,
 ) -> Path:
     """A service account in ``namespace`` bound (RoleBinding) to ``role`` only; a kubeconfig with its token."""
     from kubernetes import client
@@ -111,26 +158,41 @@ def bound_service_account_kubeconfig(
     with _existing_is_fine():  # a reused cluster (AIRFLOW_MPI_CLUSTER_NAME) keeps them
         core.create_namespaced_service_account(namespace, {"metadata": {"name": service_account}})
     with _existing_is_fine():
-        rbac.create_namespaced_role_binding(namespace, {
-            "metadata": {"name": service_account},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-        })
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": service_account},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+            },
+        )
     token = core.create_namespaced_service_account_token(
         service_account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
     ).status.token
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     current = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
     cluster = next(c for c in admin["clusters"] if c["name"] == current["context"]["cluster"])
-    dest.write_text(yaml.safe_dump({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": service_account, "context": {"cluster": cluster["name"], "user": service_account,
-                                                           "namespace": namespace}}],
-        "current-context": service_account,
-    }))
+    dest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": service_account,
+                        "context": {
+                            "cluster": cluster["name"],
+                            "user": service_account,
+                            "namespace": namespace,
+                        },
+                    }
+                ],
+                "current-context": service_account,
+            }
+        )
+    )
     return dest
 
 
@@ -147,6 +209,13 @@ def _existing_is_fine() -> Iterator[None]:
 
 def use_as_kubernetes_default(monkeypatch, kubeconfig: str | Path, namespace: str) -> str:
     """Point the Airflow connection ``kubernetes_default`` (env) at a kubeconfig and namespace; its id."""
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "kubernetes",
+                "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace},
+            }
+        ),
+    )
     return "kubernetes_default"

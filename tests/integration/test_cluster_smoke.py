@@ -50,7 +50,10 @@ def mpijob(
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": restart_policy,
-                    "template": {"metadata": launcher_meta or {}, "spec": {"containers": [launcher_container]}},
+                    "template": {
+                        "metadata": launcher_meta or {},
+                        "spec": {"containers": [launcher_container]},
+                    },
                 },
                 "Worker": {
                     "replicas": workers,
@@ -60,7 +63,9 @@ def mpijob(
                                 {
                                     "name": "worker",
                                     "image": "mpioperator/mpi-pi:openmpi",
-                                    "resources": {"limits": {"cpu": "2", "memory": "4Gi", bh.GPU_RESOURCE: "1"}},
+                                    "resources": {
+                                        "limits": {"cpu": "2", "memory": "4Gi", bh.GPU_RESOURCE: "1"}
+                                    },
                                 }
                             ]
                         }
@@ -79,7 +84,9 @@ def _true_conditions(obj: dict) -> set[str]:
     return {c["type"] for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
 
 
-def watch_mpijob(k8s, namespace: str, name: str, until, timeout: float = TIMEOUT, seen: list | None = None) -> dict:
+def watch_mpijob(
+    k8s, namespace: str, name: str, until, timeout: float = TIMEOUT, seen: list | None = None
+) -> dict:
     """Watch one MPIJob until ``until(obj)``; ``seen`` collects every version observed."""
     co = client.CustomObjectsApi(k8s)
     deadline = time.monotonic() + timeout
@@ -93,7 +100,9 @@ def watch_mpijob(k8s, namespace: str, name: str, until, timeout: float = TIMEOUT
                 return obj
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise AssertionError(f"MPIJob {namespace}/{name}: condition not reached; last={lst['items'][-1:]}")
+            raise AssertionError(
+                f"MPIJob {namespace}/{name}: condition not reached; last={lst['items'][-1:]}"
+            )
         w = watch.Watch()
         for ev in w.stream(
             co.list_namespaced_custom_object,
@@ -184,10 +193,14 @@ def test_mpijob_succeeds_with_launcher_logs(cluster, k8s, namespace):
     lines = [f"step {i}: rank 0 says hello" for i in range(5)]
     if cluster.simulated:
         cluster.set_launcher_logs(namespace, lines)
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, mpijob(name))
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, mpijob(name)
+    )
 
     seen: list[dict] = []
-    final = watch_mpijob(k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o), seen=seen)
+    final = watch_mpijob(
+        k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o), seen=seen
+    )
     assert "Succeeded" in _true_conditions(final), final.get("status")
     # Created, then Running, then Succeeded, each observed True at some point, in that order
     first_seen: dict[str, int] = {}
@@ -199,7 +212,9 @@ def test_mpijob_succeeds_with_launcher_logs(cluster, k8s, namespace):
     assert reasons["Succeeded"] == "MPIJobSucceeded"
 
     core = client.CoreV1Api(k8s)
-    launchers = core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME}={name},{JOB_ROLE}=launcher").items
+    launchers = core.list_namespaced_pod(
+        namespace, label_selector=f"{JOB_NAME}={name},{JOB_ROLE}=launcher"
+    ).items
     assert len(launchers) == 1 and launchers[0].status.phase == "Succeeded"
     term = launchers[0].status.container_statuses[0].state.terminated
     assert term.exit_code == 0 and term.reason == "Completed"
@@ -218,13 +233,17 @@ def test_launcher_log_follow(cluster, k8s, namespace):
     name = _name("follow")
     cluster.set_launcher_logs(namespace, ["first", "second"], previous_lines=["old attempt"])
     manifest = mpijob(name, workers=1, launcher_meta=bh.pod_metadata(bh.RUN))  # launcher keeps running
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, manifest)
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, manifest
+    )
     sel = f"{JOB_NAME}={name},{JOB_ROLE}=launcher"
     pod = watch_pods(k8s, namespace, sel, lambda ps: any(_running(p) for p in ps.values()))[0]
 
     core = client.CoreV1Api(k8s)
     got = []
-    stream = follow_log(core, pod.metadata.name, namespace, container="launcher", timestamps=True, _request_timeout=60)
+    stream = follow_log(
+        core, pod.metadata.name, namespace, container="launcher", timestamps=True, _request_timeout=60
+    )
     for line in stream:
         got.append(line.split(" ", 1)[1])
         if got == ["first", "second"]:
@@ -242,7 +261,9 @@ def test_failing_launcher_exhausts_backoff_limit(cluster, k8s, namespace):
     name = _name("fail")
     meta = bh.pod_metadata(bh.FAIL, exit_code=3, run_duration=0.2)
     manifest = mpijob(name, workers=1, launcher_meta=meta, restart_policy="Never", backoff_limit=2)
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, manifest)
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, manifest
+    )
 
     # the Job controller's pod-failure backoff (10 s, 20 s) is real: ~30 s
     final = watch_mpijob(k8s, namespace, name, lambda o: "Failed" in _true_conditions(o), timeout=180)
@@ -266,11 +287,15 @@ def test_onfailure_launcher_restarts_in_place(cluster, k8s, namespace):
     name = _name("restart")
     meta = bh.pod_metadata(bh.FAIL, exit_code=7, run_duration=0.3, succeed_after_restarts=2)
     manifest = mpijob(name, workers=1, launcher_meta=meta, restart_policy="OnFailure")
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, manifest)
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, manifest
+    )
 
     final = watch_mpijob(k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o))
     assert "Succeeded" in _true_conditions(final), final.get("status")
-    pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector=f"{JOB_NAME}={name},{JOB_ROLE}=launcher")
+    pods = client.CoreV1Api(k8s).list_namespaced_pod(
+        namespace, label_selector=f"{JOB_NAME}={name},{JOB_ROLE}=launcher"
+    )
     assert len(pods.items) == 1  # same pod, container restarted twice
     st = pods.items[0].status.container_statuses[0]
     assert st.restart_count == 2
@@ -297,7 +322,9 @@ def test_deleting_mpijob_removes_its_pods(cluster, k8s, namespace):
 def test_launcher_requesting_too_many_gpus_stays_pending(cluster, k8s, namespace):
     name = _name("pending")
     manifest = mpijob(name, workers=1, launcher_resources=bh.unschedulable_gpu_request())
-    client.CustomObjectsApi(k8s).create_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, manifest)
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, manifest
+    )
 
     def unschedulable(ps):
         return any(
@@ -323,7 +350,9 @@ def test_v1_mpijob_manifest_accepted(v1_cluster, v1_namespace):
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "Never",
-                    "template": {"spec": {"containers": [{"name": "mpi", "image": "mpi-pi", "command": ["mpirun"]}]}},
+                    "template": {
+                        "spec": {"containers": [{"name": "mpi", "image": "mpi-pi", "command": ["mpirun"]}]}
+                    },
                 },
                 "Worker": {
                     "replicas": 2,

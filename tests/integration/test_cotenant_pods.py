@@ -28,19 +28,33 @@ from tests.integration.test_operator import LINES, Recorder, ctx, mpijobs, opera
 FORGED = ["FORGED rank 0 result: 666", "FORGED second line"]
 FORGED_CONTAINER = "intruder"
 HOLD = "airflow-mpi.io/test-hold"  # a scheduling gate: the job's worker waits until the test lifts it
-HELD_WORKER = {"spec": {"mpiReplicaSpecs": {"Worker": {"template": {"spec": {"schedulingGates": [{"name": HOLD}]}}}}}}
-POD_CREATOR = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "airflow-mpi-test-pod-creator"},
-               "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]}
+HELD_WORKER = {
+    "spec": {"mpiReplicaSpecs": {"Worker": {"template": {"spec": {"schedulingGates": [{"name": HOLD}]}}}}}
+}
+POD_CREATOR = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "airflow-mpi-test-pod-creator"},
+    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+}
 
 
 def foreign_pod(job: str, name: str, role: str, behaviour: dict) -> dict:
     """A pod with the labels the mpi-operator gives the ``role`` pods of the MPIJob ``job``, made by someone else."""
-    labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/job-role": role,
-              "training.kubeflow.org/operator-name": "mpi-operator", **behaviour["labels"]}
-    return {"metadata": {"name": name, "labels": labels, "annotations": behaviour["annotations"]},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": FORGED_CONTAINER, "image": "busybox"}],
-                     "tolerations": [{"operator": "Exists"}]}}
+    labels = {
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/job-role": role,
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        **behaviour["labels"],
+    }
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": behaviour["annotations"]},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": FORGED_CONTAINER, "image": "busybox"}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
 
 
 def serve_forged_lines(cluster, namespace: str) -> None:
@@ -57,7 +71,9 @@ def serve_forged_lines(cluster, namespace: str) -> None:
 def cotenant(k8s, kubeconfig: str, namespace: str, dest: Path) -> client.CoreV1Api:
     """The co-tenant: a service account of the namespace that may create pods, nothing else."""
     role = apply_role(k8s, POD_CREATOR)
-    path = bound_service_account_kubeconfig(k8s, kubeconfig, namespace, role, dest, service_account="cotenant")
+    path = bound_service_account_kubeconfig(
+        k8s, kubeconfig, namespace, role, dest, service_account="cotenant"
+    )
     return client.CoreV1Api(config.new_client_from_config(config_file=str(path)))
 
 
@@ -100,7 +116,11 @@ def check_outcome(k8s, namespace: str, record: Recorder, xcom: dict, job_name: s
     assert record.payload_lines() == LINES
     assert [ln for ln in record.lines if "FORGED" in ln] == []
     launchers = xcom["launcher_pods"]
-    assert xcom["launcher_attempts"] == 1 and len(launchers) == 1 and launchers[0].startswith(f"{job_name}-launcher-")
+    assert (
+        xcom["launcher_attempts"] == 1
+        and len(launchers) == 1
+        and launchers[0].startswith(f"{job_name}-launcher-")
+    )
     assert launchers != [foreign]
     notes = [ln.split(":")[0] for ln in record.lines if ln.startswith("(ignoring pod")]
     assert notes == [f"(ignoring pod {foreign}"], record.lines
@@ -108,33 +128,48 @@ def check_outcome(k8s, namespace: str, record: Recorder, xcom: dict, job_name: s
 
 @pytest.mark.needs_simulation
 def test_a_cotenants_pod_with_the_launchers_labels_is_no_attempt_and_none_of_its_lines_reach_the_task_log(
-        cluster, k8s, kubeconfig, namespace, kubernetes_default_conn, record, tmp_path):
+    cluster, k8s, kubeconfig, namespace, kubernetes_default_conn, record, tmp_path
+):
     serve_forged_lines(cluster, namespace)
     op = operator("cotenant", namespace, workers=1, on_finish_action="keep")
     job_name = op.build_manifest(ctx("cotenant"))["metadata"]["name"]  # a co-tenant can tell it from the DAG
     foreign = f"{job_name}-launcher-x"
     cotenant(k8s, kubeconfig, namespace, tmp_path / "cotenant").create_namespaced_pod(
-        namespace, foreign_pod(job_name, foreign, "launcher", bh.pod_metadata(run_duration=2)))
+        namespace, foreign_pod(job_name, foreign, "launcher", bh.pod_metadata(run_duration=2))
+    )
     xcom = op.execute(ctx("cotenant"))
     check_outcome(k8s, namespace, record, xcom, job_name, foreign)
 
 
 @pytest.mark.needs_simulation
 def test_a_cotenants_failed_pod_with_a_workers_labels_before_the_launcher_neither_ends_the_wait_nor_deletes_the_job(
-        cluster, k8s, kubeconfig, namespace, kubernetes_default_conn, record, tmp_path):
+    cluster, k8s, kubeconfig, namespace, kubernetes_default_conn, record, tmp_path
+):
     """The job's worker is held (a scheduling gate) so that its launcher cannot come before the deferred wait has
     seen the job Created with the foreign Failed pod and no launcher: on today's code the wait ends there
     (``worker_failed``, then the task deletes the job); here it names the pod, the test lifts the hold and the wait
     goes on to the launcher's outcome."""
     serve_forged_lines(cluster, namespace)
-    op = operator("cotenant", namespace, workers=1, on_finish_action="keep", deferrable=True,
-                  launcher_creation_policy="WaitForWorkersReady", base_manifest=HELD_WORKER)
+    op = operator(
+        "cotenant",
+        namespace,
+        workers=1,
+        on_finish_action="keep",
+        deferrable=True,
+        launcher_creation_policy="WaitForWorkersReady",
+        base_manifest=HELD_WORKER,
+    )
     job_name = op.build_manifest(ctx("cotenant"))["metadata"]["name"]
     foreign = f"{job_name}-worker-x"
     cotenant(k8s, kubeconfig, namespace, tmp_path / "cotenant").create_namespaced_pod(
-        namespace, foreign_pod(job_name, foreign, "worker", bh.pod_metadata(bh.FAIL, run_duration=0.5)))
-    watch_pods(k8s, namespace, f"training.kubeflow.org/job-name={job_name}",
-               lambda found: foreign in found and found[foreign].status.phase == "Failed")
+        namespace, foreign_pod(job_name, foreign, "worker", bh.pod_metadata(bh.FAIL, run_duration=0.5))
+    )
+    watch_pods(
+        k8s,
+        namespace,
+        f"training.kubeflow.org/job-name={job_name}",
+        lambda found: foreign in found and found[foreign].status.phase == "Failed",
+    )
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx("cotenant"))
     trigger = MPIJobTrigger(**deferred.value.trigger.serialize()[1])  # as the triggerer rebuilds it
@@ -149,9 +184,12 @@ def test_a_cotenants_failed_pod_with_a_workers_labels_before_the_launcher_neithe
     waiting = threading.Thread(target=wait, daemon=True)
     waiting.start()
     assert record.noted.wait(120)
-    assert waiting.is_alive(), f"the wait ended on a pod that is not the job's: {event.get('status')}: {event}"
-    client.CoreV1Api(k8s).patch_namespaced_pod(f"{job_name}-worker-0", namespace,
-                                               [{"op": "remove", "path": "/spec/schedulingGates"}])
+    assert waiting.is_alive(), (
+        f"the wait ended on a pod that is not the job's: {event.get('status')}: {event}"
+    )
+    client.CoreV1Api(k8s).patch_namespaced_pod(
+        f"{job_name}-worker-0", namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]
+    )
     waiting.join(120)
     assert event.get("status") == "success", event
     check_outcome(k8s, namespace, record, op.execute_complete(ctx("cotenant"), event), job_name, foreign)

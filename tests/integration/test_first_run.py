@@ -41,12 +41,24 @@ EXAMPLE = {"openmpi": "pi", "mpich": "pi-mpich", "intel": "pi-intel"}
 REPEAT = int(os.environ.get("AIRFLOW_MPI_REPEAT", "1"))
 # Once: every example and the parameters-only job of every implementation, sync and deferrable alternating.
 # Repeated: every combination.
-_ONCE = [("openmpi", "example", False), ("openmpi", "parameters", True), ("mpich", "example", True),
-         ("mpich", "parameters", False), ("intel", "example", False), ("intel", "parameters", True)]
-CASES = _ONCE if REPEAT == 1 else [
-    (flavour, form, deferrable) for flavour in IMPLEMENTATION for form in ("example", "parameters")
-    for deferrable in (False, True)
+_ONCE = [
+    ("openmpi", "example", False),
+    ("openmpi", "parameters", True),
+    ("mpich", "example", True),
+    ("mpich", "parameters", False),
+    ("intel", "example", False),
+    ("intel", "parameters", True),
 ]
+CASES = (
+    _ONCE
+    if REPEAT == 1
+    else [
+        (flavour, form, deferrable)
+        for flavour in IMPLEMENTATION
+        for form in ("example", "parameters")
+        for deferrable in (False, True)
+    ]
+)
 
 
 def upstream_image(flavour: str) -> str:
@@ -67,19 +79,37 @@ def upstream_example(flavour: str) -> dict:
 
 
 def context(task_id: str, run_id: str, try_number: int = 1) -> dict:
-    ti = NS(dag_id="first_run", task_id=task_id, run_id=run_id, map_index=-1, try_number=try_number,
-            get_first_reschedule_date=lambda context: None)
+    ti = NS(
+        dag_id="first_run",
+        task_id=task_id,
+        run_id=run_id,
+        map_index=-1,
+        try_number=try_number,
+        get_first_reschedule_date=lambda context: None,
+    )
     return {"ti": ti, "task_reschedule_count": 0}
 
 
 def first_run(flavour: str, form: str, namespace: str, **kwargs) -> MPIJobOperator:
     """The job a new user writes: upstream's example as it is, or image, program and workers only."""
     if form == "example":
-        return MPIJobOperator(task_id=f"{flavour}_example", namespace=namespace, base_manifest=upstream_example(flavour),
-                              poll_interval=2, **kwargs)
-    return MPIJobOperator(task_id=f"{flavour}_parameters", namespace=namespace, image=upstream_image(flavour),
-                          program="/home/mpiuser/pi", workers=2, mpi_implementation=IMPLEMENTATION[flavour],
-                          poll_interval=2, **kwargs)
+        return MPIJobOperator(
+            task_id=f"{flavour}_example",
+            namespace=namespace,
+            base_manifest=upstream_example(flavour),
+            poll_interval=2,
+            **kwargs,
+        )
+    return MPIJobOperator(
+        task_id=f"{flavour}_parameters",
+        namespace=namespace,
+        image=upstream_image(flavour),
+        program="/home/mpiuser/pi",
+        workers=2,
+        mpi_implementation=IMPLEMENTATION[flavour],
+        poll_interval=2,
+        **kwargs,
+    )
 
 
 def execute(op: MPIJobOperator, ctx: dict, deferrable: bool) -> dict:
@@ -89,7 +119,9 @@ def execute(op: MPIJobOperator, ctx: dict, deferrable: bool) -> dict:
     op.deferrable = True
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
-    event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))  # as the triggerer rebuilds it
+    event = run_trigger(
+        MPIJobTrigger(**deferred.value.trigger.serialize()[1])
+    )  # as the triggerer rebuilds it
     resume = {**(deferred.value.kwargs or {}), "event": event}  # as Airflow resumes it
     return op.resume_execution(deferred.value.method_name, resume, ctx)
 
@@ -116,19 +148,34 @@ def test_the_same_dag_run_twice_at_once_and_after_a_failed_run_kept_gets_a_job_p
     real_k8s, real_namespace, real_conn, record
 ):
     def task() -> MPIJobOperator:  # the same task of the same DAG: upstream's example named "pi"
-        return MPIJobOperator(task_id="pi", namespace=real_namespace, base_manifest=upstream_example("openmpi"),
-                              poll_interval=2, on_finish_action="keep")
+        return MPIJobOperator(
+            task_id="pi",
+            namespace=real_namespace,
+            base_manifest=upstream_example("openmpi"),
+            poll_interval=2,
+            on_finish_action="keep",
+        )
 
     first, second = (Background(task().execute, context("pi", f"manual__concurrent-{i}")) for i in (1, 2))
     results = [first.result(300), second.result(300)]
     assert all(isinstance(r, dict) and r["condition"] == "Succeeded" for r in results), results
-    failing = MPIJobOperator(task_id="pi", namespace=real_namespace, base_manifest=upstream_example("openmpi"),
-                             program=["sh", "-c", "exit 3"], poll_interval=2, on_finish_action="keep")
+    failing = MPIJobOperator(
+        task_id="pi",
+        namespace=real_namespace,
+        base_manifest=upstream_example("openmpi"),
+        program=["sh", "-c", "exit 3"],
+        poll_interval=2,
+        on_finish_action="keep",
+    )
     with pytest.raises(AirflowException, match="exit codes: 3"):
         failing.execute(context("pi", "manual__failed"))  # kept for debugging
     after = task().execute(context("pi", "manual__after-the-failure"))
     assert after["condition"] == "Succeeded"
     names = [r["name"] for r in results] + [after["name"]]
     assert len(set(names)) == 3 and all(name.startswith("pi-") for name in names)
-    launchers = {p.metadata.labels["training.kubeflow.org/job-name"] for p in launcher_pods(real_k8s, real_namespace)}
-    assert set(names) < launchers and len(launchers) == 4  # the failed run's job is still there, beside the others
+    launchers = {
+        p.metadata.labels["training.kubeflow.org/job-name"] for p in launcher_pods(real_k8s, real_namespace)
+    }
+    assert (
+        set(names) < launchers and len(launchers) == 4
+    )  # the failed run's job is still there, beside the others

@@ -79,10 +79,16 @@ def wait_for(api, list_fn, *args, until, what: str, timeout: float = TIMEOUT, **
             return objs
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last state: {_summary(objs)}")
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}; last state: {_summary(objs)}"
+            )
         w = watch.Watch()
         for ev in w.stream(
-            list_fn, *args, resource_version=lst["metadata"]["resourceVersion"], timeout_seconds=max(1, int(remaining)), **kw
+            list_fn,
+            *args,
+            resource_version=lst["metadata"]["resourceVersion"],
+            timeout_seconds=max(1, int(remaining)),
+            **kw,
         ):
             if ev["type"] == "ERROR":
                 break  # e.g. 410 Gone: list again
@@ -99,7 +105,9 @@ def wait_for(api, list_fn, *args, until, what: str, timeout: float = TIMEOUT, **
 def _summary(objs: dict[str, dict]) -> dict:
     return {
         name: {
-            "suspend": ((o.get("spec") or {}).get("runPolicy") or {}).get("suspend", (o.get("spec") or {}).get("suspend")),
+            "suspend": ((o.get("spec") or {}).get("runPolicy") or {}).get(
+                "suspend", (o.get("spec") or {}).get("suspend")
+            ),
             "phase": (o.get("status") or {}).get("phase"),
             "conditions": [
                 (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
@@ -168,7 +176,11 @@ class Jobs:
             ) == ["launcher", "worker"],
             "launcher and worker Running",
         )  # fmt: skip
-        return {p["metadata"]["labels"][JOB_ROLE]: p for p in pods.values() if p["status"].get("phase") == "Running"}
+        return {
+            p["metadata"]["labels"][JOB_ROLE]: p
+            for p in pods.values()
+            if p["status"].get("phase") == "Running"
+        }
 
     def event(self, kind: str, name: str, reason: str, contains: str = "") -> dict:
         selector = f"involvedObject.kind={kind},involvedObject.name={name},reason={reason}"
@@ -256,7 +268,9 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_resumes_later(jobs
     assert _true(wl, "Preempted", "InClusterQueue"), wl["status"]["conditions"]
     jobs.event("MPIJob", "low", "Stopped", "Preempted to accommodate a workload")
     job = jobs.mpijob(
-        "low", lambda j: _suspended(j) and _true(j, "Suspended", "MPIJobSuspended"), "suspended again (Suspended)"
+        "low",
+        lambda j: _suspended(j) and _true(j, "Suspended", "MPIJobSuspended"),
+        "suspended again (Suspended)",
     )
     assert lk.condition(job, "Running")["status"] == "False"
     assert lk.condition(job, "Running")["reason"] == "MPIJobSuspended"
@@ -300,7 +314,9 @@ def test_wait_for_workers_ready_does_not_hold_the_launcher_of_a_job_that_waited_
     def job(name: str, queued: bool) -> dict:
         m = mpijob(name)
         m["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
-        m["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = bh.pod_metadata(bh.RUN, start_delay=3)
+        m["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = bh.pod_metadata(
+            bh.RUN, start_delay=3
+        )
         if not queued:
             del m["metadata"]["labels"][lk.QUEUE_LABEL]
         return m
@@ -309,13 +325,21 @@ def test_wait_for_workers_ready_does_not_hold_the_launcher_of_a_job_that_waited_
         return any(p["metadata"]["labels"].get(JOB_ROLE) == "launcher" for p in pods.values())
 
     def worker_ready(pods: dict) -> bool:
-        return any(p["metadata"]["labels"].get(JOB_ROLE) == "worker" and _true(p, "Ready") for p in pods.values())
+        return any(
+            p["metadata"]["labels"].get(JOB_ROLE) == "worker" and _true(p, "Ready") for p in pods.values()
+        )
 
     jobs.create(mpijob("blocker", cpu="1"))  # the whole quota
     jobs.workload("blocker", _admitted, "Admitted")
     jobs.create(job("queued", queued=True))
-    jobs.mpijob("queued", lambda j: _true(j, "Suspended", "MPIJobSuspended"), "Suspended (seen queued by the operator)")
-    assert jobs.batch.read_namespaced_job("queued-launcher", jobs.ns).spec.suspend is True  # made, for 0 workers
+    jobs.mpijob(
+        "queued",
+        lambda j: _true(j, "Suspended", "MPIJobSuspended"),
+        "Suspended (seen queued by the operator)",
+    )
+    assert (
+        jobs.batch.read_namespaced_job("queued-launcher", jobs.ns).spec.suspend is True
+    )  # made, for 0 workers
     jobs.delete("blocker")
     pods = jobs.pods("queued", launcher_exists, "a launcher pod")
     assert not worker_ready(pods), "the launcher waited for the worker (was kubeflow/mpi-operator#615 fixed?)"

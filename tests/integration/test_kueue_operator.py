@@ -38,7 +38,9 @@ QUEUED = f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}"
 # Workloads (assert_told_as_workloads), not against this module's expectations
 ADMITTED = re.compile(r"was admitted by Kueue: ClusterQueue \S+, flavor .+? after (.+?) in the queue")
 QUEUED_LINE = re.compile(r"is queued by Kueue in LocalQueue (\S+): (.+)$")
-ADMITTED_LINE = re.compile(r"was admitted by Kueue: ClusterQueue (\S+), flavor (.+?)(?: after .+? in the queue)?$")
+ADMITTED_LINE = re.compile(
+    r"was admitted by Kueue: ClusterQueue (\S+), flavor (.+?)(?: after .+? in the queue)?$"
+)
 EVICTED_LINE = re.compile(r"was evicted by Kueue \((\w+): (.*)\); the mpi-operator stops")
 NOT_YET = "waiting for Kueue to admit it"  # the Workload has no QuotaReserved message (yet)
 AGAIN = "waiting to be admitted again"  # after an eviction, in place of its repeated message
@@ -54,7 +56,9 @@ class Told:
 
     queues: set = field(default_factory=set)  # spec.queueName
     pending: set = field(default_factory=set)  # QuotaReserved=False messages
-    admissions: list = field(default_factory=list)  # per QuotaReserved=True transition: (ClusterQueue, {flavors})
+    admissions: list = field(
+        default_factory=list
+    )  # per QuotaReserved=True transition: (ClusterQueue, {flavors})
     evictions: list = field(default_factory=list)  # per Evicted=True transition: (reason, message)
     evicted_counts: dict | None = None  # status.schedulingStats.evictions as last seen: reason -> count
 
@@ -64,12 +68,26 @@ class Told:
         reserved, evicted = _condition(workload, "QuotaReserved"), _condition(workload, "Evicted")
         if reserved.get("status") == "False" and reserved.get("message"):
             self.pending.add(reserved["message"])
-        if reserved.get("status") == "True" and (key := (name, "admitted", reserved["lastTransitionTime"])) not in seen:
+        if (
+            reserved.get("status") == "True"
+            and (key := (name, "admitted", reserved["lastTransitionTime"])) not in seen
+        ):
             seen.add(key)
             admission = status["admission"]
-            self.admissions.append((admission["clusterQueue"], frozenset(
-                flavor for assignment in admission["podSetAssignments"] for flavor in assignment["flavors"].values())))
-        if evicted.get("status") == "True" and (key := (name, "evicted", evicted["lastTransitionTime"])) not in seen:
+            self.admissions.append(
+                (
+                    admission["clusterQueue"],
+                    frozenset(
+                        flavor
+                        for assignment in admission["podSetAssignments"]
+                        for flavor in assignment["flavors"].values()
+                    ),
+                )
+            )
+        if (
+            evicted.get("status") == "True"
+            and (key := (name, "evicted", evicted["lastTransitionTime"])) not in seen
+        ):
             seen.add(key)
             self.evictions.append((evicted["reason"], evicted["message"]))
         if (stats := status.get("schedulingStats")) is not None:
@@ -101,7 +119,10 @@ class WorkloadHistory:
         with self._changed:
             name = workload["metadata"]["name"]
             versions = self.versions.setdefault(name, [])
-            if not versions or versions[-1]["metadata"]["resourceVersion"] != workload["metadata"]["resourceVersion"]:
+            if (
+                not versions
+                or versions[-1]["metadata"]["resourceVersion"] != workload["metadata"]["resourceVersion"]
+            ):
                 versions.append(workload)
             if event_type == "DELETED":
                 self.deleted.add(name)
@@ -111,9 +132,16 @@ class WorkloadHistory:
         while not self._stop.is_set():
             w = watch.Watch()
             try:
-                for event in w.stream(self.co.list_namespaced_custom_object, lk.GROUP, lk.VERSION, self.namespace,
-                                      "workloads", resource_version=resource_version, allow_watch_bookmarks=True,
-                                      timeout_seconds=60):
+                for event in w.stream(
+                    self.co.list_namespaced_custom_object,
+                    lk.GROUP,
+                    lk.VERSION,
+                    self.namespace,
+                    "workloads",
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=60,
+                ):
                     resource_version = w.resource_version or resource_version
                     if event["type"] != "BOOKMARK":
                         self._keep(event["type"], event["raw_object"])
@@ -122,7 +150,9 @@ class WorkloadHistory:
             except Exception as err:  # noqa: BLE001 - recorded, and the check says the history may be incomplete
                 if self._stop.is_set():
                     return
-                self.problems.append(f"watch of Workloads failed ({err!r}): listed again, versions may be missing")
+                self.problems.append(
+                    f"watch of Workloads failed ({err!r}): listed again, versions may be missing"
+                )
                 listed, resource_version = self._list()
                 for workload in listed.values():
                     self._keep("MODIFIED", workload)
@@ -131,8 +161,9 @@ class WorkloadHistory:
         listed, resource_version = self._list()
         for workload in listed.values():
             self._keep("ADDED", workload)
-        threading.Thread(target=self._watch, args=(resource_version,), daemon=True,
-                         name=f"workloads-{self.namespace}").start()
+        threading.Thread(
+            target=self._watch, args=(resource_version,), daemon=True, name=f"workloads-{self.namespace}"
+        ).start()
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -144,13 +175,16 @@ class WorkloadHistory:
 
         def current() -> bool:
             listed, _ = self._list()
-            return all(self.versions.get(n, [{}])[-1].get("metadata", {}).get("resourceVersion")
-                       == w["metadata"]["resourceVersion"] for n, w in listed.items()) and all(
-                name in listed or name in self.deleted for name in self.versions)
+            return all(
+                self.versions.get(n, [{}])[-1].get("metadata", {}).get("resourceVersion")
+                == w["metadata"]["resourceVersion"]
+                for n, w in listed.items()
+            ) and all(name in listed or name in self.deleted for name in self.versions)
 
         with self._changed:
-            assert self._changed.wait_for(current, timeout), (f"the Workload watch of {self.namespace} did not catch "
-                                                              f"up in {timeout:.0f}s: {self.problems}")
+            assert self._changed.wait_for(current, timeout), (
+                f"the Workload watch of {self.namespace} did not catch up in {timeout:.0f}s: {self.problems}"
+            )
 
     def of_job(self, job: str) -> Told:
         told, seen = Told(), set()
@@ -158,15 +192,17 @@ class WorkloadHistory:
             versions_by_name = list(self.versions.values())
         for versions in versions_by_name:
             for workload in versions:
-                if any(o.get("kind") == "MPIJob" and o.get("name") == job
-                       for o in workload["metadata"].get("ownerReferences") or []):
+                if any(
+                    o.get("kind") == "MPIJob" and o.get("name") == job
+                    for o in workload["metadata"].get("ownerReferences") or []
+                ):
                     told.add(workload, seen)
         return told
 
 
 def _said(line: re.Pattern, lines: list[str]) -> list[tuple[str, ...]]:
     """What each line of that kind says; a line that starts like one but reads otherwise fails."""
-    start = line.pattern[:line.pattern.index("by Kueue")]  # "is queued ", "was admitted ", "was evicted "
+    start = line.pattern[: line.pattern.index("by Kueue")]  # "is queued ", "was admitted ", "was evicted "
     said = [line.search(ln) for ln in lines if start in ln]
     assert all(said), (line.pattern, lines)
     return [m.groups() for m in said]
@@ -185,12 +221,16 @@ def assert_told_as_workloads(lines: list[str], history: WorkloadHistory) -> None
             assert queue in told.queues and told.explains(why), f"queued in {queue}: {why!r}{context}"
         admitted = [(cq, frozenset({flavor})) for cq, flavor in _said(ADMITTED_LINE, mine)]
         assert all(a in told.admissions for a in admitted) and len(admitted) <= len(told.admissions), (
-            f"admitted {admitted}, the Workloads' admissions {told.admissions}{context}")
+            f"admitted {admitted}, the Workloads' admissions {told.admissions}{context}"
+        )
         assert not admitted or admitted[-1] == told.admissions[-1], f"the last admission not said{context}"
         evicted = _said(EVICTED_LINE, mine)
-        assert evicted == told.evictions, f"evicted {evicted}, the Workloads' evictions {told.evictions}{context}"
+        assert evicted == told.evictions, (
+            f"evicted {evicted}, the Workloads' evictions {told.evictions}{context}"
+        )
         assert told.evicted_counts in (None, Counter(reason for reason, _ in evicted)), (
-            f"schedulingStats.evictions: {told.evicted_counts}{context}")
+            f"schedulingStats.evictions: {told.evicted_counts}{context}"
+        )
 
 
 @pytest.fixture
@@ -201,11 +241,16 @@ def workloads(kueue_cluster, kueue_namespace) -> Iterator[WorkloadHistory]:
 
 @pytest.fixture
 def kueue_conn(monkeypatch, kueue_cluster, kueue_namespace, tmp_path) -> str:
-    from tests.integration.least_privilege import apply_role, bound_service_account_kubeconfig, use_as_kubernetes_default
+    from tests.integration.least_privilege import (
+        apply_role,
+        bound_service_account_kubeconfig,
+        use_as_kubernetes_default,
+    )
 
     api = kueue_cluster.api_client()
-    config = bound_service_account_kubeconfig(api, str(kueue_cluster.kubeconfig_path), kueue_namespace, apply_role(api),
-                                              tmp_path / "sa-kubeconfig")
+    config = bound_service_account_kubeconfig(
+        api, str(kueue_cluster.kubeconfig_path), kueue_namespace, apply_role(api), tmp_path / "sa-kubeconfig"
+    )
     kueue_cluster.set_launcher_logs(kueue_namespace, LINES)
     return use_as_kubernetes_default(monkeypatch, config, kueue_namespace)
 
@@ -228,8 +273,14 @@ def logs(monkeypatch):
 
 def queued_op(task_id: str, namespace: str, **kwargs):
     kwargs.setdefault("workers", 1)
-    return operator(task_id, namespace, queue_name=lk.LOCAL_QUEUE, launcher_resources=kwargs.pop("launcher_resources", REQUESTS),
-                    worker_resources=kwargs.pop("worker_resources", REQUESTS), **kwargs)
+    return operator(
+        task_id,
+        namespace,
+        queue_name=lk.LOCAL_QUEUE,
+        launcher_resources=kwargs.pop("launcher_resources", REQUESTS),
+        worker_resources=kwargs.pop("worker_resources", REQUESTS),
+        **kwargs,
+    )
 
 
 def defer(op) -> MPIJobTrigger:
@@ -268,11 +319,15 @@ def test_three_jobs_for_a_quota_of_two_queue_and_all_succeed(kueue_conn, kueue_n
     lines = kueue_lines(logs["third"])
     # queued (the first line may come before Kueue's scheduler gave a reason: "waiting for Kueue to admit it"),
     # with the quota as the reason, then admitted once, last
-    assert all(QUEUED in ln for ln in lines[:-1]) and any("insufficient unused quota" in ln for ln in lines), lines
+    assert all(QUEUED in ln for ln in lines[:-1]) and any(
+        "insufficient unused quota" in ln for ln in lines
+    ), lines
     admitted = [ln for ln in lines if ADMITTED.search(ln)]
     assert len(admitted) == 1 and lines[-1] == admitted[0], lines
     waited = ADMITTED.search(admitted[0]).group(1)
-    assert re.fullmatch(r"\d+s", waited) and waited != "0s", admitted  # it waited for one of the first two to finish
+    assert re.fullmatch(r"\d+s", waited) and waited != "0s", (
+        admitted
+    )  # it waited for one of the first two to finish
     order = logs["third"].lines
     assert order.index(lines[0]) < order.index(admitted[0]) < order.index(LINES[0])
     assert logs["third"].payload_lines() == LINES
@@ -284,8 +339,9 @@ def test_three_jobs_for_a_quota_of_two_queue_and_all_succeed(kueue_conn, kueue_n
     assert_logs_told_as_workloads(logs, workloads)
 
 
-def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(kueue_cluster, kueue_conn,
-                                                                             kueue_namespace, workloads, logs):
+def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(
+    kueue_cluster, kueue_conn, kueue_namespace, workloads, logs
+):
     ns = kueue_namespace
     jobs = Jobs(kueue_cluster.api_client(), ns)
     low = defer(queued_op("low", ns, deferrable=True, run_duration="8s", workload_priority_class="low"))
@@ -295,8 +351,14 @@ def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(kue
     jobs.uids[low.name] = low.uid
     jobs.running_pods(low.name)
     big = {"requests": {"cpu": "1", "memory": "256Mi"}}
-    high = queued_op("high", ns, run_duration="1s", workload_priority_class="high", launcher_resources=big,
-                     worker_resources=big)
+    high = queued_op(
+        "high",
+        ns,
+        run_duration="1s",
+        workload_priority_class="high",
+        launcher_resources=big,
+        worker_resources=big,
+    )
     assert high.execute(ctx("high"))["condition"] == "Succeeded"
     waiter.join(180)
     assert not waiter.is_alive()
@@ -306,33 +368,50 @@ def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(kue
     lines = kueue_lines(logs["low"])
     evicted = [ln for ln in lines if "was evicted by Kueue (Preempted:" in ln]
     assert len(evicted) == 1, lines
-    after = lines[lines.index(evicted[0]):]
+    after = lines[lines.index(evicted[0]) :]
     assert any(QUEUED in ln for ln in after) and ADMITTED.search(after[-1]), lines
     # the program started over: each attempt's lines once, under its own header; the eviction added an attempt
     # that backoffLimit (0) does not count
     headers = logs["low"].headers()
-    assert [h.split(",")[0] for h in headers] == ["========== launcher attempt 1 of 1", "========== launcher attempt 2 of 2"]
+    assert [h.split(",")[0] for h in headers] == [
+        "========== launcher attempt 1 of 1",
+        "========== launcher attempt 2 of 2",
+    ]
     assert logs["low"].payload_lines() == LINES * 2
     assert_logs_told_as_workloads(logs, workloads)
-    assert workloads.of_job(low.name).evicted_counts == {"Preempted": 1}, workloads.of_job(low.name)  # Kueue's count
+    assert workloads.of_job(low.name).evicted_counts == {"Preempted": 1}, workloads.of_job(
+        low.name
+    )  # Kueue's count
 
 
-def test_job_queued_longer_than_queue_timeout_fails_clearly_and_is_deleted(kueue_cluster, kueue_conn,
-                                                                          kueue_namespace, workloads, logs):
+def test_job_queued_longer_than_queue_timeout_fails_clearly_and_is_deleted(
+    kueue_cluster, kueue_conn, kueue_namespace, workloads, logs
+):
     ns = kueue_namespace
     big = {"requests": {"cpu": "1", "memory": "256Mi"}}
-    holder = defer(queued_op("holder", ns, deferrable=True, run_duration="60s", launcher_resources=big,
-                             worker_resources=big))
+    holder = defer(
+        queued_op(
+            "holder", ns, deferrable=True, run_duration="60s", launcher_resources=big, worker_resources=big
+        )
+    )
     late = queued_op("late", ns, queue_timeout=3)
-    with pytest.raises(AirflowException, match=r"MPIJob (\S+) was not admitted by Kueue within queue_timeout=3s "
-                                               rf"\(LocalQueue {lk.LOCAL_QUEUE}: (couldn't assign flavors|{NOT_YET})") as failed:
+    with pytest.raises(
+        AirflowException,
+        match=r"MPIJob (\S+) was not admitted by Kueue within queue_timeout=3s "
+        rf"\(LocalQueue {lk.LOCAL_QUEUE}: (couldn't assign flavors|{NOT_YET})",
+    ) as failed:
         late.execute(ctx("late"))
     assert QUEUED in kueue_lines(logs["late"])[0]
-    name, why = re.search(r"MPIJob (\S+) was not admitted .*?: (.*)\); it is deleted", str(failed.value)).group(1, 2)
+    name, why = re.search(
+        r"MPIJob (\S+) was not admitted .*?: (.*)\); it is deleted", str(failed.value)
+    ).group(1, 2)
     assert "-late-" in name
     wait_gone(kueue_cluster.api_client(), ns, name)
     assert_logs_told_as_workloads(logs, workloads)
-    assert workloads.of_job(name).explains(why), (why, workloads.of_job(name))  # the failure's reason is Kueue's
+    assert workloads.of_job(name).explains(why), (
+        why,
+        workloads.of_job(name),
+    )  # the failure's reason is Kueue's
     jobs = Jobs(kueue_cluster.api_client(), ns)
     jobs.uids[holder.name] = holder.uid
     jobs.running_pods(holder.name)  # the other job is left alone

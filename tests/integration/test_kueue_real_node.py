@@ -49,12 +49,22 @@ def pi_job(name: str) -> dict:
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
-                    "template": template({"name": "mpi-launcher", "command": ["mpirun"], "args": ["-n", "2", "/home/mpiuser/pi"]}),
+                    "template": template(
+                        {
+                            "name": "mpi-launcher",
+                            "command": ["mpirun"],
+                            "args": ["-n", "2", "/home/mpiuser/pi"],
+                        }
+                    ),
                 },
                 "Worker": {
                     "replicas": 2,
                     "template": template(
-                        {"name": "mpi-worker", "command": ["/usr/sbin/sshd"], "args": ["-De", "-f", "/home/mpiuser/.sshd_config"]}
+                        {
+                            "name": "mpi-worker",
+                            "command": ["/usr/sbin/sshd"],
+                            "args": ["-De", "-f", "/home/mpiuser/.sshd_config"],
+                        }
                     ),
                 },
             },
@@ -109,11 +119,17 @@ class LineSignal(Recorder):
         return signal
 
 
-def test_the_operator_says_why_a_job_waits_then_runs_it_for_real_once_admitted(kueue_real_node, monkeypatch, tmp_path):
+def test_the_operator_says_why_a_job_waits_then_runs_it_for_real_once_admitted(
+    kueue_real_node, monkeypatch, tmp_path
+):
     """The LocalQueue does not exist yet when the task submits: Kueue holds the job (Inadmissible) and the task log says
     so; once the queue exists the job is admitted and real ranks run, every launcher line once in the task log. The
     task log's Kueue lines are checked against the Workload's versions, watched from before the job exists."""
-    from tests.integration.least_privilege import apply_role, bound_service_account_kubeconfig, use_as_kubernetes_default
+    from tests.integration.least_privilege import (
+        apply_role,
+        bound_service_account_kubeconfig,
+        use_as_kubernetes_default,
+    )
 
     api = kconfig.new_client_from_config(config_file=str(kueue_real_node.kubeconfig_path))
     core = client.CoreV1Api(api)
@@ -121,28 +137,48 @@ def test_the_operator_says_why_a_job_waits_then_runs_it_for_real_once_admitted(k
     core.create_namespace({"metadata": {"name": ns}})
     try:
         with WorkloadHistory(api, ns) as history:  # from before the job exists
-            config = bound_service_account_kubeconfig(api, str(kueue_real_node.kubeconfig_path), ns, apply_role(api),
-                                                      tmp_path / "sa-kubeconfig")
+            config = bound_service_account_kubeconfig(
+                api, str(kueue_real_node.kubeconfig_path), ns, apply_role(api), tmp_path / "sa-kubeconfig"
+            )
             use_as_kubernetes_default(monkeypatch, config, ns)
-            log = LineSignal(f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}: "
-                             f"LocalQueue {lk.LOCAL_QUEUE} doesn't exist")
+            log = LineSignal(
+                f"is queued by Kueue in LocalQueue {lk.LOCAL_QUEUE}: "
+                f"LocalQueue {lk.LOCAL_QUEUE} doesn't exist"
+            )
             monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: log))
             requests = {"requests": {"cpu": "300m", "memory": "128Mi"}}
-            op = MPIJobOperator(task_id="queued_pi", namespace=ns, image=UPSTREAM_IMAGES["openmpi-upstream"],
-                                program=["/home/mpiuser/pi"], workers=2, queue_name=lk.LOCAL_QUEUE, poll_interval=2,
-                                launcher_resources=requests, worker_resources=requests, on_finish_action="keep")
+            op = MPIJobOperator(
+                task_id="queued_pi",
+                namespace=ns,
+                image=UPSTREAM_IMAGES["openmpi-upstream"],
+                program=["/home/mpiuser/pi"],
+                workers=2,
+                queue_name=lk.LOCAL_QUEUE,
+                poll_interval=2,
+                launcher_resources=requests,
+                worker_resources=requests,
+                on_finish_action="keep",
+            )
             task = Background(op.execute, ctx("queued_pi"))
             assert log.seen.wait(120), log.lines
             lk.create_local_queue(api, ns)
             xcom = task.result(300)
             assert isinstance(xcom, dict) and xcom["condition"] == "Succeeded", (xcom, log.lines[-40:])
 
-            admitted = [ln for ln in log.lines if "was admitted by Kueue: ClusterQueue " + lk.CLUSTER_QUEUE in ln]
-            assert len(admitted) == 1 and log.lines.index(admitted[0]) > log.lines.index(next(
-                ln for ln in log.lines if log.text in ln))
-            (launcher,) = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
-            real = core.read_namespaced_pod_log(launcher.metadata.name, ns,
-                                                _preload_content=False).data.decode().splitlines()
+            admitted = [
+                ln for ln in log.lines if "was admitted by Kueue: ClusterQueue " + lk.CLUSTER_QUEUE in ln
+            ]
+            assert len(admitted) == 1 and log.lines.index(admitted[0]) > log.lines.index(
+                next(ln for ln in log.lines if log.text in ln)
+            )
+            (launcher,) = core.list_namespaced_pod(
+                ns, label_selector="training.kubeflow.org/job-role=launcher"
+            ).items
+            real = (
+                core.read_namespaced_pod_log(launcher.metadata.name, ns, _preload_content=False)
+                .data.decode()
+                .splitlines()
+            )
             assert any(PI_LINE.match(line) for line in real), real
             assert [ln for ln in log.lines if ln in set(real)] == real  # each launcher line once, in order
             assert_told_as_workloads(kueue_lines(log), history)

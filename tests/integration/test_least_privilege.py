@@ -16,10 +16,19 @@ from kubernetes import client, config
 from tests.integration.least_privilege import WORKER_CALLS, allowed_calls, role_calls, shipped_role
 
 NEVER = {
-    ("kubeflow.org", "mpijobs", "patch"), ("kubeflow.org", "mpijobs", "update"),
-    ("kubeflow.org", "mpijobs", "deletecollection"), ("", "pods", "get"), ("", "pods", "create"),
-    ("", "pods", "delete"), ("", "pods/exec", "create"), ("", "secrets", "get"), ("", "secrets", "list"),
-    ("", "configmaps", "get"), ("", "events", "create"), ("batch", "jobs", "list"), ("", "namespaces", "get"),
+    ("kubeflow.org", "mpijobs", "patch"),
+    ("kubeflow.org", "mpijobs", "update"),
+    ("kubeflow.org", "mpijobs", "deletecollection"),
+    ("", "pods", "get"),
+    ("", "pods", "create"),
+    ("", "pods", "delete"),
+    ("", "pods/exec", "create"),
+    ("", "secrets", "get"),
+    ("", "secrets", "list"),
+    ("", "configmaps", "get"),
+    ("", "events", "create"),
+    ("batch", "jobs", "list"),
+    ("", "namespaces", "get"),
 }
 
 
@@ -31,8 +40,10 @@ def as_service_account(least_privilege_kubeconfig):
 def test_the_service_account_may_do_the_providers_calls_and_nothing_else(as_service_account, namespace):
     asked = WORKER_CALLS | role_calls(shipped_role()) | NEVER
     allowed = allowed_calls(as_service_account, namespace, asked)
-    assert allowed == WORKER_CALLS, (f"beyond the provider's calls: {sorted(allowed - WORKER_CALLS)}; "
-                                     f"missing: {sorted(WORKER_CALLS - allowed)}")
+    assert allowed == WORKER_CALLS, (
+        f"beyond the provider's calls: {sorted(allowed - WORKER_CALLS)}; "
+        f"missing: {sorted(WORKER_CALLS - allowed)}"
+    )
     # and only in its own namespace
     assert not allowed_calls(as_service_account, "default", {("kubeflow.org", "mpijobs", "list")})
 

@@ -25,7 +25,11 @@ from airflow_mpi.version_compat import AirflowException, AirflowFailException, T
 from localcluster import behaviour as bh
 from tests.integration.test_cluster_smoke import watch_mpijob, watch_pods
 
-LINES = ["pi is approximately 3.1415926544231274", "error is 0.0000000008333343", "wall clock time = 0.000042"]
+LINES = [
+    "pi is approximately 3.1415926544231274",
+    "error is 0.0000000008333343",
+    "wall clock time = 0.000042",
+]
 JOB_SELECTOR = "training.kubeflow.org/job-name={}"
 
 
@@ -59,12 +63,20 @@ def record(monkeypatch):
 
 
 def ctx(task_id: str, try_number: int = 1) -> dict:
-    ti = NS(dag_id="it", task_id=task_id, run_id="manual__2026-11-22T10:00:00+00:00", map_index=-1,
-            try_number=try_number, get_first_reschedule_date=lambda context: None)
+    ti = NS(
+        dag_id="it",
+        task_id=task_id,
+        run_id="manual__2026-11-22T10:00:00+00:00",
+        map_index=-1,
+        try_number=try_number,
+        get_first_reschedule_date=lambda context: None,
+    )
     return {"ti": ti, "task_reschedule_count": 0}
 
 
-def operator(task_id: str, namespace: str, *, run_duration: str = "2s", lifecycle: str | None = None, **kwargs):
+def operator(
+    task_id: str, namespace: str, *, run_duration: str = "2s", lifecycle: str | None = None, **kwargs
+):
     launcher = kwargs.pop("launcher", {})
     labels = {bh.LIFECYCLE: lifecycle} if lifecycle else {}
     launcher = {"labels": labels, "annotations": {bh.RUN_DURATION: run_duration}, **launcher}
@@ -81,9 +93,9 @@ def operator(task_id: str, namespace: str, *, run_duration: str = "2s", lifecycl
 
 
 def mpijobs(k8s, namespace: str) -> list[dict]:
-    return client.CustomObjectsApi(k8s).list_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs")[
-        "items"
-    ]
+    return client.CustomObjectsApi(k8s).list_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", namespace, "mpijobs"
+    )["items"]
 
 
 def true_conditions(obj: dict) -> set[str]:
@@ -104,14 +116,21 @@ def wait_gone(k8s, namespace: str, name: str, timeout: float = 120) -> None:
 
     watch_pods(k8s, namespace, JOB_SELECTOR.format(name), lambda pods: not pods)
     api = client.CustomObjectsApi(k8s)
-    listing = api.list_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs",
-                                                field_selector=f"metadata.name={name}")
+    listing = api.list_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", namespace, "mpijobs", field_selector=f"metadata.name={name}"
+    )
     if not listing["items"]:
         return
-    for event in watch.Watch().stream(api.list_namespaced_custom_object, "kubeflow.org", "v2beta1", namespace,
-                                      "mpijobs", field_selector=f"metadata.name={name}",
-                                      resource_version=listing["metadata"]["resourceVersion"],
-                                      timeout_seconds=int(timeout)):
+    for event in watch.Watch().stream(
+        api.list_namespaced_custom_object,
+        "kubeflow.org",
+        "v2beta1",
+        namespace,
+        "mpijobs",
+        field_selector=f"metadata.name={name}",
+        resource_version=listing["metadata"]["resourceVersion"],
+        timeout_seconds=int(timeout),
+    ):
         if event["type"] == "DELETED":
             return
     raise AssertionError(f"MPIJob {namespace}/{name} still exists after {timeout}s")
@@ -119,7 +138,9 @@ def wait_gone(k8s, namespace: str, name: str, timeout: float = 120) -> None:
 
 # ------------------------------------------------------------------ 1. success, sync
 @pytest.mark.needs_simulation
-def test_sync_success_streams_logs_once_and_returns_xcom(cluster, k8s, namespace, kubernetes_default_conn, record):
+def test_sync_success_streams_logs_once_and_returns_xcom(
+    cluster, k8s, namespace, kubernetes_default_conn, record
+):
     cluster.set_launcher_logs(namespace, LINES)
     op = operator("sync_ok", namespace, on_finish_action="keep")
     xcom = op.execute(ctx("sync_ok"))
@@ -127,7 +148,8 @@ def test_sync_success_streams_logs_once_and_returns_xcom(cluster, k8s, namespace
     assert xcom["condition"] == "Succeeded" and xcom["launcher_attempts"] == 1
     assert xcom["namespace"] == namespace and len(xcom["launcher_pods"]) == 1
     job = client.CustomObjectsApi(k8s).get_namespaced_custom_object(
-        "kubeflow.org", "v2beta1", namespace, "mpijobs", xcom["name"])
+        "kubeflow.org", "v2beta1", namespace, "mpijobs", xcom["name"]
+    )
     types = {c["type"] for c in job["status"]["conditions"]}
     assert {"Created", "Running", "Succeeded"} <= types
     assert any("Retries: Airflow retries=0 are mapped" in ln for ln in record.lines)
@@ -135,7 +157,9 @@ def test_sync_success_streams_logs_once_and_returns_xcom(cluster, k8s, namespace
 
 # ------------------------------------------------------------------ 2. success, deferrable
 @pytest.mark.needs_simulation
-def test_deferrable_success_through_the_real_trigger(cluster, k8s, namespace, kubernetes_default_conn, record):
+def test_deferrable_success_through_the_real_trigger(
+    cluster, k8s, namespace, kubernetes_default_conn, record
+):
     cluster.set_launcher_logs(namespace, LINES)
     op = operator("deferred_ok", namespace, deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
@@ -145,8 +169,9 @@ def test_deferrable_success_through_the_real_trigger(cluster, k8s, namespace, ku
     assert event["status"] == "success"
     resumed = operator("deferred_ok", namespace, deferrable=True)  # as Airflow resumes it: a fresh operator
     resumed.build_manifest = lambda *a, **k: pytest.fail("the resumed try built a manifest")
-    xcom = resumed.resume_execution(deferred.value.method_name, {**deferred.value.kwargs, "event": event},
-                                    ctx("deferred_ok"))
+    xcom = resumed.resume_execution(
+        deferred.value.method_name, {**deferred.value.kwargs, "event": event}, ctx("deferred_ok")
+    )
     assert record.payload_lines() == LINES  # streamed by the trigger, nothing repeated on resume
     assert xcom["condition"] == "Succeeded"
     wait_gone(k8s, namespace, xcom["name"])  # delete_succeeded
@@ -154,7 +179,9 @@ def test_deferrable_success_through_the_real_trigger(cluster, k8s, namespace, ku
 
 # ------------------------------------------------------------------ 3. retries -> backoffLimit
 @pytest.mark.needs_simulation
-def test_failing_launcher_uses_backoff_limit_not_airflow_retries(cluster, k8s, namespace, kubernetes_default_conn, record):
+def test_failing_launcher_uses_backoff_limit_not_airflow_retries(
+    cluster, k8s, namespace, kubernetes_default_conn, record
+):
     cluster.set_launcher_logs(namespace, LINES)
     op = operator("fails", namespace, lifecycle=bh.FAIL, run_duration="1s", retries=2)
     with pytest.raises(AirflowFailException, match="BackoffLimitExceeded"):
@@ -162,17 +189,39 @@ def test_failing_launcher_uses_backoff_limit_not_airflow_retries(cluster, k8s, n
     headers = record.headers()
     assert [h.split(",")[0] for h in headers] == [f"========== launcher attempt {i} of 3" for i in (1, 2, 3)]
     assert record.payload_lines() == LINES * 3
-    launchers = client.CoreV1Api(k8s).list_namespaced_pod(
-        namespace, label_selector="training.kubeflow.org/job-role=launcher").items
-    assert len(launchers) == 3 and {p.metadata.name for p in launchers} == {h.split("pod ")[1].split(" ")[0] for h in headers}
+    launchers = (
+        client.CoreV1Api(k8s)
+        .list_namespaced_pod(namespace, label_selector="training.kubeflow.org/job-role=launcher")
+        .items
+    )
+    assert len(launchers) == 3 and {p.metadata.name for p in launchers} == {
+        h.split("pod ")[1].split(" ")[0] for h in headers
+    }
     (job,) = mpijobs(k8s, namespace)
     assert "Failed" in true_conditions(job)
 
 
 # ------------------------------------------------------------------ 4. rejected specs
 def test_schema_rejection_is_clear_and_leaves_nothing(k8s, namespace, kubernetes_default_conn, record):
-    op = operator("schema", namespace, base_manifest={"spec": {"mpiReplicaSpecs": {"Worker": {"template": {"spec": {
-        "containers": [{"name": "worker", "ports": [{"containerPort": "not-a-number"}]}]}}}}}})
+    op = operator(
+        "schema",
+        namespace,
+        base_manifest={
+            "spec": {
+                "mpiReplicaSpecs": {
+                    "Worker": {
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {"name": "worker", "ports": [{"containerPort": "not-a-number"}]}
+                                ]
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
     with pytest.raises(AirflowFailException, match="containerPort"):
         op.execute(ctx("schema"))
     assert mpijobs(k8s, namespace) == []
@@ -191,10 +240,18 @@ def test_controller_validation_error_fails_fast_and_deletes(k8s, namespace, kube
 
 
 # ------------------------------------------------------------------ 5. unschedulable
-def test_unschedulable_job_times_out_with_failed_scheduling_and_is_deleted(k8s, namespace, kubernetes_default_conn, record):
+def test_unschedulable_job_times_out_with_failed_scheduling_and_is_deleted(
+    k8s, namespace, kubernetes_default_conn, record
+):
     # the launcher starts (AtStartup) and waits for workers that never get a node
-    op = operator("gpus", namespace, gpus_per_worker=bh.NODE_GPUS + 1, schedule_timeout=5, poll_interval=1,
-                  run_duration="600s")
+    op = operator(
+        "gpus",
+        namespace,
+        gpus_per_worker=bh.NODE_GPUS + 1,
+        schedule_timeout=5,
+        poll_interval=1,
+        run_duration="600s",
+    )
     with pytest.raises(AirflowException, match="FailedScheduling|not scheduled") as err:
         op.execute(ctx("gpus"))
     assert "nvidia.com/gpu" in str(err.value) or any("nvidia.com/gpu" in ln for ln in record.lines)
@@ -216,8 +273,14 @@ def test_second_try_reattaches_instead_of_creating(cluster, k8s, namespace, kube
     worker.result(120)
     assert xcom["name"] == name and xcom["condition"] == "Succeeded"
     selector = reattach_selector(first.build_manifest(ctx("reattach"))["metadata"]["labels"])
-    assert len(client.CustomObjectsApi(k8s).list_namespaced_custom_object(
-        "kubeflow.org", "v2beta1", namespace, "mpijobs", label_selector=selector)["items"]) == 1
+    assert (
+        len(
+            client.CustomObjectsApi(k8s).list_namespaced_custom_object(
+                "kubeflow.org", "v2beta1", namespace, "mpijobs", label_selector=selector
+            )["items"]
+        )
+        == 1
+    )
     assert any("Reattaching to MPIJob" in ln for ln in record.lines)
 
 
@@ -247,7 +310,9 @@ def _call(fn, *args):
 
 # ------------------------------------------------------------------ 7. kill
 @pytest.mark.needs_simulation
-def test_on_kill_during_sync_wait_deletes_job_and_pods(cluster, k8s, namespace, kubernetes_default_conn, record):
+def test_on_kill_during_sync_wait_deletes_job_and_pods(
+    cluster, k8s, namespace, kubernetes_default_conn, record
+):
     op = operator("killed", namespace, run_duration="600s")
     worker = Background(op.execute, ctx("killed"))
     name = op.build_manifest(ctx("killed"))["metadata"]["name"]
@@ -258,7 +323,9 @@ def test_on_kill_during_sync_wait_deletes_job_and_pods(cluster, k8s, namespace, 
 
 
 @pytest.mark.needs_simulation
-def test_trigger_on_kill_during_deferred_wait_deletes_job_and_pods(cluster, k8s, namespace, kubernetes_default_conn, record):
+def test_trigger_on_kill_during_deferred_wait_deletes_job_and_pods(
+    cluster, k8s, namespace, kubernetes_default_conn, record
+):
     op = operator("killed_deferred", namespace, run_duration="600s", deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx("killed_deferred"))
@@ -285,18 +352,34 @@ async def _first(trigger):
 @pytest.mark.needs_simulation
 @pytest.mark.parametrize("mode", ["poke", "reschedule", "deferrable"])
 @pytest.mark.parametrize("lifecycle", [bh.SUCCEED, bh.FAIL])
-def test_sensor_waits_on_existing_job(cluster, k8s, namespace, kubernetes_default_conn, record, mode, lifecycle):
+def test_sensor_waits_on_existing_job(
+    cluster, k8s, namespace, kubernetes_default_conn, record, mode, lifecycle
+):
     from airflow.exceptions import AirflowRescheduleException
 
     cluster.set_launcher_logs(namespace, LINES)
     name = f"sensed-{uuid.uuid4().hex[:6]}"
-    submit = operator("submit", namespace, name=name, unique_name_suffix=False, lifecycle=lifecycle, run_duration="3s",
-                      deferrable=True)  # the exact name the sensor is told
+    submit = operator(
+        "submit",
+        namespace,
+        name=name,
+        unique_name_suffix=False,
+        lifecycle=lifecycle,
+        run_duration="3s",
+        deferrable=True,
+    )  # the exact name the sensor is told
     with pytest.raises(TaskDeferred):
         submit.execute(ctx("submit"))  # submitted, not waited for
-    sensor = MPIJobSensor(task_id="sense", job_name=name, namespace=namespace, attach_logs=True, poke_interval=1,
-                          timeout=120, mode="reschedule" if mode == "reschedule" else "poke",
-                          deferrable=mode == "deferrable")
+    sensor = MPIJobSensor(
+        task_id="sense",
+        job_name=name,
+        namespace=namespace,
+        attach_logs=True,
+        poke_interval=1,
+        timeout=120,
+        mode="reschedule" if mode == "reschedule" else "poke",
+        deferrable=mode == "deferrable",
+    )
     if mode == "deferrable":
         with pytest.raises(TaskDeferred) as deferred:
             sensor.execute(ctx("sense"))
@@ -331,8 +414,9 @@ def test_wait_survives_an_api_server_restart(cluster, k8s, namespace, kubernetes
 
 
 @pytest.mark.needs_simulation
-def test_wait_survives_an_api_server_down_at_its_first_read(cluster, namespace, kubernetes_default_conn, record,
-                                                             monkeypatch):
+def test_wait_survives_an_api_server_down_at_its_first_read(
+    cluster, namespace, kubernetes_default_conn, record, monkeypatch
+):
     """The API server goes away as the wait sends its first GET (a CI run: a restart right after the create) and
     stays away until that GET has used up the call's own retries: the wait rides it out like its watches do."""
     import logging
@@ -362,8 +446,12 @@ def test_wait_survives_an_api_server_down_at_its_first_read(cluster, namespace, 
     async def get_mpijob(self, name, ns):
         if first[0]:
             first[0] = False
-            threading.Thread(target=lambda: (cluster.restart_apiserver(
-                down_hook=keep_down_until_the_wait_rides_it_out_or_ends), restarted.set())).start()
+            threading.Thread(
+                target=lambda: (
+                    cluster.restart_apiserver(down_hook=keep_down_until_the_wait_rides_it_out_or_ends),
+                    restarted.set(),
+                )
+            ).start()
             await asyncio.to_thread(down.wait)
         return await real_get(self, name, ns)
 
@@ -386,13 +474,26 @@ def test_wait_survives_an_api_server_down_at_its_first_read(cluster, namespace, 
 def test_v1_manifest_is_accepted_by_the_v1_crd(v1_cluster, v1_namespace, monkeypatch):
     import json
 
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_V1", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(v1_cluster.kubeconfig_path)}}))
-    op = MPIJobOperator(task_id="v1", namespace=v1_namespace, api_version="kubeflow.org/v1", image="mpi:1",
-                        command=["mpirun", "hostname"], workers=2, clean_pod_policy="All",
-                        kubernetes_conn_id="kubernetes_v1")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_V1",
+        json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(v1_cluster.kubeconfig_path)}}
+        ),
+    )
+    op = MPIJobOperator(
+        task_id="v1",
+        namespace=v1_namespace,
+        api_version="kubeflow.org/v1",
+        image="mpi:1",
+        command=["mpirun", "hostname"],
+        workers=2,
+        clean_pod_policy="All",
+        kubernetes_conn_id="kubernetes_v1",
+    )
     manifest = op.build_manifest(ctx("v1"))
-    created = MPIJobHook(conn_id="kubernetes_v1", api_version="kubeflow.org/v1").create_mpijob(manifest, v1_namespace)
+    created = MPIJobHook(conn_id="kubernetes_v1", api_version="kubeflow.org/v1").create_mpijob(
+        manifest, v1_namespace
+    )
     assert created["apiVersion"] == "kubeflow.org/v1"
     assert created["spec"]["cleanPodPolicy"] == "All"
     assert created["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2

@@ -8,6 +8,7 @@ its host discovery script (Gloo). ``@task.horovod`` runs a function with a real 
 from __future__ import annotations
 
 import re
+
 import pytest
 
 from airflow_mpi.function_task.rank_runner import MARKER
@@ -35,7 +36,9 @@ def horovod(real_node) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("workers", "slots", "elastic", "deferrable"), [(2, 2, False, False), (2, 1, True, True)], ids=["static", "elastic"]
+    ("workers", "slots", "elastic", "deferrable"),
+    [(2, 2, False, False), (2, 1, True, True)],
+    ids=["static", "elastic"],
 )
 def test_horovodrun_trains_on_every_rank_and_streams_the_launcher_log_once(
     real_k8s, real_namespace, real_conn, record, horovod, workers, slots, elastic, deferrable
@@ -52,7 +55,9 @@ def test_horovodrun_trains_on_every_rank_and_streams_the_launcher_log_once(
     n = workers * slots
     ranks = [m for m in map(RANK_LINE.match, record.lines) if m]
     said = [ln for ln in record.lines if "horovod rank" in ln or "Horovod initialized" in ln]
-    assert sorted(int(m[2]) for m in ranks) == list(range(n)), said  # every rank once, as horovodrun tagged it
+    assert sorted(int(m[2]) for m in ranks) == list(range(n)), (
+        said
+    )  # every rank once, as horovodrun tagged it
     assert all(m[1] == m[2] and int(m[3]) == n and int(m[4]) < slots for m in ranks)
     epochs = [m for m in map(EPOCH_LINE.match, record.lines) if m]
     assert [m.groups() for m in epochs] == [("0", "1", str(n)), ("0", "2", str(n))]  # rank 0 averaged n ranks
@@ -70,7 +75,12 @@ def horovod_sum(data: dict) -> dict:
     hvd.init()
     print(f"rank {hvd.rank()} of {hvd.size()} got {data['label']}")
     total = hvd.allreduce(tf.constant(hvd.rank()), op=hvd.Sum)
-    return {"rank": hvd.rank(), "size": hvd.size(), "sum_of_ranks": int(total.numpy()), "label": data["label"]}
+    return {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "sum_of_ranks": int(total.numpy()),
+        "label": data["label"],
+    }
 
 
 def test_task_horovod_returns_rank_zeros_allreduce(real_namespace, real_conn, record, horovod):

@@ -42,8 +42,11 @@ def real_operator(task_id: str, namespace: str, flavour: str = "openmpi", **kwar
 
 
 def launcher_pods(k8s, namespace: str) -> list:
-    pods = client.CoreV1Api(k8s).list_namespaced_pod(
-        namespace, label_selector="training.kubeflow.org/job-role=launcher").items
+    pods = (
+        client.CoreV1Api(k8s)
+        .list_namespaced_pod(namespace, label_selector="training.kubeflow.org/job-role=launcher")
+        .items
+    )
     return sorted(pods, key=lambda p: p.metadata.creation_timestamp)
 
 
@@ -61,12 +64,21 @@ def test_pi_runs_on_real_ranks_and_streams_the_launcher_log_once(
     real_k8s, real_namespace, real_conn, record, flavour, deferrable
 ):
     workers, slots = 2, 2
-    op = real_operator(f"pi_{flavour}", real_namespace, flavour, workers=workers, slots_per_worker=slots,
-                       deferrable=deferrable, on_finish_action="keep")
+    op = real_operator(
+        f"pi_{flavour}",
+        real_namespace,
+        flavour,
+        workers=workers,
+        slots_per_worker=slots,
+        deferrable=deferrable,
+        on_finish_action="keep",
+    )
     if deferrable:
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(ctx(op.task_id))
-        event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))  # as the triggerer rebuilds it
+        event = run_trigger(
+            MPIJobTrigger(**deferred.value.trigger.serialize()[1])
+        )  # as the triggerer rebuilds it
         xcom = op.execute_complete(ctx(op.task_id), event)
     else:
         xcom = op.execute(ctx(op.task_id))
@@ -90,7 +102,9 @@ def test_failing_program_fails_the_task_with_its_exit_code_after_backoff_limit_a
     real_k8s, real_namespace, real_conn, record
 ):
     program = ["sh", "-c", "echo attempt on $(hostname); exit 3"]
-    op = real_operator("fails", real_namespace, program=program, workers=1, retries=1, on_finish_action="keep")
+    op = real_operator(
+        "fails", real_namespace, program=program, workers=1, retries=1, on_finish_action="keep"
+    )
     with pytest.raises(AirflowFailException, match="BackoffLimitExceeded") as failure:
         op.execute(ctx("fails"))
     pods = launcher_pods(real_k8s, real_namespace)
@@ -99,19 +113,28 @@ def test_failing_program_fails_the_task_with_its_exit_code_after_backoff_limit_a
         (state,) = pod.status.container_statuses
         assert state.state.terminated.exit_code == 3 and pod.spec.restart_policy == "Never"
     headers = [ln for ln in record.lines if ln.startswith("========== launcher attempt")]
-    assert [h.split(",")[0] for h in headers] == ["========== launcher attempt 1 of 2", "========== launcher attempt 2 of 2"]
+    assert [h.split(",")[0] for h in headers] == [
+        "========== launcher attempt 1 of 2",
+        "========== launcher attempt 2 of 2",
+    ]
     assert sum(ln.startswith("attempt on ") for ln in record.lines) == 2  # one line per attempt, none doubled
     first, *explained = str(failure.value).splitlines()
     assert first.endswith("launcher exit codes: 3, 3")
     # the rank, as Open MPI's mpirun reports it; the last attempt's pod with its cause; the last lines of its log
-    assert explained[:2] == ["cause: rank 0: exit code 3, as mpirun reports it",
-                             f"cause: launcher pod {pods[-1].metadata.name} (container launcher): Error, exit code 3"]
+    assert explained[:2] == [
+        "cause: rank 0: exit code 3, as mpirun reports it",
+        f"cause: launcher pod {pods[-1].metadata.name} (container launcher): Error, exit code 3",
+    ]
     last_lines = pod_log(real_k8s, real_namespace, pods[-1].metadata.name)[-10:]
-    assert explained[2:] == [f"last {len(last_lines)} log lines of launcher {pods[-1].metadata.name} (container "
-                             "launcher):", *(f"    {line}" for line in last_lines)]
+    assert explained[2:] == [
+        f"last {len(last_lines)} log lines of launcher {pods[-1].metadata.name} (container launcher):",
+        *(f"    {line}" for line in last_lines),
+    ]
 
 
-def test_killing_the_task_deletes_the_job_and_stops_its_containers(real_k8s, real_namespace, real_conn, record):
+def test_killing_the_task_deletes_the_job_and_stops_its_containers(
+    real_k8s, real_namespace, real_conn, record
+):
     op = real_operator("killed", real_namespace, program=["sleep", "600"], workers=2)
     worker = Background(op.execute, ctx("killed"))
     name = op.build_manifest(ctx("killed"))["metadata"]["name"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace as NS
 
 import pytest
@@ -40,9 +40,15 @@ def square(n: int) -> int:
 
 def decorated(namespace: str, **kwargs):
     """``@task.mpi`` over ``square(7)``, deferrable; its workers never start (see the module docstring)."""
-    with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)) as dag:
-        task.mpi(namespace=namespace, image="python:3.12", workers=2, deferrable=True,
-                 worker={"annotations": {bh.START_DELAY: "1h"}}, **kwargs)(square)(7)
+    with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=UTC)) as dag:
+        task.mpi(
+            namespace=namespace,
+            image="python:3.12",
+            workers=2,
+            deferrable=True,
+            worker={"annotations": {bh.START_DELAY: "1h"}},
+            **kwargs,
+        )(square)(7)
     return dag.get_task("square")
 
 
@@ -54,8 +60,15 @@ class Store(dict):
 
 
 def context(store: Store, xcoms: list, try_number: int) -> dict:
-    ti = NS(dag_id="it", task_id="square", run_id=RUN_ID, map_index=-1, try_number=try_number,
-            xcom_push=lambda key, value: xcoms.append((key, value)), get_first_reschedule_date=lambda context: None)
+    ti = NS(
+        dag_id="it",
+        task_id="square",
+        run_id=RUN_ID,
+        map_index=-1,
+        try_number=try_number,
+        xcom_push=lambda key, value: xcoms.append((key, value)),
+        get_first_reschedule_date=lambda context: None,
+    )
     return {"ti": ti, "task_reschedule_count": 0, "task_state_store": store}
 
 
@@ -68,7 +81,8 @@ def deferred_to(op, ctx: dict):
 def job_of(k8s, namespace: str, name: str) -> dict | None:
     try:
         return client.CustomObjectsApi(k8s).get_namespaced_custom_object(
-            "kubeflow.org", "v2beta1", namespace, "mpijobs", name)
+            "kubeflow.org", "v2beta1", namespace, "mpijobs", name
+        )
     except client.exceptions.ApiException as err:
         if err.status == 404:
             return None
@@ -92,19 +106,28 @@ def wait_secret_gone(k8s, namespace: str, name: str, timeout: int = 60) -> None:
     listing = core.list_namespaced_secret(namespace, field_selector=f"metadata.name={name}")
     if not listing.items:
         return
-    for event in watch.Watch().stream(core.list_namespaced_secret, namespace, field_selector=f"metadata.name={name}",
-                                      resource_version=listing.metadata.resource_version, timeout_seconds=timeout):
+    for event in watch.Watch().stream(
+        core.list_namespaced_secret,
+        namespace,
+        field_selector=f"metadata.name={name}",
+        resource_version=listing.metadata.resource_version,
+        timeout_seconds=timeout,
+    ):
         if event["type"] == "DELETED":
             return
     raise AssertionError(f"Secret {namespace}/{name} still exists after {timeout}s")
 
 
-def test_a_job_left_without_its_call_secret_is_replaced_by_the_next_try(k8s, namespace, kubernetes_default_conn):
+def test_a_job_left_without_its_call_secret_is_replaced_by_the_next_try(
+    k8s, namespace, kubernetes_default_conn
+):
     """Try 1's worker died between creating the job and its Secret. Try 2 does not follow that job (it would wait
     for ever): it replaces it with one that has its Secret; the stand-in it made goes with the old job."""
     store, xcoms = Store(), []
     first = decorated(namespace)
-    left = first.hook.create_mpijob(first.build_manifest(context(store, xcoms, 1)), namespace)  # and died here
+    left = first.hook.create_mpijob(
+        first.build_manifest(context(store, xcoms, 1)), namespace
+    )  # and died here
 
     trigger = deferred_to(decorated(namespace), context(store, xcoms, 2))
 
@@ -124,10 +147,20 @@ def no_cleanup_conn(k8s, kubeconfig, namespace, tmp_path, monkeypatch) -> str:
             rule["verbs"] = [v for v in rule["verbs"] if v != "delete"]
     role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
     apply_role(k8s, role)
-    path = bound_service_account_kubeconfig(k8s, kubeconfig, namespace, NO_CLEANUP_ROLE, tmp_path / "no-cleanup",
-                                            service_account=f"no-cleanup-{uuid.uuid4().hex[:6]}")
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_NO_CLEANUP", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path), "namespace": namespace}}))
+    path = bound_service_account_kubeconfig(
+        k8s,
+        kubeconfig,
+        namespace,
+        NO_CLEANUP_ROLE,
+        tmp_path / "no-cleanup",
+        service_account=f"no-cleanup-{uuid.uuid4().hex[:6]}",
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_NO_CLEANUP",
+        json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path), "namespace": namespace}}
+        ),
+    )
     return "kubernetes_no_cleanup"
 
 
@@ -135,15 +168,20 @@ def test_a_failed_cleanup_leaves_the_job_recorded_and_the_next_try_replaces_it(
     k8s, namespace, kubernetes_default_conn, no_cleanup_conn
 ):
     store, xcoms = Store(), []
-    with pytest.raises(AirflowException, match=r"Could not create Secret .*403.*deleting MPIJob .* again failed too"
-                                               r".*recorded") as failed:
+    with pytest.raises(
+        AirflowException,
+        match=r"Could not create Secret .*403.*deleting MPIJob .* again failed too"
+        r".*recorded",
+    ) as failed:
         decorated(namespace, kubernetes_conn_id=no_cleanup_conn).execute(context(store, xcoms, 1))
     assert not isinstance(failed.value, AirflowFailException)  # a retry may replace it
     ((key, record),) = xcoms
     assert key == JOB_XCOM_KEY and record["namespace"] == namespace
     assert store[STATE_STORE_KEY]["name"] == record["name"]
     left = job_of(k8s, namespace, record["name"])
-    assert left is not None and not left["metadata"].get("deletionTimestamp")  # the listener and sweeps find it
+    assert left is not None and not left["metadata"].get(
+        "deletionTimestamp"
+    )  # the listener and sweeps find it
 
     trigger = deferred_to(decorated(namespace), context(store, xcoms, 2))
 

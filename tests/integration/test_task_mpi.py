@@ -9,7 +9,7 @@ trigger / execute_complete).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace as NS
 
 import pytest
@@ -75,7 +75,7 @@ def secret_length(data: dict) -> int:
 
 def decorated(func, namespace: str, flavour: str, upstream_value, decorator: str = "mpi", **kwargs):
     """``@task.<decorator>(...)`` over ``func(<upstream XCom>, ...)`` in a DAG, rendered with that XCom pulled."""
-    with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)) as dag:
+    with DAG("it", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=UTC)) as dag:
 
         @task
         def upstream():
@@ -97,32 +97,41 @@ def run(op, deferrable: bool):
         return op.execute(ctx(op.task_id))
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx(op.task_id))
-    event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))  # as the triggerer rebuilds it
+    event = run_trigger(
+        MPIJobTrigger(**deferred.value.trigger.serialize()[1])
+    )  # as the triggerer rebuilds it
     # as Airflow resumes it: the deferral's method, its kwargs and the event
-    return op.resume_execution(deferred.value.method_name, {**deferred.value.kwargs, "event": event},
-                               ctx(op.task_id))
+    return op.resume_execution(
+        deferred.value.method_name, {**deferred.value.kwargs, "event": event}, ctx(op.task_id)
+    )
 
 
-@pytest.mark.parametrize(
-    ("flavour", "deferrable"), [("openmpi", False), ("mpich", True)]
-)
+@pytest.mark.parametrize(("flavour", "deferrable"), [("openmpi", False), ("mpich", True)])
 def test_rank_zeros_value_is_the_xcom_with_the_upstream_argument_on_every_rank(
     real_namespace, real_conn, record, flavour, deferrable
 ):
-    op = decorated(ranks_report, real_namespace, flavour, UPSTREAM, deferrable=deferrable, call_kwargs={"scale": 2})
+    op = decorated(
+        ranks_report, real_namespace, flavour, UPSTREAM, deferrable=deferrable, call_kwargs={"scale": 2}
+    )
     value = run(op, deferrable)
 
     n = WORKERS * SLOTS
     assert value == {"rank": 0, "size": n, "sum_of_ranks": n * (n - 1) // 2, "label": "from upstream",
                      "scaled": [6, 8, 10]}  # fmt: skip
     # every rank printed its line, tagged with its rank by mpirun; the result's marker lines never show
-    said = {int(m[2]): m[1] for m in (re.search(r"^\[(\S+?)\].*rank (\d+) of 4 got from upstream$", ln) for ln in record.lines) if m}
+    said = {
+        int(m[2]): m[1]
+        for m in (re.search(r"^\[(\S+?)\].*rank (\d+) of 4 got from upstream$", ln) for ln in record.lines)
+        if m
+    }
     assert sorted(said) == list(range(n))
     assert all(tag.endswith(str(rank)) for rank, tag in said.items())  # "[1,<rank>]<stdout>:" / "[<rank>]"
     assert not any(MARKER in line for line in record.lines)
 
 
-def test_an_exception_on_a_rank_fails_the_task_with_its_traceback_in_the_log(real_namespace, real_conn, record):
+def test_an_exception_on_a_rank_fails_the_task_with_its_traceback_in_the_log(
+    real_namespace, real_conn, record
+):
     op = decorated(fails_on_rank_one, real_namespace, "openmpi", UPSTREAM)
     with pytest.raises(AirflowFailException, match="failed") as failure:
         op.execute(ctx(op.task_id))
@@ -133,8 +142,17 @@ def test_an_exception_on_a_rank_fails_the_task_with_its_traceback_in_the_log(rea
     assert "<@task function fails_on_rank_one>" in log
 
 
-def test_ranks_without_that_python_fail_the_task_saying_rank_zero_never_started(real_namespace, real_conn, record):
-    op = decorated(ranks_report, real_namespace, "mpich", UPSTREAM, python="/opt/no-such/python3", call_kwargs={"scale": 1})
+def test_ranks_without_that_python_fail_the_task_saying_rank_zero_never_started(
+    real_namespace, real_conn, record
+):
+    op = decorated(
+        ranks_report,
+        real_namespace,
+        "mpich",
+        UPSTREAM,
+        python="/opt/no-such/python3",
+        call_kwargs={"scale": 1},
+    )
     with pytest.raises(AirflowFailException, match=r"Rank 0 never started the function: the ranks could not run "
                                                    r"'/opt/no-such/python3' \(an image without Python 3\?"):  # fmt: skip
         op.execute(ctx(op.task_id))
@@ -159,9 +177,9 @@ def test_arguments_travel_in_a_secret_owned_by_the_job_never_in_the_mpijob_pods_
     import uuid
 
     import yaml
+    from airflow.providers.common.compat.sdk import mask_secret
     from kubernetes import client, watch
 
-    from airflow.providers.common.compat.sdk import mask_secret
     secret = f"Grün\tgeheim-ß-{uuid.uuid4().hex[:8]}"
     mask_secret(secret)
     op = decorated(secret_length, real_namespace, "openmpi", {"label": secret}, on_finish_action="keep")
@@ -171,17 +189,34 @@ def test_arguments_travel_in_a_secret_owned_by_the_job_never_in_the_mpijob_pods_
     job = custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", real_namespace, "mpijobs", name)
     pods = core.list_namespaced_pod(real_namespace, label_selector=f"training.kubeflow.org/job-name={name}")
     assert pods.items
-    texts = [yaml.safe_dump(job), yaml.safe_dump(real_k8s.sanitize_for_serialization(pods)),
-             json.dumps(job), "\n".join(record.lines)]
-    forms = {secret, yaml.safe_dump(secret).strip(), json.dumps(secret), secret.encode("unicode_escape").decode()}
+    texts = [
+        yaml.safe_dump(job),
+        yaml.safe_dump(real_k8s.sanitize_for_serialization(pods)),
+        json.dumps(job),
+        "\n".join(record.lines),
+    ]
+    forms = {
+        secret,
+        yaml.safe_dump(secret).strip(),
+        json.dumps(secret),
+        secret.encode("unicode_escape").decode(),
+    }
     assert not [form for form in forms for text in texts if form in text]
-    (secret_object,) = [s for s in core.list_namespaced_secret(real_namespace).items if s.metadata.name.startswith(
-        f"{name}-call-")]
+    (secret_object,) = [
+        s
+        for s in core.list_namespaced_secret(real_namespace).items
+        if s.metadata.name.startswith(f"{name}-call-")
+    ]
     assert [(o.kind, o.name, o.uid) for o in secret_object.metadata.owner_references] == [
-        ("MPIJob", name, job["metadata"]["uid"])]
+        ("MPIJob", name, job["metadata"]["uid"])
+    ]
     # deleted with its job by the garbage collector
-    stream = watch.Watch().stream(core.list_namespaced_secret, real_namespace, timeout_seconds=120,
-                                  field_selector=f"metadata.name={secret_object.metadata.name}")
+    stream = watch.Watch().stream(
+        core.list_namespaced_secret,
+        real_namespace,
+        timeout_seconds=120,
+        field_selector=f"metadata.name={secret_object.metadata.name}",
+    )
     assert next(stream)["type"] == "ADDED"  # the watch is open before the job goes
     custom.delete_namespaced_custom_object("kubeflow.org", "v2beta1", real_namespace, "mpijobs", name)
     assert any(event["type"] == "DELETED" for event in stream), "the call's Secret outlived its job"

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client, watch
@@ -16,8 +16,12 @@ from airflow_mpi.hooks import AsyncMPIJobHook
 from airflow_mpi.wait import namespace_watch, watch_hub
 from airflow_mpi.wait.monitor import JobMonitor
 from localcluster import behaviour as bh
-from tests.integration.least_privilege import (apply_role, bound_service_account_kubeconfig, role_without,
-                                               use_as_kubernetes_default)
+from tests.integration.least_privilege import (
+    apply_role,
+    bound_service_account_kubeconfig,
+    role_without,
+    use_as_kubernetes_default,
+)
 
 MPIJOBS = ("kubeflow.org", "v2beta1")
 
@@ -33,8 +37,14 @@ def suspended_job(name: str) -> dict:
             "slotsPerWorker": 1,
             "runPolicy": {"suspend": True},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{"name": "launcher", **container}]}}},
-                "Worker": {"replicas": 1, "template": {"spec": {"containers": [{"name": "worker", **container}]}}},
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {"spec": {"containers": [{"name": "launcher", **container}]}},
+                },
+                "Worker": {
+                    "replicas": 1,
+                    "template": {"spec": {"containers": [{"name": "worker", **container}]}},
+                },
             },
         },
     }
@@ -51,8 +61,9 @@ def invalid_job(name: str) -> dict:
 def first_validation_error(k8s, namespace: str, name: str) -> None:
     """Return once the mpi-operator has recorded a ValidationError on the job (awaited by a watch)."""
     selector = f"involvedObject.kind=MPIJob,involvedObject.name={name},reason=ValidationError"
-    stream = watch.Watch().stream(client.CoreV1Api(k8s).list_namespaced_event, namespace,
-                                  field_selector=selector, timeout_seconds=120)
+    stream = watch.Watch().stream(
+        client.CoreV1Api(k8s).list_namespaced_event, namespace, field_selector=selector, timeout_seconds=120
+    )
     for _ in stream:  # the listing's existing events come first, as ADDED
         return
     raise AssertionError(f"no ValidationError event for {name} in 120 s")
@@ -71,8 +82,15 @@ class CountingHook(AsyncMPIJobHook):
 def counting_monitor(name: str, namespace: str, listed: list[str]) -> JobMonitor:
     counting = CountingHook(conn_id="kubernetes_default")
     counting.listed = listed
-    return JobMonitor(counting, name, namespace, emit=print, submitted_at=datetime.now(timezone.utc),
-                      get_logs=False, poll_interval=30)
+    return JobMonitor(
+        counting,
+        name,
+        namespace,
+        emit=print,
+        submitted_at=datetime.now(UTC),
+        get_logs=False,
+        poll_interval=30,
+    )
 
 
 def create_jobs(k8s, namespace: str, names: list[str]) -> None:
@@ -83,10 +101,16 @@ def create_jobs(k8s, namespace: str, names: list[str]) -> None:
 
 def namespaced_watches(k8s) -> dict[str, float]:
     """The API server's own count of open namespace-scoped watches, by resource (its /metrics)."""
-    text = k8s.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False).data.decode()
+    text = k8s.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
+    ).data.decode()
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("apiserver_longrunning_requests{") and 'scope="namespace"' in line and 'verb="WATCH"' in line:
+        if (
+            line.startswith("apiserver_longrunning_requests{")
+            and 'scope="namespace"' in line
+            and 'verb="WATCH"' in line
+        ):
             resource = line.split('resource="', 1)[1].split('"', 1)[0]
             counts[resource] = counts.get(resource, 0) + float(line.rsplit(" ", 1)[1])
     return counts
@@ -119,8 +143,13 @@ def all_suspended(k8s, namespace: str, names: list[str]) -> None:
     """Return once the mpi-operator has marked every job Suspended (awaited by a watch): its status updates,
     about one job a second, no longer land while a test compares the waits' change counters."""
     pending = set(names)
-    stream = watch.Watch().stream(client.CustomObjectsApi(k8s).list_namespaced_custom_object, *MPIJOBS, namespace,
-                                  "mpijobs", timeout_seconds=300)
+    stream = watch.Watch().stream(
+        client.CustomObjectsApi(k8s).list_namespaced_custom_object,
+        *MPIJOBS,
+        namespace,
+        "mpijobs",
+        timeout_seconds=300,
+    )
     for event in stream:  # the listing's jobs first, as ADDED, then each change
         job = event["object"]
         conditions = (job.get("status") or {}).get("conditions") or []
@@ -128,7 +157,9 @@ def all_suspended(k8s, namespace: str, names: list[str]) -> None:
             pending.discard(job["metadata"]["name"])
         if not pending:
             return
-    raise AssertionError(f"the mpi-operator did not mark {len(pending)} jobs Suspended in 300 s: {sorted(pending)[:5]}")
+    raise AssertionError(
+        f"the mpi-operator did not mark {len(pending)} jobs Suspended in 300 s: {sorted(pending)[:5]}"
+    )
 
 
 def cached_resource_version(sub: watch_hub.Subscription) -> str | None:
@@ -146,13 +177,20 @@ def test_a_hundred_waits_share_three_watches(k8s, namespace, kubernetes_default_
     async def body():
         async with contextlib.AsyncExitStack() as stack:
             # one hook per wait, as every trigger has its own: same connection -> same hub
-            subs = [await stack.enter_async_context(watch_hub.subscription(hook(), namespace, n)) for n in names]
+            subs = [
+                await stack.enter_async_context(watch_hub.subscription(hook(), namespace, n)) for n in names
+            ]
             assert len(watch_hub.hubs()) == 1
             hub = watch_hub.hubs()[0]
             assert all(sub.job() is not None for sub in subs)
             assert {k: v for k, v in hub.stats.items() if k.endswith(("_lists", "_watches"))} == {
-                "mpijobs_lists": 1, "pods_lists": 1, "events_lists": 1,
-                "mpijobs_watches": 1, "pods_watches": 1, "events_watches": 1}
+                "mpijobs_lists": 1,
+                "pods_lists": 1,
+                "events_lists": 1,
+                "mpijobs_watches": 1,
+                "pods_watches": 1,
+                "events_watches": 1,
+            }
             await hub.until(lambda hb: all(hb.stats[f"{kind}_opened"] for kind in watch_hub.KINDS))
             watches = await asyncio.to_thread(namespaced_watches, k8s)
             assert watches.get("mpijobs") == 1 and watches.get("pods") == 1 and watches.get("events") == 1
@@ -163,12 +201,19 @@ def test_a_hundred_waits_share_three_watches(k8s, namespace, kubernetes_default_
             versions = [sub.version for sub in subs]
             seen = [cached_resource_version(sub) for sub in subs]
             await asyncio.to_thread(
-                client.CustomObjectsApi(k8s).patch_namespaced_custom_object, *MPIJOBS, namespace, "mpijobs",
-                names[42], {"metadata": {"labels": {"touched": "yes"}}})
+                client.CustomObjectsApi(k8s).patch_namespaced_custom_object,
+                *MPIJOBS,
+                namespace,
+                "mpijobs",
+                names[42],
+                {"metadata": {"labels": {"touched": "yes"}}},
+            )
             await subs[42].wait_change(versions[42], 60)
             assert subs[42].job()["metadata"]["labels"]["touched"] == "yes"
             woken = {names[i] for i, sub in enumerate(subs) if i != 42 and sub.version != versions[i]}
-            changed = {names[i] for i, sub in enumerate(subs) if i != 42 and cached_resource_version(sub) != seen[i]}
+            changed = {
+                names[i] for i, sub in enumerate(subs) if i != 42 and cached_resource_version(sub) != seen[i]
+            }
             assert woken <= changed, f"woken by another job's change: {sorted(woken - changed)}"
             assert len(changed) < 10, f"the operator was still busy with {sorted(changed)}: nothing was shown"
         assert watch_hub.hubs() == []  # the last subscriber left: watches closed
@@ -204,7 +249,8 @@ def test_410_gone_is_one_relist_for_every_subscriber(k8s, namespace, kubernetes_
 
 
 def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_event_watch(
-        k8s, namespace, kubernetes_default_conn):
+    k8s, namespace, kubernetes_default_conn
+):
     """The field selector (involvedObject.kind=MPIJob, reason=ValidationError) on the real API server, the event from
     the real mpi-operator: it arrives by the hub's watch, and a wait on the job ends as invalid after one event
     listing (for the verdict's message) instead of listing while it waits."""
@@ -212,10 +258,17 @@ def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_ev
     listed: list[str] = []
 
     async def body():
-        async with watch_hub.subscription(hook(), namespace, "hub-invalid") as sub:  # the hub is up, no job yet
+        async with watch_hub.subscription(
+            hook(), namespace, "hub-invalid"
+        ) as sub:  # the hub is up, no job yet
             assert sub.validation_events() == []
-            await asyncio.to_thread(client.CustomObjectsApi(k8s).create_namespaced_custom_object, *MPIJOBS,
-                                    namespace, "mpijobs", bad)
+            await asyncio.to_thread(
+                client.CustomObjectsApi(k8s).create_namespaced_custom_object,
+                *MPIJOBS,
+                namespace,
+                "mpijobs",
+                bad,
+            )
             await asyncio.wait_for(sub.hub.until(lambda hb: bool(sub.validation_events())), 120)
             assert sub.hub.stats["events_lists"] == 1 and sub.hub.stats["events_events"] >= 1
             return await asyncio.wait_for(counting_monitor("hub-invalid", namespace, listed).run(), 60)
@@ -226,7 +279,8 @@ def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_ev
 
 
 def test_an_identity_refused_the_event_watch_lists_the_validation_error_instead(
-        k8s, kubeconfig, namespace, tmp_path, monkeypatch, caplog):
+    k8s, kubeconfig, namespace, tmp_path, monkeypatch, caplog
+):
     """A role of an earlier release (events: list, no watch), refused by the real API server's RBAC: the hub warns
     once and keeps its two other watches; a wait on an invalid job finds the ValidationError by listing."""
     role = apply_role(k8s, role_without("watch", "events", "airflow-mpi-no-event-watch"))
@@ -236,12 +290,19 @@ def test_an_identity_refused_the_event_watch_lists_the_validation_error_instead(
 
     async def body():
         async with watch_hub.subscription(hook(), namespace, "refused-invalid") as sub:
-            await sub.hub.until(lambda hb: hb.stats["events_refused"] == 1)  # the list is allowed, the watch not
+            await sub.hub.until(
+                lambda hb: hb.stats["events_refused"] == 1
+            )  # the list is allowed, the watch not
             await sub.hub.ready()
             assert sub.validation_events() is None and not sub.hub.watches_events
             assert sub.hub.stats["events_lists"] == 1 and sub.hub.stats["events_opened"] == 0
-            await asyncio.to_thread(client.CustomObjectsApi(k8s).create_namespaced_custom_object, *MPIJOBS,
-                                    namespace, "mpijobs", invalid_job("refused-invalid"))
+            await asyncio.to_thread(
+                client.CustomObjectsApi(k8s).create_namespaced_custom_object,
+                *MPIJOBS,
+                namespace,
+                "mpijobs",
+                invalid_job("refused-invalid"),
+            )
             await asyncio.to_thread(first_validation_error, k8s, namespace, "refused-invalid")
             result = await asyncio.wait_for(counting_monitor("refused-invalid", namespace, listed).run(), 60)
             assert sub.hub.error is None and sub.hub.stats["mpijobs_opened"] >= 1
@@ -255,12 +316,16 @@ def test_an_identity_refused_the_event_watch_lists_the_validation_error_instead(
     assert len(refusals) == 1 and "403" in refusals[0].getMessage(), [r.getMessage() for r in caplog.records]
 
 
-def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespace, kubernetes_default_conn, monkeypatch):
+def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(
+    k8s, namespace, kubernetes_default_conn, monkeypatch
+):
     # the API server sends a bookmark 2 s before a watch's timeout; a short watch makes one arrive soon
     monkeypatch.setattr(watch_hub, "WATCH_SECONDS", 6)
     core = client.CoreV1Api(k8s)
-    elsewhere = {"metadata": {"generateName": "hub-bookmark-", "labels": {"training.kubeflow.org/job-name": "x"}},
-                 "spec": {"containers": [{"name": "c", "image": "x"}], "tolerations": [{"operator": "Exists"}]}}
+    elsewhere = {
+        "metadata": {"generateName": "hub-bookmark-", "labels": {"training.kubeflow.org/job-name": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}], "tolerations": [{"operator": "Exists"}]},
+    }
     created: list[str] = []
 
     async def body():
@@ -274,8 +339,14 @@ def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespac
             created.append(pod.metadata.name)
             await hub.until(lambda hb: hb.stats["pods_bookmarks"] >= 1 and hb.stats["pods_watches"] >= 2)
             starts = [rv for kind, rv in h.watch_starts if kind == "pods"]
-            assert hub.stats["pods_lists"] == 1 and hub.stats["pods_relists"] == 0 and hub.stats["pods_events"] == 0
-            assert int(starts[1]) >= int(pod.metadata.resource_version) > int(starts[0])  # resumed from the bookmark
+            assert (
+                hub.stats["pods_lists"] == 1
+                and hub.stats["pods_relists"] == 0
+                and hub.stats["pods_events"] == 0
+            )
+            assert (
+                int(starts[1]) >= int(pod.metadata.resource_version) > int(starts[0])
+            )  # resumed from the bookmark
 
     try:
         asyncio.run(body())
@@ -285,7 +356,8 @@ def test_a_renewed_watch_resumes_from_the_bookmark_without_listing(k8s, namespac
 
 
 def test_a_watch_lasts_until_the_api_server_ends_it_not_the_clients_default_timeout(
-        namespace, kubernetes_default_conn, monkeypatch, caplog):
+    namespace, kubernetes_default_conn, monkeypatch, caplog
+):
     """cncf.kubernetes' API clients end any request after API_TIMEOUT (60 s) unless the call says otherwise; the
     hub's watches say so, so each lasts its timeout_seconds on the API server and is renewed without a warning.
     (Both timeouts shortened here; before the fix every watch of a real triggerer was cut each minute.)"""
@@ -302,7 +374,9 @@ def test_a_watch_lasts_until_the_api_server_ends_it_not_the_clients_default_time
     with caplog.at_level(logging.INFO, logger=watch_hub.__name__):
         stats = asyncio.run(body())
     assert [r.getMessage() for r in caplog.records] == []  # no interruption, no re-list
-    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.KINDS), stats
+    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.KINDS), (
+        stats
+    )
 
 
 @pytest.mark.needs_simulation
@@ -311,19 +385,32 @@ def test_a_log_endpoint_error_is_reported_once_and_never_printed_as_launcher_out
 ):
     """The kwok log server answers 400 for a log file it cannot open (as a kubelet for a missing log)."""
     co = client.CustomObjectsApi(cluster.api_client())
-    co.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", {
-        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": f"logs-{namespace}"},
-        "spec": {"selector": {"matchNamespaces": [namespace]},
-                 "logs": [{"containers": ["launcher"], "logsFile": f"/nonexistent/{uuid.uuid4().hex}.log"}]}})
+    co.create_cluster_custom_object(
+        "kwok.x-k8s.io",
+        "v1alpha1",
+        "clusterlogs",
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterLogs",
+            "metadata": {"name": f"logs-{namespace}"},
+            "spec": {
+                "selector": {"matchNamespaces": [namespace]},
+                "logs": [{"containers": ["launcher"], "logsFile": f"/nonexistent/{uuid.uuid4().hex}.log"}],
+            },
+        },
+    )
     job = suspended_job("logerr")
     job["spec"]["runPolicy"] = {}
-    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"] = {"annotations": {bh.RUN_DURATION: "4s"}}
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"] = {
+        "annotations": {bh.RUN_DURATION: "4s"}
+    }
     client.CustomObjectsApi(k8s).create_namespaced_custom_object(*MPIJOBS, namespace, "mpijobs", job)
     lines: list[str] = []
 
     async def body():
-        return await JobMonitor(hook(), "logerr", namespace, emit=lines.append,
-                                submitted_at=datetime.now(timezone.utc), poll_interval=2).run()
+        return await JobMonitor(
+            hook(), "logerr", namespace, emit=lines.append, submitted_at=datetime.now(UTC), poll_interval=2
+        ).run()
 
     try:
         with caplog.at_level(logging.WARNING, logger="airflow_mpi.wait.log_pump"):

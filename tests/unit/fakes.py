@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace as NS
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -17,10 +17,30 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from airflow_mpi.hooks.live_delete import DELETED, keep_reason
 
 
-def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running", state="running",
-        restart_count=0, scheduled=True, waiting_reason=None, exit_code=None, container="launcher", job="job",
-        reason=None, memory_limit=None, deletion=None, pod_reason=None, pod_message=None, last_terminated=None,
-        grace=None, disruption=None, uid=None, owner="made"):
+def pod(
+    name,
+    *,
+    role="launcher",
+    created="2026-11-22T10:00:00",
+    phase="Running",
+    state="running",
+    restart_count=0,
+    scheduled=True,
+    waiting_reason=None,
+    exit_code=None,
+    container="launcher",
+    job="job",
+    reason=None,
+    memory_limit=None,
+    deletion=None,
+    pod_reason=None,
+    pod_message=None,
+    last_terminated=None,
+    grace=None,
+    disruption=None,
+    uid=None,
+    owner="made",
+):
     """A V1Pod as the hooks read it. ``reason``: the terminated state's; ``deletion``: the deletionTimestamp
     (datetime); ``last_terminated``: (reason, exit code) of the previous container instance; ``disruption``:
     (reason, message) of a DisruptionTarget condition; ``owner``: its controller reference, ``"made"`` the one the
@@ -32,21 +52,41 @@ def pod(name, *, role="launcher", created="2026-11-22T10:00:00", phase="Running"
         container_state.terminated = NS(exit_code=exit_code or 0, reason=reason, signal=None, message=None)
     elif state == "waiting":
         container_state.waiting = NS(reason=waiting_reason, message="")
-    last = NS(terminated=NS(reason=last_terminated[0], exit_code=last_terminated[1]) if last_terminated else None)
+    last = NS(
+        terminated=NS(reason=last_terminated[0], exit_code=last_terminated[1]) if last_terminated else None
+    )
     limits = {"memory": memory_limit} if memory_limit else None
     return NS(
-        metadata=NS(name=name, labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
-                    creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=timezone.utc),
-                    deletion_timestamp=deletion, uid=uid or f"uid-{name}",
-                    owner_references=[controller_ref(job, role)] if owner == "made" else [owner] if owner else None),
-        spec=NS(containers=[NS(name=container, resources=NS(limits=limits))], termination_grace_period_seconds=grace),
-        status=NS(phase=phase, conditions=[NS(type="PodScheduled", status="True" if scheduled else "False"),
-                                           *([NS(type="DisruptionTarget", status="True", reason=disruption[0],
-                                                 message=disruption[1])] if disruption else [])],
-                  reason=pod_reason, message=pod_message,
-                  container_statuses=[NS(name=container, restart_count=restart_count, state=container_state,
-                                         last_state=last)]
-                  if state else None),
+        metadata=NS(
+            name=name,
+            labels={"training.kubeflow.org/job-role": role, "training.kubeflow.org/job-name": job},
+            creation_timestamp=datetime.fromisoformat(created).replace(tzinfo=UTC),
+            deletion_timestamp=deletion,
+            uid=uid or f"uid-{name}",
+            owner_references=[controller_ref(job, role)] if owner == "made" else [owner] if owner else None,
+        ),
+        spec=NS(
+            containers=[NS(name=container, resources=NS(limits=limits))],
+            termination_grace_period_seconds=grace,
+        ),
+        status=NS(
+            phase=phase,
+            conditions=[
+                NS(type="PodScheduled", status="True" if scheduled else "False"),
+                *(
+                    [NS(type="DisruptionTarget", status="True", reason=disruption[0], message=disruption[1])]
+                    if disruption
+                    else []
+                ),
+            ],
+            reason=pod_reason,
+            message=pod_message,
+            container_statuses=[
+                NS(name=container, restart_count=restart_count, state=container_state, last_state=last)
+            ]
+            if state
+            else None,
+        ),
     )
 
 
@@ -55,14 +95,24 @@ def controller_ref(job="job", role="worker"):
     worker's is the MPIJob, a launcher's its launcher Job (uid ``uid-<job>-launcher``, :meth:`FakeAsyncHook.
     get_launcher_job`)."""
     if role == "worker":
-        return NS(api_version="kubeflow.org/v2beta1", kind="MPIJob", name=job, uid=f"uid-{job}", controller=True)
-    return NS(api_version="batch/v1", kind="Job", name=f"{job}-launcher", uid=f"uid-{job}-launcher", controller=True)
+        return NS(
+            api_version="kubeflow.org/v2beta1", kind="MPIJob", name=job, uid=f"uid-{job}", controller=True
+        )
+    return NS(
+        api_version="batch/v1", kind="Job", name=f"{job}-launcher", uid=f"uid-{job}-launcher", controller=True
+    )
 
 
 def job(name="job", namespace="ns", *conditions, rv="1", labels=None):
     return {
-        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels or {},
-                     "creationTimestamp": "2026-11-22T10:00:00Z", "uid": f"uid-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": rv,
+            "labels": labels or {},
+            "creationTimestamp": "2026-11-22T10:00:00Z",
+            "uid": f"uid-{name}",
+        },
         "status": {"conditions": [{"type": c, "status": "True", "reason": r} for c, r in conditions]},
     }
 
@@ -81,7 +131,9 @@ class FakeAsyncHook:
     log_failures: dict = field(default_factory=dict)  # pod -> lines after which one read breaks
     deleted: list = field(default_factory=list)
     log_requests: list = field(default_factory=list)
-    log_probes: list = field(default_factory=list)  # reads of the current file's first bytes (limit_bytes alone)
+    log_probes: list = field(
+        default_factory=list
+    )  # reads of the current file's first bytes (limit_bytes alone)
     watch_versions: list = field(default_factory=list)
     lists: list = field(default_factory=list)  # kinds listed by the watch hub, in order
     events_watch_forbidden: bool = False  # the identity may list events but not watch them (an older role)
@@ -115,8 +167,11 @@ class FakeAsyncHook:
             waiter.set()
 
     def _validation_events(self):
-        return [e for e in self.events if e.get("reason") == "ValidationError"
-                and e["involvedObject"].get("kind", "MPIJob") == "MPIJob"]
+        return [
+            e
+            for e in self.events
+            if e.get("reason") == "ValidationError" and e["involvedObject"].get("kind", "MPIJob") == "MPIJob"
+        ]
 
     # the watch hub's requests (hooks/protocols.py WatchRequests): one cluster per fake unless a test says so
     def watch_identity(self):
@@ -139,10 +194,21 @@ class FakeAsyncHook:
             return self._pods(), "1"
         if kind == "events":
             return self._validation_events(), "1"
-        return ([self.job_obj] if self.job_obj else []), (self.job_obj or {}).get("metadata", {}).get("resourceVersion", "1")
+        return ([self.job_obj] if self.job_obj else []), (self.job_obj or {}).get("metadata", {}).get(
+            "resourceVersion", "1"
+        )
 
-    async def watch_objects(self, kind, namespace, *, label_selector=None, field_selector=None, resource_version=None,
-                            timeout_seconds=60, version=None):
+    async def watch_objects(
+        self,
+        kind,
+        namespace,
+        *,
+        label_selector=None,
+        field_selector=None,
+        resource_version=None,
+        timeout_seconds=60,
+        version=None,
+    ):
         if kind == "workloads":
             await self._changed("workloads")
             for workload in self.workloads:
@@ -186,9 +252,19 @@ class FakeAsyncHook:
     async def get_launcher_job(self, name, namespace):
         """The launcher Job of ``job_obj``, whose uid the launchers of :func:`pod` name as their controller's."""
         self.__dict__.setdefault("launcher_job_gets", []).append(name)
-        owner = {"kind": "MPIJob", "name": name, "uid": (self.job_obj or {}).get("metadata", {}).get("uid"),
-                 "controller": True}
-        return {"metadata": {"name": f"{name}-launcher", "uid": f"uid-{name}-launcher", "ownerReferences": [owner]}}
+        owner = {
+            "kind": "MPIJob",
+            "name": name,
+            "uid": (self.job_obj or {}).get("metadata", {}).get("uid"),
+            "controller": True,
+        }
+        return {
+            "metadata": {
+                "name": f"{name}-launcher",
+                "uid": f"uid-{name}-launcher",
+                "ownerReferences": [owner],
+            }
+        }
 
     async def launcher_pods(self, name, namespace):
         return list(reversed(self.launchers))  # newest first, like the real hook
@@ -213,8 +289,18 @@ class FakeAsyncHook:
         self.deleted.append((name, namespace))
         return DELETED
 
-    async def read_pod_log(self, pod, namespace, *, container=None, since_time=None, previous=False,
-                           follow=False, tail_lines=None, limit_bytes=None):
+    async def read_pod_log(
+        self,
+        pod,
+        namespace,
+        *,
+        container=None,
+        since_time=None,
+        previous=False,
+        follow=False,
+        tail_lines=None,
+        limit_bytes=None,
+    ):
         lines = self.logs.get((pod, previous), [])
         if limit_bytes is not None and tail_lines is None and not (since_time or follow):
             self.log_probes.append(pod)
@@ -253,15 +339,26 @@ class FakeSyncHook:
         kwargs, ns = call.kwargs, call.kwargs["namespace"]
         if call.method == "list_namespaced_custom_object":
             wanted = dict(p.split("=", 1) for p in kwargs["label_selector"].split(","))
-            return call.on_result({"items": [c for (n, _), c in self.claims.items() if n == ns and all(
-                c["metadata"]["labels"].get(k) == v for k, v in wanted.items())]})
+            return call.on_result(
+                {
+                    "items": [
+                        c
+                        for (n, _), c in self.claims.items()
+                        if n == ns and all(c["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+                    ]
+                }
+            )
         name = kwargs["name"] if "name" in kwargs else kwargs["body"]["metadata"]["name"]
         if call.method == "create_namespaced_custom_object":
             if (ns, name) in self.claims:
                 return call.on_error(NS(status=409))
             self.claims[(ns, name)] = kwargs["body"]
             return call.on_result(kwargs["body"])
-        return call.on_result(self.claims[(ns, name)]) if (ns, name) in self.claims else call.on_error(NS(status=404))
+        return (
+            call.on_result(self.claims[(ns, name)])
+            if (ns, name) in self.claims
+            else call.on_error(NS(status=404))
+        )
 
     def create_owned_secret(self, name, namespace, string_data, owner):
         if self.secret_error is not None:
@@ -285,14 +382,23 @@ class FakeSyncHook:
 
     def list_mpijobs(self, namespace, label_selector=None):
         wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
-        return [j for (ns, _), j in self.jobs.items()
-                if ns == namespace and all(j["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+        return [
+            j
+            for (ns, _), j in self.jobs.items()
+            if ns == namespace and all(j["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
 
     def create_mpijob(self, manifest, namespace):
         if self.create_error is not None:
             raise self.create_error
-        obj = {**manifest, "metadata": {**manifest["metadata"], "creationTimestamp": "2026-11-22T10:00:00Z",
-                                         "uid": f"uid-{len(self.created)}"}}
+        obj = {
+            **manifest,
+            "metadata": {
+                **manifest["metadata"],
+                "creationTimestamp": "2026-11-22T10:00:00Z",
+                "uid": f"uid-{len(self.created)}",
+            },
+        }
         self.jobs[(namespace, manifest["metadata"]["name"])] = obj
         self.created.append(obj)
         return obj

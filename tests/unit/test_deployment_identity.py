@@ -47,7 +47,9 @@ def test_unpinned_a_task_reads_the_variable_the_scheduler_made(unpinned):
     assert di.for_task() == "0123abcd"
 
 
-ON_AIRFLOW_3 = pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="Airflow 3: a task reaches Variables through the SDK")
+ON_AIRFLOW_3 = pytest.mark.skipif(
+    not AIRFLOW_V_3_0_PLUS, reason="Airflow 3: a task reaches Variables through the SDK"
+)
 ON_AIRFLOW_2 = pytest.mark.skipif(AIRFLOW_V_3_0_PLUS, reason="Airflow 2.11: a task has the metadata database")
 
 
@@ -57,8 +59,11 @@ def test_two_first_tasks_never_make_the_identity(unpinned):
     their own id (and the overwritten one's job is never swept or reattached). A task fails clearly instead."""
     unpinned.race = "made-by-a-concurrent-task"
     for _ in range(2):
-        with pytest.raises(AirflowException, match=r"Variable airflow_mpi_deployment_id .* does not exist\. The "
-                                                   r"scheduler makes it when it starts"):
+        with pytest.raises(
+            AirflowException,
+            match=r"Variable airflow_mpi_deployment_id .* does not exist\. The "
+            r"scheduler makes it when it starts",
+        ):
             di.for_task()
     assert unpinned.values == {}
 
@@ -84,10 +89,13 @@ def test_the_deployment_is_part_of_the_name_and_a_label():
 def test_the_installation_is_where_the_database_is_never_its_password_or_driver():
     base = installation_of_url("postgresql+psycopg2://airflow:secret@db.prod:5432/airflow")
     assert base == installation_of_url("postgresql://airflow:other@DB.prod/airflow?sslmode=require")
-    for elsewhere in ("postgresql://airflow:secret@db.staging:5432/airflow",
-                      "postgresql://airflow:secret@db.prod:5433/airflow",
-                      "postgresql://airflow:secret@db.prod:5432/airflow_copy",
-                      "postgresql://reader:secret@db.prod:5432/airflow", "mysql://airflow:secret@db.prod/airflow"):
+    for elsewhere in (
+        "postgresql://airflow:secret@db.staging:5432/airflow",
+        "postgresql://airflow:secret@db.prod:5433/airflow",
+        "postgresql://airflow:secret@db.prod:5432/airflow_copy",
+        "postgresql://reader:secret@db.prod:5432/airflow",
+        "mysql://airflow:secret@db.prod/airflow",
+    ):
         assert installation_of_url(elsewhere) != base, elsewhere
     assert "secret" not in base and sanitize_label_value(base) == base
 
@@ -153,7 +161,9 @@ def test_an_upgraded_deployment_records_its_installation_without_error(database,
     assert database.values[INSTALLATION_VARIABLE] == PROD and "copy" not in caplog.text
 
 
-def test_a_copied_database_records_its_own_installation_and_says_how_to_resolve_it(database, monkeypatch, caplog):
+def test_a_copied_database_records_its_own_installation_and_says_how_to_resolve_it(
+    database, monkeypatch, caplog
+):
     """Staging restored from prod's backup: prod's id and prod's installation. Staging's components record their
     own (the tasks and the sweeper then find prod's claims foreign) and the log says what to do."""
     database.values.update({di.VARIABLE_KEY: "prod-id", INSTALLATION_VARIABLE: PROD})
@@ -179,8 +189,11 @@ def test_a_deleted_variable_is_not_made_again_while_jobs_of_the_old_id_run(datab
         asked.append(installation)
         return {"team-a": {"old-id": ["pi-1a2b3c4d"]}}
 
-    with pytest.raises(AirflowException, match=r"'team-a' .*id 'old-id': pi-1a2b3c4d.*Variable "
-                                               r"airflow_mpi_deployment_id is missing"):
+    with pytest.raises(
+        AirflowException,
+        match=r"'team-a' .*id 'old-id': pi-1a2b3c4d.*Variable "
+        r"airflow_mpi_deployment_id is missing",
+    ):
         di.establish(live)
     assert asked == [PROD] and di.VARIABLE_KEY not in database.values
 
@@ -210,10 +223,9 @@ def test_the_ids_variables_are_stored_unencrypted_so_every_component_reads_them(
     """Components of one deployment whose [core] fernet_key differ (none set: each generates its own, as the compose
     stack did) could not read each other's encrypted Variable: the scheduler made the id, the API server (and the
     tasks through it) read "does not exist". An id is no secret (it is on every job's labels): stored in clear."""
-    from cryptography.fernet import Fernet
-
     from airflow.models import crypto
     from airflow.models.variable import Variable
+    from cryptography.fernet import Fernet
 
     def forget_the_key() -> None:  # Airflow 3 caches get_fernet; 2.11 keeps it in crypto._fernet
         if hasattr(crypto.get_fernet, "cache_clear"):

@@ -31,9 +31,16 @@ def claim(hook, deployment=ID, installation=PROD, namespace="ns"):
 
 def add_job(hook, name, key=KEY, *conditions, deployment=ID, namespace="ns"):
     hook.jobs[(namespace, name)] = {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "labels": identity_labels(*key, 1, deployment), "annotations": identity_annotations(*key, 1)},
-        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions or ("Created", "Running")]},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": identity_labels(*key, 1, deployment),
+            "annotations": identity_annotations(*key, 1),
+        },
+        "status": {
+            "conditions": [{"type": c, "status": "True"} for c in conditions or ("Created", "Running")]
+        },
     }
 
 
@@ -45,12 +52,15 @@ def test_the_first_task_in_a_namespace_claims_it_and_a_copy_of_its_database_is_r
     assert identity_claims.task_refusal(hook, "ns", ID, PROD) is None  # its later tasks: one list, no create
 
     refusal = identity_claims.task_refusal(hook, "ns", ID, STAGING)
-    assert refusal.startswith(f"airflow-mpi: namespace 'ns' is claimed for deployment id {ID!r} by installation "
-                              f"{PROD!r}")
+    assert refusal.startswith(
+        f"airflow-mpi: namespace 'ns' is claimed for deployment id {ID!r} by installation {PROD!r}"
+    )
     assert f"this deployment's installation is {STAGING!r}: its database is a copy" in refusal
     assert "[airflow_mpi] deployment_id" in refusal and "airflow_mpi_deployment_id" in refusal
     assert "[airflow_mpi] installation" in refusal
-    assert hook.claims[("ns", claim_name(ID))]["spec"]["holderIdentity"] == PROD  # the claim is not taken over
+    assert (
+        hook.claims[("ns", claim_name(ID))]["spec"]["holderIdentity"] == PROD
+    )  # the claim is not taken over
 
 
 class RacingHook(FakeSyncHook):
@@ -84,7 +94,9 @@ def test_a_task_refuses_while_jobs_of_an_id_its_installation_held_before_still_r
     add_job(hook, "old", deployment="old-id")
     add_job(hook, "theirs", deployment="someone-elses")
     refusal = identity_claims.task_refusal(hook, "ns", "new-id", PROD)
-    assert "id 'old-id': old" in refusal and "its id is 'new-id'" in refusal and "someone-elses" not in refusal
+    assert (
+        "id 'old-id': old" in refusal and "its id is 'new-id'" in refusal and "someone-elses" not in refusal
+    )
     assert ("ns", claim_name("new-id")) not in hook.claims
     hook.jobs[("ns", "old")]["status"]["conditions"].append({"type": "Succeeded", "status": "True"})
     assert identity_claims.task_refusal(hook, "ns", "new-id", PROD) is None
@@ -108,11 +120,16 @@ def test_a_task_of_a_copied_database_neither_creates_nor_reattaches_nor_deletes(
     claim(hook, installation="prod-installation")  # tests/conftest.py: this deployment is tests-in-process
     op = operator(hook)
     manifest = op.build_manifest(context())
-    hook.jobs[("ns", manifest["metadata"]["name"])] = {**manifest, "metadata": {**manifest["metadata"],
-                                                                                  "uid": "prod-uid"}}
+    hook.jobs[("ns", manifest["metadata"]["name"])] = {
+        **manifest,
+        "metadata": {**manifest["metadata"], "uid": "prod-uid"},
+    }
     op._wait = lambda *args, **kwargs: pytest.fail("staging's task follows prod's job")
-    with pytest.raises(AirflowFailException, match=r"by installation 'prod-installation'.*installation is "
-                                                   r"'tests-in-process'"):
+    with pytest.raises(
+        AirflowFailException,
+        match=r"by installation 'prod-installation'.*installation is "
+        r"'tests-in-process'",
+    ):
         op.execute(context())
     event = {"status": "success", "name": manifest["metadata"]["name"], "namespace": "ns", "uid": "prod-uid"}
     with pytest.raises(AirflowFailException, match="prod-installation"):
@@ -131,7 +148,12 @@ def sweeper(monkeypatch):
     hook = FakeSyncHook()
     add_job(hook, "j")
     monkeypatch.setattr(orphan_sweep, "BudgetedMPIJobHook", lambda conn_id, api_version, deadline: hook)
-    record = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
+    record = {
+        "name": "j",
+        "namespace": "ns",
+        "kubernetes_conn_id": "k8s",
+        "api_version": "kubeflow.org/v2beta1",
+    }
 
     def sweep(installation):
         return orphan_listener.sweep_places([(KEY, record)], ID, lambda keys: {}, installation=installation)
@@ -157,8 +179,12 @@ def test_a_component_whose_database_records_another_installation_does_not_sweep(
     from airflow_mpi import deployment_identity
     from airflow_mpi.plugins import metadata
 
-    monkeypatch.setattr(deployment_identity, "in_database", lambda: deployment_identity.Identity(ID, STAGING, PROD))
-    monkeypatch.setattr(metadata, "job_locations", lambda *a, **k: pytest.fail("a copy looked for places to sweep"))
+    monkeypatch.setattr(
+        deployment_identity, "in_database", lambda: deployment_identity.Identity(ID, STAGING, PROD)
+    )
+    monkeypatch.setattr(
+        metadata, "job_locations", lambda *a, **k: pytest.fail("a copy looked for places to sweep")
+    )
     with caplog.at_level(logging.ERROR):
         assert orphan_listener.handle(orphan_listener.RunFinished("d", RUN)) == []
     assert "this database is a copy" in caplog.text
@@ -172,8 +198,13 @@ async def test_a_trigger_deferred_under_another_installation_neither_follows_nor
     from airflow_mpi.wait.contract import WaitOptions
 
     deadline = datetime.fromisoformat("2026-11-24T00:00:01+00:00")
-    trigger = MPIJobTrigger(name="j", namespace="ns", submitted_at="2026-11-24T00:00:00+00:00",
-                            options=WaitOptions(deadline=deadline), installation="prod-installation")
+    trigger = MPIJobTrigger(
+        name="j",
+        namespace="ns",
+        submitted_at="2026-11-24T00:00:00+00:00",
+        options=WaitOptions(deadline=deadline),
+        installation="prod-installation",
+    )
     trigger._hook = lambda: pytest.fail("the copy's triggerer reached the cluster")
     events = [event async for event in trigger.run()]
     assert [e.payload["status"] for e in events] == ["error"]

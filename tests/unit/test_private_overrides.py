@@ -21,12 +21,17 @@ def private_overrides(cls: type) -> list[str]:
     """``cls``'s private methods, defined in airflow_mpi, that a class of another package also defines. Sunder
     names (``_missing_``, ``_generate_next_value_``) are the enum module's documented hooks, not private methods."""
     found = []
-    for name in {n for c in cls.__mro__ for n in vars(c) if n.startswith("_") and not n.startswith("__")
-                 and not n.endswith("_")}:
+    for name in {
+        n
+        for c in cls.__mro__
+        for n in vars(c)
+        if n.startswith("_") and not n.startswith("__") and not n.endswith("_")
+    }:
         owners = [c for c in cls.__mro__ if name in vars(c)]
         value = vars(owners[0])[name]
         if not owners[0].__module__.startswith("airflow_mpi") or not (
-                inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod, property))):
+            inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod, property))
+        ):
             continue
         other = next((c for c in owners[1:] if package(c.__module__) != package(owners[0].__module__)), None)
         if other is not None:

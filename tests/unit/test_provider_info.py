@@ -30,7 +30,12 @@ def test_every_listed_module_imports_and_versions_match():
 
 def test_airflow_lists_the_provider():
     airflow = Path(sys.executable).with_name("airflow")
-    out = subprocess.run([str(airflow), "providers", "list", "-o", "plain"], capture_output=True, text=True,
-                         timeout=300, check=True).stdout
+    out = subprocess.run(
+        [str(airflow), "providers", "list", "-o", "plain"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     rows = [line.split() for line in out.splitlines()]
     assert any(row[0] == "airflow-mpi" and row[-1] == airflow_mpi.__version__ for row in rows if row), out

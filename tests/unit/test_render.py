@@ -23,7 +23,9 @@ def test_renders_the_task_with_its_params_and_a_placeholder_run():
     spec = manifest["spec"]
     assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3 and spec["mpiImplementation"] == "MPICH"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert "command" not in launcher and launcher["args"][0] == "mpirun" and "3" in launcher["args"]  # MPICH: args
+    assert (
+        "command" not in launcher and launcher["args"][0] == "mpirun" and "3" in launcher["args"]
+    )  # MPICH: args
     assert manifest["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "review"
     assert manifest["metadata"]["annotations"]["airflow-mpi.io/dag-id"] == "mpi_pi"
     assert schema_errors(manifest) == []
@@ -31,7 +33,9 @@ def test_renders_the_task_with_its_params_and_a_placeholder_run():
 
 def test_namespace_only_from_a_configured_connection(monkeypatch):
     assert "namespace" not in render(MPI_PI, "pi")["metadata"]
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", '{"conn_type": "kubernetes", "extra": {"namespace": "mpi"}}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT", '{"conn_type": "kubernetes", "extra": {"namespace": "mpi"}}'
+    )
     assert render(MPI_PI, "pi")["metadata"]["namespace"] == "mpi"
 
 

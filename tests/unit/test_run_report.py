@@ -21,34 +21,57 @@ def ledger(tmp_path: Path, *rows: tuple[str, str, int]) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("rows", "kind"), [
-    ([("Go binaries (k8s)", "built now", 900), ("image a", "built now", 60)], "cold"),
-    ([("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), ("image a", "built now", 60)], "partly cold"),
-    ([("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), (VENV, "built now", 70)], "warm"),
-])
-def test_a_run_is_cold_partly_cold_or_warm_by_what_it_built_the_checkouts_virtualenvs_aside(tmp_path, rows, kind):
+@pytest.mark.parametrize(
+    ("rows", "kind"),
+    [
+        ([("Go binaries (k8s)", "built now", 900), ("image a", "built now", 60)], "cold"),
+        (
+            [("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), ("image a", "built now", 60)],
+            "partly cold",
+        ),
+        ([("Go binaries (k8s)", "cached", 0), ("image a", "cached", 2), (VENV, "built now", 70)], "warm"),
+    ],
+)
+def test_a_run_is_cold_partly_cold_or_warm_by_what_it_built_the_checkouts_virtualenvs_aside(
+    tmp_path, rows, kind
+):
     built = report.builds(ledger(tmp_path, *rows) / "test-builds.tsv")
     assert report.kind_of(built)[0] == kind
 
 
 def test_a_build_counts_its_building_steps_and_a_cached_one_its_longest_wait(tmp_path):
-    path = ledger(tmp_path, ("image a", "built now", 50), ("image a", "cached", 400), ("image a", "built now", 10),
-                  ("image b", "cached", 0), ("image b", "cached", 30)) / "test-builds.tsv"
+    path = (
+        ledger(
+            tmp_path,
+            ("image a", "built now", 50),
+            ("image a", "cached", 400),
+            ("image a", "built now", 10),
+            ("image b", "cached", 0),
+            ("image b", "cached", 30),
+        )
+        / "test-builds.tsv"
+    )
     assert report.builds(path) == {"image a": (True, 60), "image b": (False, 30)}
 
 
 def test_the_report_says_the_time_against_the_target_of_the_runs_kind_and_what_the_counts_are(tmp_path):
     ledger(tmp_path, ("Go binaries (k8s)", "cached", 0), ("image a", "built now", 60))
     case = '<testcase classname="m" name="{}">{}</testcase>'
-    for run, cases in {"unit": [("t1", ""), ("t2", "<skipped/>")], "af2-unit": [("t1", ""), ("t2", "<failure/>")],
-                       "real-node": [("r1", ""), ("r2", "<skipped/>")]}.items():
+    for run, cases in {
+        "unit": [("t1", ""), ("t2", "<skipped/>")],
+        "af2-unit": [("t1", ""), ("t2", "<failure/>")],
+        "real-node": [("r1", ""), ("r2", "<skipped/>")],
+    }.items():
         body = "".join(case.format(name, child) for name, child in cases)
         (tmp_path / f"junit-{run}.xml").write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
     out = io.StringIO()
     report.report(tmp_path, total=26 * 60, out=out)
     text = out.getvalue()
     assert "run af2-unit: 1 passed, 1 failed" in text
-    assert "4 distinct tests; 2 of them are the unit tests run on Airflow 2.11 and 3; 1 ran real containers" in text
+    assert (
+        "4 distinct tests; 2 of them are the unit tests run on Airflow 2.11 and 3; 1 ran real containers"
+        in text
+    )
     assert "== this run was partly cold: built now: image a ==" in text
     assert "1,560 s (26.0 min): OVER the target of 25 min by 1.0 min" in text
 
@@ -67,7 +90,10 @@ def test_the_go_build_step_notes_built_now_once_and_cached_for_a_second_caller(t
     for _ in range(2):
         assert build._build_once("Go binaries (t)", final, final.is_dir, make, None) == final
     lines = (tmp_path / "test-builds.tsv").read_text().splitlines()
-    assert [ln.split("\t")[:2] for ln in lines] == [["Go binaries (t)", "built now"], ["Go binaries (t)", "cached"]]
+    assert [ln.split("\t")[:2] for ln in lines] == [
+        ["Go binaries (t)", "built now"],
+        ["Go binaries (t)", "cached"],
+    ]
 
 
 PROGRESS = """#5 [airflow-init 2/7] RUN apt-get update  && apt-get install -y python3
@@ -81,11 +107,16 @@ PROGRESS = """#5 [airflow-init 2/7] RUN apt-get update  && apt-get install -y py
 """
 
 
-@pytest.mark.parametrize(("apt", "what"), [
-    ("CACHED", "compose images: this checkout's provider layer (the checkout's own)"),
-    ("DONE 41.2s", "compose images"),
-])
-def test_a_compose_build_that_only_reinstalled_the_checkout_is_the_checkouts_own(tmp_path, monkeypatch, apt, what):
+@pytest.mark.parametrize(
+    ("apt", "what"),
+    [
+        ("CACHED", "compose images: this checkout's provider layer (the checkout's own)"),
+        ("DONE 41.2s", "compose images"),
+    ],
+)
+def test_a_compose_build_that_only_reinstalled_the_checkout_is_the_checkouts_own(
+    tmp_path, monkeypatch, apt, what
+):
     """tests/compose/images.py: BuildKit's plain progress tells the steps that ran from the cached ones."""
     import subprocess
     from types import SimpleNamespace
@@ -93,7 +124,10 @@ def test_a_compose_build_that_only_reinstalled_the_checkout_is_the_checkouts_own
     from tests.compose import images
 
     monkeypatch.setenv("AIRFLOW_MPI_BUILDS", str(tmp_path / "test-builds.tsv"))
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(
-        returncode=0, stdout="", stderr=PROGRESS.format(apt=apt)))
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda *a, **k: SimpleNamespace(returncode=0, stdout="", stderr=PROGRESS.format(apt=apt)),
+    )
     images.compose_build(["airflow-init"], "p", "compose images")
     assert (tmp_path / "test-builds.tsv").read_text().split("\t")[:2] == [what, "built now"]

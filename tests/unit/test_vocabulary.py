@@ -25,7 +25,11 @@ GENERATED = {"jobspec/spec_classes.py", "operators/signatures.py"}
 
 NAMES = {
     *(value for name, value in vars(vocabulary).items() if name.isupper() and isinstance(value, str)),
-    *vocabulary.PodPhase, *vocabulary.JobCondition, CONFIG_VOLUME, *OnFinishAction, *ALIASES,
+    *vocabulary.PodPhase,
+    *vocabulary.JobCondition,
+    CONFIG_VOLUME,
+    *OnFinishAction,
+    *ALIASES,
 }
 
 # (module, text) -> (occurrences, why the text there is not the name)
@@ -40,18 +44,30 @@ ALLOWED = {
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
-    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                   ast.ClassDef)))]
-    return {id(body[0].value) for n in nodes if (body := getattr(n, "body", None))
-            and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    nodes = [
+        tree,
+        *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
+    ]
+    return {
+        id(body[0].value)
+        for n in nodes
+        if (body := getattr(n, "body", None))
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+    }
 
 
 def _literals(source: str) -> list[tuple[int, str]]:
     tree = ast.parse(source)
     prose = _docstrings(tree)
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMES
-            and id(node) not in prose]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in NAMES
+        and id(node) not in prose
+    ]
 
 
 def _found() -> dict[tuple[str, str], list[int]]:
@@ -66,16 +82,33 @@ def _found() -> dict[tuple[str, str], list[int]]:
 
 
 def test_the_names_are_the_ones_the_issue_lists():
-    assert {"MPIJob", "mpijobs", "kubeflow.org", "launcher", "worker", "Launcher", "Worker", "Suspended",
-            "Pending", "Unknown", "training.kubeflow.org/job-role", "mpi-job-config", "keep_pod"} <= NAMES
+    assert {
+        "MPIJob",
+        "mpijobs",
+        "kubeflow.org",
+        "launcher",
+        "worker",
+        "Launcher",
+        "Worker",
+        "Suspended",
+        "Pending",
+        "Unknown",
+        "training.kubeflow.org/job-role",
+        "mpi-job-config",
+        "keep_pod",
+    } <= NAMES
 
 
 def test_no_name_is_written_outside_its_definition():
     found = _found()
-    stray = {f"{module}:{lines} {text!r}" for (module, text), lines in found.items()
-             if len(lines) != ALLOWED.get((module, text), (0, ""))[0]}
+    stray = {
+        f"{module}:{lines} {text!r}"
+        for (module, text), lines in found.items()
+        if len(lines) != ALLOWED.get((module, text), (0, ""))[0]
+    }
     assert not stray, "import these from jobspec/vocabulary.py (or list the prose in ALLOWED): " + ", ".join(
-        sorted(stray))
+        sorted(stray)
+    )
 
 
 def test_the_scan_finds_a_raw_name_and_skips_docstrings():

@@ -31,7 +31,9 @@ with DAG(
         poll_interval=2,
         on_finish_action="keep",
     )
-    def rank_value(run_id: str):  # no "-> dict": that would push the dict's keys as XComs too (multiple_outputs)
+    def rank_value(
+        run_id: str,
+    ):  # no "-> dict": that would push the dict's keys as XComs too (multiple_outputs)
         """Every rank's value names its rank; only rank 0's may become the XCom."""
         import os
 

@@ -26,8 +26,15 @@ PARAMS = {
 
 
 def fault_dag(dag_id: str, doc: str, *, deferrable: bool, retries: int = 0, **job: object) -> DAG:
-    with DAG(dag_id=dag_id, schedule=None, catchup=False, render_template_as_native_obj=True, params=PARAMS,
-             doc_md=doc, tags=["e2e", "faults"]) as dag:
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        catchup=False,
+        render_template_as_native_obj=True,
+        params=PARAMS,
+        doc_md=doc,
+        tags=["e2e", "faults"],
+    ) as dag:
         MPIJobOperator(
             task_id="job",
             image="mpioperator/mpi-pi:openmpi",
@@ -44,9 +51,18 @@ def fault_dag(dag_id: str, doc: str, *, deferrable: bool, retries: int = 0, **jo
     return dag
 
 
-fault_dag("e2e_fault_sync", "faults: a non-deferrable MPIJob task with one retry.", deferrable=False, retries=1)
-fault_dag("e2e_fault_sync_last_try", "faults: a non-deferrable MPIJob task without retries.", deferrable=False)
+fault_dag(
+    "e2e_fault_sync", "faults: a non-deferrable MPIJob task with one retry.", deferrable=False, retries=1
+)
+fault_dag(
+    "e2e_fault_sync_last_try", "faults: a non-deferrable MPIJob task without retries.", deferrable=False
+)
 for _deferrable in (False, True):
-    fault_dag(f"e2e_fault_cleanup_{'deferred' if _deferrable else 'sync'}",
-              "faults: cleanPodPolicy All + ttlSecondsAfterFinished 1 racing the final log read.",
-              deferrable=_deferrable, retries=1, clean_pod_policy="All", ttl_seconds_after_finished=1)
+    fault_dag(
+        f"e2e_fault_cleanup_{'deferred' if _deferrable else 'sync'}",
+        "faults: cleanPodPolicy All + ttlSecondsAfterFinished 1 racing the final log read.",
+        deferrable=_deferrable,
+        retries=1,
+        clean_pod_policy="All",
+        ttl_seconds_after_finished=1,
+    )

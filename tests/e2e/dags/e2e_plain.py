@@ -24,10 +24,20 @@ def _hold() -> None:
     time.sleep(3600)
 
 
-with DAG(dag_id="e2e_plain_fail", schedule=None, catchup=False, tags=["e2e"],
-         doc_md="e2e: a plain Python task failing on its last try."):
+with DAG(
+    dag_id="e2e_plain_fail",
+    schedule=None,
+    catchup=False,
+    tags=["e2e"],
+    doc_md="e2e: a plain Python task failing on its last try.",
+):
     PythonOperator(task_id="fail", python_callable=_fail, retries=1, retry_delay=timedelta(seconds=1))
 
-with DAG(dag_id="e2e_plain_hold", schedule=None, catchup=False, tags=["e2e"],
-         doc_md="e2e: a plain Python task that runs until its worker is killed."):
+with DAG(
+    dag_id="e2e_plain_hold",
+    schedule=None,
+    catchup=False,
+    tags=["e2e"],
+    doc_md="e2e: a plain Python task that runs until its worker is killed.",
+):
     PythonOperator(task_id="hold", python_callable=_hold, retries=0)

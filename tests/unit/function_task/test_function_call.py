@@ -15,8 +15,6 @@ import types
 
 import pytest
 
-from airflow_mpi.jobspec import Mpirun, MPIJobValidationError
-from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.function_task.function_call import (
     CALL_KEY,
     CALL_MOUNT,
@@ -34,6 +32,8 @@ from airflow_mpi.function_task.function_call import (
 )
 from airflow_mpi.function_task.rank_result import ResultCollector, hide_result_lines, parse_result
 from airflow_mpi.function_task.rank_runner import MARKER, MAX_ENCODED_CHARS, MAX_JSON_BYTES, line_mac
+from airflow_mpi.jobspec import MPIJobValidationError, Mpirun
+from airflow_mpi.jobspec.errors import ErrorList
 
 NONCE = "n0nce-of-this-try"
 
@@ -55,8 +55,9 @@ def work(values, scale=1):
 """
 
 
-def run_rank(rank: int, *args, variable: str = "OMPI_COMM_WORLD_RANK", source: str = SOURCE,
-             **kwargs) -> subprocess.CompletedProcess:
+def run_rank(
+    rank: int, *args, variable: str = "OMPI_COMM_WORLD_RANK", source: str = SOURCE, **kwargs
+) -> subprocess.CompletedProcess:
     """The rank's command as mpirun starts it, with the call's Secret as the kubelet mounts it (a folder)."""
     import tempfile
     from pathlib import Path
@@ -155,10 +156,22 @@ def test_the_call_travels_in_the_secret_and_the_command_only_names_its_files():
 
 def call_manifest(launcher_as_worker=None):
     """Both roles: a main container, a sidecar (base manifest) and an init container; a volume of their own."""
-    pod = {"template": {"spec": {"containers": [{"name": "main"}, {"name": "sidecar", "volumeMounts": [{"name": "x"}]}],
-                                 "initContainers": [{"name": "init"}], "volumes": [{"name": "x"}]}}}
+    pod = {
+        "template": {
+            "spec": {
+                "containers": [{"name": "main"}, {"name": "sidecar", "volumeMounts": [{"name": "x"}]}],
+                "initContainers": [{"name": "init"}],
+                "volumes": [{"name": "x"}],
+            }
+        }
+    }
     spec = {"mpiReplicaSpecs": {"Launcher": pod, "Worker": copy.deepcopy(pod)}}
-    return {"spec": {**spec, **({} if launcher_as_worker is None else {"runLauncherAsWorker": launcher_as_worker})}}
+    return {
+        "spec": {
+            **spec,
+            **({} if launcher_as_worker is None else {"runLauncherAsWorker": launcher_as_worker}),
+        }
+    }
 
 
 def call_mounts(manifest):
@@ -166,9 +179,15 @@ def call_mounts(manifest):
     mounts, volumes = {}, {}
     for role, replica in manifest["spec"]["mpiReplicaSpecs"].items():
         spec = replica["template"]["spec"]
-        mounts[role] = [c["name"] for c in [*spec["initContainers"], *spec["containers"]]
-                        for m in c.get("volumeMounts") or [] if m["name"] == "airflow-mpi-call"]
-        volumes[role] = [v.get("secret") for v in spec.get("volumes") or [] if v["name"] == "airflow-mpi-call"]
+        mounts[role] = [
+            c["name"]
+            for c in [*spec["initContainers"], *spec["containers"]]
+            for m in c.get("volumeMounts") or []
+            if m["name"] == "airflow-mpi-call"
+        ]
+        volumes[role] = [
+            v.get("secret") for v in spec.get("volumes") or [] if v["name"] == "airflow-mpi-call"
+        ]
     return mounts, volumes
 
 
@@ -177,12 +196,18 @@ def test_the_secret_is_mounted_only_into_the_workers_main_container(launcher_as_
     manifest = mount_call_secret(call_manifest(launcher_as_worker), "job-call-1")
     mount_call_secret(manifest, "job-call-2")  # idempotent: the last Secret only
     mounts, volumes = call_mounts(manifest)
-    assert mounts == {"Launcher": [], "Worker": ["main"]}  # mpirun on the launcher only passes the file names on
+    assert mounts == {
+        "Launcher": [],
+        "Worker": ["main"],
+    }  # mpirun on the launcher only passes the file names on
     assert volumes == {"Launcher": [], "Worker": [{"secretName": "job-call-2", "defaultMode": 0o444}]}
     worker = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert worker["containers"][0]["volumeMounts"] == [{"name": "airflow-mpi-call", "mountPath": CALL_MOUNT,
-                                                         "readOnly": True}]
-    assert worker["containers"][1]["volumeMounts"] == [{"name": "x"}]  # the sidecar keeps its own, gets nothing
+    assert worker["containers"][0]["volumeMounts"] == [
+        {"name": "airflow-mpi-call", "mountPath": CALL_MOUNT, "readOnly": True}
+    ]
+    assert worker["containers"][1]["volumeMounts"] == [
+        {"name": "x"}
+    ]  # the sidecar keeps its own, gets nothing
     assert [v["name"] for v in worker["volumes"]] == ["x", "airflow-mpi-call"]
 
 
@@ -218,15 +243,23 @@ def test_the_stand_in_for_a_lost_call_runs_nothing_and_says_why(tmp_path):
 
 def test_a_call_too_large_for_its_secret_is_refused_before_submission_naming_the_limit():
     big = pickle_arguments(ErrorList(), [os.urandom(MAX_CALL_BYTES)], {})
-    with pytest.raises(MPIJobValidationError, match=rf"op_args/op_kwargs.*over the {MAX_CALL_BYTES} .*Secret"):
+    with pytest.raises(
+        MPIJobValidationError, match=rf"op_args/op_kwargs.*over the {MAX_CALL_BYTES} .*Secret"
+    ):
         call_secret_data(SOURCE, "work", big, NONCE)
 
 
 @pytest.mark.parametrize(
-    ("implementation", "flag"), [("OpenMPI", "--tag-output"), ("MPICH", "-prepend-rank"), ("Intel", "-prepend-rank")]
+    ("implementation", "flag"),
+    [("OpenMPI", "--tag-output"), ("MPICH", "-prepend-rank"), ("Intel", "-prepend-rank")],
 )
 def test_mpirun_tags_output_with_ranks_for_the_decorator(implementation, flag):
-    kwargs = {"workers": 2, "slots_per_worker": 2, "implementation": implementation, "run_launcher_as_worker": False}
+    kwargs = {
+        "workers": 2,
+        "slots_per_worker": 2,
+        "implementation": implementation,
+        "run_launcher_as_worker": False,
+    }
     tagged_cmd = Mpirun(["python3"], ["-v"], tag_output=True).command(**kwargs)
     plain = Mpirun(["python3"], ["-v"]).command(**kwargs)
     assert flag not in plain
@@ -250,7 +283,9 @@ def test_an_exception_prints_its_traceback_with_the_functions_source_and_fails_t
     proc = run_rank(1, "boom", variable="PMI_RANK")
     assert proc.returncode == 1
     assert "RuntimeError: rank 1 failed" in proc.stderr
-    assert 'raise RuntimeError("rank %d failed" % rank)' in proc.stderr  # the source line, from the shipped source
+    assert (
+        'raise RuntimeError("rank %d failed" % rank)' in proc.stderr
+    )  # the source line, from the shipped source
     assert "<@task function work>" in proc.stderr
 
 
@@ -277,9 +312,11 @@ def value_lines(value, tag: str = "[1,0]<stdout>:") -> list[str]:
 def test_only_rank_zeros_tagged_lines_of_this_nonce_count():
     lines = value_lines("mine")
     assert parse_result(lines, NONCE).value["text"] == "mine"
-    for forged in ([ln.replace("[1,0]", "[1,3]", 1) for ln in lines],  # another rank printed them
-                   [ln.split(":", 1)[1] for ln in lines],  # no rank tag: not from mpirun's rank 0
-                   [ln.replace("<stdout>", "<stderr>", 1) for ln in lines]):  # rank 0's stderr
+    for forged in (
+        [ln.replace("[1,0]", "[1,3]", 1) for ln in lines],  # another rank printed them
+        [ln.split(":", 1)[1] for ln in lines],  # no rank tag: not from mpirun's rank 0
+        [ln.replace("<stdout>", "<stderr>", 1) for ln in lines],
+    ):  # rank 0's stderr
         assert not parse_result(forged, NONCE).started
     assert parse_result(lines, "an earlier try's nonce") == parse_result([], NONCE)
 
@@ -290,7 +327,9 @@ def test_a_marker_printed_by_the_program_itself_is_no_result_and_the_program_nev
     emit = hide_result_lines(visible.append, collector)
     for line in tagged(proc):
         emit(line)
-    assert not [ln for ln in visible if MARKER in ln]  # rank 0's line in the marker's form: kept out, not read
+    assert not [
+        ln for ln in visible if MARKER in ln
+    ]  # rank 0's line in the marker's form: kept out, not read
     (forged,) = [ln for ln in tagged(proc) if "guessed" in ln]
     assert MARKER in forged and "argv=1" in forged and NONCE not in forged  # no path to the call in sys.argv
     assert collector.started and collector.rejected == 1
@@ -299,11 +338,15 @@ def test_a_marker_printed_by_the_program_itself_is_no_result_and_the_program_nev
 def test_hydra_and_gloo_tags_of_rank_zero_count_and_the_last_complete_value_wins():
     long_text = os.urandom(4000).hex()  # incompressible: several chunks
     first, second = value_lines(long_text), value_lines("b", tag="[0] ")
-    cut_short = [ln for ln in first if " value 0 " in ln or " value 1 " in ln]  # an attempt that died mid-value
+    cut_short = [
+        ln for ln in first if " value 0 " in ln or " value 1 " in ln
+    ]  # an attempt that died mid-value
     assert sum(" value " in ln for ln in first) > len(cut_short) == 2
     assert parse_result(first, NONCE).value["text"] == long_text
     assert parse_result([*first, *cut_short, *second], NONCE).value["text"] == "b"
-    assert parse_result([*second, *cut_short], NONCE).value["text"] == "b"  # an incomplete later value replaces nothing
+    assert (
+        parse_result([*second, *cut_short], NONCE).value["text"] == "b"
+    )  # an incomplete later value replaces nothing
     assert parse_result(value_lines("g", tag="[0]<stdout>:"), NONCE).value["text"] == "g"
 
 
@@ -311,11 +354,14 @@ def marker(*words: str) -> str:
     return " ".join(("[1,0]<stdout>:" + MARKER, line_mac(NONCE, words), *words))
 
 
-@pytest.mark.parametrize("words, why", [
-    (("value", "x", "y", "z"), "malformed"),
-    (("value", "0", "1"), "malformed"),
-    (("value", "0", "1", "5", "AAAA"), "checksum"),
-])
+@pytest.mark.parametrize(
+    "words, why",
+    [
+        (("value", "x", "y", "z"), "malformed"),
+        (("value", "0", "1"), "malformed"),
+        (("value", "0", "1", "5", "AAAA"), "checksum"),
+    ],
+)
 def test_damaged_or_malformed_value_lines_are_an_error_not_an_exception(words, why):
     result = parse_result([marker("started"), marker(*words)], NONCE)
     assert result.started and not result.has_value and why in result.error
@@ -326,8 +372,11 @@ def encoded(data: bytes) -> list[str]:
     import zlib
 
     text = base64.b64encode(zlib.compress(data, 9)).decode()
-    chunks = [text[i:i + 1000] for i in range(0, len(text), 1000)]
-    return [marker("value", str(i), str(len(chunks)), str(zlib.crc32(text.encode())), c) for i, c in enumerate(chunks)]
+    chunks = [text[i : i + 1000] for i in range(0, len(text), 1000)]
+    return [
+        marker("value", str(i), str(len(chunks)), str(zlib.crc32(text.encode())), c)
+        for i, c in enumerate(chunks)
+    ]
 
 
 def test_a_value_too_large_decompressed_is_refused_naming_the_cap():

@@ -8,7 +8,11 @@ import re
 import tracemalloc
 
 from airflow_mpi.function_task.rank_result import (
-    UNVERIFIED, RankResult, ResultCollector, hide_result_lines, parse_result,
+    UNVERIFIED,
+    RankResult,
+    ResultCollector,
+    hide_result_lines,
+    parse_result,
 )
 from airflow_mpi.function_task.rank_runner import CHUNK, MARKER, MAX_ENCODED_CHARS, VALUE
 from tests.unit.operators.test_task_decorators import NONCE, marker, result_lines
@@ -20,8 +24,11 @@ def test_rank_zero_never_prints_the_nonce_and_a_line_carrying_it_forges_nothing(
     is no result."""
     printed = result_lines(42)
     assert printed and not any(NONCE in line for line in printed)
-    forged = [f"[1,0]<stdout>:{MARKER} {NONCE} started", marker("started", key="a co-tenant's guess"),
-              *(line.replace(line.split()[1], NONCE) for line in result_lines(666))]
+    forged = [
+        f"[1,0]<stdout>:{MARKER} {NONCE} started",
+        marker("started", key="a co-tenant's guess"),
+        *(line.replace(line.split()[1], NONCE) for line in result_lines(666)),
+    ]
     notes = []
     collector = ResultCollector(NONCE, notes.append)
     shown = []
@@ -39,8 +46,11 @@ def test_a_value_over_the_cap_is_not_printed_by_rank_zero_and_fails_naming_the_c
     assert sum(len(line) for line in printed) < 1000  # not 1.5 MB of chunks: one line saying how large it is
     result = parse_result(printed, NONCE)
     assert result.started and not result.has_value
-    assert re.search(r"takes \d{7} characters encoded .* and 2000002 bytes as JSON, over the caps of 1048576 and "
-                     r"8388608: return it by reference", result.error)
+    assert re.search(
+        r"takes \d{7} characters encoded .* and 2000002 bytes as JSON, over the caps of 1048576 and "
+        r"8388608: return it by reference",
+        result.error,
+    )
 
 
 def test_the_reader_holds_no_more_than_the_cap_of_a_value_it_is_sent():
@@ -56,4 +66,5 @@ def test_the_reader_holds_no_more_than_the_cap_of_a_value_it_is_sent():
     assert peak < MAX_ENCODED_CHARS + 512 * 1024  # 1 MiB of chunks, not 4 MB
     assert collector.result().error == (
         "rank 0's return value is over the cap of 1048576 characters encoded (zlib, base64): 4000 chunks of up to "
-        "1000, over 1049000 characters: return it by reference (a path or URL the ranks write)")
+        "1000, over 1049000 characters: return it by reference (a path or URL the ranks write)"
+    )

@@ -10,6 +10,7 @@ from unittest import mock
 import aiohttp
 import pytest
 import yaml
+from airflow.providers.common.compat.sdk import AirflowException
 from k8s_fakes import (
     NOT_FOUND_OBJECT,
     FakeAioResponse,
@@ -19,10 +20,10 @@ from k8s_fakes import (
     pod_list,
     split_bytes,
 )
-from kubernetes_asyncio import client as async_client, config as async_config
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio import config as async_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow.providers.common.compat.sdk import AirflowException
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.jobspec.vocabulary import WORKER
@@ -116,13 +117,17 @@ async def test_disable_verify_ssl_from_connection(connection, kubeconfig_file, f
 
 
 async def test_disable_verify_ssl_argument(kubeconfig_file):
-    assert (await loaded(AsyncMPIJobHook(config_file=kubeconfig_file(), disable_verify_ssl=True))).verify_ssl is False
+    assert (
+        await loaded(AsyncMPIJobHook(config_file=kubeconfig_file(), disable_verify_ssl=True))
+    ).verify_ssl is False
     assert (await loaded(AsyncMPIJobHook(config_file=kubeconfig_file()))).verify_ssl is True
 
 
 async def test_empty_string_extras_are_unset(connection):
     data = kubeconfig(server="https://inline:6443")
-    connection(kube_config_path="", kube_config=json.dumps(data), cluster_context="", in_cluster=False, namespace="")
+    connection(
+        kube_config_path="", kube_config=json.dumps(data), cluster_context="", in_cluster=False, namespace=""
+    )
     assert (await loaded(AsyncMPIJobHook())).host == "https://inline:6443"
 
 
@@ -134,7 +139,9 @@ async def test_config_sources_are_mutually_exclusive(connection, kubeconfig_file
 
 async def test_connection_extras_shipped_to_a_trigger_need_no_lookup(monkeypatch, kubeconfig_file):
     monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT")
-    hook = AsyncMPIJobHook(conn_id="not_defined_anywhere", connection_extras={"kube_config_path": kubeconfig_file()})
+    hook = AsyncMPIJobHook(
+        conn_id="not_defined_anywhere", connection_extras={"kube_config_path": kubeconfig_file()}
+    )
     assert (await loaded(hook)).host == "https://from-file:6443"
 
 
@@ -153,8 +160,11 @@ async def test_in_cluster_extra(connection, monkeypatch):
 
 
 async def test_no_config_tries_in_cluster_first(monkeypatch):
-    monkeypatch.setattr(async_config, "load_incluster_config", lambda client_configuration=None, **kw: setattr(
-        client_configuration, "host", "https://in-pod:443"))
+    monkeypatch.setattr(
+        async_config,
+        "load_incluster_config",
+        lambda client_configuration=None, **kw: setattr(client_configuration, "host", "https://in-pod:443"),
+    )
     default = mock.AsyncMock()
     monkeypatch.setattr(async_config, "load_kube_config", default)
     hook = AsyncMPIJobHook()
@@ -175,7 +185,9 @@ async def test_no_config_outside_a_pod_uses_the_default_kubeconfig(monkeypatch):
 
 
 @pytest.mark.parametrize(("exec_auth", "loads"), [(False, 1), (True, 3)])
-async def test_static_credentials_load_once_exec_credentials_every_call(kubeconfig_file, monkeypatch, exec_auth, loads):
+async def test_static_credentials_load_once_exec_credentials_every_call(
+    kubeconfig_file, monkeypatch, exec_auth, loads
+):
     real = async_config.load_kube_config
 
     async def load(**kwargs):
@@ -245,11 +257,17 @@ class Boundary:
         self.api_client = mock.MagicMock(name="ApiClient")
         self.api_client.call_api = mock.AsyncMock()
         self.custom = mock.MagicMock(name="CustomObjectsApi")
-        for name in ("create_namespaced_custom_object", "get_namespaced_custom_object",
-                     "delete_namespaced_custom_object", "list_namespaced_custom_object"):
+        for name in (
+            "create_namespaced_custom_object",
+            "get_namespaced_custom_object",
+            "delete_namespaced_custom_object",
+            "list_namespaced_custom_object",
+        ):
             setattr(self.custom, name, mock.AsyncMock(name=name))
         # the MPIJob whose pods (k8s_fakes.pod: controlled by uid-job) the pod listings keep (hooks/ownership.py)
-        self.custom.get_namespaced_custom_object.return_value = {"metadata": {"name": "job", "uid": "uid-job"}}
+        self.custom.get_namespaced_custom_object.return_value = {
+            "metadata": {"name": "job", "uid": "uid-job"}
+        }
         self.core = mock.MagicMock(name="CoreV1Api")
         self.core.list_namespaced_pod = mock.AsyncMock()
         self.core.list_namespaced_event = mock.AsyncMock()
@@ -283,7 +301,10 @@ def hook(boundary):
 
 async def test_get_missing_is_none_and_transient_errors_are_retried(hook, boundary):
     boundary.custom.get_namespaced_custom_object.side_effect = [
-        async_api_error(503), aiohttp.ClientConnectionError(), async_api_error(404, NOT_FOUND_OBJECT)]
+        async_api_error(503),
+        aiohttp.ClientConnectionError(),
+        async_api_error(404, NOT_FOUND_OBJECT),
+    ]
     assert await hook.get_mpijob("job", "ns") is None
     assert boundary.custom.get_namespaced_custom_object.await_count == 3
     assert boundary.connections == 3  # each attempt on a fresh client
@@ -320,10 +341,13 @@ async def test_delete_propagation_policy_and_missing(hook, boundary):
 async def test_launcher_pods_selectors_and_order(boundary):
     hook = make_hook(boundary)
     boundary.core.list_namespaced_pod.return_value = pod_list(
-        pod("l-old", "2026-11-22T10:00:00"), pod("l-new", "2026-11-22T10:01:00"))
+        pod("l-old", "2026-11-22T10:00:00"), pod("l-new", "2026-11-22T10:01:00")
+    )
     assert [p.metadata.name for p in await hook.launcher_pods("job", "ns")] == ["l-new", "l-old"]
     boundary.core.list_namespaced_pod.assert_awaited_once_with(
-        namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher")
+        namespace="ns",
+        label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher",
+    )
 
     v1 = make_hook(boundary, "kubeflow.org/v1")
     boundary.core.list_namespaced_pod.reset_mock()
@@ -340,16 +364,24 @@ async def test_read_pod_log_request_and_lines(hook, boundary):
     resp = FakeAioResponse(split_bytes(body, 25, 20, 1))
     boundary.api_client.call_api.return_value = resp
 
-    lines = [line async for line in hook.read_pod_log(
-        "p", "ns", container="launcher", since_time="2026-11-22T10:00:00Z", previous=True, follow=True)]
+    lines = [
+        line
+        async for line in hook.read_pod_log(
+            "p", "ns", container="launcher", since_time="2026-11-22T10:00:00Z", previous=True, follow=True
+        )
+    ]
 
     assert lines == ["2026-11-22T10:00:00Z a", "2026-11-22T10:00:01Z ß-split", "2026-11-22T10:00:02Z tail"]
     args, kwargs = boundary.api_client.call_api.await_args
     assert args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
     assert kwargs["path_params"] == {"namespace": "ns", "name": "p"}
     assert dict(kwargs["query_params"]) == {
-        "container": "launcher", "timestamps": "true", "follow": "true", "previous": "true",
-        "sinceTime": "2026-11-22T10:00:00Z"}
+        "container": "launcher",
+        "timestamps": "true",
+        "follow": "true",
+        "previous": "true",
+        "sinceTime": "2026-11-22T10:00:00Z",
+    }
     assert kwargs["_preload_content"] is False
     assert kwargs["_request_timeout"] == hook.log_request_timeout
     assert resp.closed
@@ -397,7 +429,9 @@ async def test_a_stream_error_status_is_raised_and_retried_when_transient(hook):
 @pytest.mark.parametrize("status", [400, 404])
 async def test_read_pod_log_unavailable(hook, boundary, status):
     boundary.api_client.call_api.return_value = FakeAioResponse(
-        status=status, body=json.dumps({"kind": "Status", "message": "previous terminated container not found"}).encode())
+        status=status,
+        body=json.dumps({"kind": "Status", "message": "previous terminated container not found"}).encode(),
+    )
     with pytest.raises(PodLogUnavailable, match="previous terminated container") as info:
         async for _ in hook.read_pod_log("p", "ns", previous=True):
             pass
@@ -405,26 +439,38 @@ async def test_read_pod_log_unavailable(hook, boundary, status):
 
 
 async def test_events_as_dicts_oldest_first(hook, boundary):
-    payload = {"items": [event("late", last="2026-11-22T10:00:09Z", kind="MPIJob", obj="job"),
-                         event("early", last="2026-11-22T10:00:01Z", kind="MPIJob", obj="job")]}
+    payload = {
+        "items": [
+            event("late", last="2026-11-22T10:00:09Z", kind="MPIJob", obj="job"),
+            event("early", last="2026-11-22T10:00:01Z", kind="MPIJob", obj="job"),
+        ]
+    }
     boundary.core.list_namespaced_event.return_value = FakeAioResponse(body=json.dumps(payload).encode())
     assert [e["metadata"]["name"] for e in await hook.job_events("job", "ns")] == ["early", "late"]
     boundary.core.list_namespaced_event.assert_awaited_once_with(
-        namespace="ns", field_selector="involvedObject.kind=MPIJob,involvedObject.name=job", _preload_content=False)
+        namespace="ns",
+        field_selector="involvedObject.kind=MPIJob,involvedObject.name=job",
+        _preload_content=False,
+    )
 
     boundary.core.list_namespaced_event.reset_mock()
     boundary.core.list_namespaced_event.side_effect = lambda **kw: FakeAioResponse(body=b'{"items": []}')
     assert await hook.pod_events(["p1", "p2"], "ns") == []
     assert [c.kwargs["field_selector"] for c in boundary.core.list_namespaced_event.await_args_list] == [
-        "involvedObject.kind=Pod,involvedObject.name=p1", "involvedObject.kind=Pod,involvedObject.name=p2"]
+        "involvedObject.kind=Pod,involvedObject.name=p1",
+        "involvedObject.kind=Pod,involvedObject.name=p2",
+    ]
 
 
 async def test_pod_events_per_pod_merged_and_sorted(hook, boundary):
     pages = {
         "involvedObject.kind=Pod,involvedObject.name=p1": [event("a", last="2026-11-22T10:00:03Z", obj="p1")],
-        "involvedObject.kind=Pod,involvedObject.name=p2": [event("b", first="2026-11-22T10:00:01Z", obj="p2"),
-                                                           event("a", last="2026-11-22T10:00:03Z", obj="p1")],
+        "involvedObject.kind=Pod,involvedObject.name=p2": [
+            event("b", first="2026-11-22T10:00:01Z", obj="p2"),
+            event("a", last="2026-11-22T10:00:03Z", obj="p1"),
+        ],
     }
     boundary.core.list_namespaced_event.side_effect = lambda **kw: FakeAioResponse(
-        body=json.dumps({"items": pages[kw["field_selector"]]}).encode())
+        body=json.dumps({"items": pages[kw["field_selector"]]}).encode()
+    )
     assert [e["metadata"]["name"] for e in await hook.pod_events(["p1", "p2"], "ns")] == ["b", "a"]

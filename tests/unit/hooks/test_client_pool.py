@@ -32,10 +32,12 @@ async def test_hooks_of_one_user_share_one_client_closed_by_the_last(tmp_path):
 
 async def test_other_clusters_users_or_api_versions_never_share(tmp_path):
     path = write(tmp_path, "k")
-    hooks = [AsyncMPIJobHook(config_file=path),
-             AsyncMPIJobHook(config_file=write(tmp_path, "other-token", token="another-user")),
-             AsyncMPIJobHook(config_file=path, cluster_context="other"),
-             AsyncMPIJobHook(config_file=path, api_version="kubeflow.org/v1")]
+    hooks = [
+        AsyncMPIJobHook(config_file=path),
+        AsyncMPIJobHook(config_file=write(tmp_path, "other-token", token="another-user")),
+        AsyncMPIJobHook(config_file=path, cluster_context="other"),
+        AsyncMPIJobHook(config_file=path, api_version="kubeflow.org/v1"),
+    ]
     for hook in hooks:
         await hook.__aenter__()
     try:

@@ -23,7 +23,11 @@ from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.hooks.requests import MPIJOBS
 from airflow_mpi.wait.namespace_watch import watch_objects
 
-LOG_CHUNKS = [b"2026-11-22T10:00:00.1Z one\n2026-11-22T10:00:01.2Z tw", b"o \xe2\x82", b"\xac\n2026-11-22T10:00:02Z last"]
+LOG_CHUNKS = [
+    b"2026-11-22T10:00:00.1Z one\n2026-11-22T10:00:01.2Z tw",
+    b"o \xe2\x82",
+    b"\xac\n2026-11-22T10:00:02Z last",
+]
 GONE = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (9)"}
 
 
@@ -46,7 +50,8 @@ class FakeApiServer:
         await self._record(request)
         if request.match_info["pod"] == "missing":
             return web.json_response(
-                {"kind": "Status", "code": 404, "message": 'pods "missing" not found'}, status=404)
+                {"kind": "Status", "code": 404, "message": 'pods "missing" not found'}, status=404
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -61,7 +66,9 @@ class FakeApiServer:
         query = request.query
         if request.method == "POST":
             return web.json_response(
-                {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "already exists"}, status=409)
+                {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "already exists"},
+                status=409,
+            )
         if query.get("watch") in ("true", "True", "1"):
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             resp.enable_chunked_encoding()
@@ -90,28 +97,82 @@ class FakeApiServer:
     async def launcher_job(self, request):
         """mpi-operator v0.8.2's launcher Job of the MPIJob uid-job (hooks/ownership.py)."""
         await self._record(request)
-        return web.json_response({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
-            "name": request.match_info["name"], "uid": "uid-job-launcher", "ownerReferences": [
-                {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "uid-job",
-                 "controller": True}]}})
+        return web.json_response(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": request.match_info["name"],
+                    "uid": "uid-job-launcher",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "kubeflow.org/v2beta1",
+                            "kind": "MPIJob",
+                            "name": "job",
+                            "uid": "uid-job",
+                            "controller": True,
+                        }
+                    ],
+                },
+            }
+        )
 
     async def pods(self, request):
         """Two launcher pods of the job's launcher Job, and a newer one with its labels that nothing controls."""
         await self._record(request)
-        made = [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-launcher", "uid": "uid-job-launcher",
-                 "controller": True}]
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
-            {"metadata": {"name": "job-launcher-a", "creationTimestamp": "2026-11-22T10:00:00Z",
-                          "ownerReferences": made}},
-            {"metadata": {"name": "job-launcher-b", "creationTimestamp": "2026-11-22T10:03:00Z",
-                          "ownerReferences": made}},
-            {"metadata": {"name": "job-launcher-forged", "creationTimestamp": "2026-11-22T10:05:00Z"}},
-        ]})
+        made = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "job-launcher",
+                "uid": "uid-job-launcher",
+                "controller": True,
+            }
+        ]
+        return web.json_response(
+            {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": [
+                    {
+                        "metadata": {
+                            "name": "job-launcher-a",
+                            "creationTimestamp": "2026-11-22T10:00:00Z",
+                            "ownerReferences": made,
+                        }
+                    },
+                    {
+                        "metadata": {
+                            "name": "job-launcher-b",
+                            "creationTimestamp": "2026-11-22T10:03:00Z",
+                            "ownerReferences": made,
+                        }
+                    },
+                    {
+                        "metadata": {
+                            "name": "job-launcher-forged",
+                            "creationTimestamp": "2026-11-22T10:05:00Z",
+                        }
+                    },
+                ],
+            }
+        )
 
     async def events(self, request):
         await self._record(request)
-        return web.json_response({"kind": "EventList", "items": [
-            {"metadata": {"name": "e", "uid": "1"}, "reason": "Created", "lastTimestamp": "2026-11-22T10:00:00Z"}]})
+        return web.json_response(
+            {
+                "kind": "EventList",
+                "items": [
+                    {
+                        "metadata": {"name": "e", "uid": "1"},
+                        "reason": "Created",
+                        "lastTimestamp": "2026-11-22T10:00:00Z",
+                    }
+                ],
+            }
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self):
@@ -120,7 +181,9 @@ class FakeApiServer:
             app = web.Application()
             app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/log", self.pod_log)
             app.router.add_route("*", "/apis/kubeflow.org/{version}/namespaces/{ns}/mpijobs", self.mpijobs)
-            app.router.add_route("*", "/apis/kubeflow.org/{version}/namespaces/{ns}/mpijobs/{name}", self.mpijob)
+            app.router.add_route(
+                "*", "/apis/kubeflow.org/{version}/namespaces/{ns}/mpijobs/{name}", self.mpijob
+            )
             app.router.add_get("/api/v1/namespaces/{ns}/pods", self.pods)
             app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self.launcher_job)
             app.router.add_get("/api/v1/namespaces/{ns}/events", self.events)
@@ -154,12 +217,18 @@ def server():
 @pytest.fixture
 def wire_connection(server, connection, tmp_path):
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "local",
-        "clusters": [{"name": "local", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "wire-token"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "local",
+                "clusters": [{"name": "local", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
+                "contexts": [{"name": "local", "context": {"cluster": "local", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "wire-token"}}],
+            }
+        )
+    )
     connection(kube_config_path=str(path), namespace="ns")
     server.requests.clear()
     yield server
@@ -172,10 +241,15 @@ EXPECTED_LINES = ["2026-11-22T10:00:00.1Z one", "2026-11-22T10:00:01.2Z two €"
 def test_sync_log_stream_over_the_wire(wire_connection):
     assert list(MPIJobHook().launcher_log("job")) == ["one", "two €", "last"]
     (_, job, _, _), (_, _, pods_query, _), (_, launcher_job, _, _), (method, path, query, _) = (
-        wire_connection.requests[-4:])
-    assert pods_query["labelSelector"] == ["training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"]
-    assert (job, launcher_job) == ("/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job",
-                                   "/apis/batch/v1/namespaces/ns/jobs/job-launcher")  # whose pods they are
+        wire_connection.requests[-4:]
+    )
+    assert pods_query["labelSelector"] == [
+        "training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=launcher"
+    ]
+    assert (job, launcher_job) == (
+        "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job",
+        "/apis/batch/v1/namespaces/ns/jobs/job-launcher",
+    )  # whose pods they are
     # the newest launcher the job's launcher Job made, not the newer pod that only carries its labels
     assert (method, path) == ("GET", "/api/v1/namespaces/ns/pods/job-launcher-b/log")
     assert query == {"timestamps": ["true"]}
@@ -198,34 +272,61 @@ def test_sync_create_adopt_list_delete_over_the_wire(wire_connection):
     assert hook.delete_mpijob("job") is True
     method, path, _, body = wire_connection.requests[-1]
     assert (method, path, body["propagationPolicy"]) == (
-        "DELETE", "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job", "Foreground")
+        "DELETE",
+        "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/job",
+        "Foreground",
+    )
 
 
 @pytest.mark.asyncio
 async def test_async_hook_over_the_wire(wire_connection):
     async with AsyncMPIJobHook() as hook:
-        lines = [line async for line in hook.read_pod_log("job-launcher-a", container="launcher", follow=True,
-                                                          since_time="2026-11-22T10:00:00Z", tail_lines=3)]
+        lines = [
+            line
+            async for line in hook.read_pod_log(
+                "job-launcher-a",
+                container="launcher",
+                follow=True,
+                since_time="2026-11-22T10:00:00Z",
+                tail_lines=3,
+            )
+        ]
         assert lines == EXPECTED_LINES
         _, path, query, _ = wire_connection.requests[-1]
         assert path == "/api/v1/namespaces/ns/pods/job-launcher-a/log"
-        assert query == {"container": ["launcher"], "timestamps": ["true"], "follow": ["true"],
-                         "sinceTime": ["2026-11-22T10:00:00Z"], "tailLines": ["3"]}
+        assert query == {
+            "container": ["launcher"],
+            "timestamps": ["true"],
+            "follow": ["true"],
+            "sinceTime": ["2026-11-22T10:00:00Z"],
+            "tailLines": ["3"],
+        }
 
         with pytest.raises(PodLogUnavailable):
             async for _ in hook.read_pod_log("missing"):
                 pass
 
-        events = [rv async for kind, _, rv in watch_objects(hook, MPIJOBS, "ns", resource_version="7") if kind != "OPEN"]
+        events = [
+            rv
+            async for kind, _, rv in watch_objects(hook, MPIJOBS, "ns", resource_version="7")
+            if kind != "OPEN"
+        ]
         assert events == ["8", "9"]
         _, path, query, _ = wire_connection.requests[-1]
-        assert path == "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs" and query["resourceVersion"] == ["7"]
+        assert path == "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs" and query["resourceVersion"] == [
+            "7"
+        ]
         with pytest.raises(WatchExpired):
             async for _ in watch_objects(hook, MPIJOBS, "ns", resource_version="1"):
                 pass
 
         assert await hook.delete_mpijob("job", propagation_policy="Background") is True
         assert wire_connection.requests[-1][3]["propagationPolicy"] == "Background"
-        assert [p.metadata.name for p in await hook.launcher_pods("job")] == ["job-launcher-b", "job-launcher-a"]
+        assert [p.metadata.name for p in await hook.launcher_pods("job")] == [
+            "job-launcher-b",
+            "job-launcher-a",
+        ]
         assert [e["reason"] for e in await hook.job_events("job")] == ["Created"]
-        assert wire_connection.requests[-1][2]["fieldSelector"] == ["involvedObject.kind=MPIJob,involvedObject.name=job"]
+        assert wire_connection.requests[-1][2]["fieldSelector"] == [
+            "involvedObject.kind=MPIJob,involvedObject.name=job"
+        ]

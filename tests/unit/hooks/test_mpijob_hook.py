@@ -47,7 +47,8 @@ def make_hook(api_version="kubeflow.org/v2beta1", **kwargs) -> MPIJobHook:
     hook.__dict__["api_client"] = mock.create_autospec(k8s.ApiClient, instance=True)
     # the MPIJob ``job`` whose pods (k8s_fakes.pod: controlled by uid-job) the pod listings keep (hooks/ownership.py)
     hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob() | {
-        "metadata": {**mpijob()["metadata"], "uid": "uid-job"}}
+        "metadata": {**mpijob()["metadata"], "uid": "uid-job"}
+    }
     return hook
 
 
@@ -66,7 +67,10 @@ def test_registered_as_its_own_connection_type_using_kubernetes_default():
 
 
 def test_api_version_must_be_kubeflow_group():
-    assert (MPIJobHook(api_version="kubeflow.org/v1").group, MPIJobHook(api_version="kubeflow.org/v1").version) == (
+    assert (
+        MPIJobHook(api_version="kubeflow.org/v1").group,
+        MPIJobHook(api_version="kubeflow.org/v1").version,
+    ) == (
         "kubeflow.org",
         "v1",
     )
@@ -94,7 +98,7 @@ def test_namespace_defaults_to_default_outside_a_pod():
 
 
 def test_namespace_from_legacy_prefixed_extra(connection):
-    connection(**{"extra__kubernetes__namespace": "legacy-ns"})
+    connection(extra__kubernetes__namespace="legacy-ns")
     assert MPIJobHook().resolve_namespace() == "legacy-ns"
 
 
@@ -114,7 +118,9 @@ def default_k8s_configuration():
     k8s.Configuration.set_default(None)  # the stock sync hook loads into the global default
 
 
-def test_sync_client_is_built_from_the_connection_kube_config_path(connection, tmp_path, default_k8s_configuration):
+def test_sync_client_is_built_from_the_connection_kube_config_path(
+    connection, tmp_path, default_k8s_configuration
+):
     path = tmp_path / "kubeconfig"
     path.write_text(
         json.dumps(
@@ -145,7 +151,10 @@ def test_create_sends_group_version_plural_namespace_and_body(hook):
     assert hook.create_mpijob(original, "team-a") == {"created": True}
 
     kwargs = hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs
-    assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace")} == {**GVP, "namespace": "team-a"}
+    assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace")} == {
+        **GVP,
+        "namespace": "team-a",
+    }
     body = kwargs["body"]
     assert body["apiVersion"] == "kubeflow.org/v2beta1"
     assert body["kind"] == "MPIJob"
@@ -159,9 +168,14 @@ def test_create_namespace_defaults_to_manifest_then_connection(connection):
     connection(namespace="conn-ns")
     hook = make_hook()
     hook.create_mpijob(manifest(namespace="manifest-ns"))
-    assert hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"] == "manifest-ns"
+    assert (
+        hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"]
+        == "manifest-ns"
+    )
     hook.create_mpijob(manifest())
-    assert hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"] == "conn-ns"
+    assert (
+        hook.custom_object_client.create_namespaced_custom_object.call_args.kwargs["namespace"] == "conn-ns"
+    )
 
 
 def test_create_v1_uses_version_v1():
@@ -187,7 +201,9 @@ def test_create_409_adopts_the_same_task_from_an_earlier_try(hook):
     assert hook.create_mpijob(manifest(labels=labels_of(try_number=2)), "ns") is existing
 
     hook.custom_object_client.create_namespaced_custom_object.assert_called_once()
-    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(**GVP, namespace="ns", name="job")
+    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(
+        **GVP, namespace="ns", name="job"
+    )
 
 
 def test_create_409_of_another_task_raises_conflict_naming_job_and_owner(hook):
@@ -209,7 +225,9 @@ def test_create_409_of_another_task_raises_conflict_naming_job_and_owner(hook):
 
 def test_create_409_of_an_unmanaged_object_is_a_conflict(hook):
     hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
-    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels={"team": "x"}, annotations={})
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(
+        labels={"team": "x"}, annotations={}
+    )
     with pytest.raises(MPIJobConflictError, match="no airflow-mpi.io identity labels"):
         hook.create_mpijob(manifest(), "ns")
 
@@ -230,7 +248,9 @@ def test_create_409_then_gone_creates_again(hook):
 
 def test_create_connection_error_looks_up_and_adopts_instead_of_replaying(hook):
     existing = mpijob(labels=labels_of(try_number=2))
-    hook.custom_object_client.create_namespaced_custom_object.side_effect = ProtocolError("Connection aborted.")
+    hook.custom_object_client.create_namespaced_custom_object.side_effect = ProtocolError(
+        "Connection aborted."
+    )
     hook.custom_object_client.get_namespaced_custom_object.return_value = existing
 
     assert hook.create_mpijob(manifest(), "ns") is existing
@@ -251,7 +271,9 @@ def test_create_connection_error_with_nothing_created_creates_again(hook):
 
 def test_create_connection_error_then_found_other_owner_raises_conflict(hook):
     hook.custom_object_client.create_namespaced_custom_object.side_effect = ConnectionResetError()
-    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(labels=labels_of(task="other"))
+    hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(
+        labels=labels_of(task="other")
+    )
     with pytest.raises(MPIJobConflictError):
         hook.create_mpijob(manifest(), "ns")
 
@@ -283,8 +305,12 @@ def test_create_when_the_crd_is_not_served_raises_api_unavailable(hook):
 
 
 def test_create_in_a_missing_namespace_raises_the_api_error(hook):
-    missing_ns = {"kind": "Status", "code": 404, "message": 'namespaces "nope" not found',
-                  "details": {"name": "nope", "kind": "namespaces"}}
+    missing_ns = {
+        "kind": "Status",
+        "code": 404,
+        "message": 'namespaces "nope" not found',
+        "details": {"name": "nope", "kind": "namespaces"},
+    }
     hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(404, missing_ns)
     with pytest.raises(ApiException) as info:
         hook.create_mpijob(manifest(), "nope")
@@ -295,7 +321,9 @@ def test_create_in_a_missing_namespace_raises_the_api_error(hook):
 def test_get_returns_the_object(hook):
     hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob()
     assert hook.get_mpijob("job", "ns") == mpijob()
-    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(**GVP, namespace="ns", name="job")
+    hook.custom_object_client.get_namespaced_custom_object.assert_called_once_with(
+        **GVP, namespace="ns", name="job"
+    )
 
 
 def test_get_missing_returns_none(hook):
@@ -326,7 +354,10 @@ def test_delete_sends_the_propagation_policy(hook):
     assert hook.delete_mpijob("job", "ns") is True
     kwargs = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs
     assert {k: kwargs[k] for k in ("group", "version", "plural", "namespace", "name")} == {
-        **GVP, "namespace": "ns", "name": "job"}
+        **GVP,
+        "namespace": "ns",
+        "name": "job",
+    }
     assert kwargs["body"]["propagationPolicy"] == "Foreground"
 
     hook.delete_mpijob("job", "ns", propagation_policy="Background", grace_period_seconds=0)
@@ -347,7 +378,9 @@ def test_delete_retries_transient_errors(hook):
 
 
 def test_list_returns_items_filtered_by_label_selector(hook):
-    hook.custom_object_client.list_namespaced_custom_object.return_value = {"items": [mpijob("a"), mpijob("b")]}
+    hook.custom_object_client.list_namespaced_custom_object.return_value = {
+        "items": [mpijob("a"), mpijob("b")]
+    }
     assert [j["metadata"]["name"] for j in hook.list_mpijobs("ns", label_selector="x=y")] == ["a", "b"]
     hook.custom_object_client.list_namespaced_custom_object.assert_called_once_with(
         **GVP, namespace="ns", label_selector="x=y"
@@ -362,7 +395,10 @@ def test_list_when_the_crd_is_not_served_raises_api_unavailable(hook):
 
 def test_wait_for_deleted(hook):
     hook.custom_object_client.get_namespaced_custom_object.side_effect = [
-        mpijob(), mpijob(), api_error(404, NOT_FOUND_OBJECT)]
+        mpijob(),
+        mpijob(),
+        api_error(404, NOT_FOUND_OBJECT),
+    ]
     assert hook.wait_for_deleted("job", "ns", timeout=5, poll_interval=0) is True
     hook.custom_object_client.get_namespaced_custom_object.side_effect = None
     hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob()
@@ -380,8 +416,14 @@ def test_launcher_pods_v2beta1_selector_and_newest_first(hook):
         pod("job-launcher-bbbbb", "2026-11-22T10:02:00", phase="Failed"),
     )
     pods = hook._role_pods("job", "ns", LAUNCHER)
-    assert [p.metadata.name for p in pods] == ["job-launcher-ccccc", "job-launcher-bbbbb", "job-launcher-aaaaa"]
-    hook.core_v1_client.list_namespaced_pod.assert_called_once_with(namespace="ns", label_selector=V2_LAUNCHER)
+    assert [p.metadata.name for p in pods] == [
+        "job-launcher-ccccc",
+        "job-launcher-bbbbb",
+        "job-launcher-aaaaa",
+    ]
+    hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
+        namespace="ns", label_selector=V2_LAUNCHER
+    )
 
 
 def test_launcher_pods_same_second_prefers_the_live_one(hook):
@@ -394,17 +436,22 @@ def test_launcher_pods_same_second_prefers_the_live_one(hook):
 
 def test_launcher_pods_v1_uses_training_operator_labels():
     hook = make_hook("kubeflow.org/v1")
-    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher", "2026-11-22T10:00:00"))
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher", "2026-11-22T10:00:00")
+    )
     assert [p.metadata.name for p in hook._role_pods("job", "ns", LAUNCHER)] == ["job-launcher"]
     hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
-        namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher"
+        namespace="ns",
+        label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher",
     )
 
 
 def test_launcher_pods_v1_falls_back_to_legacy_labels():
     hook = make_hook("kubeflow.org/v1")
     hook.core_v1_client.list_namespaced_pod.side_effect = [
-        pod_list(), pod_list(pod("job-launcher", "2026-11-22T10:00:00"))]
+        pod_list(),
+        pod_list(pod("job-launcher", "2026-11-22T10:00:00")),
+    ]
     assert [p.metadata.name for p in hook._role_pods("job", "ns", LAUNCHER)] == ["job-launcher"]
     assert [c.kwargs["label_selector"] for c in hook.core_v1_client.list_namespaced_pod.call_args_list] == [
         "training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=launcher",
@@ -425,9 +472,14 @@ def test_worker_pods_selector_and_index_order(hook):
         pod("job-worker-2", "2026-11-22T10:00:00", labels={idx: "2"}),
         pod("job-worker-0", "2026-11-22T10:00:00", labels={idx: "0"}),
     )
-    assert [p.metadata.name for p in hook._role_pods("job", "ns", WORKER)] == ["job-worker-0", "job-worker-2", "job-worker-10"]
+    assert [p.metadata.name for p in hook._role_pods("job", "ns", WORKER)] == [
+        "job-worker-0",
+        "job-worker-2",
+        "job-worker-10",
+    ]
     hook.core_v1_client.list_namespaced_pod.assert_called_once_with(
-        namespace="ns", label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=worker"
+        namespace="ns",
+        label_selector="training.kubeflow.org/job-name=job,training.kubeflow.org/job-role=worker",
     )
 
 
@@ -440,7 +492,9 @@ def test_pod_listing_retries_transient_errors(hook):
 # --------------------------------------------------------------------------- logs
 def _launcher_log(hook, *responses):
     """``launcher_log`` of one launcher pod whose log requests answer ``responses``."""
-    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(pod("job-launcher-a", "2026-11-22T10:00:00"))
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher-a", "2026-11-22T10:00:00")
+    )
     hook.api_client.call_api.side_effect = list(responses)
     return list(hook.launcher_log("job", "ns"))
 
@@ -513,7 +567,7 @@ def test_worker_log_tails_strip_timestamps_and_survive_errors(hook):
     )
     hook.api_client.call_api.side_effect = [
         FakeResponse([b"2026-11-22T10:00:00.5Z last words\n"]),
-        api_error(404, {"kind": "Status", "message": "pods \"job-worker-1\" not found"}),
+        api_error(404, {"kind": "Status", "message": 'pods "job-worker-1" not found'}),
     ]
     tails = hook.worker_log_tails("job", "ns", 5)
     assert tails["job-worker-0"] == ["last words"]
@@ -535,12 +589,17 @@ def test_errors_survive_pickling():
 
 # --------------------------------------------------------------------------- live-only deletion
 def _with_conditions(obj, *types, rv):
-    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv, "uid": "u1"},
-            "status": {"conditions": [{"type": t, "status": "True"} for t in types]}}
+    return {
+        **obj,
+        "metadata": {**obj["metadata"], "resourceVersion": rv, "uid": "u1"},
+        "status": {"conditions": [{"type": t, "status": "True"} for t in types]},
+    }
 
 
 def test_delete_live_sends_preconditions_on_the_judged_version(hook):
-    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob(), "Created", rv="8")
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(
+        mpijob(), "Created", rv="8"
+    )
     assert hook.delete_live_mpijob("job", "ns") == "deleted"
     body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
     assert body["preconditions"] == {"uid": "u1", "resourceVersion": "8"}
@@ -570,14 +629,17 @@ def test_a_delete_pinned_to_a_uid_leaves_another_object_of_the_same_name(hook):
     """The API server checks the uid precondition; its 409 means the name holds another object now."""
     hook.custom_object_client.delete_namespaced_custom_object.side_effect = api_error(409, reason="Conflict")
     assert hook.delete_mpijob("job", "ns", uid="u1") is False
-    assert hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]["preconditions"] == {
-        "uid": "u1"}
+    assert hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"][
+        "preconditions"
+    ] == {"uid": "u1"}
     with pytest.raises(ApiException):  # unpinned, a conflict stays an error
         hook.delete_mpijob("job", "ns")
 
 
 def test_delete_live_of_another_incarnation_is_gone(hook):
-    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob(), "Created", rv="8")
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(
+        mpijob(), "Created", rv="8"
+    )
     assert hook.delete_live_mpijob("job", "ns", uid="not-u1") == "gone"
     hook.custom_object_client.delete_namespaced_custom_object.assert_not_called()
 
@@ -590,8 +652,11 @@ def test_create_409_of_a_run_whose_id_is_another_runs_sanitised_label_is_a_confl
     crafted = sanitize_label_value(raw)
     hook.custom_object_client.create_namespaced_custom_object.side_effect = api_error(409)
     hook.custom_object_client.get_namespaced_custom_object.return_value = mpijob(
-        labels=labels_of(run=raw), annotations=annotations_of(run=raw))
+        labels=labels_of(run=raw), annotations=annotations_of(run=raw)
+    )
     with pytest.raises(MPIJobConflictError) as info:
-        hook.create_mpijob(manifest(labels=labels_of(run=crafted), annotations=annotations_of(run=crafted)), "ns")
+        hook.create_mpijob(
+            manifest(labels=labels_of(run=crafted), annotations=annotations_of(run=crafted)), "ns"
+        )
     assert info.value.differences == {"annotation airflow-mpi.io/run-id": (raw, crafted)}
     assert f"run_id={raw}" in str(info.value)

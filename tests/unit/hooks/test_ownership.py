@@ -19,21 +19,39 @@ OWNER = Owner("job", "uid-job", launcher_job="uid-job-launcher")
 
 
 def launcher_job(controller_uid: str | None = "uid-job", uid: str = "uid-job-launcher") -> dict:
-    refs = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": controller_uid,
-             "controller": True}] if controller_uid else []
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job-launcher", "uid": uid,
-                                                                  "ownerReferences": refs}}
+    refs = (
+        [
+            {
+                "apiVersion": "kubeflow.org/v2beta1",
+                "kind": "MPIJob",
+                "name": "job",
+                "uid": controller_uid,
+                "controller": True,
+            }
+        ]
+        if controller_uid
+        else []
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "job-launcher", "uid": uid, "ownerReferences": refs},
+    }
 
 
-@pytest.mark.parametrize(("ref", "owned"), [
-    (controlled_by(), True),  # a worker (v2beta1), either role (v1)
-    (LAUNCHER_JOB, True),  # a launcher (v2beta1)
-    (None, False),  # labels only
-    (controlled_by(uid="uid-earlier"), False),  # an earlier incarnation of the name
-    (controlled_by("Job", "other-launcher", "uid-job-launcher"), False),  # not the launcher Job's name
-    (controlled_by("ReplicaSet", "job", "uid-job"), False),
-    (controlled_by("Job", "job-launcher", "uid-unchecked"), None),  # one GET of the launcher Job tells
-], ids=["mpijob", "launcher-job", "none", "earlier", "other-job", "other-kind", "unchecked"])
+@pytest.mark.parametrize(
+    ("ref", "owned"),
+    [
+        (controlled_by(), True),  # a worker (v2beta1), either role (v1)
+        (LAUNCHER_JOB, True),  # a launcher (v2beta1)
+        (None, False),  # labels only
+        (controlled_by(uid="uid-earlier"), False),  # an earlier incarnation of the name
+        (controlled_by("Job", "other-launcher", "uid-job-launcher"), False),  # not the launcher Job's name
+        (controlled_by("ReplicaSet", "job", "uid-job"), False),
+        (controlled_by("Job", "job-launcher", "uid-unchecked"), None),  # one GET of the launcher Job tells
+    ],
+    ids=["mpijob", "launcher-job", "none", "earlier", "other-job", "other-kind", "unchecked"],
+)
 def test_a_pod_is_the_jobs_by_its_controller_reference_chain_only(ref, owned):
     assert OWNER.owns(pod("p", "2026-11-22T10:00:00", owner=ref)) is owned
 
@@ -46,8 +64,10 @@ def test_an_owner_reference_that_is_not_the_controller_does_not_count():
 
 def test_a_get_of_the_launcher_job_settles_the_uids_it_was_asked_about():
     unknown = Owner("job", "uid-job")
-    pods = [pod("l", "2026-11-22T10:00:00", owner=LAUNCHER_JOB),
-            pod("f", "2026-11-22T10:00:00", owner=controlled_by("Job", "job-launcher", "forged"))]
+    pods = [
+        pod("l", "2026-11-22T10:00:00", owner=LAUNCHER_JOB),
+        pod("f", "2026-11-22T10:00:00", owner=controlled_by("Job", "job-launcher", "forged")),
+    ]
     assert unknown.unchecked(pods) == {"uid-job-launcher", "forged"}
     known = unknown.learn(launcher_job(), unknown.unchecked(pods))
     assert [known.owns(p) for p in pods] == [True, False] and known.unchecked(pods) == set()
@@ -62,34 +82,47 @@ def test_launcher_log_reads_the_launcher_the_job_made_not_a_newer_pod_with_its_l
     monkeypatch.setattr(type(hook), "log", task_log)  # the task log, in a worker
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
         pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB),
-        pod("job-launcher-forged", "2026-11-22T10:05:00", owner=None))
+        pod("job-launcher-forged", "2026-11-22T10:05:00", owner=None),
+    )
     hook.custom_object_client.get_namespaced_custom_object.side_effect = lambda **kw: (
-        launcher_job() if kw["plural"] == "jobs" else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}})
+        launcher_job()
+        if kw["plural"] == "jobs"
+        else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}}
+    )
     hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z real\n"])
     assert list(hook.launcher_log("job", "ns")) == ["real"]
     assert list(hook.launcher_log("job", "ns")) == ["real"]  # named once per task
     assert hook.api_client.call_api.call_args.kwargs["path_params"]["name"] == "job-launcher-a"
     gets = [c.kwargs for c in hook.custom_object_client.get_namespaced_custom_object.call_args_list]
     assert [(g["group"], g["plural"], g["name"]) for g in gets][:2] == [
-        ("kubeflow.org", "mpijobs", "job"), ("batch", "jobs", "job-launcher")]
+        ("kubeflow.org", "mpijobs", "job"),
+        ("batch", "jobs", "job-launcher"),
+    ]
     notes = [c.args[0] % c.args[1:] for c in task_log.info.call_args_list if "forged" in str(c.args)]
-    assert notes == ["Ignoring pod job-launcher-forged: it carries the MPIJob's labels, but the MPIJob's controllers "
-                     "did not make it (someone else's pod: not read, not counted)"]
+    assert notes == [
+        "Ignoring pod job-launcher-forged: it carries the MPIJob's labels, but the MPIJob's controllers "
+        "did not make it (someone else's pod: not read, not counted)"
+    ]
 
 
 def test_worker_tails_skip_a_pod_with_a_workers_labels_and_a_role_that_may_not_read_jobs_follows_no_launcher(
-        hook, caplog):
+    hook, caplog
+):
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
-        pod("job-worker-0", "2026-11-22T10:00:00"), pod("job-worker-9", "2026-11-22T10:00:00", owner=None))
+        pod("job-worker-0", "2026-11-22T10:00:00"), pod("job-worker-9", "2026-11-22T10:00:00", owner=None)
+    )
     hook.api_client.call_api.return_value = FakeResponse([b"2026-11-22T10:00:00Z bye\n"])
     assert hook.worker_log_tails("job", "ns", 5) == {"job-worker-0": ["bye"]}
     assert [p.metadata.name for p in hook._role_pods("job", "ns", WORKER)] == ["job-worker-0"]
 
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
-        pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB))
+        pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB)
+    )
     hook.custom_object_client.get_namespaced_custom_object.side_effect = lambda **kw: (
-        _raise(api_error(403, reason="Forbidden")) if kw["plural"] == "jobs"
-        else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}})
+        _raise(api_error(403, reason="Forbidden"))
+        if kw["plural"] == "jobs"
+        else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}}
+    )
     with caplog.at_level(logging.WARNING):
         assert list(hook.launcher_log("job", "ns")) == []
     assert any("grant get on jobs.batch" in r.getMessage() for r in caplog.records)

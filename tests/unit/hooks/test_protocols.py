@@ -11,7 +11,12 @@ import pytest
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
 from airflow_mpi.hooks.orphan_sweep import BudgetedMPIJobHook
 from airflow_mpi.hooks.protocols import (
-    JobReads, MPIJobRequests, PlanSender, PodLogReader, WaitHook, WatchRequests,
+    JobReads,
+    MPIJobRequests,
+    PlanSender,
+    PodLogReader,
+    WaitHook,
+    WatchRequests,
 )
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook
 

@@ -28,13 +28,27 @@ from tests.integration.least_privilege import WORKER_CALLS
 from tests.unit.hooks.test_async_mpijob_hook import kubeconfig
 
 #: /api/v1/namespaces/{ns}/{resource}[/{name}[/{subresource}]], or /apis/{group}/{version}/namespaces/...
-RESOURCE_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
-                           r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
-POD = {"metadata": {"name": "job-launcher", "creationTimestamp": "2026-11-22T10:00:00Z"},
-       "spec": {"containers": [{"name": "launcher"}]}}
+RESOURCE_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
+)
+POD = {
+    "metadata": {"name": "job-launcher", "creationTimestamp": "2026-11-22T10:00:00Z"},
+    "spec": {"containers": [{"name": "launcher"}]},
+}
 #: public methods of the hooks that send nothing to the API server
-SEND_NOTHING = {"custom_object_args", "get_namespace", "configured_namespace", "resolve_namespace",
-                "connection_settings", "from_sync", "get_conn", "read_json", "open_stream", "watch_identity"}
+SEND_NOTHING = {
+    "custom_object_args",
+    "get_namespace",
+    "configured_namespace",
+    "resolve_namespace",
+    "connection_settings",
+    "from_sync",
+    "get_conn",
+    "read_json",
+    "open_stream",
+    "watch_identity",
+}
 
 
 def authorizer_call(method: str, path: str, query: dict) -> tuple[str, str, str]:
@@ -46,7 +60,8 @@ def authorizer_call(method: str, path: str, query: dict) -> tuple[str, str, str]
         verb = "get" if name else "watch" if query.get("watch", [""])[0].lower() in ("true", "1") else "list"
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method) or (
-            "delete" if name else "deletecollection")
+            "delete" if name else "deletecollection"
+        )
     return group or "", f"{resource}/{sub}" if sub else resource, verb
 
 
@@ -76,7 +91,9 @@ class Recorder(BaseHTTPRequestHandler):
             self._send(b"")  # a watch the server ended at once
         else:
             items = [POD] if resource == "pods" else []
-            self._send(json.dumps({"kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}).encode())
+            self._send(
+                json.dumps({"kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}).encode()
+            )
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _answer
 
@@ -107,7 +124,9 @@ def recorded(connection, tmp_path):
 
 def send_all_sync() -> set[str]:
     hook = MPIJobHook()
-    identity_claims.create_claim(hook, "ns", "tests", "installation")  # the claims' requests (not hook methods)
+    identity_claims.create_claim(
+        hook, "ns", "tests", "installation"
+    )  # the claims' requests (not hook methods)
     identity_claims.get_claim(hook, "ns", "tests")
     identity_claims.list_claims(hook, "ns", "installation")
     hook.create_mpijob(manifest())
@@ -119,9 +138,21 @@ def send_all_sync() -> set[str]:
     hook.get_launcher_job("job")
     hook.launcher_log("job")
     hook.worker_log_tails("job")
-    hook.create_owned_secret("job-function", "ns", {"call": "x"}, mpijob() | {"metadata": {"name": "job", "uid": "u"}})
-    return {"create_mpijob", "get_mpijob", "list_mpijobs", "wait_for_deleted", "delete_mpijob", "delete_live_mpijob",
-            "get_launcher_job", "launcher_log", "worker_log_tails", "create_owned_secret"}
+    hook.create_owned_secret(
+        "job-function", "ns", {"call": "x"}, mpijob() | {"metadata": {"name": "job", "uid": "u"}}
+    )
+    return {
+        "create_mpijob",
+        "get_mpijob",
+        "list_mpijobs",
+        "wait_for_deleted",
+        "delete_mpijob",
+        "delete_live_mpijob",
+        "get_launcher_job",
+        "launcher_log",
+        "worker_log_tails",
+        "create_owned_secret",
+    }
 
 
 async def send_all_async() -> set[str]:
@@ -137,18 +168,35 @@ async def send_all_async() -> set[str]:
         for kind in (*watch_hub.KINDS, WORKLOADS):  # the watch hub's requests
             await hook.list_objects(kind, "ns")
             _ = [event async for event in hook.watch_objects(kind, "ns", resource_version="1")]
-    return {"get_mpijob", "delete_mpijob", "delete_live_mpijob", "launcher_pods", "read_pod_log", "job_events",
-            "pod_events", "list_objects", "watch_objects", "get_launcher_job"}
+    return {
+        "get_mpijob",
+        "delete_mpijob",
+        "delete_live_mpijob",
+        "launcher_pods",
+        "read_pod_log",
+        "job_events",
+        "pod_events",
+        "list_objects",
+        "watch_objects",
+        "get_launcher_job",
+    }
 
 
 def public_methods(*classes: type) -> set[str]:
-    return {name for cls in classes for name, value in vars(cls).items()
-            if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod)))}
+    return {
+        name
+        for cls in classes
+        for name, value in vars(cls).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod)))
+    }
 
 
 def test_the_hooks_send_exactly_the_calls_the_role_is_held_to(recorded):
     sent = send_all_sync() | asyncio.run(send_all_async())
     assert public_methods(MPIJobHookBase, MPIJobHook, AsyncMPIJobHook) == sent | SEND_NOTHING
     calls = {authorizer_call(*call) for call in recorded}
-    assert calls == WORKER_CALLS, (f"sent, not in WORKER_CALLS: {sorted(calls - WORKER_CALLS)}; "
-                                   f"in WORKER_CALLS, never sent: {sorted(WORKER_CALLS - calls)}")
+    assert calls == WORKER_CALLS, (
+        f"sent, not in WORKER_CALLS: {sorted(calls - WORKER_CALLS)}; "
+        f"in WORKER_CALLS, never sent: {sorted(WORKER_CALLS - calls)}"
+    )

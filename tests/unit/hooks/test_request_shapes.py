@@ -8,12 +8,25 @@ from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import pytest
-from k8s_fakes import NOT_FOUND_OBJECT, NOT_FOUND_URL, api_error, async_api_error, mpijob, split_bytes, watch_lines
+from k8s_fakes import (
+    NOT_FOUND_OBJECT,
+    NOT_FOUND_URL,
+    api_error,
+    async_api_error,
+    mpijob,
+    split_bytes,
+    watch_lines,
+)
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from airflow_mpi.hooks.answers import LineSplitter, WatchDecoder, aiter_lines, iter_lines
-from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, WatchExpired, is_missing_resource_type, is_transient
+from airflow_mpi.hooks.errors import (
+    MPIJobAPIUnavailable,
+    WatchExpired,
+    is_missing_resource_type,
+    is_transient,
+)
 from airflow_mpi.hooks.kubeconfig import kubeconfig_uses_dynamic_auth
 from airflow_mpi.hooks.requests import (
     LogRequest,
@@ -87,9 +100,9 @@ def test_missing_resource_type_vs_missing_object():
 
 
 def test_format_since_time():
-    assert format_since_time(datetime(2026, 11, 22, 12, 0, 0, 999999, tzinfo=timezone(timedelta(hours=2)))) == (
-        "2026-11-22T10:00:00Z"
-    )
+    assert format_since_time(
+        datetime(2026, 11, 22, 12, 0, 0, 999999, tzinfo=timezone(timedelta(hours=2)))
+    ) == ("2026-11-22T10:00:00Z")
     assert format_since_time(datetime(2026, 11, 22, 10, 0, 0)) == "2026-11-22T10:00:00Z"  # naive = UTC
     assert format_since_time(" 2026-11-22T10:00:00Z ") == "2026-11-22T10:00:00Z"
     with pytest.raises(TypeError):
@@ -99,13 +112,25 @@ def test_format_since_time():
 def test_log_query_params_order_and_omissions():
     assert LogRequest("p", "ns", 1).query == [("timestamps", "true")]
     assert LogRequest("p", "ns", 1, container="c", tail_lines=0, limit_bytes=10).query == [
-        ("container", "c"), ("timestamps", "true"), ("tailLines", "0"), ("limitBytes", "10")]
+        ("container", "c"),
+        ("timestamps", "true"),
+        ("tailLines", "0"),
+        ("limitBytes", "10"),
+    ]
 
 
 def test_log_request_path_query_and_transport():
     since = datetime(2026, 11, 22, 11, 0, 5, 900000, tzinfo=timezone(timedelta(hours=1)))
-    req = LogRequest("job-launcher-x", "ns", (30.0, 300.0), container="launcher", since_time=since, previous=True,
-                     follow=True, tail_lines=10)
+    req = LogRequest(
+        "job-launcher-x",
+        "ns",
+        (30.0, 300.0),
+        container="launcher",
+        since_time=since,
+        previous=True,
+        follow=True,
+        tail_lines=10,
+    )
     assert req.args == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
     kwargs = req.kwargs
     assert kwargs["path_params"] == {"namespace": "ns", "name": "job-launcher-x"}
@@ -123,7 +148,10 @@ def test_log_request_path_query_and_transport():
 
 
 def test_log_request_since_time_string_and_naive_datetime():
-    assert dict(LogRequest("p", "ns", 1, since_time="2026-11-22T10:00:00Z").query)["sinceTime"] == "2026-11-22T10:00:00Z"
+    assert (
+        dict(LogRequest("p", "ns", 1, since_time="2026-11-22T10:00:00Z").query)["sinceTime"]
+        == "2026-11-22T10:00:00Z"
+    )
     naive = datetime(2026, 11, 22, 10, 0, 1, 999999)
     assert dict(LogRequest("p", "ns", 1, since_time=naive).query)["sinceTime"] == "2026-11-22T10:00:01Z"
 
@@ -137,13 +165,24 @@ def test_watch_events_split_across_chunks_and_the_version_they_leave():
     stream = watch_lines(("MODIFIED", mpijob(rv="43")), ("MODIFIED", mpijob(rv="44")))
     decoder = WatchDecoder("job", "ns", "42", False, ApiException)
     events = decode(decoder, *split_bytes(stream, 10, 70, 1))
-    assert [(t, o["metadata"]["resourceVersion"]) for t, o in events] == [("MODIFIED", "43"), ("MODIFIED", "44")]
+    assert [(t, o["metadata"]["resourceVersion"]) for t, o in events] == [
+        ("MODIFIED", "43"),
+        ("MODIFIED", "44"),
+    ]
     assert decoder.last_rv == "44"
-    assert watch_request_timeout(30) == (30.0, 45.0)  # idle limit past the server's 30 s, not the client's 60 s
+    assert watch_request_timeout(30) == (
+        30.0,
+        45.0,
+    )  # idle limit past the server's 30 s, not the client's 60 s
 
 
 def test_watch_410_error_event_raises_watch_expired_with_last_version():
-    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 42 (50)"}
+    gone = {
+        "kind": "Status",
+        "code": 410,
+        "reason": "Expired",
+        "message": "too old resource version: 42 (50)",
+    }
     decoder = WatchDecoder("job", "ns", "42", False, ApiException)
     seen = []
     with pytest.raises(WatchExpired) as info:
@@ -167,8 +206,10 @@ def test_watch_request_errors():
 
 def test_watch_other_error_event_raises_api_exception():
     with pytest.raises(ApiException) as info:
-        decode(WatchDecoder("job", "ns", None, False, ApiException),
-               watch_lines(("ERROR", {"code": 500, "reason": "InternalError", "message": "boom"})))
+        decode(
+            WatchDecoder("job", "ns", None, False, ApiException),
+            watch_lines(("ERROR", {"code": 500, "reason": "InternalError", "message": "boom"})),
+        )
     assert info.value.status == 500
 
 
@@ -181,7 +222,8 @@ def test_watch_bookmarks_only_when_asked():
 
 def test_pod_selectors_per_api_version():
     assert pod_selectors("kubeflow.org/v2beta1", "j", "launcher") == [
-        "training.kubeflow.org/job-name=j,training.kubeflow.org/job-role=launcher"]
+        "training.kubeflow.org/job-name=j,training.kubeflow.org/job-role=launcher"
+    ]
     assert pod_selectors("kubeflow.org/v1", "j", "worker") == [
         "training.kubeflow.org/job-name=j,training.kubeflow.org/replica-type=worker",
         "mpi-job-name=j,mpi-job-role=worker",

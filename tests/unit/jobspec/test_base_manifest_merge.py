@@ -40,7 +40,10 @@ BASE = {
                                 "name": "main",
                                 "image": "base/worker:1",
                                 "env": [
-                                    {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                                    {
+                                        "name": "TOKEN",
+                                        "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}},
+                                    },
                                     {"name": "KEEP", "value": "base"},
                                 ],
                                 "resources": {"limits": {"memory": "4Gi", "cpu": "2"}},
@@ -91,7 +94,11 @@ def test_deep_merge_none_does_not_override():
 def test_deep_merge_named_lists_merge_by_name_keeping_base_order():
     base = [{"name": "a", "x": 1, "y": 1}, {"name": "b", "x": 1}]
     override = [{"name": "c", "x": 3}, {"name": "a", "y": 2}]
-    assert deep_merge(base, override) == [{"name": "a", "x": 1, "y": 2}, {"name": "b", "x": 1}, {"name": "c", "x": 3}]
+    assert deep_merge(base, override) == [
+        {"name": "a", "x": 1, "y": 2},
+        {"name": "b", "x": 1},
+        {"name": "c", "x": 3},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -201,7 +208,11 @@ def test_volumes_and_mounts_given_as_parameters_replace_base_items_of_that_name(
 
 def test_unnamed_lists_are_replaced_and_named_ones_unioned():
     manifest = build_manifest(
-        spec(worker=ReplicaSpec(tolerations=[{"key": "b", "operator": "Exists"}], image_pull_secrets=["param-secret"]))
+        spec(
+            worker=ReplicaSpec(
+                tolerations=[{"key": "b", "operator": "Exists"}], image_pull_secrets=["param-secret"]
+            )
+        )
     )
     pod = worker_pod(manifest)
     assert pod["tolerations"] == [{"key": "b", "operator": "Exists"}]
@@ -210,7 +221,9 @@ def test_unnamed_lists_are_replaced_and_named_ones_unioned():
 
 def test_the_base_manifest_is_not_modified():
     before = json.dumps(BASE, sort_keys=True)
-    build_manifest(spec(name="x", worker=ReplicaSpec(env={"TOKEN": "v"}, volumes=[{"name": "data", "emptyDir": {}}])))
+    build_manifest(
+        spec(name="x", worker=ReplicaSpec(env={"TOKEN": "v"}, volumes=[{"name": "data", "emptyDir": {}}]))
+    )
     assert json.dumps(BASE, sort_keys=True) == before
 
 
@@ -256,12 +269,16 @@ def test_load_from_dict_is_a_copy():
     assert BASE["metadata"]["name"] == "from-base"
 
 
-@pytest.mark.parametrize("text", [BASE_YAML, json.dumps(BASE), json.dumps(BASE, indent=2), "---\n" + BASE_YAML])
+@pytest.mark.parametrize(
+    "text", [BASE_YAML, json.dumps(BASE), json.dumps(BASE, indent=2), "---\n" + BASE_YAML]
+)
 def test_load_from_yaml_or_json_text(text):
     assert load_base_manifest(text) == BASE
 
 
-@pytest.mark.parametrize("suffix, text", [(".yaml", BASE_YAML), (".yml", BASE_YAML), (".json", json.dumps(BASE))])
+@pytest.mark.parametrize(
+    "suffix, text", [(".yaml", BASE_YAML), (".yml", BASE_YAML), (".json", json.dumps(BASE))]
+)
 def test_load_from_file_path_as_str_or_path(tmp_path, suffix, text):
     path = tmp_path / f"base{suffix}"
     path.write_text(text)

@@ -29,7 +29,10 @@ from airflow_mpi.jobspec import (
 from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
 from airflow_mpi.jobspec.spec import (
-    MPIUSER_SSHD_COMMAND, SSHD_LISTENING_CHECK, WORKERS_DNS_WAIT, workers_dns_wait_script,
+    MPIUSER_SSHD_COMMAND,
+    SSHD_LISTENING_CHECK,
+    WORKERS_DNS_WAIT,
+    workers_dns_wait_script,
 )
 
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
@@ -44,7 +47,9 @@ def resolved(base_manifest=None, defaults=NO_RETRIES, **kwargs):
     if base_manifest is None:
         kwargs.setdefault("launcher", ReplicaSpec(image="img"))
         kwargs.setdefault("worker", ReplicaSpec(image="img", replicas=2))
-    return resolve(MPIJobSpec(base_manifest=base_manifest, defaults=defaults, launch=Mpirun(["/pi"]), **kwargs))
+    return resolve(
+        MPIJobSpec(base_manifest=base_manifest, defaults=defaults, launch=Mpirun(["/pi"]), **kwargs)
+    )
 
 
 def main(result, role: str) -> dict:
@@ -58,10 +63,12 @@ def root_base() -> dict:
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
         "metadata": {"name": "tf"},
-        "spec": {"mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [dict(container)]}}},
-            "Worker": {"replicas": 2, "template": {"spec": {"containers": [dict(container)]}}},
-        }},
+        "spec": {
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [dict(container)]}}},
+                "Worker": {"replicas": 2, "template": {"spec": {"containers": [dict(container)]}}},
+            }
+        },
     }
 
 
@@ -75,8 +82,14 @@ def test_a_parameters_only_job_follows_the_mpiuser_convention_and_waits_for_its_
     assert worker["startupProbe"] == STARTUP_PROBE and "readinessProbe" not in worker
     assert worker["securityContext"] == {"runAsUser": 1000} == launcher["securityContext"]
     defaulted = {k for k, s in result.settings.items() if s.source == DEFAULT}
-    assert {"ssh_auth_mount_path", "launcher_creation_policy", "worker.startup_probe", "worker.command",
-            "launcher.run_as_user", "worker.run_as_user"} <= defaulted
+    assert {
+        "ssh_auth_mount_path",
+        "launcher_creation_policy",
+        "worker.startup_probe",
+        "worker.command",
+        "launcher.run_as_user",
+        "worker.run_as_user",
+    } <= defaulted
 
 
 def test_each_default_yields_to_the_parameter_that_sets_it():
@@ -89,8 +102,14 @@ def test_each_default_yields_to_the_parameter_that_sets_it():
     assert "startupProbe" not in main(at_startup, "Worker")
     assert at_startup.settings["launcher_creation_policy"].source == PARAMETER
     probe = {"tcpSocket": {"port": 2222}}
-    probed = resolved(worker=ReplicaSpec(image="img", replicas=2, readiness_probe=probe,
-                                         security_context={"runAsUser": 0, "privileged": False}))
+    probed = resolved(
+        worker=ReplicaSpec(
+            image="img",
+            replicas=2,
+            readiness_probe=probe,
+            security_context={"runAsUser": 0, "privileged": False},
+        )
+    )
     assert main(probed, "Worker")["readinessProbe"] == probe and "startupProbe" not in main(probed, "Worker")
     assert main(probed, "Worker")["securityContext"] == {"runAsUser": 0, "privileged": False}
     assert main(probed, "Launcher")["securityContext"] == {"runAsUser": 1000}
@@ -139,8 +158,13 @@ def test_a_given_name_is_a_prefix_unique_per_task_instance_of_each_deployment():
     assert first.startswith("pi-") and first == resolved(name="pi").manifest["metadata"]["name"]  # a retry's
     other_run = TaskIdentity("dag", "task", "manual__2", -1, 1, deployment="dep-a")
     other_deployment = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-b")
-    names = {first, *(resolved(name="pi", identity=i).manifest["metadata"]["name"]
-                      for i in (other_run, other_deployment))}
+    names = {
+        first,
+        *(
+            resolved(name="pi", identity=i).manifest["metadata"]["name"]
+            for i in (other_run, other_deployment)
+        ),
+    }
     assert len(names) == 3
     assert resolved(name="pi", unique_name_suffix=False).manifest["metadata"]["name"] == "pi"
 
@@ -151,13 +175,16 @@ def test_a_long_prefix_is_cut_so_every_pod_name_fits():
     assert len(f"{name}-worker-999") <= MAX_NAME_LENGTH and name.startswith("abbb")
 
 
-@pytest.mark.parametrize(("params", "field", "value"), [
-    ({"name": "My_Job"}, "name", "My_Job"),
-    ({"name": "pi", "unique_name_suffix": "yes"}, "unique_name_suffix", "yes"),
-    ({"launcher": ReplicaSpec(image=" mpi:1")}, "launcher.image", " mpi:1"),
-    ({"worker": ReplicaSpec(image="mpi :1", replicas=1)}, "worker.image", "mpi :1"),
-    ({"worker": ReplicaSpec(image="mpi:1\n", replicas=1)}, "worker.image", "mpi:1\n"),
-])
+@pytest.mark.parametrize(
+    ("params", "field", "value"),
+    [
+        ({"name": "My_Job"}, "name", "My_Job"),
+        ({"name": "pi", "unique_name_suffix": "yes"}, "unique_name_suffix", "yes"),
+        ({"launcher": ReplicaSpec(image=" mpi:1")}, "launcher.image", " mpi:1"),
+        ({"worker": ReplicaSpec(image="mpi :1", replicas=1)}, "worker.image", "mpi :1"),
+        ({"worker": ReplicaSpec(image="mpi:1\n", replicas=1)}, "worker.image", "mpi:1\n"),
+    ],
+)
 def test_bad_names_and_images_are_refused_naming_the_field(params, field, value):
     with pytest.raises(MPIJobValidationError) as info:
         resolved(**params)
@@ -168,10 +195,17 @@ def test_bad_names_and_images_are_refused_naming_the_field(params, field, value)
 @pytest.mark.parametrize("family", ["", "AF_INET", "AF_INET6"])
 def test_the_startup_check_passes_once_a_tcp_socket_listens_in_the_pod(family):
     """The probe's shell runs in an empty network namespace (as a pod's before sshd starts), then beside a listener."""
-    listen = (f"import socket, subprocess, sys; s = socket.socket(socket.{family}); s.bind(('', 2222)); s.listen(); "
-              "sys.exit(subprocess.call(sys.argv[1:]))") if family else "import subprocess, sys; " \
-        "sys.exit(subprocess.call(sys.argv[1:]))"
-    probe = subprocess.run(["unshare", "-rn", sys.executable, "-c", listen, *SSHD_LISTENING_CHECK], timeout=30)
+    listen = (
+        (
+            f"import socket, subprocess, sys; s = socket.socket(socket.{family}); s.bind(('', 2222)); s.listen(); "
+            "sys.exit(subprocess.call(sys.argv[1:]))"
+        )
+        if family
+        else "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+    )
+    probe = subprocess.run(
+        ["unshare", "-rn", sys.executable, "-c", listen, *SSHD_LISTENING_CHECK], timeout=30
+    )
     if probe.returncode not in (0, 1):
         pytest.fail(f"probe exited {probe.returncode}")
     assert probe.returncode == (0 if family else 1)
@@ -192,10 +226,16 @@ def test_an_mpich_or_intel_launcher_finds_its_own_short_name_as_the_workers_do(i
     assert "dnsConfig" not in result.manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"mpi_implementation": "OpenMPI", "namespace": "team-a"},  # Open MPI's daemons never call the launcher by name
-    {"mpi_implementation": "MPICH"},  # no namespace known (offline rendering): no guess
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {
+            "mpi_implementation": "OpenMPI",
+            "namespace": "team-a",
+        },  # Open MPI's daemons never call the launcher by name
+        {"mpi_implementation": "MPICH"},  # no namespace known (offline rendering): no guess
+    ],
+)
 def test_no_launcher_search_domain_where_it_is_not_needed_or_not_known(kwargs):
     assert "dnsConfig" not in launcher_pod(resolved(**kwargs))
 
@@ -226,11 +266,17 @@ def test_under_the_default_policy_the_launcher_waits_for_its_workers_names_in_an
     assert result.settings["launcher.wait_for_workers"].source == DEFAULT
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"labels": QUEUED, "launcher_creation_policy": "WaitForWorkersReady"},  # the user's own choice: as written
-    {"labels": QUEUED, "launcher_creation_policy": "AtStartup"},
-    {"labels": QUEUED, "run_launcher_as_worker": True},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {
+            "labels": QUEUED,
+            "launcher_creation_policy": "WaitForWorkersReady",
+        },  # the user's own choice: as written
+        {"labels": QUEUED, "launcher_creation_policy": "AtStartup"},
+        {"labels": QUEUED, "run_launcher_as_worker": True},
+    ],
+)
 def test_no_init_container_where_the_launcher_needs_none_or_the_user_chose(kwargs):
     result = resolved(**kwargs)
     assert "initContainers" not in launcher_pod(result)
@@ -263,9 +309,11 @@ def _slow_workers(tmp_path, resolves_after: int) -> str:
     asked = tmp_path / "asked"
     clock = tmp_path / "clock"
     clock.write_text("0")
-    for name, body in (("getent", f'echo "$2" >> {asked}\n[ "$(grep -c "^$2$" {asked})" -ge {resolves_after} ]'),
-                       ("date", f'now=$(cat {clock}); echo $((now + 3600)) > {clock}; echo "$now"'),
-                       ("sleep", "exit 0")):
+    for name, body in (
+        ("getent", f'echo "$2" >> {asked}\n[ "$(grep -c "^$2$" {asked})" -ge {resolves_after} ]'),
+        ("date", f'now=$(cat {clock}); echo $((now + 3600)) > {clock}; echo "$now"'),
+        ("sleep", "exit 0"),
+    ):
         (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
         (tmp_path / "bin" / name).chmod(0o755)
     return path
@@ -274,18 +322,30 @@ def _slow_workers(tmp_path, resolves_after: int) -> str:
 def test_without_a_deadline_the_init_container_waits_for_slow_workers(tmp_path):
     """Workers Ready after hours (a large image pull, nodes being provisioned): the launcher still starts."""
     path = _slow_workers(tmp_path, resolves_after=5)
-    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path, deadline=None)], env={"PATH": path}, timeout=30,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", _waiter_script(tmp_path, deadline=None)],
+        env={"PATH": path},
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_with_a_deadline_the_init_container_gives_up_naming_the_worker_and_the_setting(tmp_path):
     path = _slow_workers(tmp_path, resolves_after=5)
-    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path, deadline=7200)], env={"PATH": path}, timeout=30,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", _waiter_script(tmp_path, deadline=7200)],
+        env={"PATH": path},
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1
-    assert done.stderr.strip() == ("wait-for-workers: worker job-worker-0.job.ns.svc not resolvable (not Ready) after "
-                                   "7200 s (the task's schedule_timeout + 60 s for its sshd)")
+    assert done.stderr.strip() == (
+        "wait-for-workers: worker job-worker-0.job.ns.svc not resolvable (not Ready) after "
+        "7200 s (the task's schedule_timeout + 60 s for its sshd)"
+    )
 
 
 def _tools(tmp_path, names) -> str:
@@ -311,6 +371,11 @@ def test_the_init_container_waits_until_every_worker_resolves(tmp_path):
 
 def test_an_image_without_getent_or_nslookup_is_not_held(tmp_path):
     path = _tools(tmp_path, ["sed", "date", "sleep"])
-    done = subprocess.run(["/bin/sh", "-c", _waiter_script(tmp_path)], env={"PATH": path}, timeout=30,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", _waiter_script(tmp_path)],
+        env={"PATH": path},
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and "no getent or nslookup in the image: not waiting" in done.stdout

@@ -63,24 +63,42 @@ LOWER, ALNUM = "abcz019", "aZ09bY"
 
 def ended(first: str, middle: str, last: str, size: int) -> st.SearchStrategy[str]:
     """``first``-char, then up to ``size`` ``middle`` chars and a ``last`` char (or the first char alone)."""
-    return st.builds(lambda a, m, b: a + m + b, st.sampled_from(first), st.text(middle, max_size=size),
-                     st.sampled_from(last)) | st.sampled_from(first)
+    return st.builds(
+        lambda a, m, b: a + m + b,
+        st.sampled_from(first),
+        st.text(middle, max_size=size),
+        st.sampled_from(last),
+    ) | st.sampled_from(first)
 
 
 LABEL = ended(LOWER, LOWER + "-", LOWER, 61)
 NAME = ended(ALNUM, ALNUM + "-_.", ALNUM, 61)
 GRAMMARS = [
     (rules.dns1123_label, LABEL),
-    (rules.dns1123_subdomain, st.lists(ended(LOWER, LOWER + "-", LOWER, 20), min_size=1, max_size=4).map(".".join)),
+    (
+        rules.dns1123_subdomain,
+        st.lists(ended(LOWER, LOWER + "-", LOWER, 20), min_size=1, max_size=4).map(".".join),
+    ),
     (rules.dns1035_label, ended("abz", LOWER + "-", LOWER, 61)),
-    (rules.qualified_name, st.builds(lambda p, n: p + n, st.sampled_from(["", "example.com/", "a-1.b/"]), NAME)),
+    (
+        rules.qualified_name,
+        st.builds(lambda p, n: p + n, st.sampled_from(["", "example.com/", "a-1.b/"]), NAME),
+    ),
     (rules.label_value, NAME | st.just("")),
     (rules.annotation_key, ended(ALNUM, ALNUM + "-_.", ALNUM, 30)),
     (rules.env_var_name, ended("_aZ", ALNUM + "-_.", ALNUM + "-_.", 30)),
     (rules.config_map_key, ended(ALNUM + "_", ALNUM + "-_.", ALNUM + "-_.", 30)),
 ]
-NAMES = ["dns1123_label", "dns1123_subdomain", "dns1035_label", "qualified_name", "label_value", "annotation_key",
-         "env_var_name", "config_map_key"]
+NAMES = [
+    "dns1123_label",
+    "dns1123_subdomain",
+    "dns1035_label",
+    "qualified_name",
+    "label_value",
+    "annotation_key",
+    "env_var_name",
+    "config_map_key",
+]
 
 
 @pytest.mark.parametrize("rule, grammar", GRAMMARS, ids=NAMES)

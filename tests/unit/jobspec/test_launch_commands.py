@@ -25,7 +25,14 @@ def test_intel_uses_hostfile_n_and_ppn_without_bootstrap():
 
 
 def test_mpich_uses_n_and_ppn():
-    assert mpirun_command("./pi", workers=5, implementation="MPICH") == ["mpirun", "-n", "5", "-ppn", "1", "./pi"]
+    assert mpirun_command("./pi", workers=5, implementation="MPICH") == [
+        "mpirun",
+        "-n",
+        "5",
+        "-ppn",
+        "1",
+        "./pi",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -135,9 +142,14 @@ def test_horovodrun_elastic_flags_only_when_given():
     command = horovodrun_command(["app"], workers=2, max_np=4)
     assert "--max-np" in command and "--min-np" not in command
     plain = horovodrun_command(["app"], workers=2)
-    assert not {"--min-np", "--max-np", "--log-level", "--verbose", "--elastic-timeout", "--network-interface"} & set(
-        plain
-    )
+    assert not {
+        "--min-np",
+        "--max-np",
+        "--log-level",
+        "--verbose",
+        "--elastic-timeout",
+        "--network-interface",
+    } & set(plain)
 
 
 @pytest.mark.parametrize("level", ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"])

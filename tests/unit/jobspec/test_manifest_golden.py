@@ -112,7 +112,9 @@ def full_v2beta1() -> MPIJobSpec:
                             "weight": 100,
                             "podAffinityTerm": {
                                 "topologyKey": "kubernetes.io/hostname",
-                                "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "train-resnet"}},
+                                "labelSelector": {
+                                    "matchLabels": {"training.kubeflow.org/job-name": "train-resnet"}
+                                },
                             },
                         }
                     ]
@@ -220,7 +222,10 @@ def test_v1_layout_puts_clean_pod_policy_top_level_and_names_containers_after_ma
     assert "cleanPodPolicy" not in manifest["spec"]["runPolicy"]
     assert manifest["spec"]["mainContainer"] == "trainer"
     for role in ("Launcher", "Worker"):
-        assert manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["name"] == "trainer"
+        assert (
+            manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["name"]
+            == "trainer"
+        )
 
 
 def test_v2beta1_layout_without_defaults_writes_only_what_is_given():
@@ -235,7 +240,9 @@ def test_v2beta1_layout_without_defaults_writes_only_what_is_given():
     assert launcher["replicas"] == 1
     assert "restartPolicy" not in launcher  # the operator's default (OnFailure) applies
     assert launcher["template"]["spec"]["containers"] == [{"name": "launcher", "image": "i"}]
-    assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] == "worker"
+    assert (
+        manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] == "worker"
+    )
 
 
 def test_gpus_shorthand_sets_the_nvidia_limit_and_keeps_other_limits():
@@ -246,7 +253,9 @@ def test_gpus_shorthand_sets_the_nvidia_limit_and_keeps_other_limits():
             worker=ReplicaSpec(replicas=1, image="i", gpus=8, resources={"limits": {"memory": "8Gi"}}),
         )
     )
-    limits = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
     assert limits == {"memory": "8Gi", "nvidia.com/gpu": 8}
 
 
@@ -254,7 +263,9 @@ def test_env_shorthand_and_image_pull_secrets_shapes():
     manifest = build_manifest(
         MPIJobSpec(
             name="pi",
-            launcher=ReplicaSpec(image="i", env={"A": "1", "B": 2, "C": 0.5}, image_pull_secrets=["one", "two"]),
+            launcher=ReplicaSpec(
+                image="i", env={"A": "1", "B": 2, "C": 0.5}, image_pull_secrets=["one", "two"]
+            ),
             worker=ReplicaSpec(replicas=1, image="i"),
         )
     )

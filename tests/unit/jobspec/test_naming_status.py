@@ -24,7 +24,9 @@ LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 @pytest.mark.parametrize("workers", [1, 10, 1000, 100000])
 def test_job_name_is_dns1035_and_leaves_room_for_worker_pods(workers):
-    name = job_name("A_very.Long/DAG id" * 5, "9task", "manual__2026-11-22T10:00:00+00:00", 3, max_workers=workers)
+    name = job_name(
+        "A_very.Long/DAG id" * 5, "9task", "manual__2026-11-22T10:00:00+00:00", 3, max_workers=workers
+    )
     assert DNS1035.match(name), name
     assert len(f"{name}-worker-{workers - 1}") <= 63
     assert len(f"{name}-launcher") <= 63
@@ -40,7 +42,9 @@ def test_job_name_starting_with_digit_gets_a_letter():
     assert DNS1035.match(job_name("123", "456", "r"))
 
 
-@pytest.mark.parametrize("value", ["manual__2026-11-22T10:00:00+00:00", "x" * 80, "-lead", "ok.value_1", "::"])
+@pytest.mark.parametrize(
+    "value", ["manual__2026-11-22T10:00:00+00:00", "x" * 80, "-lead", "ok.value_1", "::"]
+)
 def test_label_values_are_safe_and_distinct(value):
     safe = sanitize_label_value(value)
     assert LABEL_VALUE.match(safe) and len(safe) <= 63
@@ -55,8 +59,10 @@ def test_sanitised_values_keep_distinct_inputs_distinct():
 
 
 def _metadata(run_id, try_number=1, dag="d", task="t", map_index=-1):
-    return {"labels": identity_labels(dag, task, run_id, map_index, try_number),
-            "annotations": identity_annotations(dag, task, run_id, map_index, try_number)}
+    return {
+        "labels": identity_labels(dag, task, run_id, map_index, try_number),
+        "annotations": identity_annotations(dag, task, run_id, map_index, try_number),
+    }
 
 
 def test_identity_labels_and_same_task_ignore_try_number():
@@ -75,7 +81,8 @@ def test_a_run_id_spelled_like_another_runs_sanitised_label_is_not_that_run():
     run's id; the labels then match, the raw annotations do not, and the job is not adopted."""
     crafted = sanitize_label_value(RAW_RUN_ID)
     assert crafted != RAW_RUN_ID and identity_labels("d", "t", crafted, -1, 1) == identity_labels(
-        "d", "t", RAW_RUN_ID, -1, 1)
+        "d", "t", RAW_RUN_ID, -1, 1
+    )
     assert not same_task(_metadata(RAW_RUN_ID), _metadata(crafted))
 
 
@@ -109,7 +116,12 @@ def test_job_state_picks_terminal_condition():
     }
     state = job_state(obj)
     assert (state.condition, state.reason, state.terminal, state.succeeded, state.created) == (
-        "Failed", "BackoffLimitExceeded", True, False, True)
+        "Failed",
+        "BackoffLimitExceeded",
+        True,
+        False,
+        True,
+    )
     assert state.resource_version == "7" and state.start_time == "2026-11-22T10:00:00Z"
 
 

@@ -4,36 +4,66 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from airflow_mpi.jobspec.naming import (DEPLOYMENT_LABEL, TASK_INSTANCE_ID_ANNOTATION, TRY_NUMBER_LABEL,
-                                        identity_annotations, identity_labels)
-from airflow_mpi.jobspec.orphans import (FINISHED_TI_STATES, JobTry, TaskKey, TryState, deployment_selector, is_orphan,
-                                         job_try, orphans, task_key_of, unsure)
+from airflow_mpi.jobspec.naming import (
+    DEPLOYMENT_LABEL,
+    TASK_INSTANCE_ID_ANNOTATION,
+    TRY_NUMBER_LABEL,
+    identity_annotations,
+    identity_labels,
+)
+from airflow_mpi.jobspec.orphans import (
+    FINISHED_TI_STATES,
+    JobTry,
+    TaskKey,
+    TryState,
+    deployment_selector,
+    is_orphan,
+    job_try,
+    orphans,
+    task_key_of,
+    unsure,
+)
 
 RUN = "manual__2026-11-23T10:00:00+00:00"
 KEY = TaskKey("dag", "train", RUN, -1)
 OURS, THEIRS = "prod-a1", "staging-b2"
 
 
-def mpijob(*conditions, key=KEY, deleting=False, managed=True, deployment: str | None = OURS, try_number=1,
-           ti_id: str | None = None, recorded=True):
+def mpijob(
+    *conditions,
+    key=KEY,
+    deleting=False,
+    managed=True,
+    deployment: str | None = OURS,
+    try_number=1,
+    ti_id: str | None = None,
+    recorded=True,
+):
     """A job as try ``try_number`` (id ``ti_id``) of ``key`` makes it; ``recorded=False``: an older release's job,
     which does not say which try made it."""
     labels = identity_labels(*key, try_number, deployment) if managed else {"team": "x"}
     annotations = identity_annotations(*key, try_number, ti_id)
     if not recorded:
         labels.pop(TRY_NUMBER_LABEL, None)
-        annotations = {k: v for k, v in annotations.items() if k not in (TRY_NUMBER_LABEL, TASK_INSTANCE_ID_ANNOTATION)}
+        annotations = {
+            k: v for k, v in annotations.items() if k not in (TRY_NUMBER_LABEL, TASK_INSTANCE_ID_ANNOTATION)
+        }
     metadata = {"name": "j", "namespace": "ns", "labels": labels, "annotations": annotations}
     if deleting:
         metadata["deletionTimestamp"] = "2026-11-23T10:00:00Z"
-    return {"metadata": metadata, "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
+    return {
+        "metadata": metadata,
+        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
+    }
 
 
 def test_task_key_comes_from_the_raw_identity_annotations_of_this_deployments_jobs_only():
     assert task_key_of(mpijob("Created"), OURS) == KEY
     assert task_key_of(mpijob("Created", managed=False), OURS) is None
     assert task_key_of(mpijob("Created", deployment=THEIRS), OURS) is None
-    assert task_key_of(mpijob("Created", deployment=None), OURS) is None  # a rendered manifest, an older release
+    assert (
+        task_key_of(mpijob("Created", deployment=None), OURS) is None
+    )  # a rendered manifest, an older release
     mapped = TaskKey("dag", "train", RUN, 3)
     assert task_key_of(mpijob(key=mapped), OURS) == mapped
 
@@ -51,12 +81,18 @@ def test_the_try_that_made_a_job_comes_from_its_label_and_annotation():
 def test_live_job_of_a_finished_task_instance_is_an_orphan(state):
     assert is_orphan(mpijob("Created", "Running"), OURS, TryState(state, 1))
     assert is_orphan(mpijob(), OURS, TryState(state, 1))  # not even Created yet
-    assert is_orphan(mpijob(recorded=False), OURS, TryState(state, 1))  # the database judges an older release's job
-    assert is_orphan(mpijob(try_number=1), OURS, TryState(state, 2))  # a later try reattached to it, then finished
+    assert is_orphan(
+        mpijob(recorded=False), OURS, TryState(state, 1)
+    )  # the database judges an older release's job
+    assert is_orphan(
+        mpijob(try_number=1), OURS, TryState(state, 2)
+    )  # a later try reattached to it, then finished
 
 
-@pytest.mark.parametrize("state", ["running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
-                                   "restarting", None])
+@pytest.mark.parametrize(
+    "state",
+    ["running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting", None],
+)
 def test_job_of_a_task_instance_that_may_still_run_is_kept(state):
     assert not is_orphan(mpijob("Created", "Running"), OURS, TryState(state, 1))
 
@@ -65,10 +101,17 @@ def test_live_job_of_a_deleted_task_instance_is_an_orphan():
     assert is_orphan(mpijob("Created"), OURS, None)
 
 
-@pytest.mark.parametrize("job", [mpijob("Created", "Succeeded"), mpijob("Created", "Failed"),
-                                 mpijob("Created", deleting=True), mpijob("Created", managed=False),
-                                 mpijob("Created", "Running", deployment=THEIRS),
-                                 mpijob("Created", "Running", deployment=None)])
+@pytest.mark.parametrize(
+    "job",
+    [
+        mpijob("Created", "Succeeded"),
+        mpijob("Created", "Failed"),
+        mpijob("Created", deleting=True),
+        mpijob("Created", managed=False),
+        mpijob("Created", "Running", deployment=THEIRS),
+        mpijob("Created", "Running", deployment=None),
+    ],
+)
 def test_finished_deleting_or_foreign_jobs_are_never_orphans(job):
     """Another deployment's live job is never ours, whatever our database says of a task of the same name."""
     failed = TryState("failed", 1)
@@ -77,11 +120,16 @@ def test_finished_deleting_or_foreign_jobs_are_never_orphans(job):
 
 def test_orphans_picks_by_each_jobs_own_task_instance_and_deployment():
     other = TaskKey("dag", "eval", RUN, -1)
-    jobs = [mpijob("Created", key=KEY), mpijob("Created", key=other), mpijob("Created", key=KEY, deployment=THEIRS)]
+    jobs = [
+        mpijob("Created", key=KEY),
+        mpijob("Created", key=other),
+        mpijob("Created", key=KEY, deployment=THEIRS),
+    ]
     assert orphans(jobs, OURS, {KEY: TryState("failed", 1), other: TryState("running", 1)}) == [jobs[0]]
     # a finish request speaks for its own task instance only
-    assert orphans(jobs, OURS, {KEY: TryState("running", 1), other: TryState("running", 1)},
-                   {KEY: TryState("failed", 1)}) == [jobs[0]]
+    assert orphans(
+        jobs, OURS, {KEY: TryState("running", 1), other: TryState("running", 1)}, {KEY: TryState("failed", 1)}
+    ) == [jobs[0]]
 
 
 def test_the_sweeps_selector_names_the_deployment():
@@ -90,13 +138,15 @@ def test_the_sweeps_selector_names_the_deployment():
 
 # A finish request is judged when the sweeper gets to it: the state it carries is about one try.
 
+
 @pytest.mark.parametrize("ids", [("ti-1", "ti-2"), (None, None)], ids=["airflow-3", "airflow-2"])
 def test_a_stale_request_never_deletes_the_job_a_newer_try_made_under_the_same_name(ids):
     """Issue 32, item 4: try 1 marked failed, cleared; try 2 made its job (same name) and runs; then the request of
     try 1 is handled: the database says running, the job says try 2 made it."""
     stale = TryState("failed", 1, ids[0])
-    assert not is_orphan(mpijob("Created", "Running", try_number=2, ti_id=ids[1]), OURS, TryState("running", 2, ids[1]),
-                         stale)
+    assert not is_orphan(
+        mpijob("Created", "Running", try_number=2, ti_id=ids[1]), OURS, TryState("running", 2, ids[1]), stale
+    )
 
 
 @pytest.mark.parametrize("ids", [("ti-1", "ti-1b"), (None, None)], ids=["airflow-3", "airflow-2"])
@@ -105,7 +155,9 @@ def test_a_request_still_deletes_the_job_of_its_own_try_after_a_clear(ids):
     1 made stops, as asked."""
     job = mpijob("Created", "Running", try_number=1, ti_id=ids[0])
     assert is_orphan(job, OURS, TryState(None, 1, ids[1]), TryState("failed", 1, ids[0]))
-    assert is_orphan(job, OURS, TryState("queued", 2, "ti-2" if ids[0] else None), TryState("failed", 1, ids[0]))
+    assert is_orphan(
+        job, OURS, TryState("queued", 2, "ti-2" if ids[0] else None), TryState("failed", 1, ids[0])
+    )
 
 
 def test_a_request_not_committed_yet_wins_over_the_database_for_its_own_try():
@@ -171,7 +223,9 @@ class TaskInstanceLife(RuleBasedStateMachine):
     @rule()
     def clear(self) -> None:
         self.committed, self.clears = None, self.clears + 1
-        self.ti_id = f"ti-{self.clears}"  # Airflow 3: prepare_db_for_next_try gives the task instance a new id
+        self.ti_id = (
+            f"ti-{self.clears}"  # Airflow 3: prepare_db_for_next_try gives the task instance a new id
+        )
 
     @precondition(lambda self: self.committed is None)
     @rule()
@@ -193,8 +247,13 @@ class TaskInstanceLife(RuleBasedStateMachine):
         if self.job is None:
             return
         made, db = self.job, TryState(self.committed, self.try_number, self.ids())
-        job = mpijob("Created", "Running", try_number=made.try_number, ti_id=made.ti_id,
-                     recorded=self.mode != "unrecorded")
+        job = mpijob(
+            "Created",
+            "Running",
+            try_number=made.try_number,
+            ti_id=made.ti_id,
+            recorded=self.mode != "unrecorded",
+        )
         deleted = is_orphan(job, OURS, db, request)
         if db.state in FINISHED_TI_STATES:
             assert deleted, "the database says finished"

@@ -20,7 +20,9 @@ BASE = {
 }
 
 
-@pytest.mark.parametrize("value, expected", [(3, 3), ("3", 3), (" 12 ", 12), ("-1", -1), (None, None), (0, 0)])
+@pytest.mark.parametrize(
+    "value, expected", [(3, 3), ("3", 3), (" 12 ", 12), ("-1", -1), (None, None), (0, 0)]
+)
 def test_as_int_takes_ints_and_rendered_digit_strings(value, expected):
     errors = ErrorList()
     assert as_int(errors, "workers", value) == expected
@@ -64,14 +66,23 @@ def errors_of(**values) -> list[tuple[str, object]]:
         ({"mpirun_args": ["-v"]}, ("mpirun_args", ["-v"])),
         ({"program": []}, ("program", [])),
         ({"worker": {"replicas": 2}, "workers": 3}, ("worker.replicas", 2)),
-        ({"launcher": {"resources": {}}, "launcher_resources": {"limits": {"cpu": "1"}}}, ("launcher.resources", {})),
+        (
+            {"launcher": {"resources": {}}, "launcher_resources": {"limits": {"cpu": "1"}}},
+            ("launcher.resources", {}),
+        ),
         ({"worker": {"gpus": "x"}}, ("worker.gpus", "x")),
         ({"worker": ["image"]}, ("worker", ["image"])),
         ({"launcher": {"colour": "red"}}, ("launcher.colour", "red")),
         ({"api_version": "kubeflow.org/v1", "mpi_implementation": "Intel"}, ("mpi_implementation", "Intel")),
-        ({"api_version": "kubeflow.org/v1", "run_launcher_as_worker": True}, ("run_launcher_as_worker", True)),
+        (
+            {"api_version": "kubeflow.org/v1", "run_launcher_as_worker": True},
+            ("run_launcher_as_worker", True),
+        ),
         ({"main_container": "mpi"}, ("main_container", "mpi")),
-        ({"base_manifest": BASE, "worker": {"container_name": "missing"}}, ("worker.container_name", "missing")),
+        (
+            {"base_manifest": BASE, "worker": {"container_name": "missing"}},
+            ("worker.container_name", "missing"),
+        ),
     ],
 )
 def test_each_bad_parameter_is_refused_under_its_own_name(values, expected):
@@ -89,7 +100,12 @@ def test_a_shared_parameter_is_reported_once():
 
 def test_shell_strings_are_split_as_a_shell_would():
     launcher = resolve_parameters(
-        {"name": "job", "image": "i", "program": "python 'my script.py'", "mpirun_args": "-x NCCL_DEBUG=INFO"},
+        {
+            "name": "job",
+            "image": "i",
+            "program": "python 'my script.py'",
+            "mpirun_args": "-x NCCL_DEBUG=INFO",
+        },
         defaults=Defaults(),
     ).manifest["spec"]["mpiReplicaSpecs"]["Launcher"]
     command = launcher["template"]["spec"]["containers"][0]["command"]
@@ -106,6 +122,8 @@ def test_role_dicts_override_shared_parameters_for_their_role():
 
 
 def test_scheduling_policy_takes_both_key_styles():
-    spec, _ = spec_from_parameters({"scheduling_policy": {"minAvailable": "2", "schedule_timeout_seconds": 30}})
+    spec, _ = spec_from_parameters(
+        {"scheduling_policy": {"minAvailable": "2", "schedule_timeout_seconds": 30}}
+    )
     policy = spec.run_policy.scheduling_policy
     assert (policy.min_available, policy.schedule_timeout_seconds) == (2, 30)

@@ -37,7 +37,9 @@ def base(**spec) -> dict:
             **spec,
             "mpiReplicaSpecs": {
                 "Launcher": {
-                    "template": {"spec": {"containers": [{"name": "mpi-launcher", "image": "pi", "args": ["old"]}]}},
+                    "template": {
+                        "spec": {"containers": [{"name": "mpi-launcher", "image": "pi", "args": ["old"]}]}
+                    },
                     **launcher,
                 },
                 "Worker": {
@@ -111,10 +113,15 @@ def test_an_explicit_backoff_limit_turns_the_retries_mapping_off():
 
 def test_controller_defaults_are_reported_but_not_written():
     result = resolved()
-    assert "slotsPerWorker" not in result.manifest["spec"] and "mpiImplementation" not in result.manifest["spec"]
+    assert (
+        "slotsPerWorker" not in result.manifest["spec"] and "mpiImplementation" not in result.manifest["spec"]
+    )
     assert sources(result)["slots_per_worker"] == (1, CONTROLLER_DEFAULT)
     assert sources(result)["mpi_implementation"] == ("OpenMPI", CONTROLLER_DEFAULT)
-    assert sources(resolved(base(mpiImplementation="Intel")))["mpi_implementation"] == ("Intel", BASE_MANIFEST)
+    assert sources(resolved(base(mpiImplementation="Intel")))["mpi_implementation"] == (
+        "Intel",
+        BASE_MANIFEST,
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,7 +140,9 @@ def test_v1_clean_pod_policy_default_respects_both_places_of_the_base(
         manifest["spec"]["runPolicy"] = run_policy
     if top_level:
         manifest["spec"]["cleanPodPolicy"] = top_level
-    result = resolved(manifest, api_version=API_V1, launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(image="i"))
+    result = resolved(
+        manifest, api_version=API_V1, launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(image="i")
+    )
     assert result.manifest["spec"].get("cleanPodPolicy") == expected_top
     assert result.manifest["spec"].get("runPolicy", {}).get("cleanPodPolicy") == expected_run_policy
 
@@ -150,7 +159,9 @@ def test_name_parameter_over_base_over_identity_and_identity_labels_added():
     given = resolved(with_base, name="given", identity=IDENTITY)
     assert given.manifest["metadata"]["name"] == IDENTITY.job_name(prefix="given")
     derived = resolved(base(worker={"replicas": 100}), name=None, identity=IDENTITY)
-    assert derived.manifest["metadata"]["name"] == IDENTITY.job_name(max_workers=100)  # sized for the base's workers
+    assert derived.manifest["metadata"]["name"] == IDENTITY.job_name(
+        max_workers=100
+    )  # sized for the base's workers
     assert sources(derived)["name"][1] == DEFAULT
     labels = derived.manifest["metadata"]["labels"]
     assert labels == {"team": "hpc", **IDENTITY.labels()}
@@ -161,7 +172,9 @@ def test_namespace_parameter_over_base_over_connection_default():
     spec = dict(defaults=Defaults(namespace="from-connection"), name="job")
     with_base = base()
     with_base["metadata"]["namespace"] = "from-base"
-    assert resolve(MPIJobSpec(base_manifest=with_base, **spec)).manifest["metadata"]["namespace"] == "from-base"
+    assert (
+        resolve(MPIJobSpec(base_manifest=with_base, **spec)).manifest["metadata"]["namespace"] == "from-base"
+    )
     given = resolve(MPIJobSpec(base_manifest=with_base, namespace="given", **spec))
     assert given.manifest["metadata"]["namespace"] == "given"
     fallback = resolve(MPIJobSpec(base_manifest=base(), **spec))
@@ -193,13 +206,21 @@ def test_program_is_sized_from_the_base_manifest_and_replaces_its_command_line()
     ]  # fmt: skip
     assert "command" not in container
     with_command = base(slotsPerWorker=2, mpiImplementation="MPICH", worker={"replicas": 3})
-    with_command["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = ["sh"]
-    mpich = launcher_container(resolved(with_command, launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"])))
+    with_command["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = [
+        "sh"
+    ]
+    mpich = launcher_container(
+        resolved(with_command, launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"]))
+    )
     assert "command" not in mpich  # the base's command belonged to its own command line
     assert mpich["args"] == ["mpirun", "-n", "6", "-ppn", "2", "pi", "--fast"]
     openmpi = launcher_container(resolved(base(worker={"replicas": 3}), launch=Mpirun(["pi"])))
-    assert openmpi["command"][0] == "mpirun" and "args" not in openmpi  # the base's args belonged to its command
-    kept = resolved(base(worker={"replicas": 1}), launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"]))
+    assert (
+        openmpi["command"][0] == "mpirun" and "args" not in openmpi
+    )  # the base's args belonged to its command
+    kept = resolved(
+        base(worker={"replicas": 1}), launch=Mpirun(["pi"]), launcher=ReplicaSpec(args=["--fast"])
+    )
     assert launcher_container(kept)["args"] == ["--fast"]
 
 

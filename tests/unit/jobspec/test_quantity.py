@@ -31,7 +31,10 @@ VALID = [
     ("1E", 10**18),
     ("100u", Fraction(1, 10**4)),  # micro and nano: valid in the API server's grammar
     ("5n", Fraction(5, 10**9)),
-    ("0.1n", Fraction(1, 10**9)),  # a non-zero amount is rounded up to a whole nano unit, as ParseQuantity does
+    (
+        "0.1n",
+        Fraction(1, 10**9),
+    ),  # a non-zero amount is rounded up to a whole nano unit, as ParseQuantity does
     ("-0.1n", Fraction(-1, 10**9)),  # away from zero
     ("1.0000000001", Fraction(1_000_000_001, 10**9)),
     ("9223372036854775807", MAX_QUANTITY),
@@ -174,21 +177,49 @@ print(json.dumps(out))
 
 
 def test_huge_exponents_are_refused_or_rounded_at_once_not_computed():
-    child = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(list(HUGE_EXPONENTS)), text=True,
-                           capture_output=True, check=True, timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        input=json.dumps(list(HUGE_EXPONENTS)),
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
     assert json.loads(child.stdout) == HUGE_EXPONENTS
 
 
 # The API server's grammar, piece by piece; the exponent's range is kept small so the reference stays cheap.
-EXPONENTS = st.builds(lambda e, sign, zeros, n: f"{e}{sign}{'0' * zeros}{n}", st.sampled_from("eE"),
-                      st.sampled_from(["", "+", "-"]), st.integers(0, 2), st.integers(0, 40))
-SUFFIXES = st.sampled_from(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"])
+EXPONENTS = st.builds(
+    lambda e, sign, zeros, n: f"{e}{sign}{'0' * zeros}{n}",
+    st.sampled_from("eE"),
+    st.sampled_from(["", "+", "-"]),
+    st.integers(0, 2),
+    st.integers(0, 40),
+)
+SUFFIXES = st.sampled_from(
+    ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"]
+)
 DIGITS = st.text("0123456789", min_size=1, max_size=22)
 NUMBERS = DIGITS | st.builds("{}.{}".format, DIGITS, DIGITS | st.just("")) | DIGITS.map(".".__add__)
 QUANTITIES = st.tuples(st.sampled_from(["", "+", "-"]), NUMBERS, SUFFIXES | EXPONENTS)
-_FACTORS = {"": (10, 0), "Ki": (2, 10), "Mi": (2, 20), "Gi": (2, 30), "Ti": (2, 40), "Pi": (2, 50), "Ei": (2, 60),
-            "n": (10, -9), "u": (10, -6), "m": (10, -3), "k": (10, 3), "M": (10, 6), "G": (10, 9), "T": (10, 12),
-            "P": (10, 15), "E": (10, 18)}
+_FACTORS = {
+    "": (10, 0),
+    "Ki": (2, 10),
+    "Mi": (2, 20),
+    "Gi": (2, 30),
+    "Ti": (2, 40),
+    "Pi": (2, 50),
+    "Ei": (2, 60),
+    "n": (10, -9),
+    "u": (10, -6),
+    "m": (10, -3),
+    "k": (10, 3),
+    "M": (10, 6),
+    "G": (10, 9),
+    "T": (10, 12),
+    "P": (10, 15),
+    "E": (10, 18),
+}
 
 
 def reference_value(sign: str, number: str, suffix: str) -> Decimal | None:

@@ -74,7 +74,13 @@ CASES = [
     ("name-missing", V2, s(name=None), "name", None),
     ("name-not-str", V2, s(name=5), "name", 5),
     ("name-too-long-for-launcher-and-worker", V2, s(name="a" * 55), "name", "a" * 55),
-    ("name-worker-index-too-long", V2, lambda sp: (s(name=NAME_53)(sp), worker(replicas=101)(sp)), "name", NAME_53),
+    (
+        "name-worker-index-too-long",
+        V2,
+        lambda sp: (s(name=NAME_53)(sp), worker(replicas=101)(sp)),
+        "name",
+        NAME_53,
+    ),
     ("name-worker-too-long-v1", V1, s(name="c" * 55), "name", "c" * 55),
     ("namespace", V2, s(namespace="Team A"), "namespace", "Team A"),
     # --- replicas
@@ -164,7 +170,13 @@ CASES = [
     ),
     # --- run policy
     ("clean-pod-policy", V2, run(clean_pod_policy="Always"), "run_policy.clean_pod_policy", "Always"),
-    ("clean-pod-policy-v1", V1, run(clean_pod_policy="Succeeded"), "run_policy.clean_pod_policy", "Succeeded"),
+    (
+        "clean-pod-policy-v1",
+        V1,
+        run(clean_pod_policy="Succeeded"),
+        "run_policy.clean_pod_policy",
+        "Succeeded",
+    ),
     (
         "v1-clean-conflict",
         V1,
@@ -173,12 +185,30 @@ CASES = [
         "None",
     ),
     ("ttl-negative", V2, run(ttl_seconds_after_finished=-1), "run_policy.ttl_seconds_after_finished", -1),
-    ("active-deadline-negative", V1, run(active_deadline_seconds=-5), "run_policy.active_deadline_seconds", -5),
-    ("active-deadline-str", V2, run(active_deadline_seconds="60"), "run_policy.active_deadline_seconds", "60"),
+    (
+        "active-deadline-negative",
+        V1,
+        run(active_deadline_seconds=-5),
+        "run_policy.active_deadline_seconds",
+        -5,
+    ),
+    (
+        "active-deadline-str",
+        V2,
+        run(active_deadline_seconds="60"),
+        "run_policy.active_deadline_seconds",
+        "60",
+    ),
     ("backoff-negative", V2, run(backoff_limit=-1), "run_policy.backoff_limit", -1),
     ("backoff-float", V1, run(backoff_limit=2.0), "run_policy.backoff_limit", 2.0),
     ("suspend-str", V2, run(suspend="no"), "run_policy.suspend", "no"),
-    ("managed-by-v2-other", V2, run(managed_by="example.com/ctl"), "run_policy.managed_by", "example.com/ctl"),
+    (
+        "managed-by-v2-other",
+        V2,
+        run(managed_by="example.com/ctl"),
+        "run_policy.managed_by",
+        "example.com/ctl",
+    ),
     (
         "managed-by-v2-training-operator",
         V2,
@@ -203,7 +233,13 @@ CASES = [
     ("min-available-0", V2, sched(min_available=0), "run_policy.scheduling_policy.min_available", 0),
     ("min-available-above-gang", V2, sched(min_available=4), "run_policy.scheduling_policy.min_available", 4),
     ("queue-empty", V1, sched(queue=""), "run_policy.scheduling_policy.queue", ""),
-    ("priority-class", V2, sched(priority_class="High_Pri"), "run_policy.scheduling_policy.priority_class", "High_Pri"),
+    (
+        "priority-class",
+        V2,
+        sched(priority_class="High_Pri"),
+        "run_policy.scheduling_policy.priority_class",
+        "High_Pri",
+    ),
     (
         "min-resources-quantity",
         V2,
@@ -226,7 +262,13 @@ CASES = [
         {"queue": "q"},
     ),
     # --- resources
-    ("cpu-with-space", V2, launcher(resources={"limits": {"cpu": "2 GB"}}), "launcher.resources.limits.cpu", "2 GB"),
+    (
+        "cpu-with-space",
+        V2,
+        launcher(resources={"limits": {"cpu": "2 GB"}}),
+        "launcher.resources.limits.cpu",
+        "2 GB",
+    ),
     (
         "memory-garbage",
         V2,
@@ -279,7 +321,13 @@ CASES = [
         "worker.resources.requests.hugepages-2Mi",
         "1Gi",
     ),
-    ("resource-name-unprefixed", V2, worker(resources={"limits": {"gpu": 1}}), "worker.resources.limits", "gpu"),
+    (
+        "resource-name-unprefixed",
+        V2,
+        worker(resources={"limits": {"gpu": 1}}),
+        "worker.resources.limits",
+        "gpu",
+    ),
     (
         "resource-name-invalid",
         V2,
@@ -287,7 +335,13 @@ CASES = [
         "worker.resources.limits",
         "example.com/bad name",
     ),
-    ("resources-unknown-key", V2, worker(resources={"limit": {"cpu": "1"}}), "worker.resources.limit", {"cpu": "1"}),
+    (
+        "resources-unknown-key",
+        V2,
+        worker(resources={"limit": {"cpu": "1"}}),
+        "worker.resources.limit",
+        {"cpu": "1"},
+    ),
     ("resources-not-mapping", V2, worker(resources="4cpu"), "worker.resources", "4cpu"),
     ("limits-not-mapping", V2, launcher(resources={"limits": ["cpu"]}), "launcher.resources.limits", ["cpu"]),
     ("gpus-float", V2, worker(gpus=1.5), "worker.gpus", 1.5),
@@ -411,7 +465,9 @@ CASES = [
     (
         "mount-on-ssh-path",
         V2,
-        worker(volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/root/.ssh"}]),
+        worker(
+            volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/root/.ssh"}]
+        ),
         "worker.volume_mounts[0].mountPath",
         "/root/.ssh",
     ),
@@ -420,9 +476,10 @@ CASES = [
         V2,
         lambda sp: (
             s(ssh_auth_mount_path="/home/u/.ssh")(sp),
-            worker(volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/home/u/.ssh"}])(
-                sp
-            ),
+            worker(
+                volumes=[{"name": "d", "emptyDir": {}}],
+                volume_mounts=[{"name": "d", "mountPath": "/home/u/.ssh"}],
+            )(sp),
         ),
         "worker.volume_mounts[0].mountPath",
         "/home/u/.ssh",
@@ -430,14 +487,18 @@ CASES = [
     (
         "mount-on-etc-mpi",
         V2,
-        launcher(volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/etc/mpi"}]),
+        launcher(
+            volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/etc/mpi"}]
+        ),
         "launcher.volume_mounts[0].mountPath",
         "/etc/mpi",
     ),
     (
         "mount-on-opt-kube-v1",
         V1,
-        launcher(volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/opt/kube"}]),
+        launcher(
+            volumes=[{"name": "d", "emptyDir": {}}], volume_mounts=[{"name": "d", "mountPath": "/opt/kube"}]
+        ),
         "launcher.volume_mounts[0].mountPath",
         "/opt/kube",
     ),
@@ -502,7 +563,9 @@ CASES = [
     (
         "toleration-seconds-without-noexecute",
         V2,
-        worker(tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]),
+        worker(
+            tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]
+        ),
         "worker.tolerations[0].tolerationSeconds",
         30,
     ),
@@ -525,7 +588,13 @@ CASES = [
     ),
     ("pull-policy", V2, launcher(image_pull_policy="always"), "launcher.image_pull_policy", "always"),
     ("priority-class-name", V1, worker(priority_class_name="High"), "worker.priority_class_name", "High"),
-    ("container-name", V2, worker(container_name="Main_Container"), "worker.container_name", "Main_Container"),
+    (
+        "container-name",
+        V2,
+        worker(container_name="Main_Container"),
+        "worker.container_name",
+        "Main_Container",
+    ),
     ("container-name-type", V2, worker(container_name=3), "worker.container_name", 3),
     ("security-context", V2, worker(security_context="privileged"), "worker.security_context", "privileged"),
     ("pod-security-context", V2, worker(pod_security_context=[]), "worker.pod_security_context", []),
@@ -555,7 +624,9 @@ CASES = [
     (
         "base-duplicate-container-names",
         V2,
-        base_worker_pod({"containers": [{"name": "worker"}, {"name": "x", "image": "i"}, {"name": "x", "image": "j"}]}),
+        base_worker_pod(
+            {"containers": [{"name": "worker"}, {"name": "x", "image": "i"}, {"name": "x", "image": "j"}]}
+        ),
         "worker.containers[x].container_name",
         "x",
     ),
@@ -606,7 +677,11 @@ ACCEPTED = [
     ),
     ("gpus-equal-to-limit", V2, worker(gpus=2, resources={"limits": {"nvidia.com/gpu": "2"}})),
     ("gpus-zero", V2, worker(gpus=0)),
-    ("hugepages", V2, worker(resources={"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "1Gi"}})),
+    (
+        "hugepages",
+        V2,
+        worker(resources={"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "1Gi"}}),
+    ),
     ("native-prefixed", V2, worker(resources={"limits": {"kubernetes.io/batch-cpu": "100m"}})),
     ("request-without-limit", V2, worker(resources={"requests": {"cpu": "2"}})),
     (
@@ -625,7 +700,11 @@ ACCEPTED = [
     ("managed-by-v1-own", V1, run(managed_by="kubeflow.org/training-operator")),
     ("v1-suspend", V1, run(suspend=True)),
     ("zero-run-policy", V2, run(ttl_seconds_after_finished=1, active_deadline_seconds=0, backoff_limit=0)),
-    ("v1-ttl-zero", V1, run(ttl_seconds_after_finished=0)),  # training-operator deletes the whole job: no rerun
+    (
+        "v1-ttl-zero",
+        V1,
+        run(ttl_seconds_after_finished=0),
+    ),  # training-operator deletes the whole job: no rerun
     (
         "min-available-whole-gang",
         V2,
@@ -658,7 +737,10 @@ ACCEPTED = [
         "env-from",
         V2,
         worker(
-            env_from=[{"secretRef": {"name": "s"}, "prefix": "S_"}, {"configMapRef": {"name": "c", "optional": True}}]
+            env_from=[
+                {"secretRef": {"name": "s"}, "prefix": "S_"},
+                {"configMapRef": {"name": "c", "optional": True}},
+            ]
         ),
     ),
     (
@@ -671,7 +753,11 @@ ACCEPTED = [
             ]
         ),
     ),
-    ("mount-operator-volume", V2, worker(volume_mounts=[{"name": "ssh-auth", "mountPath": "/home/other/.ssh"}])),
+    (
+        "mount-operator-volume",
+        V2,
+        worker(volume_mounts=[{"name": "ssh-auth", "mountPath": "/home/other/.ssh"}]),
+    ),
     (
         "same-volume-two-mounts",
         V2,
@@ -744,7 +830,10 @@ def test_spec_without_parameters_for_a_role_uses_the_base_manifest():
             "spec": {
                 "mpiReplicaSpecs": {
                     "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "i"}]}}},
-                    "Worker": {"replicas": 1, "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}}},
+                    "Worker": {
+                        "replicas": 1,
+                        "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
+                    },
                 }
             }
         },
@@ -764,7 +853,11 @@ def raw_manifest() -> dict:
             "worker.containers",
             [],
         ),
-        (lambda m: m["spec"]["mpiReplicaSpecs"]["Worker"]["template"].update(spec=None), "worker.template.spec", None),
+        (
+            lambda m: m["spec"]["mpiReplicaSpecs"]["Worker"]["template"].update(spec=None),
+            "worker.template.spec",
+            None,
+        ),
         (lambda m: m["spec"]["mpiReplicaSpecs"]["Launcher"].update(template=[]), "launcher.template", []),
         (lambda m: m["spec"]["mpiReplicaSpecs"].pop("Launcher"), "launcher", None),
         (lambda m: m["spec"].update(mpiReplicaSpecs=[]), "mpi_replica_specs", []),
@@ -797,15 +890,32 @@ def test_a_v2beta1_launcher_ttl_of_zero_is_refused_with_why():
     ran twice in a CI run (tests/faults, the cleanPodPolicy All scenario)."""
     from airflow_mpi.jobspec import MPIJobSpec, MPIJobValidationError, ReplicaSpec, RunPolicy, build_manifest
 
-    spec = MPIJobSpec(name="pi", launcher=ReplicaSpec(image="img"), worker=ReplicaSpec(image="img"),
-                      run_policy=RunPolicy(ttl_seconds_after_finished=0))
-    with pytest.raises(MPIJobValidationError, match=r"ttl_seconds_after_finished=0: must be at least 1 on "
-                                                    r"kubeflow.org/v2beta1: .*the program runs twice"):
+    spec = MPIJobSpec(
+        name="pi",
+        launcher=ReplicaSpec(image="img"),
+        worker=ReplicaSpec(image="img"),
+        run_policy=RunPolicy(ttl_seconds_after_finished=0),
+    )
+    with pytest.raises(
+        MPIJobValidationError,
+        match=r"ttl_seconds_after_finished=0: must be at least 1 on "
+        r"kubeflow.org/v2beta1: .*the program runs twice",
+    ):
         build_manifest(spec)
-    base = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {"runPolicy": {"ttlSecondsAfterFinished": 0}}}
+    base = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "spec": {"runPolicy": {"ttlSecondsAfterFinished": 0}},
+    }
     with pytest.raises(MPIJobValidationError, match="ttl_seconds_after_finished=0"):
-        build_manifest(MPIJobSpec(name="pi", base_manifest=base, launcher=ReplicaSpec(image="img"),
-                                  worker=ReplicaSpec(image="img")))
+        build_manifest(
+            MPIJobSpec(
+                name="pi",
+                base_manifest=base,
+                launcher=ReplicaSpec(image="img"),
+                worker=ReplicaSpec(image="img"),
+            )
+        )
 
 
 # ---------------------------------------------------------------- redacted errors, whole-value validators
@@ -825,11 +935,17 @@ SECRET = "hunter2-Zq"
 @pytest.mark.parametrize(
     "mutate, field",
     [
-        (s(labels={"api_token": f"{SECRET} x"}), "labels.api_token"),  # invalid label value under a sensitive key
+        (
+            s(labels={"api_token": f"{SECRET} x"}),
+            "labels.api_token",
+        ),  # invalid label value under a sensitive key
         (s(labels={"example.com/vault-token": f"{SECRET}!"}), "labels.example.com/vault-token"),
         (worker(labels={"db_password": f"{SECRET}\n"}), "worker.labels.db_password"),
         (worker(env={"DB_PASSWORD": [SECRET]}), "worker.env.DB_PASSWORD"),
-        (worker(env=[{"name": "HF_TOKEN", "value": {"v": SECRET}}]), "worker.env[0].value"),  # no name in the path
+        (
+            worker(env=[{"name": "HF_TOKEN", "value": {"v": SECRET}}]),
+            "worker.env[0].value",
+        ),  # no name in the path
         (run(scheduling_policy={"api_key": SECRET}), "run_policy.scheduling_policy"),
         (launcher(args=["--token", SECRET, 2]), "launcher.args"),
         (base({"apiVersion": V2, "kind": "MPIJob", "spec": {"apiKey": SECRET}}), "spec.apiKey"),
@@ -848,15 +964,20 @@ def test_the_value_of_a_key_that_only_looks_like_a_schema_name_is_kept():
     """Kubernetes' own field names (a toleration's key, secretKeyRef.name) are not secrets: the error shows them."""
     error = error_of(worker(tolerations=[{"key": "Bad Key", "operator": "Exists"}]))
     assert "worker.tolerations[0].key='Bad Key'" in str(error)
-    error = error_of(worker(env=[{"name": "N", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k"}}}]))
+    error = error_of(
+        worker(env=[{"name": "N", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k"}}}])
+    )
     assert "worker.env[0].valueFrom.secretKeyRef.name='Bad_Name'" in str(error)
 
 
 def test_a_base_manifest_that_does_not_parse_is_shown_redacted():
     text = f"spec:\n  password: {SECRET}\n  runPolicy: [\n"
     with pytest.raises(MPIJobValidationError) as info:
-        build_manifest(MPIJobSpec(name="j", base_manifest=text, launcher=ReplicaSpec(image="i"),
-                                  worker=ReplicaSpec(image="i")))
+        build_manifest(
+            MPIJobSpec(
+                name="j", base_manifest=text, launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(image="i")
+            )
+        )
     assert "Zq" not in str(info.value) and "base_manifest=" in str(info.value)
 
 
@@ -879,11 +1000,15 @@ def test_a_value_with_a_trailing_newline_is_refused_before_any_api_call(mutate, 
 
 def test_micro_and_nano_quantities_are_accepted():
     spec = valid_spec()
-    worker(resources={"requests": {"cpu": "100u", "memory": "5n"}, "limits": {"cpu": "1", "memory": "1Gi"}})(spec)
+    worker(resources={"requests": {"cpu": "100u", "memory": "5n"}, "limits": {"cpu": "1", "memory": "1Gi"}})(
+        spec
+    )
     validate(spec)
 
 
 def test_a_huge_exponent_is_refused_naming_the_parameter_and_the_value():
     error = error_of(worker(resources={"limits": {"cpu": "1e999999999"}}))
-    assert str(error) == ("worker.resources.limits.cpu='1e999999999': is larger than the largest Kubernetes quantity "
-                          "(2^63-1 = 9223372036854775807)")
+    assert str(error) == (
+        "worker.resources.limits.cpu='1e999999999': is larger than the largest Kubernetes quantity "
+        "(2^63-1 = 9223372036854775807)"
+    )

@@ -85,8 +85,14 @@ def test_the_operator_calls_its_callbacks_at_each_point_of_a_try(monkeypatch):
     (created,) = op.hook.created
     assert value == {"value": created["metadata"]["name"]}  # finish's return value is the task's
     assert created["metadata"]["annotations"]["seen-by"] == "callbacks"  # the manifest submitted is theirs
-    assert callbacks.calls[2:] == ["launch_command", "manifest_built", "job_created", "job_attached",
-                                   "launcher_log_sink", "finish"]
+    assert callbacks.calls[2:] == [
+        "launch_command",
+        "manifest_built",
+        "job_created",
+        "job_attached",
+        "launcher_log_sink",
+        "finish",
+    ]
     assert callbacks.attached == [created] and callbacks.lines == ["HELLO FROM THE LAUNCHER"]
     assert op.hook.deleted == [(created["metadata"]["name"], "ns")]  # the cleanup ran inside finish
 

@@ -85,7 +85,9 @@ def test_a_resumed_mpi_task_builds_no_manifest_nor_pickles_its_arguments(monkeyp
     resumed = build(deferrable=True, retries=1)  # a new worker: a fresh operator object, without the nonce
     resumed.__dict__["hook"] = op.hook
     no_manifest(monkeypatch, resumed)
-    monkeypatch.setattr(resumed.callbacks, "arguments", lambda: pytest.fail("the resumed try pickled the arguments"))
+    monkeypatch.setattr(
+        resumed.callbacks, "arguments", lambda: pytest.fail("the resumed try pickled the arguments")
+    )
     event = {**result(), "result": RankResult(True, True, 12).to_dict()}
     assert resume(resumed, deferral, event, task_context()) == 12
     assert [o.max_attempts for o in drains] == [2]

@@ -26,14 +26,17 @@ def test_an_alias_is_accepted_at_parse_time_and_normalised_before_the_finish(ali
     assert op.on_finish_action == action and type(op.on_finish_action) is str
 
 
-@pytest.mark.parametrize("given, outcome, deleted", [
-    ("keep_pod", "success", False),
-    ("keep_pod", "failed", False),
-    ("delete_succeeded_pod", "success", True),
-    ("delete_succeeded_pod", "failed", False),
-    ("delete_pod", "success", True),
-    ("delete_pod", "failed", True),
-])
+@pytest.mark.parametrize(
+    "given, outcome, deleted",
+    [
+        ("keep_pod", "success", False),
+        ("keep_pod", "failed", False),
+        ("delete_succeeded_pod", "success", True),
+        ("delete_succeeded_pod", "failed", False),
+        ("delete_pod", "success", True),
+        ("delete_pod", "failed", True),
+    ],
+)
 def test_an_alias_cleans_up_as_its_action_does(monkeypatch, given, outcome, deleted):
     op = make(on_finish_action=given)
     monkeypatch.setattr(op, "_drain", _no_drain)
@@ -56,8 +59,10 @@ def test_an_unknown_value_names_the_parameter_the_value_and_every_accepted_spell
     with pytest.raises(MPIJobValidationError) as err:
         make(on_finish_action="keep_job")
     assert [(e.field, e.value) for e in err.value.errors] == [("on_finish_action", "keep_job")]
-    assert ("on_finish_action='keep_job': must be one of keep, delete_succeeded, delete, keep_pod, "
-            "delete_succeeded_pod, delete_pod") in str(err.value)
+    assert (
+        "on_finish_action='keep_job': must be one of keep, delete_succeeded, delete, keep_pod, "
+        "delete_succeeded_pod, delete_pod"
+    ) in str(err.value)
 
 
 def test_an_unknown_templated_value_fails_once_rendered():

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import UTC
 from types import SimpleNamespace as NS
 
 import pytest
@@ -39,8 +40,17 @@ def make(hook=None, **kwargs):
 
 def result(status="success", **extra):
     """A trigger's event."""
-    return {"status": status, "name": "n", "namespace": "ns", "message": "m", "condition": "Succeeded",
-            "launcher_pods": ["p"], "launcher_attempts": 1, "warnings": [], **extra}
+    return {
+        "status": status,
+        "name": "n",
+        "namespace": "ns",
+        "message": "m",
+        "condition": "Succeeded",
+        "launcher_pods": ["p"],
+        "launcher_attempts": 1,
+        "warnings": [],
+        **extra,
+    }
 
 
 def wait_result(status="success", **extra):
@@ -74,7 +84,9 @@ def test_manifest_carries_identity_and_deterministic_name():
 
 
 def test_program_builds_mpirun_with_np_workers_times_slots():
-    manifest = make(command=None, program=["python", "pi.py"], workers=3, slots_per_worker=2).build_manifest(context())
+    manifest = make(command=None, program=["python", "pi.py"], workers=3, slots_per_worker=2).build_manifest(
+        context()
+    )
     container = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     cmd = container["command"] + container.get("args", [])
     assert cmd[0] == "mpirun" and cmd[cmd.index("-np") + 1] == "6" and cmd[-2:] == ["python", "pi.py"]
@@ -221,8 +233,9 @@ def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_jo
 
     op = make()
     a_job = _existing(op, "Created", "Running")
-    crafted = {"ti": NS(dag_id="dag", task_id="mpi", run_id=sanitize_label_value(RUN_ID), map_index=-1,
-                        try_number=1)}
+    crafted = {
+        "ti": NS(dag_id="dag", task_id="mpi", run_id=sanitize_label_value(RUN_ID), map_index=-1, try_number=1)
+    }
     assert op.build_manifest(crafted)["metadata"]["name"] != a_job["metadata"]["name"]
     waited = []
 
@@ -232,7 +245,9 @@ def test_a_run_id_spelled_like_another_runs_label_never_adopts_that_runs_live_jo
 
     monkeypatch.setattr(op, "_wait", fake_wait)
     op.execute(crafted)
-    assert [m["metadata"]["annotations"]["airflow-mpi.io/run-id"] for m in op.hook.created] == [crafted["ti"].run_id]
+    assert [m["metadata"]["annotations"]["airflow-mpi.io/run-id"] for m in op.hook.created] == [
+        crafted["ti"].run_id
+    ]
     assert waited == [op.hook.created[0]["metadata"]["name"]]
     assert a_job["metadata"]["name"] not in [name for name, _ in op.hook.deleted]
 
@@ -243,7 +258,9 @@ def test_the_same_task_instance_of_another_deployment_is_never_adopted_or_delete
     op = make()
     for deployment in ("staging", None):
         _existing(op, "Created", "Failed", labels=identity_labels("dag", "mpi", RUN_ID, -1, 1, deployment))
-        with pytest.raises(AirflowFailException, match=rf"deployment=.?{deployment}.?, this deployment's is 'tests-in"):
+        with pytest.raises(
+            AirflowFailException, match=rf"deployment=.?{deployment}.?, this deployment's is 'tests-in"
+        ):
             op.execute(context())
         assert op.hook.created == [] and op.hook.deleted == []
 
@@ -254,8 +271,14 @@ def test_the_job_carries_the_deployment_and_the_tries_task_instance_id():
     metadata = op.build_manifest(ctx)["metadata"]
     assert metadata["labels"][DEPLOYMENT_LABEL] == "tests-in-process"
     assert metadata["annotations"][TASK_INSTANCE_ID_ANNOTATION] == "0196-uuid"
-    on_2_11 = {"ti": NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=3, try_number=2), "dag_run": NS(id=41)}
-    assert op.build_manifest(on_2_11)["metadata"]["annotations"][TASK_INSTANCE_ID_ANNOTATION] == "dagrun-41/mpi/3/try-2"
+    on_2_11 = {
+        "ti": NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=3, try_number=2),
+        "dag_run": NS(id=41),
+    }
+    assert (
+        op.build_manifest(on_2_11)["metadata"]["annotations"][TASK_INSTANCE_ID_ANNOTATION]
+        == "dagrun-41/mpi/3/try-2"
+    )
 
 
 def test_two_deployments_name_the_same_task_instances_job_differently(monkeypatch):
@@ -269,7 +292,9 @@ def test_a_recorded_job_replaced_under_its_name_is_not_reattached_to(monkeypatch
     op = make()
     obj = _existing(op, "Created", "Running")
     obj["metadata"]["uid"] = "made-by-someone-else"
-    store = {"airflow_mpi_job": {"name": obj["metadata"]["name"], "namespace": "ns", "uid": "the-one-we-made"}}
+    store = {
+        "airflow_mpi_job": {"name": obj["metadata"]["name"], "namespace": "ns", "uid": "the-one-we-made"}
+    }
     ctx = {**context(try_number=2), "task_state_store": NS(get=store.get, set=store.__setitem__)}
     with pytest.raises(AirflowFailException, match="someone replaced it"):
         op.execute(ctx)
@@ -333,16 +358,24 @@ def test_failure_message_names_the_launchers_exit_codes(monkeypatch):
     op = make()
     monkeypatch.setattr(op, "_drain", _no_drain)
     with pytest.raises(AirflowFailException) as err:
-        op.execute_complete(context(), result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[1, 3]))
+        op.execute_complete(
+            context(), result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[1, 3])
+        )
     assert str(err.value) == "MPIJob ns/n failed: BackoffLimitExceeded; launcher exit codes: 1, 3"
 
 
-@pytest.mark.parametrize("detail, expected", [
-    ("it was deleted while the task waited", "MPIJob ns/n: it was deleted while the task waited"),
-    ("MPIJob ns/n was deleted", "MPIJob ns/n was deleted"),  # a detail naming the job is not wrapped again
-    ("gone", "MPIJob ns/n deleted: gone"),
-    (None, "MPIJob ns/n deleted: (no detail)"),
-])
+@pytest.mark.parametrize(
+    "detail, expected",
+    [
+        ("it was deleted while the task waited", "MPIJob ns/n: it was deleted while the task waited"),
+        (
+            "MPIJob ns/n was deleted",
+            "MPIJob ns/n was deleted",
+        ),  # a detail naming the job is not wrapped again
+        ("gone", "MPIJob ns/n deleted: gone"),
+        (None, "MPIJob ns/n deleted: (no detail)"),
+    ],
+)
 def test_deletion_message_says_deleted_and_names_the_job_once(monkeypatch, detail, expected):
     op = make(on_finish_action="keep")
     monkeypatch.setattr(op, "_drain", _no_drain)
@@ -392,21 +425,34 @@ def test_a_failed_jobs_error_names_the_cause_and_the_failed_workers_last_lines(m
     monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
     op = make(get_logs=False)
     op.hook.worker_log_tails = None  # the wait's report is used: no read after the clean-up
-    failure = {"causes": ["worker pod n-worker-1 (container worker): OOMKilled: out of memory, memory limit 64Mi"],
-               "tails": [{"pod": "n-worker-1", "role": "worker", "container": "worker", "lines": ["rank 1 allocating"]},
-                         {"pod": "n-launcher-x", "role": "launcher", "container": "launcher",
-                          "lines": [f"launcher line {i}" for i in range(15)]}]}
+    failure = {
+        "causes": ["worker pod n-worker-1 (container worker): OOMKilled: out of memory, memory limit 64Mi"],
+        "tails": [
+            {"pod": "n-worker-1", "role": "worker", "container": "worker", "lines": ["rank 1 allocating"]},
+            {
+                "pod": "n-launcher-x",
+                "role": "launcher",
+                "container": "launcher",
+                "lines": [f"launcher line {i}" for i in range(15)],
+            },
+        ],
+    }
     with pytest.raises(AirflowFailException) as err:
-        op.execute_complete(context(), result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[137],
-                                              failure=failure))
+        op.execute_complete(
+            context(),
+            result("failed", message="BackoffLimitExceeded", launcher_exit_codes=[137], failure=failure),
+        )
     assert str(err.value).splitlines() == [
         "MPIJob ns/n failed: BackoffLimitExceeded; launcher exit codes: 137",
         "cause: worker pod n-worker-1 (container worker): OOMKilled: out of memory, memory limit 64Mi",
-        "last 1 log lines of worker n-worker-1 (container worker):", "    rank 1 allocating",
+        "last 1 log lines of worker n-worker-1 (container worker):",
+        "    rank 1 allocating",
         "last 10 log lines of launcher n-launcher-x (container launcher):",
         *[f"    launcher line {i}" for i in range(5, 15)],
     ]
-    assert "rank 1 allocating" in recorder.lines  # the worker's tail in the task log (the launcher's is there already)
+    assert (
+        "rank 1 allocating" in recorder.lines
+    )  # the worker's tail in the task log (the launcher's is there already)
     assert not any(line.startswith("launcher line") for line in recorder.lines)
 
 
@@ -450,14 +496,14 @@ def test_deferrable_task_does_not_defer_on_a_succeeded_job(monkeypatch):
 
 
 def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
     from airflow_mpi.operators import mpijob as operator_module
+    from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
 
     for version, held in (("3.3.2", True), ("2.11.2", False)):
         monkeypatch.setattr(operator_module, "AIRFLOW_VERSION", version)
-        before = datetime.now(timezone.utc)
+        before = datetime.now(UTC)
         with pytest.raises(TaskDeferred) as deferred:
             make(deferrable=True).execute(context())
         not_before = deferred.value.trigger.serialize()[1]["not_before"]
@@ -467,8 +513,14 @@ def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch
 
 
 def test_horovod_builds_horovodrun():
-    op = HorovodJobOperator(task_id="hvd", image="hvd:1", program=["python", "train.py"], workers=2,
-                            slots_per_worker=4, namespace="ns")
+    op = HorovodJobOperator(
+        task_id="hvd",
+        image="hvd:1",
+        program=["python", "train.py"],
+        workers=2,
+        slots_per_worker=4,
+        namespace="ns",
+    )
     op.__dict__["hook"] = FakeSyncHook()
     manifest = op.build_manifest(context())
     container = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
@@ -479,7 +531,10 @@ def test_horovod_builds_horovodrun():
 def test_conflict_or_missing_crd_on_create_fail_without_retry():
     from airflow_mpi.hooks.errors import MPIJobAPIUnavailable, MPIJobConflictError
 
-    for error in (MPIJobConflictError("n", "ns", {"a": "1"}, {"a": "2"}), MPIJobAPIUnavailable("kubeflow.org/v2beta1", "ns")):
+    for error in (
+        MPIJobConflictError("n", "ns", {"a": "1"}, {"a": "2"}),
+        MPIJobAPIUnavailable("kubeflow.org/v2beta1", "ns"),
+    ):
         op = make(hook=FakeSyncHook(create_error=error))
         with pytest.raises(AirflowFailException):
             op.execute(context())
@@ -522,7 +577,10 @@ BASE = {
         "runPolicy": {"backoffLimit": 4},
         "mpiReplicaSpecs": {
             "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "base:1"}]}}},
-            "Worker": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w", "image": "base:1"}]}}},
+            "Worker": {
+                "replicas": 3,
+                "template": {"spec": {"containers": [{"name": "w", "image": "base:1"}]}},
+            },
         },
     },
 }
@@ -539,7 +597,9 @@ def test_the_base_manifest_wins_over_operator_defaults_and_the_log_says_so(monke
     op._log_settings()
     text = "\n".join(recorder.lines)
     assert "workers=3 (base manifest)" in text and "backoff_limit=4 (base manifest)" in text
-    assert "launcher.restart_policy='Never' (default)" in text and "clean_pod_policy='Running' (default)" in text
+    assert (
+        "launcher.restart_policy='Never' (default)" in text and "clean_pod_policy='Running' (default)" in text
+    )
     assert "from the base manifest; Airflow retries=2 each start a fresh MPIJob" in text
     assert op.effective_backoff_limit() == 4
 
@@ -557,7 +617,10 @@ def test_build_manifest_renders_offline_without_a_task_instance():
     assert manifest["metadata"]["namespace"] == "from-connection"
     assert manifest["metadata"]["labels"][TRY_NUMBER_LABEL] == "1"
     assert manifest["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "offline"
-    assert op.build_manifest({"run_id": "review"})["metadata"]["annotations"]["airflow-mpi.io/run-id"] == "review"
+    assert (
+        op.build_manifest({"run_id": "review"})["metadata"]["annotations"]["airflow-mpi.io/run-id"]
+        == "review"
+    )
     no_namespace = make(namespace=None, hook=FakeSyncHook(namespace=None)).build_manifest()
     assert "namespace" not in no_namespace["metadata"]
 
@@ -565,7 +628,9 @@ def test_build_manifest_renders_offline_without_a_task_instance():
 def test_configured_namespace_reads_the_connection_and_tolerates_a_missing_one(monkeypatch):
     from airflow_mpi.hooks import MPIJobHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_MPI_TEST", '{"conn_type": "kubernetes", "extra": {"namespace": "team-a"}}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MPI_TEST", '{"conn_type": "kubernetes", "extra": {"namespace": "team-a"}}'
+    )
     assert MPIJobHook(conn_id="mpi_test").configured_namespace() == "team-a"
     monkeypatch.setenv("AIRFLOW_CONN_MPI_EMPTY", '{"conn_type": "kubernetes"}')
     assert MPIJobHook(conn_id="mpi_empty").configured_namespace() is None
@@ -580,13 +645,25 @@ def test_templated_task_parameters_are_checked_after_rendering_too():
 
 def test_rendered_text_of_a_task_setting_becomes_its_type():
     """Without render_template_as_native_obj a template renders text: "False" is False, not truthy text."""
-    op = make(deferrable="{{ params.d }}", get_logs="{{ params.g }}", poll_interval="{{ params.p }}",
-              worker_log_tail_lines="{{ params.t }}", workers="{{ params.w }}")
+    op = make(
+        deferrable="{{ params.d }}",
+        get_logs="{{ params.g }}",
+        poll_interval="{{ params.p }}",
+        worker_log_tail_lines="{{ params.t }}",
+        workers="{{ params.w }}",
+    )
     op.render_template_fields({"params": {"d": False, "g": "TRUE", "p": 2.5, "t": 7, "w": 3}})
-    assert (op.deferrable, op.get_logs, op.poll_interval, op.worker_log_tail_lines) == ("False", "TRUE", "2.5", "7")
+    assert (op.deferrable, op.get_logs, op.poll_interval, op.worker_log_tail_lines) == (
+        "False",
+        "TRUE",
+        "2.5",
+        "7",
+    )
     assert op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
     assert (op.deferrable, op.get_logs, op.poll_interval, op.worker_log_tail_lines) == (False, True, 2.5, 7)
-    resumed = make(get_logs="{{ params.g }}", on_finish_action="keep")  # after a deferral: no build_manifest first
+    resumed = make(
+        get_logs="{{ params.g }}", on_finish_action="keep"
+    )  # after a deferral: no build_manifest first
     resumed.render_template_fields({"params": {"g": False}})
     resumed.execute_complete(context(), result())
     assert resumed.get_logs is False
@@ -627,7 +704,9 @@ def test_scheduler_name_of_the_base_manifest_is_kept_unless_the_parameter_is_giv
 
 @pytest.mark.parametrize("value", [5, ["volcano"], {"name": "volcano"}])
 def test_a_bad_scheduler_name_fails_naming_the_parameter_before_anything_is_created(value):
-    with pytest.raises(MPIJobValidationError, match=re.escape(f"scheduler_name={value!r}: must be a string")) as err:
+    with pytest.raises(
+        MPIJobValidationError, match=re.escape(f"scheduler_name={value!r}: must be a string")
+    ) as err:
         make(scheduler_name=value)  # at DAG parse time
     assert len(err.value.errors) == 1  # reported once, not for each role
     op = make()
@@ -641,7 +720,9 @@ def test_horovod_np_follows_the_base_manifest_and_refuses_a_fractional_min_np():
     base = {**BASE, "spec": {**BASE["spec"], "slotsPerWorker": 2, "mpiImplementation": "OpenMPI"}}
     op = HorovodJobOperator(task_id="hvd", program=["python", "train.py"], base_manifest=base, namespace="ns")
     op.__dict__["hook"] = FakeSyncHook()
-    container = op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    container = op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
+        "containers"
+    ][0]
     assert container["command"][:3] == ["horovodrun", "-np", "6"]
     with pytest.raises(MPIJobValidationError, match="min_np=1.5: must be an integer"):
         HorovodJobOperator(task_id="hvd2", image="i", program=["t"], min_np=1.5)
@@ -653,8 +734,11 @@ def test_manifest_in_the_task_log_hides_plain_and_airflow_known_secrets(monkeypa
     mask_secret("c0nn-pa55")  # e.g. a connection password rendered into the command by a template
     recorder = Recorder()
     monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
-    op = make(deferrable=True, env={"DB_PASSWORD": "pw-plain", "EPOCHS": "3"},
-              command=["train", "--token=t0ken", "--dsn", "postgres://u:c0nn-pa55@db/x"])
+    op = make(
+        deferrable=True,
+        env={"DB_PASSWORD": "pw-plain", "EPOCHS": "3"},
+        command=["train", "--token=t0ken", "--dsn", "postgres://u:c0nn-pa55@db/x"],
+    )
     with pytest.raises(TaskDeferred):
         op.execute(context())
     (printed,) = [line for line in recorder.lines if line.startswith("MPIJob manifest:")]
@@ -668,9 +752,9 @@ def _dag(**kwargs):
         from airflow.sdk import DAG
     except ImportError:  # Airflow 2.11
         from airflow import DAG
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return DAG("sig", start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), schedule=None, **kwargs)
+    return DAG("sig", start_date=datetime(2025, 1, 1, tzinfo=UTC), schedule=None, **kwargs)
 
 
 def test_the_signature_lists_every_parameter_with_its_type_and_default():
@@ -719,8 +803,14 @@ def test_the_job_is_recorded_before_it_is_created():
     orphan listener can find from the XCom record, also with retries=0 (issue 32's notes)."""
     op = make()
     pushed = []
-    ti = NS(dag_id="dag", task_id="mpi", run_id=RUN_ID, map_index=-1, try_number=1,
-            xcom_push=lambda key, value: pushed.append((key, value)))
+    ti = NS(
+        dag_id="dag",
+        task_id="mpi",
+        run_id=RUN_ID,
+        map_index=-1,
+        try_number=1,
+        xcom_push=lambda key, value: pushed.append((key, value)),
+    )
     op.hook.create_error = KeyboardInterrupt()  # the worker process ends inside the create
     with pytest.raises(KeyboardInterrupt):
         op.execute({"ti": ti})

@@ -17,27 +17,40 @@ from tests.unit.fakes import FakeSyncHook
 
 RUN = "manual__2026-11-23T10:00:00+00:00"
 OURS, THEIRS = "tests-in-process", "other-deployment"
-LOCATION = {"name": "j", "namespace": "ns", "kubernetes_conn_id": "k8s", "api_version": "kubeflow.org/v2beta1"}
+LOCATION = {
+    "name": "j",
+    "namespace": "ns",
+    "kubernetes_conn_id": "k8s",
+    "api_version": "kubeflow.org/v2beta1",
+}
 
 
 def add_job(hook, name, key, *conditions, deployment=OURS, namespace="ns", try_number=1, ti_id=None):
     """The job try ``try_number`` (id ``ti_id``) of task instance ``key`` made."""
     hook.jobs[(namespace, name)] = {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "labels": identity_labels(*key, try_number, deployment),
-                     "annotations": identity_annotations(*key, try_number, ti_id)},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": identity_labels(*key, try_number, deployment),
+            "annotations": identity_annotations(*key, try_number, ti_id),
+        },
         "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
     }
 
 
 def test_sweep_deletes_only_this_deployments_live_jobs_of_finished_or_vanished_task_instances():
     hook = FakeSyncHook()
-    failed, running, vanished, done = (TaskKey("d", t, RUN, -1) for t in ("failed", "running", "vanished", "done"))
+    failed, running, vanished, done = (
+        TaskKey("d", t, RUN, -1) for t in ("failed", "running", "vanished", "done")
+    )
     add_job(hook, "a", failed, "Created", "Running")
     add_job(hook, "b", running, "Created", "Running")
     add_job(hook, "c", vanished, "Created")
     add_job(hook, "e", done, "Created", "Succeeded")
-    add_job(hook, "theirs", failed, "Created", "Running", deployment=THEIRS)  # same dag/task/run, another deployment
+    add_job(
+        hook, "theirs", failed, "Created", "Running", deployment=THEIRS
+    )  # same dag/task/run, another deployment
     add_job(hook, "rendered", vanished, "Created", deployment=None)  # airflow-mpi-render applied by hand
     asked = []
 
@@ -65,8 +78,15 @@ class ServerTI:
 
     __module__ = "airflow.models.taskinstance"
 
-    def __init__(self, state, task_id="hold", operator="MPIJobOperator", custom_operator_name=None, try_number=1,
-                 id=None):
+    def __init__(
+        self,
+        state,
+        task_id="hold",
+        operator="MPIJobOperator",
+        custom_operator_name=None,
+        try_number=1,
+        id=None,
+    ):
         self.dag_id, self.task_id, self.run_id, self.map_index, self.state = "d", task_id, RUN, -1, state
         self.operator, self.custom_operator_name = operator, custom_operator_name
         self.try_number, self.id = try_number, id
@@ -86,12 +106,20 @@ def cluster(monkeypatch):
 
     monkeypatch.setattr(orphan_sweep, "BudgetedMPIJobHook", make_hook)
     hook.locations = {TaskKey("d", "hold", RUN, -1): LOCATION}
-    monkeypatch.setattr(metadata, "job_locations", lambda dag_id, run_id, task_id=None: [
-        (k, v) for k, v in hook.locations.items() if k.dag_id == dag_id and task_id in (None, k.task_id)])
+    monkeypatch.setattr(
+        metadata,
+        "job_locations",
+        lambda dag_id, run_id, task_id=None: [
+            (k, v) for k, v in hook.locations.items() if k.dag_id == dag_id and task_id in (None, k.task_id)
+        ],
+    )
     # the database still has the old state: the listener's own view of its task instance's try must win
     hook.db = {}
-    monkeypatch.setattr(metadata, "task_instance_states",
-                        lambda keys: {k: hook.db.get(k, TryState("deferred", 1)) for k in keys})
+    monkeypatch.setattr(
+        metadata,
+        "task_instance_states",
+        lambda keys: {k: hook.db.get(k, TryState("deferred", 1)) for k in keys},
+    )
     hook.made = made
     return hook
 
@@ -108,8 +136,9 @@ def test_marking_a_deferred_task_failed_deletes_its_live_job_in_the_background(c
 
 
 @pytest.mark.parametrize("new_id", ["0193-try-2", None], ids=["airflow-3", "airflow-2"])
-def test_a_request_still_queued_after_a_clear_spares_the_new_tries_job_and_its_own_tries_job_does_not(cluster,
-                                                                                                      new_id):
+def test_a_request_still_queued_after_a_clear_spares_the_new_tries_job_and_its_own_tries_job_does_not(
+    cluster, new_id
+):
     """Issue 32, item 4: try 1 was marked failed; its request waits in the queue while the task instance is cleared
     and try 2 makes its job under the same name; the database says running."""
     key = TaskKey("d", "hold", RUN, -1)
@@ -130,8 +159,10 @@ def test_the_request_carries_the_try_its_task_instance_was_at(cluster, monkeypat
     orphan_listener.on_task_instance_failed(None, ServerTI("failed", try_number=3, id="0193-uuid"))
     orphan_listener.on_task_instance_success(None, ServerTI("success", try_number=2))  # Airflow 2: no id
     key = TaskKey("d", "hold", RUN, -1)
-    assert queued == [orphan_listener.TaskFinished(key, TryState("failed", 3, "0193-uuid")),
-                      orphan_listener.TaskFinished(key, TryState("success", 2, None))]
+    assert queued == [
+        orphan_listener.TaskFinished(key, TryState("failed", 3, "0193-uuid")),
+        orphan_listener.TaskFinished(key, TryState("success", 2, None)),
+    ]
 
 
 def test_a_job_listed_without_a_uid_is_not_deleted(cluster, caplog):
@@ -145,15 +176,23 @@ def test_a_job_listed_without_a_uid_is_not_deleted(cluster, caplog):
 
 def test_decorated_tasks_are_mpi_tasks_and_plain_ones_cost_nothing(cluster, monkeypatch):
     add_job(cluster, "j", TaskKey("d", "hold", RUN, -1), "Created", "Running")
-    monkeypatch.setattr(metadata, "job_locations", lambda *a, **k: pytest.fail("a plain task read the database"))
+    monkeypatch.setattr(
+        metadata, "job_locations", lambda *a, **k: pytest.fail("a plain task read the database")
+    )
     assert orphan_listener.submit_task(ServerTI("failed", operator="PythonOperator")) is False
-    assert orphan_listener.is_mpi_task(ServerTI("failed", operator="_PythonDecoratedOperator",
-                                                custom_operator_name="@task.mpi"))
+    assert orphan_listener.is_mpi_task(
+        ServerTI("failed", operator="_PythonDecoratedOperator", custom_operator_name="@task.mpi")
+    )
     assert orphan_listener.is_mpi_task(ServerTI("failed", operator="HorovodJobOperator"))
 
 
-@pytest.mark.parametrize("ti", [ServerTI("up_for_retry"), NS(dag_id="d", task_id="hold", run_id=RUN, map_index=-1,
-                                                              state="failed", operator="MPIJobOperator")])
+@pytest.mark.parametrize(
+    "ti",
+    [
+        ServerTI("up_for_retry"),
+        NS(dag_id="d", task_id="hold", run_id=RUN, map_index=-1, state="failed", operator="MPIJobOperator"),
+    ],
+)
 def test_retryable_or_worker_side_task_instances_are_left_alone(cluster, ti):
     add_job(cluster, "j", TaskKey("d", "hold", RUN, -1), "Created", "Running")
     assert orphan_listener.submit_task(ti) is False
@@ -217,9 +256,14 @@ def test_on_starting_makes_the_identity_only_in_server_jobs_and_starts_no_thread
     from airflow_mpi import deployment_identity
 
     made = []
-    monkeypatch.setattr(deployment_identity, "establish",
-                        lambda live: made.append(live) or deployment_identity.Identity("made", "here", "here"))
-    monkeypatch.setattr(orphan_listener.WORKER, "submit", lambda request: pytest.fail("a thread before a fork"))
+    monkeypatch.setattr(
+        deployment_identity,
+        "establish",
+        lambda live: made.append(live) or deployment_identity.Identity("made", "here", "here"),
+    )
+    monkeypatch.setattr(
+        orphan_listener.WORKER, "submit", lambda request: pytest.fail("a thread before a fork")
+    )
     orphan_listener.on_starting(type("TaskRunnerMarker", (), {})())
     from airflow.jobs.job import Job
 
@@ -239,7 +283,9 @@ def test_a_fork_waits_for_the_request_at_hand_and_the_child_starts_idle():
     def fork() -> None:
         pid = os.fork()
         if pid == 0:  # the child: an idle worker of its own, usable at once
-            os._exit(0 if worker._thread is None and worker._queue.empty() and worker._busy.acquire(False) else 1)
+            os._exit(
+                0 if worker._thread is None and worker._queue.empty() and worker._busy.acquire(False) else 1
+            )
         forked.pid = pid
         forked.set()
 

@@ -42,14 +42,18 @@ def ints(low: int, high: int) -> st.SearchStrategy:
 
 
 def role_dict(restart_policies: tuple[str, ...]) -> st.SearchStrategy:
-    return st.fixed_dictionaries({}, optional={"labels": LABELS, "restart_policy": st.sampled_from(restart_policies)})
+    return st.fixed_dictionaries(
+        {}, optional={"labels": LABELS, "restart_policy": st.sampled_from(restart_policies)}
+    )
 
 
 VALID: dict[str, st.SearchStrategy] = {
     "image": st.sampled_from(["mpi:1", "registry.example.com/team/mpi-pi:openmpi"]),
     "workers": ints(1, 12),
     "slots_per_worker": ints(1, 4),
-    "env": st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), st.sampled_from(["a", "1 2", 3])),
+    "env": st.dictionaries(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), st.sampled_from(["a", "1 2", 3])
+    ),
     "worker_resources": RESOURCES,
     "launcher_resources": RESOURCES,
     "gpus_per_worker": ints(0, 4),
@@ -78,8 +82,13 @@ INVALID: dict[str, st.SearchStrategy] = {
     "command": st.sampled_from([5, [1], "'unclosed"]),
     "env": st.sampled_from([{"1BAD": "x"}, {"A": [1]}, "A=1", [{"value": "x"}]]),
     "worker_resources": st.sampled_from(
-        [{"limits": {"cpu": 0.5}}, {"limits": {"cpu": "lots"}}, {"cpu": "1"}, [],
-         {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}]
+        [
+            {"limits": {"cpu": 0.5}},
+            {"limits": {"cpu": "lots"}},
+            {"cpu": "1"},
+            [],
+            {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}},
+        ]
     ),
     "gpus_per_worker": st.sampled_from([-1, 1.5, "x", True]),
     "labels": st.sampled_from([{"bad key!": "v"}, {"k": "bad value!"}, ["x"]]),
@@ -93,7 +102,9 @@ INVALID: dict[str, st.SearchStrategy] = {
     "scheduling_policy": st.sampled_from([{"colour": 1}, "x", {"minAvailable": 0}, {"queue": ""}]),
     "run_launcher_as_worker": st.just("yes"),
     "ssh_auth_mount_path": st.just("relative/path"),
-    "launcher_creation_policy": st.just("Later"),  # WaitForWorkersReady is valid with pi-intel's readinessProbe
+    "launcher_creation_policy": st.just(
+        "Later"
+    ),  # WaitForWorkersReady is valid with pi-intel's readinessProbe
     "main_container": st.just("Not_A_Container"),
     "startup_timeout": st.sampled_from([0, -1, "x"]),
     "schedule_timeout": st.sampled_from([0, "x"]),
@@ -136,7 +147,9 @@ def base_manifests(draw, api: str | None = None) -> dict | str | None:
     if draw(st.booleans()):
         manifest["spec"].setdefault("runPolicy", {})["backoffLimit"] = draw(st.integers(0, 6))
     if draw(st.booleans()):
-        manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = draw(st.sampled_from(["Never", "OnFailure"]))
+        manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = draw(
+            st.sampled_from(["Never", "OnFailure"])
+        )
     return yaml.safe_dump(manifest) if draw(st.booleans()) else manifest
 
 
@@ -148,10 +161,14 @@ def valid_inputs(draw) -> tuple[dict[str, Any], dict | None]:
     params["api_version"] = api
     launch = draw(st.sampled_from(["none", "command", "program"]))
     if launch == "command":
-        params["command"] = draw(st.lists(st.sampled_from(["sh", "-c", "echo hi"]), min_size=1) | st.just("sleep 1"))
+        params["command"] = draw(
+            st.lists(st.sampled_from(["sh", "-c", "echo hi"]), min_size=1) | st.just("sleep 1")
+        )
     elif launch == "program":
         params["program"] = draw(ARGS | st.sampled_from(["python train.py", "/home/mpiuser/pi"]))
-        params["mpirun_args"] = draw(st.none() | st.just("-x LD_LIBRARY_PATH") | st.lists(st.just("--verbose")))
+        params["mpirun_args"] = draw(
+            st.none() | st.just("-x LD_LIBRARY_PATH") | st.lists(st.just("--verbose"))
+        )
     if api == API_V2BETA1 or launch == "program":
         params["mpi_implementation"] = draw(st.none() | st.sampled_from(["OpenMPI", "Intel", "MPICH"]))
     base = draw(st.none() | base_manifests(api))
@@ -195,7 +212,9 @@ def test_valid_input_is_accepted_shows_every_parameter_and_keeps_the_rest_of_the
     assert schema_errors(manifest) == []
     mains = {role: _main(manifest, role) for role in ROLES}
     for name, shown in _GIVEN_CHECKS.items():
-        assert name not in params or shown(params, manifest, mains), f"{name}={params[name]!r} is not in the manifest"
+        assert name not in params or shown(params, manifest, mains), (
+            f"{name}={params[name]!r} is not in the manifest"
+        )
     if base is not None:
         names = {role: _main(base, role)["name"] for role in ROLES}
         for path, value in _leaves(base):
@@ -225,8 +244,11 @@ def _launched(params: dict, manifest: dict, mains: dict) -> bool:
     line, other = ("args", "command") if in_args else ("command", "args")
     command = mains["Launcher"][line]
     np = spec["mpiReplicaSpecs"]["Worker"]["replicas"] * spec.get("slotsPerWorker", 1)
-    return command[0] == "mpirun" and command[-len(program) :] == program and str(np) in command and (
-        other not in mains["Launcher"]
+    return (
+        command[0] == "mpirun"
+        and command[-len(program) :] == program
+        and str(np) in command
+        and (other not in mains["Launcher"])
     )
 
 
@@ -264,20 +286,30 @@ _GIVEN_CHECKS = {
     "ttl_seconds_after_finished": _run_policy("ttl_seconds_after_finished", "ttlSecondsAfterFinished"),
     "active_deadline_seconds": _run_policy("active_deadline_seconds", "activeDeadlineSeconds"),
     "suspend": _run_policy("suspend", "suspend"),
-    "clean_pod_policy": lambda p, m, c: p["clean_pod_policy"]
-    == (m["spec"]["cleanPodPolicy"] if m["apiVersion"] == API_V1 else m["spec"]["runPolicy"]["cleanPodPolicy"]),
-    "mpi_implementation": lambda p, m, c: m["apiVersion"] == API_V1
-    or m["spec"]["mpiImplementation"] == p["mpi_implementation"],
+    "clean_pod_policy": lambda p, m, c: (
+        p["clean_pod_policy"]
+        == (
+            m["spec"]["cleanPodPolicy"]
+            if m["apiVersion"] == API_V1
+            else m["spec"]["runPolicy"]["cleanPodPolicy"]
+        )
+    ),
+    "mpi_implementation": lambda p, m, c: (
+        m["apiVersion"] == API_V1 or m["spec"]["mpiImplementation"] == p["mpi_implementation"]
+    ),
     "image": lambda p, m, c: all(x["image"] == p["image"] for x in c.values()),
     "env": lambda p, m, c: all(
         {"name": k, "value": str(v)} in x.get("env", []) for k, v in p["env"].items() for x in c.values()
     ),
-    "worker_resources": lambda p, m, c: _subset(p["worker_resources"]["limits"], c["Worker"]["resources"]["limits"]),
+    "worker_resources": lambda p, m, c: _subset(
+        p["worker_resources"]["limits"], c["Worker"]["resources"]["limits"]
+    ),
     "launcher_resources": lambda p, m, c: _subset(
         p["launcher_resources"]["limits"], c["Launcher"]["resources"]["limits"]
     ),
-    "gpus_per_worker": lambda p, m, c: c["Worker"]["resources"]["limits"]["nvidia.com/gpu"]
-    == int(p["gpus_per_worker"]),
+    "gpus_per_worker": lambda p, m, c: (
+        c["Worker"]["resources"]["limits"]["nvidia.com/gpu"] == int(p["gpus_per_worker"])
+    ),
     "command": lambda p, m, c: c["Launcher"]["command"] == _argv(p["command"]),
     "program": _launched,
     "node_selector": lambda p, m, c: all(
@@ -357,5 +389,9 @@ def _covered(path: tuple, params: dict, mains: dict[str, str], api: str) -> bool
         or (field[0] == "command" and role == "Launcher" and bool(given & {"command", "program"}))
         or (field[0] == "args" and role == "Launcher" and "program" in given)
         or (field[:2] == ("resources", "limits") and field[2] in resources.get("limits", {}))
-        or (field == ("resources", "limits", "nvidia.com/gpu") and role == "Worker" and "gpus_per_worker" in given)
+        or (
+            field == ("resources", "limits", "nvidia.com/gpu")
+            and role == "Worker"
+            and "gpus_per_worker" in given
+        )
     )

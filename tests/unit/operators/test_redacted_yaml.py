@@ -42,15 +42,27 @@ def carrying(secret: str) -> dict:
     """A manifest with ``secret`` in an env value, arguments (alone, as an option, in a shell string) and metadata."""
     container = {
         "name": "launcher",
-        "env": [{"name": "GREETING", "value": secret}, {"name": "EPOCHS", "value": "3"},
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+        "env": [
+            {"name": "GREETING", "value": secret},
+            {"name": "EPOCHS", "value": "3"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        ],
         "command": ["mpirun", "-np", "2", "python", "train.py", secret, f"--greeting={secret}"],
         "args": [f"sh -c 'echo {secret} && run'"],
     }
     return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-        "metadata": {"name": "j", "labels": {"team": secret}, "annotations": {"note": secret, f"x/{secret}": "k"}},
-        "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}},
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {
+            "name": "j",
+            "labels": {"team": secret},
+            "annotations": {"note": secret, f"x/{secret}": "k"},
+        },
+        "spec": {
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [container]}}}
+            }
+        },
     }
 
 
@@ -81,7 +93,9 @@ def test_a_masked_value_with_non_ascii_characters_and_a_tab_is_hidden_in_values_
     assert "geheim" not in text  # neither raw nor escaped ("Gr\\xFCn\\tgeheim-\\xDF")
     container = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert container["env"][:2] == [{"name": "GREETING", "value": MASK}, {"name": "EPOCHS", "value": "3"}]
-    assert container["env"][2]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}  # a reference: kept
+    assert container["env"][2]["valueFrom"] == {
+        "secretKeyRef": {"name": "hf", "key": "token"}
+    }  # a reference: kept
     assert container["command"] == ["mpirun", "-np", "2", "python", "train.py", MASK, f"--greeting={MASK}"]
     assert container["args"] == [f"sh -c 'echo {MASK} && run'"]
     assert loaded["metadata"]["annotations"] == {"note": MASK, f"x/{MASK}": "k"}
@@ -98,8 +112,10 @@ def test_url_credentials_and_bearer_tokens_are_masked_in_the_printed_manifest():
     loaded = assert_hidden("tök", text)
     assert "pw-" not in text and "t\\xF6k" not in text
     env = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"]
-    assert env[-2:] == [{"name": "DATABASE_URL", "value": f"postgres://user:{MASK}@host/db"},
-                        {"name": "HEADERS", "value": f"Authorization: Bearer {MASK}\ten"}]
+    assert env[-2:] == [
+        {"name": "DATABASE_URL", "value": f"postgres://user:{MASK}@host/db"},
+        {"name": "HEADERS", "value": f"Authorization: Bearer {MASK}\ten"},
+    ]
 
 
 # Printable, non-ASCII, control and line-break characters; "*" is left out: a secret with a "*" run can be

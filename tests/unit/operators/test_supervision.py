@@ -32,9 +32,9 @@ def test_no_supervisor_outside_a_forked_task_runner():
 
 def test_the_supervisor_of_a_forked_task_runner_is_its_parent(monkeypatch):
     comms = pytest.importorskip("airflow.sdk.execution_time.comms")
-    from airflow.sdk.execution_time import task_runner
-
     import socket
+
+    from airflow.sdk.execution_time import task_runner
 
     left, right = socket.socketpair()
     try:

@@ -24,8 +24,14 @@ class Store(dict):
 
 
 def context(store, xcoms, try_number=1):
-    ti = NS(dag_id="d", task_id="add", run_id=RUN_ID, map_index=-1, try_number=try_number,
-            xcom_push=lambda key, value: xcoms.append((key, value)))
+    ti = NS(
+        dag_id="d",
+        task_id="add",
+        run_id=RUN_ID,
+        map_index=-1,
+        try_number=try_number,
+        xcom_push=lambda key, value: xcoms.append((key, value)),
+    )
     return {"ti": ti, "task_state_store": store}
 
 
@@ -58,12 +64,18 @@ def assert_has_its_secret(hook, trigger):
 # ---------------------------------------------------------------- where the Secret is mounted
 def test_a_decorated_tasks_secret_reaches_the_workers_main_container_only():
     op = build()
-    manifest = op.build_manifest({"ti": NS(dag_id="d", task_id="add", run_id=RUN_ID, map_index=-1, try_number=1)})
+    manifest = op.build_manifest(
+        {"ti": NS(dag_id="d", task_id="add", run_id=RUN_ID, map_index=-1, try_number=1)}
+    )
     replicas = manifest["spec"]["mpiReplicaSpecs"]
-    mounting = {role: [c["name"] for c in [*r["template"]["spec"].get("initContainers", []),
-                                            *r["template"]["spec"]["containers"]]
-                       if any(m["name"] == "airflow-mpi-call" for m in c.get("volumeMounts", []))]
-                for role, r in replicas.items()}
+    mounting = {
+        role: [
+            c["name"]
+            for c in [*r["template"]["spec"].get("initContainers", []), *r["template"]["spec"]["containers"]]
+            if any(m["name"] == "airflow-mpi-call" for m in c.get("volumeMounts", []))
+        ]
+        for role, r in replicas.items()
+    }
     assert replicas["Launcher"]["template"]["spec"]["initContainers"][0]["name"] == "wait-for-workers"
     assert mounting == {"Launcher": [], "Worker": ["worker"]}
 
@@ -78,10 +90,15 @@ def test_a_try_that_finds_its_job_without_the_call_secret_replaces_it():
     op = next_try(earlier)
     trigger = defer(op, context(store, xcoms, try_number=2))
 
-    assert trigger.uid != left["metadata"]["uid"] and earlier.hook.deleted == [(left["metadata"]["name"], "ns")]
+    assert trigger.uid != left["metadata"]["uid"] and earlier.hook.deleted == [
+        (left["metadata"]["name"], "ns")
+    ]
     assert_has_its_secret(earlier.hook, trigger)
     # the stand-in the check made is the old job's: it goes with it, and would run nothing had a rank started
-    assert earlier.hook.secrets[("ns", mounted_call_secret(left))] == (lost_call_data(), left["metadata"]["uid"])
+    assert earlier.hook.secrets[("ns", mounted_call_secret(left))] == (
+        lost_call_data(),
+        left["metadata"]["uid"],
+    )
 
 
 def test_a_job_with_its_call_secret_is_followed_not_replaced():
@@ -91,7 +108,9 @@ def test_a_job_with_its_call_secret_is_followed_not_replaced():
     secrets = dict(earlier.hook.secrets)
     trigger = defer(next_try(earlier), context(store, xcoms, try_number=2))
     assert trigger.uid == first.uid
-    assert earlier.hook.deleted == [] and earlier.hook.secrets == secrets  # the check's create was refused (409)
+    assert (
+        earlier.hook.deleted == [] and earlier.hook.secrets == secrets
+    )  # the check's create was refused (409)
 
 
 def test_a_running_job_is_followed_whatever_became_of_its_secret():
@@ -100,9 +119,13 @@ def test_a_running_job_is_followed_whatever_became_of_its_secret():
     left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
     # as the earlier try attached
     record_result_key(context(store, []), left["metadata"]["uid"], earlier.callbacks.nonce)
-    left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    left["status"] = {
+        "conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]
+    }
     trigger = defer(next_try(earlier), context(store, [], try_number=2))
-    assert trigger.uid == left["metadata"]["uid"] and earlier.hook.secrets == {} and earlier.hook.deleted == []
+    assert (
+        trigger.uid == left["metadata"]["uid"] and earlier.hook.secrets == {} and earlier.hook.deleted == []
+    )
     assert trigger.result_key == earlier.callbacks.nonce  # the trigger reads a value this try can verify
 
 
@@ -115,11 +138,15 @@ def test_an_earlier_tries_live_job_whose_key_this_try_lacks_is_replaced_at_once(
     ctx = context(store, []) if store is not None else {"ti": context(Store(), [])["ti"]}
     left = earlier.hook.create_mpijob(earlier.build_manifest(ctx), "ns")
     earlier.hook.create_owned_secret(mounted_call_secret(left), "ns", {"call": "x"}, left)
-    left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    left["status"] = {
+        "conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]
+    }
     op = next_try(earlier)
     ti = NS(**{**vars(ctx["ti"]), "try_number": 2})
     trigger = defer(op, {**ctx, "ti": ti})
-    assert earlier.hook.deleted == [(left["metadata"]["name"], "ns")] and trigger.uid != left["metadata"]["uid"]
+    assert (
+        earlier.hook.deleted == [(left["metadata"]["name"], "ns")] and trigger.uid != left["metadata"]["uid"]
+    )
     assert trigger.result_key == op.callbacks.nonce
 
 
@@ -127,7 +154,9 @@ def test_a_secret_that_cannot_be_checked_fails_the_try_naming_it():
     earlier = build(deferrable=True)
     left = earlier.hook.create_mpijob(earlier.build_manifest(context(Store(), [])), "ns")
     earlier.hook.secret_error = ApiException(status=503, reason="Service Unavailable")
-    with pytest.raises(AirflowException, match=rf"Secret ns/{mounted_call_secret(left)}, which MPIJob .* mount.*503"):
+    with pytest.raises(
+        AirflowException, match=rf"Secret ns/{mounted_call_secret(left)}, which MPIJob .* mount.*503"
+    ):
         next_try(earlier).execute(context(Store(), [], try_number=2))
     assert list(earlier.hook.jobs.values()) == [left]
 
@@ -140,7 +169,9 @@ def test_an_adopted_job_of_an_earlier_submission_without_its_secret_is_replaced(
     real_create = op.hook.create_mpijob
     answers = iter([lambda manifest, namespace: left])  # the first create adopts it (hooks/mpijob.py)
     monkeypatch.setattr(op.hook, "create_mpijob", lambda m, ns: next(answers, real_create)(m, ns))
-    monkeypatch.setattr("airflow_mpi.operators.mpijob.reattach", lambda *a, **k: None)  # found only by the create
+    monkeypatch.setattr(
+        "airflow_mpi.operators.mpijob.reattach", lambda *a, **k: None
+    )  # found only by the create
     trigger = defer(op, context(Store(), [], try_number=2))
     assert trigger.uid != left["metadata"]["uid"] and op.hook.deleted == [(left["metadata"]["name"], "ns")]
     assert_has_its_secret(op.hook, trigger)
@@ -157,14 +188,21 @@ def test_a_failed_cleanup_leaves_the_job_recorded_and_the_next_try_replaces_it(m
         raise ApiException(status=503, reason="Service Unavailable")
 
     monkeypatch.setattr(op.hook, "delete_mpijob", outage)
-    with pytest.raises(AirflowException, match=r"Could not create Secret .*503.*deleting MPIJob ns/\S+ again failed "
-                                               r"too.*recorded") as failed:
+    with pytest.raises(
+        AirflowException,
+        match=r"Could not create Secret .*503.*deleting MPIJob ns/\S+ again failed "
+        r"too.*recorded",
+    ) as failed:
         op.execute(context(store, xcoms))
     assert not isinstance(failed.value, AirflowFailException)  # a retry may replace it
     ((key, job),) = op.hook.jobs.items()
     record = {"name": job["metadata"]["name"], "namespace": "ns"}
-    assert xcoms == [(JOB_XCOM_KEY, {**record, "kubernetes_conn_id": "kubernetes_default",
-                                    "api_version": "kubeflow.org/v2beta1"})]
+    assert xcoms == [
+        (
+            JOB_XCOM_KEY,
+            {**record, "kubernetes_conn_id": "kubernetes_default", "api_version": "kubeflow.org/v2beta1"},
+        )
+    ]
     assert store[STATE_STORE_KEY]["name"] == record["name"] and store[STATE_STORE_KEY]["namespace"] == "ns"
 
     monkeypatch.undo()
@@ -191,7 +229,9 @@ def test_a_later_try_verifies_the_value_of_an_earlier_tries_job_with_the_key_kep
     store, earlier = Store(), build()
     left = earlier.hook.create_mpijob(earlier.build_manifest(context(store, [])), "ns")
     earlier.hook.create_owned_secret(mounted_call_secret(left), "ns", {"call": "x"}, left)
-    left["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    left["status"] = {
+        "conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]
+    }
     record_result_key(context(store, []), left["metadata"]["uid"], earlier.callbacks.nonce)
     op = build()
     op.__dict__["hook"] = earlier.hook

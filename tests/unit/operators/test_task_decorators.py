@@ -3,22 +3,25 @@ the ranks' command built from the rendered arguments, rank 0's value returned, i
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace as NS
 
 import pytest
 
 from airflow_mpi.decorators.horovod import _HorovodDecoratedOperator
 from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
-from airflow_mpi.jobspec import MPIJobValidationError
-from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.function_task.function_call import decode_call
 from airflow_mpi.function_task.rank_result import (
-    RESULT_NONCE_ANNOTATION, UNVERIFIED, RankResult, ResultCollector, nonce_digest,
+    RESULT_NONCE_ANNOTATION,
+    UNVERIFIED,
+    RankResult,
+    ResultCollector,
+    nonce_digest,
 )
 from airflow_mpi.function_task.rank_runner import MARKER, line_mac
+from airflow_mpi.jobspec import MPIJobValidationError
+from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from airflow_mpi.wait.contract import Outcome, WaitResult
@@ -40,7 +43,7 @@ def context(task_id="add"):
 
 
 def dag(**kwargs):
-    return DAG("d", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), **kwargs)
+    return DAG("d", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=UTC), **kwargs)
 
 
 def build(decorator="mpi", call=(5,), **kwargs):
@@ -73,14 +76,21 @@ def result_lines(value, nonce=NONCE, source="def f(v):\n    return v\n"):
     import tempfile
     from pathlib import Path
 
+    from airflow_mpi.function_task.function_call import (
+        CALL_MOUNT,
+        call_secret_data,
+        pickle_arguments,
+        rank_command,
+    )
     from airflow_mpi.jobspec.errors import ErrorList
-    from airflow_mpi.function_task.function_call import CALL_MOUNT, call_secret_data, pickle_arguments, rank_command
 
     mount = Path(tempfile.mkdtemp())
     for key, text in call_secret_data(source, "f", pickle_arguments(ErrorList(), [value], {}), nonce).items():
         (mount / key).write_text(text)
     argv = [w.replace(CALL_MOUNT, str(mount)) for w in rank_command(python=sys.executable)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, env={"OMPI_COMM_WORLD_RANK": "0"}).stdout
+    out = subprocess.run(
+        argv, capture_output=True, text=True, check=True, env={"OMPI_COMM_WORLD_RANK": "0"}
+    ).stdout
     return [f"[1,0]<stdout>:{line}" for line in out.splitlines()]
 
 
@@ -91,7 +101,9 @@ def submitted_nonce(op) -> str:
 
 
 # ---------------------------------------------------------------- registration and parse time
-@pytest.mark.parametrize(("decorator", "cls"), [("mpi", _MPIDecoratedOperator), ("horovod", _HorovodDecoratedOperator)])
+@pytest.mark.parametrize(
+    ("decorator", "cls"), [("mpi", _MPIDecoratedOperator), ("horovod", _HorovodDecoratedOperator)]
+)
 def test_task_decorators_resolve_through_the_provider(decorator, cls):
     op = build(decorator)
     assert type(op) is cls and op.custom_operator_name == f"@task.{decorator}"
@@ -101,7 +113,10 @@ def test_provider_info_registers_both_decorators():
     from airflow_mpi.get_provider_info import get_provider_info
 
     names = {d["name"]: d["class-name"] for d in get_provider_info()["task-decorators"]}
-    assert names == {"mpi": "airflow_mpi.decorators.mpi.mpi_task", "horovod": "airflow_mpi.decorators.horovod.horovod_task"}
+    assert names == {
+        "mpi": "airflow_mpi.decorators.mpi.mpi_task",
+        "horovod": "airflow_mpi.decorators.horovod.horovod_task",
+    }
 
 
 @pytest.mark.parametrize("name", ["program", "command", "args"])
@@ -127,14 +142,18 @@ def test_unpicklable_literal_argument_fails_at_parse_time_naming_it():
 
 
 def test_function_using_a_module_name_fails_at_parse_time():
-    with pytest.raises(MPIJobValidationError, match=r"python_callable='uses_dag'.*names of its module \(JOB\)"):
-        with dag():
+    with (
+        pytest.raises(
+            MPIJobValidationError, match=r"python_callable='uses_dag'.*names of its module \(JOB\)"
+        ),
+        dag(),
+    ):
 
-            @task.mpi(**JOB)
-            def uses_dag():
-                return JOB
+        @task.mpi(**JOB)
+        def uses_dag():
+            return JOB
 
-            uses_dag()
+        uses_dag()
 
 
 # ---------------------------------------------------------------- the submitted command
@@ -163,13 +182,19 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     assert argv[:3] == list(HYDRA_CONNECT_BY_IP)  # MPICH: the workers reach mpiexec by its IP
     argv = argv[3:]
     assert argv[:6] == ["mpirun", "-n", "4", "-ppn", "2", "-prepend-rank"]
-    assert argv[6:] == ["/opt/venv/bin/python", "/etc/airflow-mpi/call/runner.py", "/etc/airflow-mpi/call/call"]
+    assert argv[6:] == [
+        "/opt/venv/bin/python",
+        "/etc/airflow-mpi/call/runner.py",
+        "/etc/airflow-mpi/call/call",
+    ]
     secret_name, data = op.callbacks.call_secret
     call = decode_call(data["call"])
     assert call["arguments"] == (([1, 2],), {"scale": 3})
     assert call["source"].startswith("def add(values, scale=1):") and "@task" not in call["source"]
     assert "def add" not in str(manifest) and secret_name in str(manifest)
-    assert manifest["metadata"]["annotations"]["airflow-mpi.io/result-nonce-sha256"] == nonce_digest(call["nonce"])
+    assert manifest["metadata"]["annotations"]["airflow-mpi.io/result-nonce-sha256"] == nonce_digest(
+        call["nonce"]
+    )
 
 
 def test_the_call_secret_is_created_with_the_job_and_owned_by_it():
@@ -184,7 +209,9 @@ def test_the_call_secret_is_created_with_the_job_and_owned_by_it():
 def test_a_refused_call_secret_deletes_the_job_again_and_names_the_role():
     op = build()
     op.hook.secret_error = RuntimeError("403 Forbidden: cannot create resource secrets")
-    with pytest.raises(AirflowFailException, match=r"Could not create Secret ns/.*403 Forbidden.*was deleted again"):
+    with pytest.raises(
+        AirflowFailException, match=r"Could not create Secret ns/.*403 Forbidden.*was deleted again"
+    ):
         op._create(op.build_manifest(context()))
     assert op.hook.jobs == {} and len(op.hook.deleted) == 1
 
@@ -226,9 +253,15 @@ def test_sync_run_returns_rank_zeros_value_and_hides_its_lines(monkeypatch):
     async def fake_wait(name, namespace, submitted_at, deadline, uid=None):
         emit = op._launcher_log()
         nonce = submitted_nonce(op)
-        forged = [ln.replace("[1,0]", "[1,3]") for ln in result_lines({"sum": -1}, nonce)]  # rank 3 prints markers
-        for line in ["[1,1]<stdout>:hello", *forged, *result_lines({"sum": 7}, nonce),
-                     *result_lines({"sum": -2}, "an earlier run's nonce")]:
+        forged = [
+            ln.replace("[1,0]", "[1,3]") for ln in result_lines({"sum": -1}, nonce)
+        ]  # rank 3 prints markers
+        for line in [
+            "[1,1]<stdout>:hello",
+            *forged,
+            *result_lines({"sum": 7}, nonce),
+            *result_lines({"sum": -2}, "an earlier run's nonce"),
+        ]:
             emit(line)
         return WaitResult.from_event({"status": "success", "name": name, "namespace": "ns", "message": "ok"})
 
@@ -243,7 +276,9 @@ def test_deferred_run_carries_only_the_decoded_value_and_returns_it(monkeypatch)
     op = build(deferrable=True)
 
     async def no_log_left(name, namespace, log_state):
-        op._launcher_log()(result_lines(0, submitted_nonce(op))[0])  # what the drain may still read: "started"
+        op._launcher_log()(
+            result_lines(0, submitted_nonce(op))[0]
+        )  # what the drain may still read: "started"
 
     monkeypatch.setattr(op, "_drain", no_log_left)
     with pytest.raises(TaskDeferred) as deferred:
@@ -254,8 +289,15 @@ def test_deferred_run_carries_only_the_decoded_value_and_returns_it(monkeypatch)
     resumed = build(deferrable=True)  # execute_complete runs on a new operator object, without the key
     resumed.hook.jobs, resumed.hook.secrets = op.hook.jobs, op.hook.secrets
     resumed._drain = no_log_left
-    value = resumed.execute_complete(context(), {"status": "success", "name": "n", "namespace": "ns",
-                                                 "result": RankResult(True, True, [1, "two"]).to_dict()})
+    value = resumed.execute_complete(
+        context(),
+        {
+            "status": "success",
+            "name": "n",
+            "namespace": "ns",
+            "result": RankResult(True, True, [1, "two"]).to_dict(),
+        },
+    )
     assert value == [1, "two"]
 
 
@@ -267,7 +309,9 @@ def test_a_value_the_sync_wait_passed_is_read_back_from_the_launcher_log_before_
         return WaitResult(Outcome.SUCCESS, name, namespace, "ok")
 
     monkeypatch.setattr(op, "_wait", wait_without_the_markers)
-    assert op.execute(context()) == {"v": 1} and op.hook.jobs == {}  # read before delete_succeeded removed the job
+    assert (
+        op.execute(context()) == {"v": 1} and op.hook.jobs == {}
+    )  # read before delete_succeeded removed the job
 
 
 def test_a_try_that_reattached_to_an_earlier_submission_cannot_verify_its_value():
@@ -275,20 +319,26 @@ def test_a_try_that_reattached_to_an_earlier_submission_cannot_verify_its_value(
     op._attached({"metadata": {"annotations": {RESULT_NONCE_ANNOTATION: nonce_digest(NONCE)}}})
     for line in result_lines(5):
         op._launcher_log()(line)
-    with pytest.raises(AirflowFailException, match="this try cannot verify rank 0's return value: MPIJob n is an "
-                                                   "earlier try's submission"):
+    with pytest.raises(
+        AirflowFailException,
+        match="this try cannot verify rank 0's return value: MPIJob n is an earlier try's submission",
+    ):
         op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))
 
 
 def trigger_hook(lines):
     stamped = ["2026-11-22T10:00:01Z [1,0]<stdout>:visible", *(f"2026-11-22T10:00:02Z {ln}" for ln in lines)]
-    return FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded")),
-                         launchers=[pod("job-launcher-a", state="terminated")],
-                         logs={("job-launcher-a", False): stamped})
+    return FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded")),
+        launchers=[pod("job-launcher-a", state="terminated")],
+        logs={("job-launcher-a", False): stamped},
+    )
 
 
 def capture_trigger_log(monkeypatch, shown):
-    monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append)))
+    monkeypatch.setattr(
+        MPIJobTrigger, "log", property(lambda self: NS(info=shown.append, warning=shown.append))
+    )
     # on Airflow 3 launcher lines are logged with their position (wait/log_ledger.py): capture those too
     import airflow_mpi.wait.log_ledger as readback
 
@@ -310,9 +360,15 @@ async def test_the_trigger_event_carries_the_value_never_the_marker_lines_nor_th
 async def test_a_value_the_resumed_trigger_passed_is_read_back_by_the_trigger(monkeypatch):
     """A triggerer killed after rank 0's marker lines: its successor resumed past them; the worker that resumes
     the task does not hold the key, so the trigger reads the value back itself."""
-    t = trigger(capture_result=True, result_key=NONCE,
-                log_state={"cursor": {"job-launcher-a/launcher/0": [1795341602, 0, 9]},
-                           "streams": ["job-launcher-a/launcher/0"], "done": []})
+    t = trigger(
+        capture_result=True,
+        result_key=NONCE,
+        log_state={
+            "cursor": {"job-launcher-a/launcher/0": [1795341602, 0, 9]},
+            "streams": ["job-launcher-a/launcher/0"],
+            "done": [],
+        },
+    )
     capture_trigger_log(monkeypatch, [])
     use_hook(monkeypatch, t, trigger_hook(result_lines({"v": 1})))
     (event,) = [e async for e in t.run()]
@@ -334,8 +390,10 @@ async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, pat
         t = trigger(capture_result=True, result_key=NONCE)
         capture_trigger_log(monkeypatch, [])
         made = []
-        monkeypatch.setattr("airflow_mpi.triggers.mpijob.ResultCollector",
-                            lambda *a: made.append(ResultCollector(*a)) or made[-1])
+        monkeypatch.setattr(
+            "airflow_mpi.triggers.mpijob.ResultCollector",
+            lambda *a: made.append(ResultCollector(*a)) or made[-1],
+        )
         use_hook(monkeypatch, t, trigger_hook(lines))
         (event,) = [e async for e in t.run()]
         (collector,) = made
@@ -346,7 +404,9 @@ async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, pat
 
 def test_a_failed_job_whose_rank_zero_never_started_says_so():
     op = build()
-    with pytest.raises(AirflowException, match=r"launcher exit codes: 1\. Rank 0 never started the function.*'python3'"):
+    with pytest.raises(
+        AirflowException, match=r"launcher exit codes: 1\. Rank 0 never started the function.*'python3'"
+    ):
         op._finish(WaitResult(Outcome.FAILED, "n", "ns", "x", launcher_exit_codes=[1]))
 
 
@@ -364,7 +424,9 @@ def test_a_return_value_that_cannot_be_an_xcom_fails_after_the_run():
     op.callbacks.collector = ResultCollector(NONCE)
     for line in (marker("started"), marker("unreturnable", "U2V0OiBub3QgSlNPTg==")):
         op.callbacks.collector.take(line)
-    with pytest.raises(AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"):
+    with pytest.raises(
+        AirflowFailException, match="succeeded, but rank 0 returned a value that cannot be an XCom"
+    ):
         op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))
     assert op.hook.deleted == [("n", "ns")]  # cleaned up as any succeeded job
 

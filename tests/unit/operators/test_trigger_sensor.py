@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from airflow_mpi.version_compat import AirflowException, AirflowFailException, T
 from airflow_mpi.wait.contract import WaitOptions
 from tests.unit.fakes import FakeAsyncHook, FakeSyncHook, job, pod
 
-NOW = datetime.now(timezone.utc).isoformat()
+NOW = datetime.now(UTC).isoformat()
 
 
 def trigger(options=None, **kw):
@@ -32,8 +32,11 @@ def use_hook(monkeypatch, t, hook):
 
 
 def test_serialize_round_trips_plain_data():
-    t = trigger(connection={"kube_config_path": "/k"}, options={"deadline": datetime.fromisoformat(NOW)},
-                log_state={"cursor": {}, "streams": [], "done": []})
+    t = trigger(
+        connection={"kube_config_path": "/k"},
+        options={"deadline": datetime.fromisoformat(NOW)},
+        log_state={"cursor": {}, "streams": [], "done": []},
+    )
     classpath, kwargs = t.serialize()
     rebuilt = MPIJobTrigger(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
@@ -42,26 +45,53 @@ def test_serialize_round_trips_plain_data():
 
 # A trigger as the release before WaitOptions stored it: its serialize() output (wait options as arguments).
 STORED_BEFORE_OPTIONS = {
-    "name": "pi-1a2b3c4d", "namespace": "ns", "uid": "uid-pi-1a2b3c4d",
-    "kubernetes_conn_id": "kubernetes_default", "api_version": "kubeflow.org/v2beta1",
-    "connection": {"kube_config_path": "/k"}, "submitted_at": "2026-11-24T10:00:00+00:00",
-    "deadline": "2099-11-24T11:00:00+00:00", "poll_interval": 2.5, "startup_timeout": 60.0,
-    "schedule_timeout": None, "queue_timeout": 900.0, "target_condition": "Running", "owns_job": False,
-    "get_logs": False, "log_state": {"cursor": {}, "streams": [], "done": []}, "max_attempts": 4,
-    "tail_lines": 7, "not_before": "2026-11-24T10:00:12+00:00", "capture_result": True, "result_key": "k3y",
-    "result_digest": None, "installation": None,
+    "name": "pi-1a2b3c4d",
+    "namespace": "ns",
+    "uid": "uid-pi-1a2b3c4d",
+    "kubernetes_conn_id": "kubernetes_default",
+    "api_version": "kubeflow.org/v2beta1",
+    "connection": {"kube_config_path": "/k"},
+    "submitted_at": "2026-11-24T10:00:00+00:00",
+    "deadline": "2099-11-24T11:00:00+00:00",
+    "poll_interval": 2.5,
+    "startup_timeout": 60.0,
+    "schedule_timeout": None,
+    "queue_timeout": 900.0,
+    "target_condition": "Running",
+    "owns_job": False,
+    "get_logs": False,
+    "log_state": {"cursor": {}, "streams": [], "done": []},
+    "max_attempts": 4,
+    "tail_lines": 7,
+    "not_before": "2026-11-24T10:00:12+00:00",
+    "capture_result": True,
+    "result_key": "k3y",
+    "result_digest": None,
+    "installation": None,
 }
 
 
 async def test_a_trigger_stored_before_the_options_argument_loads_and_runs_with_its_options(monkeypatch):
     t = MPIJobTrigger(**STORED_BEFORE_OPTIONS)
     assert t.options == WaitOptions(
-        poll_interval=2.5, startup_timeout=60.0, schedule_timeout=None, queue_timeout=900.0, get_logs=False,
-        max_attempts=4, tail_lines=7, deadline=datetime(2099, 11, 24, 11, 0, tzinfo=timezone.utc),
-        target_condition="Running", owns_job=False,
+        poll_interval=2.5,
+        startup_timeout=60.0,
+        schedule_timeout=None,
+        queue_timeout=900.0,
+        get_logs=False,
+        max_attempts=4,
+        tail_lines=7,
+        deadline=datetime(2099, 11, 24, 11, 0, tzinfo=UTC),
+        target_condition="Running",
+        owns_job=False,
     )
     assert (t.name, t.uid, t.connection, t.result_key, t.capture_result) == (
-        "pi-1a2b3c4d", "uid-pi-1a2b3c4d", {"kube_config_path": "/k"}, "k3y", True)
+        "pi-1a2b3c4d",
+        "uid-pi-1a2b3c4d",
+        {"kube_config_path": "/k"},
+        "k3y",
+        True,
+    )
     _, kwargs = t.serialize()  # stored again in the new shape: one options argument
     assert kwargs["options"] == t.options.to_dict() and not set(trigger_module.LEGACY_OPTIONS) & set(kwargs)
     assert MPIJobTrigger(**kwargs).options == t.options
@@ -160,10 +190,13 @@ async def test_event_is_held_until_not_before(monkeypatch):
         slept.append(seconds)
 
     monkeypatch.setattr(trigger_module.asyncio, "sleep", fake_sleep)
-    not_before = datetime.now(timezone.utc) + timedelta(seconds=30)
+    not_before = datetime.now(UTC) + timedelta(seconds=30)
     finished = job("job", "ns", ("Created", "x"), ("Succeeded", "MPIJobSucceeded"))
-    for not_before_value, held in ((not_before.isoformat(), True), ((not_before - timedelta(minutes=1)).isoformat(), False),
-                                   (None, False)):
+    for not_before_value, held in (
+        (not_before.isoformat(), True),
+        ((not_before - timedelta(minutes=1)).isoformat(), False),
+        (None, False),
+    ):
         slept.clear()
         t = trigger(not_before=not_before_value, options={"get_logs": False})
         use_hook(monkeypatch, t, FakeAsyncHook(job_obj=finished))
@@ -217,8 +250,10 @@ def test_a_poke_rides_out_an_api_server_restart_but_not_a_refusal(monkeypatch):
                 raise self.failures.pop(0)
             return super().get_mpijob(name, namespace)
 
-    hook = Restarting([ConnectionRefusedError(111, "refused")] * 6 + [ApiException(status=503)],
-                      jobs=with_job("Created", "Succeeded").jobs)
+    hook = Restarting(
+        [ConnectionRefusedError(111, "refused")] * 6 + [ApiException(status=503)],
+        jobs=with_job("Created", "Succeeded").jobs,
+    )
     assert sensor(hook).poke({}) is True and hook.failures == []
     refused = Restarting([ApiException(status=403), ConnectionRefusedError(111, "refused")], jobs=hook.jobs)
     with pytest.raises(ApiException):
@@ -250,7 +285,10 @@ def test_deferrable_sensor_does_not_defer_when_the_condition_already_holds():
 
 def test_sensor_execute_complete_maps_events():
     s = sensor(with_job("Created", "Succeeded"))
-    assert s.execute_complete({}, {"status": "success", "name": "job", "namespace": "ns", "message": ""})["name"] == "job"
+    assert (
+        s.execute_complete({}, {"status": "success", "name": "job", "namespace": "ns", "message": ""})["name"]
+        == "job"
+    )
     with pytest.raises(AirflowFailException):
         s.execute_complete({}, {"status": "failed", "name": "job", "namespace": "ns", "message": "x"})
     with pytest.raises(AirflowException, match="timed out"):

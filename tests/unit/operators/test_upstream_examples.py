@@ -14,9 +14,14 @@ import copy
 import pytest
 
 from airflow_mpi.jobspec import API_V1, DEFAULT
-from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
-from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, WORKERS_DNS_WAIT, workers_dns_wait_script
+from airflow_mpi.jobspec.spec import (
+    CONFIG_MOUNT_PATH,
+    CONFIG_VOLUME,
+    WORKERS_DNS_WAIT,
+    workers_dns_wait_script,
+)
+from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.operators.task_params import placeholder_identity
 from tests.unit.fakes import FakeSyncHook
 from tests.unit.upstream import example, example_texts, schema_errors
@@ -27,7 +32,9 @@ RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
     api, text = example_texts()[name]
     if api == API_V1:
-        params.setdefault("api_version", API_V1)  # the operator's API version is a parameter (default v2beta1)
+        params.setdefault(
+            "api_version", API_V1
+        )  # the operator's API version is a parameter (default v2beta1)
     op = MPIJobOperator(task_id="example", base_manifest=text, **params)
     op.__dict__["hook"] = FakeSyncHook(namespace=None)  # no namespace configured on the connection
     return op, op.build_manifest({"run_id": RUN_ID})
@@ -38,11 +45,23 @@ def with_dns_wait(expected: dict) -> dict:
     if expected["apiVersion"] != API_V1:
         pod = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
         main = pod["containers"][0]
-        pod["initContainers"] = [{
-            "name": WORKERS_DNS_WAIT, "image": main["image"],
-            "command": ["/bin/sh", "-c", workers_dns_wait_script(360)],  # the task's default schedule_timeout + 60 s
-            **{key: main[key] for key in ("imagePullPolicy", "resources", "securityContext") if key in main},
-            "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}]}]
+        pod["initContainers"] = [
+            {
+                "name": WORKERS_DNS_WAIT,
+                "image": main["image"],
+                "command": [
+                    "/bin/sh",
+                    "-c",
+                    workers_dns_wait_script(360),
+                ],  # the task's default schedule_timeout + 60 s
+                **{
+                    key: main[key]
+                    for key in ("imagePullPolicy", "resources", "securityContext")
+                    if key in main
+                },
+                "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}],
+            }
+        ]
     return expected
 
 
@@ -72,7 +91,10 @@ def test_a_published_example_passes_through_unchanged(name):
     expected_defaults = {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
     if manifest["apiVersion"] != API_V1:
         expected_defaults |= {"launcher_creation_policy", "launcher.wait_for_workers"}
-        if "startupProbe" in manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]:
+        if (
+            "startupProbe"
+            in manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        ):
             expected_defaults.add("worker.startup_probe")
     assert defaults == expected_defaults  # nothing of the mpiuser convention: each example says its own
     assert op._resolved.settings["name"].source == "base manifest, suffixed per task instance"
@@ -85,16 +107,22 @@ def test_explicit_parameters_change_only_what_they_name(name):
     op, manifest = build(name, workers=4, image="example/mpi:2", program=["/opt/app"], backoff_limit=1)
     expected = expected_from(name, op)
     expected["spec"]["runPolicy"]["backoffLimit"] = 1
-    del expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"]  # no retries mapping: backoff_limit given
+    del expected["spec"]["mpiReplicaSpecs"]["Launcher"][
+        "restartPolicy"
+    ]  # no retries mapping: backoff_limit given
     expected["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 4
     launcher = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     for role in ("Launcher", "Worker"):
-        expected["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["image"] = "example/mpi:2"
+        expected["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]["image"] = (
+            "example/mpi:2"
+        )
     expected_launcher = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     line = "args" if manifest["spec"].get("mpiImplementation") in ("Intel", "MPICH") else "command"
     expected_launcher.pop("args", None)  # program replaces the example's command line
     expected_launcher.pop("command", None)
-    expected_launcher[line] = launcher[line]  # Intel/MPICH: in args, the image's entrypoint kept (as upstream's)
+    expected_launcher[line] = launcher[
+        line
+    ]  # Intel/MPICH: in args, the image's entrypoint kept (as upstream's)
     assert manifest == with_dns_wait(expected)  # the waiter in the image the parameter gave
     np_flag = "-np" if manifest["spec"].get("mpiImplementation", "OpenMPI") == "OpenMPI" else "-n"
     assert launcher[line][0] == "mpirun" and launcher[line][launcher[line].index(np_flag) + 1] == "4"
@@ -105,7 +133,10 @@ def test_explicit_parameters_change_only_what_they_name(name):
 def test_the_examples_are_read_as_published():
     """The golden tests above start from upstream's files, not from an edited copy."""
     pi = example("pi-intel")
-    assert pi["spec"]["mpiImplementation"] == "Intel" and pi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert (
+        pi["spec"]["mpiImplementation"] == "Intel"
+        and pi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    )
     assert "command" in pi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]  # null
     before = copy.deepcopy(example_texts())
     build("pi-intel")

@@ -10,13 +10,17 @@ from tests.unit.operators.test_mpijob_operator import context, make
 
 
 def waiter(op) -> dict:
-    (init,) = op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["initContainers"]
+    (init,) = op.build_manifest(context())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
+        "initContainers"
+    ]
     assert init["name"] == WORKERS_DNS_WAIT
     return init
 
 
 @pytest.mark.parametrize(("schedule_timeout", "deadline"), [(None, None), ("{{ 1800 }}", 1860), (300.0, 360)])
-def test_the_init_containers_deadline_is_the_tasks_schedule_timeout_plus_the_sshds_minute(schedule_timeout, deadline):
+def test_the_init_containers_deadline_is_the_tasks_schedule_timeout_plus_the_sshds_minute(
+    schedule_timeout, deadline
+):
     op = make(schedule_timeout=schedule_timeout)
     if isinstance(schedule_timeout, str):
         op.schedule_timeout = "1800"  # as Jinja renders it

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from airflow_mpi.wait.contract import EVENT_KEYS, Outcome, WaitOptions, WaitResult
 
-DEADLINE = datetime(2026, 11, 24, 11, 0, tzinfo=timezone.utc)
+DEADLINE = datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
 
 
 def test_the_outcomes_are_the_statuses_a_wait_has_always_reported():
     assert {o.value for o in Outcome} == {
-        "success", "target", "failed", "worker_failed", "invalid", "unschedulable", "startup_timeout",
-        "queue_timeout", "timeout", "deleted", "error",
+        "success",
+        "target",
+        "failed",
+        "worker_failed",
+        "invalid",
+        "unschedulable",
+        "startup_timeout",
+        "queue_timeout",
+        "timeout",
+        "deleted",
+        "error",
     }
     assert {o for o in Outcome if o.succeeded} == {Outcome.SUCCESS, Outcome.TARGET}
 
@@ -29,9 +38,18 @@ def test_an_outcome_reads_as_its_value_in_comparisons_messages_and_json():
 
 
 def test_wait_options_travel_as_plain_json_and_come_back_equal():
-    options = WaitOptions(poll_interval=2.5, startup_timeout=None, schedule_timeout=60.0, queue_timeout=900.0,
-                          get_logs=False, max_attempts=4, tail_lines=0, deadline=DEADLINE,
-                          target_condition="Running", owns_job=False)
+    options = WaitOptions(
+        poll_interval=2.5,
+        startup_timeout=None,
+        schedule_timeout=60.0,
+        queue_timeout=900.0,
+        get_logs=False,
+        max_attempts=4,
+        tail_lines=0,
+        deadline=DEADLINE,
+        target_condition="Running",
+        owns_job=False,
+    )
     data = options.to_dict()
     assert data["deadline"] == "2026-11-24T11:00:00+00:00"
     assert WaitOptions.from_dict(json.loads(json.dumps(data))) == options
@@ -41,19 +59,38 @@ def test_wait_options_missing_from_the_dict_take_their_defaults_and_unknown_ones
     assert WaitOptions.from_dict(None) == WaitOptions() == WaitOptions.from_dict({"a_later_option": 1})
     assert WaitOptions.from_dict({"max_attempts": 3}) == WaitOptions(max_attempts=3)
     assert WaitOptions().to_dict() == {
-        "poll_interval": 10.0, "startup_timeout": 120.0, "schedule_timeout": 300.0, "queue_timeout": None,
-        "get_logs": True, "max_attempts": None, "tail_lines": 20, "deadline": None, "target_condition": None,
+        "poll_interval": 10.0,
+        "startup_timeout": 120.0,
+        "schedule_timeout": 300.0,
+        "queue_timeout": None,
+        "get_logs": True,
+        "max_attempts": None,
+        "tail_lines": 20,
+        "deadline": None,
+        "target_condition": None,
         "owns_job": True,
     }
 
 
 def _full() -> WaitResult:
     return WaitResult(
-        Outcome.FAILED, "job", "ns", "Failed (BackoffLimitExceeded)", ["job-worker-0: BackOff: crash"],
-        uid="u1", condition="Failed", reason="BackoffLimitExceeded", start_time="2026-11-24T10:00:00Z",
-        completion_time="2026-11-24T10:05:00Z", job_message="failed", launcher_pods=["job-launcher-a"],
-        launcher_attempts=2, launcher_exit_codes=[1, 137], failure={"causes": ["x"], "tails": []},
-        evictions=1, log_state={"cursor": {}, "streams": [], "done": []},
+        Outcome.FAILED,
+        "job",
+        "ns",
+        "Failed (BackoffLimitExceeded)",
+        ["job-worker-0: BackOff: crash"],
+        uid="u1",
+        condition="Failed",
+        reason="BackoffLimitExceeded",
+        start_time="2026-11-24T10:00:00Z",
+        completion_time="2026-11-24T10:05:00Z",
+        job_message="failed",
+        launcher_pods=["job-launcher-a"],
+        launcher_attempts=2,
+        launcher_exit_codes=[1, 137],
+        failure={"causes": ["x"], "tails": []},
+        evictions=1,
+        log_state={"cursor": {}, "streams": [], "done": []},
     )
 
 
@@ -71,8 +108,15 @@ def test_the_result_is_the_events_seventeen_keys_and_comes_back_equal():
 
 def test_an_event_of_an_earlier_release_reads_with_defaults_and_says_it_has_no_failure_report():
     """A trigger from before the failure reports: no "failure" key (operators/outcome.py reads tails then)."""
-    old = {"status": "failed", "name": "job", "namespace": "ns", "message": "m", "warnings": [],
-           "launcher_pods": ["p"], "launcher_attempts": 1}
+    old = {
+        "status": "failed",
+        "name": "job",
+        "namespace": "ns",
+        "message": "m",
+        "warnings": [],
+        "launcher_pods": ["p"],
+        "launcher_attempts": 1,
+    }
     result = WaitResult.from_event(old)
     assert result.outcome is Outcome.FAILED and result.failure_gathered is False and result.failure is None
     assert (result.launcher_exit_codes, result.evictions, result.condition) == ([], 0, None)
@@ -85,7 +129,11 @@ def test_an_error_result_names_the_job_and_keeps_the_log_position():
     result = WaitResult.of_error("job", "ns", "RuntimeError: boom", uid="u1", log_state=position)
     event = result.to_event()
     assert (event["status"], event["message"], event["uid"], event["log_state"]) == (
-        "error", "RuntimeError: boom", "u1", position)
+        "error",
+        "RuntimeError: boom",
+        "u1",
+        position,
+    )
 
 
 def test_the_result_reads_like_its_event_for_code_that_still_reads_the_dict():

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,19 +12,33 @@ from airflow_mpi.wait.deferral import (
     version_tuple,
 )
 
-T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text, expected", [("3.3.2", (3, 3, 2)), ("3.4.0rc1", (3, 4, 0)), ("3.3", (3, 3, 0)),
-                                            ("3.3.2.dev0", (3, 3, 2)), ("2.11.2", (2, 11, 2))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("3.3.2", (3, 3, 2)),
+        ("3.4.0rc1", (3, 4, 0)),
+        ("3.3", (3, 3, 0)),
+        ("3.3.2.dev0", (3, 3, 2)),
+        ("2.11.2", (2, 11, 2)),
+    ],
+)
 def test_version_tuple(text, expected):
     assert version_tuple(text) == expected
 
 
 @pytest.mark.parametrize(
     "version, fixed_in, affected",
-    [("2.11.2", None, False), ("3.0.0", None, True), ("3.3.2", None, True),
-     ("3.3.2", (3, 3, 4), True), ("3.3.4", (3, 3, 4), False), ("3.4.0", (3, 3, 4), False)],
+    [
+        ("2.11.2", None, False),
+        ("3.0.0", None, True),
+        ("3.3.2", None, True),
+        ("3.3.2", (3, 3, 4), True),
+        ("3.3.4", (3, 3, 4), False),
+        ("3.4.0", (3, 3, 4), False),
+    ],
 )
 def test_only_airflow_3_until_the_fixed_release_is_affected(version, fixed_in, affected):
     assert resume_race_affected(version, fixed_in) is affected

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.wait.progress import PodSummary
-from airflow_mpi.function_task.rank_runner import MARKER
 
-T0 = datetime(2026, 11, 24, 13, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 24, 13, 0, tzinfo=UTC)
 
 
 def worker(name: str = "pi-worker-1", **fields) -> PodSummary:
-    base = {"role": "worker", "created": T0, "phase": "Running", "scheduled": True, "container": "worker",
-            "state": "running"}
+    base = {
+        "role": "worker",
+        "created": T0,
+        "phase": "Running",
+        "scheduled": True,
+        "container": "worker",
+        "state": "running",
+    }
     return PodSummary(name=name, **{**base, **fields})
 
 
@@ -27,37 +34,53 @@ def ended(name: str = "pi-worker-1", **fields) -> PodSummary:
 
 
 def launcher(name: str, created: datetime, exit_code: int = 1) -> PodSummary:
-    return PodSummary(name=name, role="launcher", created=created, phase="Failed", scheduled=True,
-                      container="launcher", state="terminated", exit_code=exit_code, terminated_reason="Error")
+    return PodSummary(
+        name=name,
+        role="launcher",
+        created=created,
+        phase="Failed",
+        scheduled=True,
+        container="launcher",
+        state="terminated",
+        exit_code=exit_code,
+        terminated_reason="Error",
+    )
 
 
-@pytest.mark.parametrize(("code", "signal", "text"), [
-    (137, None, "exit code 137 (128 + 9: SIGKILL)"),
-    (143, None, "exit code 143 (128 + 15: SIGTERM)"),
-    (139, None, "exit code 139 (128 + 11: SIGSEGV)"),
-    (3, None, "exit code 3"),
-    (255, None, "exit code 255"),  # 128 + 127: no signal
-    (None, 6, "signal 6 (SIGABRT)"),
-    (134, 6, "exit code 134 (128 + 6: SIGABRT), signal 6 (SIGABRT)"),
-])
+@pytest.mark.parametrize(
+    ("code", "signal", "text"),
+    [
+        (137, None, "exit code 137 (128 + 9: SIGKILL)"),
+        (143, None, "exit code 143 (128 + 15: SIGTERM)"),
+        (139, None, "exit code 139 (128 + 11: SIGSEGV)"),
+        (3, None, "exit code 3"),
+        (255, None, "exit code 255"),  # 128 + 127: no signal
+        (None, 6, "signal 6 (SIGABRT)"),
+        (134, 6, "exit code 134 (128 + 6: SIGABRT), signal 6 (SIGABRT)"),
+    ],
+)
 def test_exit_codes_name_the_signal_they_stand_for(code, signal, text):
     assert fc.exit_text(code, signal) == text
 
 
 def test_oom_on_cgroup_v1_names_the_limit_and_says_the_container_itself_lived_on():
     # a rank over the limit was killed; sshd (the main process) ended with 0 when the clean-up stopped it
-    pod = ended(exit_code=0, terminated_reason="OOMKilled", memory_limit="128Mi", deleting=True, phase="Succeeded")
+    pod = ended(
+        exit_code=0, terminated_reason="OOMKilled", memory_limit="128Mi", deleting=True, phase="Succeeded"
+    )
     assert fc.pod_cause(pod) == (
         "worker pod pi-worker-1 (container worker): OOMKilled: out of memory, memory limit 128Mi; a process of the "
-        "container was killed, the container itself ended with exit code 0")
+        "container was killed, the container itself ended with exit code 0"
+    )
 
 
 def test_a_disruption_is_a_cause_but_a_plain_deletion_by_the_clean_up_is_not():
     cleaned = ended(exit_code=143, deleting=True, phase="Failed")
     assert fc.pod_cause(cleaned) is None
     evicted = replace(cleaned, disruption="EvictionByEvictionAPI: Eviction API: evicting")
-    assert fc.pod_cause(evicted) == ("worker pod pi-worker-1 (container worker): disrupted (EvictionByEvictionAPI: "
-                                     "Eviction API: evicting)")
+    assert fc.pod_cause(evicted) == (
+        "worker pod pi-worker-1 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: evicting)"
+    )
     # the replacement of the same name failed too: both named, the disruption first, a repeat once
     failed = ended(exit_code=1, phase="Failed", terminated_reason="Error")
     assert fc.causes([failed], [evicted, evicted]) == [fc.pod_cause(evicted), fc.pod_cause(failed)]
@@ -65,50 +88,77 @@ def test_a_disruption_is_a_cause_but_a_plain_deletion_by_the_clean_up_is_not():
 
 def test_oom_of_the_main_process_names_limit_exit_code_and_signal():
     pod = ended(exit_code=137, terminated_reason="OOMKilled", memory_limit="1Gi", phase="Failed")
-    assert fc.pod_cause(pod) == ("worker pod pi-worker-1 (container worker): OOMKilled: out of memory, memory limit "
-                                 "1Gi, exit code 137 (128 + 9: SIGKILL)")
+    assert fc.pod_cause(pod) == (
+        "worker pod pi-worker-1 (container worker): OOMKilled: out of memory, memory limit "
+        "1Gi, exit code 137 (128 + 9: SIGKILL)"
+    )
     unlimited = replace(pod, memory_limit=None)
     assert "no memory limit (the node ran out of memory)" in fc.pod_cause(unlimited)
 
 
 def test_an_evicted_pod_says_the_kubelets_why():
-    pod = worker(phase="Failed", state="terminated", exit_code=137, terminated_reason="Error", deleting=False,
-                 pod_reason="Evicted", pod_message="The node was low on resource: memory.")
+    pod = worker(
+        phase="Failed",
+        state="terminated",
+        exit_code=137,
+        terminated_reason="Error",
+        deleting=False,
+        pod_reason="Evicted",
+        pod_message="The node was low on resource: memory.",
+    )
     cause = fc.pod_cause(pod)
-    assert cause.startswith("worker pod pi-worker-1 (container worker): Evicted: The node was low on resource: memory.")
+    assert cause.startswith(
+        "worker pod pi-worker-1 (container worker): Evicted: The node was low on resource: memory."
+    )
 
 
 def test_a_container_that_kept_failing_gives_its_restarts_and_how_it_last_ended():
-    pod = worker(state="waiting", waiting_reason="CrashLoopBackOff", restart_count=5,
-                 last_terminated_reason="Error", last_exit_code=1)
-    assert fc.pod_cause(pod) == ("worker pod pi-worker-1 (container worker): restarted 5 times, now CrashLoopBackOff; "
-                                 "previous container ended: Error, exit code 1")
+    pod = worker(
+        state="waiting",
+        waiting_reason="CrashLoopBackOff",
+        restart_count=5,
+        last_terminated_reason="Error",
+        last_exit_code=1,
+    )
+    assert fc.pod_cause(pod) == (
+        "worker pod pi-worker-1 (container worker): restarted 5 times, now CrashLoopBackOff; "
+        "previous container ended: Error, exit code 1"
+    )
     oom = replace(pod, last_terminated_reason="OOMKilled", last_exit_code=137, memory_limit="64Mi")
     assert fc.pod_cause(oom).endswith("previous container ended: OOMKilled, memory limit 64Mi")
 
 
-@pytest.mark.parametrize("pod", [
-    worker(),  # running
-    ended(exit_code=0, terminated_reason="Completed", phase="Succeeded"),  # ended well
-    ended(exit_code=137, terminated_reason="Error", deleting=True),  # killed by the clean-up's deletion
-    ended(exit_code=143, terminated_reason="Error", deleting=True),
-    worker(phase="Pending", state="waiting", waiting_reason="ContainerCreating"),
-], ids=["running", "completed", "deleted-137", "deleted-143", "pending"])
+@pytest.mark.parametrize(
+    "pod",
+    [
+        worker(),  # running
+        ended(exit_code=0, terminated_reason="Completed", phase="Succeeded"),  # ended well
+        ended(exit_code=137, terminated_reason="Error", deleting=True),  # killed by the clean-up's deletion
+        ended(exit_code=143, terminated_reason="Error", deleting=True),
+        worker(phase="Pending", state="waiting", waiting_reason="ContainerCreating"),
+    ],
+    ids=["running", "completed", "deleted-137", "deleted-143", "pending"],
+)
 def test_no_cause_where_nothing_failed(pod):
     assert fc.pod_cause(pod) is None
 
 
 def test_failed_workers_in_order_then_only_the_newest_failed_launcher():
-    pods = [launcher("pi-launcher-a", T0, 1), worker("pi-worker-0"),
-            ended("pi-worker-1", exit_code=2, terminated_reason="Error", phase="Failed"),
-            launcher("pi-launcher-b", T0 + timedelta(minutes=1), 3),
-            ended("pi-worker-2", exit_code=0, terminated_reason="OOMKilled", deleting=True)]
+    pods = [
+        launcher("pi-launcher-a", T0, 1),
+        worker("pi-worker-0"),
+        ended("pi-worker-1", exit_code=2, terminated_reason="Error", phase="Failed"),
+        launcher("pi-launcher-b", T0 + timedelta(minutes=1), 3),
+        ended("pi-worker-2", exit_code=0, terminated_reason="OOMKilled", deleting=True),
+    ]
     assert [p.name for p in fc.failed_pods(pods)] == ["pi-worker-1", "pi-worker-2", "pi-launcher-b"]
     assert fc.causes(pods)[-1] == "launcher pod pi-launcher-b (container launcher): Error, exit code 3"
 
 
 def test_causes_are_counted_past_the_limit():
-    pods = [ended(f"pi-worker-{i}", exit_code=1, terminated_reason="Error", phase="Failed") for i in range(20)]
+    pods = [
+        ended(f"pi-worker-{i}", exit_code=1, terminated_reason="Error", phase="Failed") for i in range(20)
+    ]
     lines = fc.causes(pods)
     assert len(lines) == fc.MAX_CAUSES + 1 and lines[-1] == f"... and {20 - fc.MAX_CAUSES} more failed pods"
 
@@ -116,8 +166,10 @@ def test_causes_are_counted_past_the_limit():
 def test_a_failure_seen_at_the_verdict_survives_the_clean_up_and_an_oom_shows_at_the_end():
     failed = ended("pi-worker-0", exit_code=255, terminated_reason="Error", phase="Failed")
     running = worker("pi-worker-1")
-    later = [replace(failed, deleting=True),  # cleanPodPolicy All deleted it afterwards: still the cause
-             ended("pi-worker-1", exit_code=0, terminated_reason="OOMKilled", memory_limit="128Mi", deleting=True)]
+    later = [
+        replace(failed, deleting=True),  # cleanPodPolicy All deleted it afterwards: still the cause
+        ended("pi-worker-1", exit_code=0, terminated_reason="OOMKilled", memory_limit="128Mi", deleting=True),
+    ]
     merged = {p.name: p for p in fc.merge_observations([failed, running], later)}
     assert merged["pi-worker-0"] == failed
     assert merged["pi-worker-1"].terminated_reason == "OOMKilled"
@@ -138,9 +190,12 @@ def test_the_settle_deadline_is_the_grace_period_bounded():
     deleting = worker(deleting=True, deletion_deadline=T0 + timedelta(seconds=30))
     assert fc.settle_deadline([deleting], T0) == T0 + timedelta(seconds=30 + fc.SETTLE_SLACK)
     to_be_deleted = worker(grace_period=2.0)
-    assert fc.settle_deadline([to_be_deleted], T0) == T0 + timedelta(seconds=fc.DELETION_START + 2 + fc.SETTLE_SLACK)
+    assert fc.settle_deadline([to_be_deleted], T0) == T0 + timedelta(
+        seconds=fc.DELETION_START + 2 + fc.SETTLE_SLACK
+    )
     assert fc.settle_deadline([worker()], T0) == T0 + timedelta(
-        seconds=fc.DELETION_START + fc.DEFAULT_GRACE + fc.SETTLE_SLACK)
+        seconds=fc.DELETION_START + fc.DEFAULT_GRACE + fc.SETTLE_SLACK
+    )
     patient = worker(deleting=True, deletion_deadline=T0 + timedelta(hours=1))
     assert fc.settle_deadline([patient], T0) == T0 + timedelta(seconds=fc.MAX_SETTLE)
 
@@ -159,15 +214,18 @@ def test_a_restarted_container_that_runs_again_is_read_from_its_previous_instanc
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(st.text(max_size=700), max_size=300), max_lines=st.integers(0, 500),
-       max_bytes=st.integers(0, 5000))
+@given(
+    lines=st.lists(st.text(max_size=700), max_size=300),
+    max_lines=st.integers(0, 500),
+    max_bytes=st.integers(0, 5000),
+)
 def test_a_tail_is_the_newest_lines_within_lines_and_bytes(lines, max_lines, max_bytes):
     tail = fc.bound_tail(lines, max_lines, max_bytes)
     assert len(tail) <= min(max_lines, fc.MAX_TAIL_LINES)
     assert sum(len(line.encode()) + 1 for line in tail) <= max_bytes
     assert all(len(line) <= fc.LINE_CHARS for line in tail)
     clipped = [fc.clip(line, fc.LINE_CHARS) for line in lines if MARKER not in line]
-    assert tail == (clipped[len(clipped) - len(tail):] if tail else [])  # the newest ones, in order
+    assert tail == (clipped[len(clipped) - len(tail) :] if tail else [])  # the newest ones, in order
 
 
 def test_result_marker_lines_are_never_quoted():
@@ -179,36 +237,66 @@ _text = st.text(min_size=0, max_size=3000)
 
 
 @settings(max_examples=100, deadline=None)
-@given(pods=st.lists(st.builds(
-    PodSummary, name=st.text(min_size=1, max_size=60), role=st.sampled_from(["worker", "launcher"]),
-    created=st.none() | st.just(T0), phase=st.sampled_from([None, "Running", "Failed", "Succeeded", "Pending"]),
-    scheduled=st.booleans(), container=st.none() | st.text(max_size=60), restart_count=st.integers(0, 10 ** 6),
-    state=st.sampled_from([None, "waiting", "running", "terminated"]), waiting_reason=st.none() | _text,
-    exit_code=st.none() | st.integers(-(2 ** 31), 2 ** 31), terminated_reason=st.none() | _text,
-    signal=st.none() | st.integers(0, 300), termination_message=st.none() | _text.map(fc.clip),
-    last_terminated_reason=st.none() | _text, last_exit_code=st.none() | st.integers(0, 255),
-    pod_reason=st.none() | st.sampled_from(["Evicted", "DeadlineExceeded"]), pod_message=st.none() | _text.map(fc.clip),
-    memory_limit=st.none() | st.sampled_from(["128Mi", "1Gi"]), deleting=st.booleans()), max_size=40),
-    tails=st.lists(st.lists(_text, max_size=200), max_size=10))
+@given(
+    pods=st.lists(
+        st.builds(
+            PodSummary,
+            name=st.text(min_size=1, max_size=60),
+            role=st.sampled_from(["worker", "launcher"]),
+            created=st.none() | st.just(T0),
+            phase=st.sampled_from([None, "Running", "Failed", "Succeeded", "Pending"]),
+            scheduled=st.booleans(),
+            container=st.none() | st.text(max_size=60),
+            restart_count=st.integers(0, 10**6),
+            state=st.sampled_from([None, "waiting", "running", "terminated"]),
+            waiting_reason=st.none() | _text,
+            exit_code=st.none() | st.integers(-(2**31), 2**31),
+            terminated_reason=st.none() | _text,
+            signal=st.none() | st.integers(0, 300),
+            termination_message=st.none() | _text.map(fc.clip),
+            last_terminated_reason=st.none() | _text,
+            last_exit_code=st.none() | st.integers(0, 255),
+            pod_reason=st.none() | st.sampled_from(["Evicted", "DeadlineExceeded"]),
+            pod_message=st.none() | _text.map(fc.clip),
+            memory_limit=st.none() | st.sampled_from(["128Mi", "1Gi"]),
+            deleting=st.booleans(),
+        ),
+        max_size=40,
+    ),
+    tails=st.lists(st.lists(_text, max_size=200), max_size=10),
+)
 def test_a_report_stays_small_plain_json_whatever_the_pods_say(pods, tails):
-    entries = [fc.tail_entry(pods[0] if pods else worker(), fc.bound_tail(lines, fc.MAX_TAIL_LINES), None)
-               for lines in tails]
+    entries = [
+        fc.tail_entry(pods[0] if pods else worker(), fc.bound_tail(lines, fc.MAX_TAIL_LINES), None)
+        for lines in tails
+    ]
     report = fc.report(fc.causes(pods), entries)
     size = len(json.dumps(report).encode())
     # causes (a 1,000-character line each, plus the count) and tails (TAIL_BYTES each, JSON-escaped at most 6x)
-    assert size <= (fc.MAX_CAUSES + 1) * 6 * 2 * fc.MAX_TEXT + (fc.MAX_WORKER_TAILS + 1) * 6 * (fc.TAIL_BYTES + 600)
+    assert size <= (fc.MAX_CAUSES + 1) * 6 * 2 * fc.MAX_TEXT + (fc.MAX_WORKER_TAILS + 1) * 6 * (
+        fc.TAIL_BYTES + 600
+    )
     assert json.loads(json.dumps(report)) == report
     assert all(len(cause) <= 2 * fc.MAX_TEXT for cause in report["causes"])
 
 
 def test_explain_quotes_causes_and_the_last_lines_of_each_tail():
-    failure = {"causes": ["worker pod w (container worker): Error, exit code 3"],
-               "tails": [{"pod": "w", "role": "worker", "container": "worker", "lines": [f"l{i}" for i in range(30)],
-                          "note": None},
-                         {"pod": "l", "role": "launcher", "container": None, "lines": [], "note": "unavailable (x)"}]}
+    failure = {
+        "causes": ["worker pod w (container worker): Error, exit code 3"],
+        "tails": [
+            {
+                "pod": "w",
+                "role": "worker",
+                "container": "worker",
+                "lines": [f"l{i}" for i in range(30)],
+                "note": None,
+            },
+            {"pod": "l", "role": "launcher", "container": None, "lines": [], "note": "unavailable (x)"},
+        ],
+    }
     lines = fc.explain(failure)
     assert lines[0] == "cause: worker pod w (container worker): Error, exit code 3"
     assert lines[1] == f"last {fc.ERROR_TAIL_LINES} log lines of worker w (container worker):"
-    assert lines[2:2 + fc.ERROR_TAIL_LINES] == [f"    l{i}" for i in range(30 - fc.ERROR_TAIL_LINES, 30)]
+    assert lines[2 : 2 + fc.ERROR_TAIL_LINES] == [f"    l{i}" for i in range(30 - fc.ERROR_TAIL_LINES, 30)]
     assert lines[-1] == "log of launcher l: unavailable (x)"
     assert fc.explain(None) == [] and fc.explain({}) == []

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from airflow_mpi.hooks.errors import PodLogUnavailable
+from airflow_mpi.triggers import MPIJobTrigger
+from airflow_mpi.wait import failure_causes as fc
 from airflow_mpi.wait.contract import WaitOptions, WaitResult
 from airflow_mpi.wait.monitor import JobMonitor
-from airflow_mpi.wait import failure_causes as fc
-from airflow_mpi.triggers import MPIJobTrigger
 from tests.unit.fakes import FakeAsyncHook, job, pod
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,9 @@ class Cluster(FakeAsyncHook):
 
     def __init__(self, job_obj: dict, pods: list, logs: dict) -> None:
         super().__init__(job_obj=job_obj, logs=logs)
-        self.__dict__.update(current={p.metadata.name: p for p in pods}, changes=asyncio.Queue(), reads=asyncio.Queue())
+        self.__dict__.update(
+            current={p.metadata.name: p for p in pods}, changes=asyncio.Queue(), reads=asyncio.Queue()
+        )
 
     def _pods(self) -> list:
         return list(self.current.values())
@@ -56,7 +58,9 @@ class Cluster(FakeAsyncHook):
 
     async def read_pod_log(self, pod_name, namespace, **kwargs):
         if pod_name not in self.current:
-            raise PodLogUnavailable(pod_name, namespace, kwargs.get("container"), 404, f'pods "{pod_name}" not found')
+            raise PodLogUnavailable(
+                pod_name, namespace, kwargs.get("container"), 404, f'pods "{pod_name}" not found'
+            )
         self.reads.put_nowait(pod_name)
         async for line in super().read_pod_log(pod_name, namespace, **kwargs):
             yield line
@@ -74,16 +78,23 @@ def worker(name: str, **kw):
 
 
 LAUNCHER = pod("job-launcher-a", state="terminated", exit_code=137, reason="Error", phase="Failed")
-LOGS = {("job-worker-0", False): ["2026-11-24T13:00:00Z Server listening on 0.0.0.0 port 2222."],
-        ("job-worker-1", False): ["2026-11-24T13:00:00Z Server listening on 0.0.0.0 port 2222.",
-                                  "2026-11-24T13:00:01Z Accepted publickey for mpiuser"],
-        ("job-launcher-a", False): ["2026-11-24T13:00:02Z rank 1 start",
-                                    "2026-11-24T13:00:03Z mpirun noticed that process rank 1 exited on signal 9"]}
+LOGS = {
+    ("job-worker-0", False): ["2026-11-24T13:00:00Z Server listening on 0.0.0.0 port 2222."],
+    ("job-worker-1", False): [
+        "2026-11-24T13:00:00Z Server listening on 0.0.0.0 port 2222.",
+        "2026-11-24T13:00:01Z Accepted publickey for mpiuser",
+    ],
+    ("job-launcher-a", False): [
+        "2026-11-24T13:00:02Z rank 1 start",
+        "2026-11-24T13:00:03Z mpirun noticed that process rank 1 exited on signal 9",
+    ],
+}
 
 
 def monitor(hook, **kw) -> JobMonitor:
-    return JobMonitor(hook, "job", "ns", emit=lambda line: None, submitted_at=NOW, poll_interval=0.01,
-                      get_logs=False, **kw)
+    return JobMonitor(
+        hook, "job", "ns", emit=lambda line: None, submitted_at=NOW, poll_interval=0.01, get_logs=False, **kw
+    )
 
 
 def clean_up(hook: Cluster, name: str, reason: str, deletion: datetime) -> None:
@@ -108,10 +119,12 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
     assert failure["causes"] == [
         "worker pod job-worker-1 (container worker): OOMKilled: out of memory, memory limit 128Mi; a process of the "
         "container was killed, the container itself ended with exit code 0",
-        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
+        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)",
+    ]
     assert [(t["pod"], t["lines"]) for t in failure["tails"]] == [
         ("job-worker-1", ["Server listening on 0.0.0.0 port 2222.", "Accepted publickey for mpiuser"]),
-        ("job-launcher-a", ["rank 1 start", "mpirun noticed that process rank 1 exited on signal 9"])]
+        ("job-launcher-a", ["rank 1 start", "mpirun noticed that process rank 1 exited on signal 9"]),
+    ]
     event = result.to_event()
     assert json.loads(json.dumps(event)) == event  # plain JSON: it travels in a trigger event
     assert WaitResult.from_event(json.loads(json.dumps(event))) == result
@@ -119,21 +132,27 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
 
 async def test_the_rank_mpirun_reports_dead_is_named_before_the_launchers_exit_code():
     """A rank killed as a process of its worker: the worker pod lives on, only mpirun's words name it."""
-    logs = {**LOGS, ("job-launcher-a", False): [
-        "2026-11-24T13:00:03Z mpirun noticed that process rank 1 with PID 0 on node job-worker-1 "
-        "exited on signal 9 (Killed)."]}
+    logs = {
+        **LOGS,
+        ("job-launcher-a", False): [
+            "2026-11-24T13:00:03Z mpirun noticed that process rank 1 with PID 0 on node job-worker-1 "
+            "exited on signal 9 (Killed)."
+        ],
+    }
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0"), worker("job-worker-1")], logs)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
     assert result.failure["causes"] == [
         "rank 1 on job-worker-1: signal 9 (SIGKILL), as mpirun reports it",
-        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
+        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)",
+    ]
 
 
 async def test_with_clean_pod_policy_none_running_workers_are_not_awaited():
     hook = Cluster(failed_job(None), [LAUNCHER, worker("job-worker-0")], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)  # the clock is frozen: only no waiting ends this
     assert result.failure["causes"] == [
-        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"]
+        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)"
+    ]
     assert [t["pod"] for t in result.failure["tails"]] == ["job-launcher-a"]
 
 
@@ -169,16 +188,28 @@ async def test_an_evicted_worker_replaced_by_the_mpi_operator_is_the_first_cause
     why = ("EvictionByEvictionAPI", "Eviction API: evicting")
     deletion = NOW + timedelta(seconds=30)
     hook.change("MODIFIED", worker("job-worker-0", disruption=why, deletion=deletion))
-    hook.change("DELETED", worker("job-worker-0", disruption=why, deletion=deletion, state="terminated",
-                                  exit_code=255, reason="Error", phase="Failed"))
+    hook.change(
+        "DELETED",
+        worker(
+            "job-worker-0",
+            disruption=why,
+            deletion=deletion,
+            state="terminated",
+            exit_code=255,
+            reason="Error",
+            phase="Failed",
+        ),
+    )
     hook.change("ADDED", worker("job-worker-0", uid="uid-job-worker-0-again"))
     hook.change("ADDED", LAUNCHER)
     await hook.changes.join()
     hook.job_obj = failed_job(None)
     causes = (await asyncio.wait_for(run, 10))["failure"]["causes"]
-    assert causes == ["worker pod job-worker-0 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: "
-                      "evicting)", "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: "
-                      "SIGKILL)"]
+    assert causes == [
+        "worker pod job-worker-0 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: "
+        "evicting)",
+        "launcher pod job-launcher-a (container launcher): Error, exit code 137 (128 + 9: SIGKILL)",
+    ]
 
 
 async def test_a_worker_that_failed_by_itself_is_kept_and_read_and_no_tails_when_turned_off():
@@ -203,8 +234,12 @@ async def test_a_succeeded_job_has_no_report():
 async def test_the_trigger_carries_the_report_and_its_tail_lines(monkeypatch):
     import contextlib
 
-    trigger = MPIJobTrigger(name="job", namespace="ns", submitted_at=NOW.isoformat(),
-                            options=WaitOptions(poll_interval=0.01, get_logs=False, tail_lines=1))
+    trigger = MPIJobTrigger(
+        name="job",
+        namespace="ns",
+        submitted_at=NOW.isoformat(),
+        options=WaitOptions(poll_interval=0.01, get_logs=False, tail_lines=1),
+    )
     assert MPIJobTrigger(**trigger.serialize()[1]).options.tail_lines == 1
     hook = Cluster(failed_job(None), [LAUNCHER], LOGS)
 
@@ -215,4 +250,5 @@ async def test_the_trigger_carries_the_report_and_its_tail_lines(monkeypatch):
     monkeypatch.setattr(trigger, "_hook", use)
     (event,) = [e async for e in trigger.run()]
     assert event.payload["failure"]["tails"][0]["lines"] == [
-        "mpirun noticed that process rank 1 exited on signal 9"]
+        "mpirun noticed that process rank 1 exited on signal 9"
+    ]

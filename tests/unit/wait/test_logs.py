@@ -39,7 +39,9 @@ def test_reconnect_with_second_precision_drops_exactly_the_repeats():
     assert read(cursor, KEY, first) == ["a", "b", "b-again-same-stamp"]
     assert cursor.since_time(KEY) == "2026-11-22T10:00:01Z"
     # The server answers from the whole second on: both lines at .200 again, plus new ones.
-    second = first[1:] + lines(("2026-11-22T10:00:01.200Z", "third-at-same-stamp"), ("2026-11-22T10:00:02Z", "c"))
+    second = first[1:] + lines(
+        ("2026-11-22T10:00:01.200Z", "third-at-same-stamp"), ("2026-11-22T10:00:02Z", "c")
+    )
     assert read(cursor, KEY, second) == ["third-at-same-stamp", "c"]
 
 
@@ -47,7 +49,11 @@ def test_cursor_survives_serialisation():
     cursor = LogCursor()
     read(cursor, KEY, lines(("2026-11-22T10:00:00Z", "a"), ("2026-11-22T10:00:00Z", "a2")))
     restored = LogCursor.from_dict(cursor.to_dict())
-    assert read(restored, KEY, lines(("2026-11-22T10:00:00Z", "a"), ("2026-11-22T10:00:00Z", "a2"), ("2026-11-22T10:00:03Z", "b"))) == ["b"]
+    assert read(
+        restored,
+        KEY,
+        lines(("2026-11-22T10:00:00Z", "a"), ("2026-11-22T10:00:00Z", "a2"), ("2026-11-22T10:00:03Z", "b")),
+    ) == ["b"]
 
 
 def test_streams_are_independent_and_unstamped_lines_are_never_dropped():
@@ -74,14 +80,23 @@ def test_a_resumed_read_that_no_longer_has_the_last_line_printed_names_the_gap()
     rotated = cursor.new_pass(KEY)  # "b" and whatever followed it went with the rotated file
     assert rotated.accept("2026-11-22T10:00:07.500Z d") == "d"
     assert rotated.gap == ((1795341601, 200_000_000), (1795341607, 500_000_000))
-    assert rotated.accept("2026-11-22T10:00:08Z e") == "e" and rotated.gap == ((1795341601, 200_000_000), (1795341607, 500_000_000))
+    assert rotated.accept("2026-11-22T10:00:08Z e") == "e" and rotated.gap == (
+        (1795341601, 200_000_000),
+        (1795341607, 500_000_000),
+    )
 
 
-@pytest.mark.parametrize("answer", [
-    ["2026-11-22T10:00:01.200Z b", "2026-11-22T10:00:07.500Z d"],  # the last line printed comes back first
-    ["2026-11-22T10:00:01.200Z b"],  # nothing new yet
-    [],
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [
+            "2026-11-22T10:00:01.200Z b",
+            "2026-11-22T10:00:07.500Z d",
+        ],  # the last line printed comes back first
+        ["2026-11-22T10:00:01.200Z b"],  # nothing new yet
+        [],
+    ],
+)
 def test_a_resumed_read_that_starts_at_the_last_line_printed_has_no_gap(answer):
     cursor = LogCursor()
     read(cursor, KEY, lines(("2026-11-22T10:00:00.100Z", "a"), ("2026-11-22T10:00:01.200Z", "b")))
@@ -97,7 +112,7 @@ def _message_of(pieces: list[str], stamp: str) -> str:
     text = ""
     for piece in pieces:
         assert piece.startswith(stamp + " ")  # every piece carries the line's timestamp
-        body = re.sub(r"^\[line continued from byte \d+\] ", "", piece[len(stamp) + 1:])
+        body = re.sub(r"^\[line continued from byte \d+\] ", "", piece[len(stamp) + 1 :])
         text += re.sub(r" \[line cut at \d+ bytes\]$", "", body)
     return text
 
@@ -125,29 +140,37 @@ def test_a_10_mb_line_without_a_newline_is_held_at_most_the_cap_and_passed_on_in
     tracemalloc.start()
     take(splitter.feed(stamp.encode() + b" "))
     for start in range(0, len(bar), 65536):  # aiohttp's chunks
-        take(splitter.feed(bar[start:start + 65536]))
+        take(splitter.feed(bar[start : start + 65536]))
     take(splitter.feed(b"\n"))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 16 * MAX_LOG_LINE_BYTES  # the cap, a chunk, pieces decoded (0.6 MB): was the whole line, 10 MB
+    assert (
+        peak < 16 * MAX_LOG_LINE_BYTES
+    )  # the cap, a chunk, pieces decoded (0.6 MB): was the whole line, 10 MB
     assert received.digest() == hashlib.sha256(bar).digest() and offset == len(bar)  # no byte lost or doubled
     assert longest <= MAX_LOG_LINE_BYTES and len(bar) // MAX_LOG_LINE_BYTES < pieces < len(bar) // 65533 + 2
 
 
-@given(data=st.binary(min_size=100, max_size=300), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30))
+@given(
+    data=st.binary(min_size=100, max_size=300), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30)
+)
 def test_a_line_is_cut_into_the_same_pieces_whatever_chunks_it_arrives_in(data, sizes):
     """What makes a resumed read exact: the pieces of a line depend on the line only (the cursor counts them)."""
     raw = b"2026-11-22T10:00:01Z " + data.replace(b"\n", b"x") + b"\nnext\n2026-11-22T10:00:02Z tail"
     whole = list(iter_lines([raw], 48))  # over the 36 bytes a timestamp takes at most
     chunks, at = [], 0
     for size in sizes * (len(raw) // sum(sizes) + 1):
-        chunks.append(raw[at:at + size])
+        chunks.append(raw[at : at + size])
         at += size
     assert list(iter_lines(chunks, 48)) == whole
-    assert all(len(piece) <= 21 + 48 + 60 for piece in whole if piece.startswith("2026-11-22T10:00:01Z"))  # chars
+    assert all(
+        len(piece) <= 21 + 48 + 60 for piece in whole if piece.startswith("2026-11-22T10:00:01Z")
+    )  # chars
     if b"\xef\xbf\xbd" not in data and _valid_utf8(data):
         first = [p for p in whole if p.startswith("2026-11-22T10:00:01Z")]
-        assert _message_of(first, "2026-11-22T10:00:01Z") == data.replace(b"\n", b"x").decode().removesuffix("\r")
+        assert _message_of(first, "2026-11-22T10:00:01Z") == data.replace(b"\n", b"x").decode().removesuffix(
+            "\r"
+        )
 
 
 def _valid_utf8(data: bytes) -> bool:

@@ -2,23 +2,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from airflow_mpi.hooks import retries
-from airflow_mpi.wait import watch_hub
 from airflow_mpi.hooks.errors import WatchExpired
-from airflow_mpi.wait.monitor import JobMonitor
-from airflow_mpi.wait.summaries import pod_summary as summary
-from airflow_mpi.wait.progress import Timeouts, assess
 from airflow_mpi.jobspec.status import job_state
+from airflow_mpi.wait import watch_hub
+from airflow_mpi.wait.monitor import JobMonitor
+from airflow_mpi.wait.progress import Timeouts, assess
+from airflow_mpi.wait.summaries import pod_summary as summary
 from tests.unit.fakes import FakeAsyncHook, job, pod
 
-NOW = datetime.now(timezone.utc)
-FAILED_WORKER = pod("job-worker-1", role="worker", phase="Failed", state="terminated", exit_code=1, reason="Error",
-                    container="worker")
+NOW = datetime.now(UTC)
+FAILED_WORKER = pod(
+    "job-worker-1",
+    role="worker",
+    phase="Failed",
+    state="terminated",
+    exit_code=1,
+    reason="Error",
+    container="worker",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +49,13 @@ async def test_success_streams_each_line_once_across_a_cut_stream():
         job_obj=running,
         watch_script=[[("MODIFIED", done)]],
         launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
-        logs={("job-launcher-a", False): [
-            "2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two", "2026-11-22T10:00:02Z three"]},
+        logs={
+            ("job-launcher-a", False): [
+                "2026-11-22T10:00:01.1Z one",
+                "2026-11-22T10:00:01.2Z two",
+                "2026-11-22T10:00:02Z three",
+            ]
+        },
         log_failures={"job-launcher-a": 2},
     )
     lines: list[str] = []
@@ -71,9 +82,15 @@ async def test_lines_the_kubelet_rotated_away_before_a_resumed_read_are_said_mis
     hook = RotatingKubelet(
         job_obj=done,
         launchers=[pod("job-launcher-a", state="terminated", phase="Succeeded")],
-        logs={("job-launcher-a", False): ["2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two",
-                                          "2026-11-22T10:00:02Z three", "2026-11-22T10:00:09Z four",
-                                          "2026-11-22T10:00:10Z five"]},
+        logs={
+            ("job-launcher-a", False): [
+                "2026-11-22T10:00:01.1Z one",
+                "2026-11-22T10:00:01.2Z two",
+                "2026-11-22T10:00:02Z three",
+                "2026-11-22T10:00:09Z four",
+                "2026-11-22T10:00:10Z five",
+            ]
+        },
         log_failures={"job-launcher-a": 2},
     )
     lines: list[str] = []
@@ -84,7 +101,8 @@ async def test_lines_the_kubelet_rotated_away_before_a_resumed_read_are_said_mis
         "(launcher log job-launcher-a/launcher/0: the log server no longer serves the lines after "
         "2026-11-22T10:00:01.200000000Z up to 2026-11-22T10:00:09.000000000Z, e.g. the kubelet rotated them away "
         "(containerLogMaxSize) while this reader was not following; lines printed in between, if any, are not in "
-        "this log)")
+        "this log)"
+    )
 
 
 async def test_every_attempt_gets_a_header_in_order():
@@ -92,18 +110,34 @@ async def test_every_attempt_gets_a_header_in_order():
     hook = FakeAsyncHook(
         job_obj=failed,
         launchers=[
-            pod("job-launcher-2", created="2026-11-22T10:00:10", state="terminated", exit_code=3, phase="Failed"),
-            pod("job-launcher-1", created="2026-11-22T10:00:00", state="terminated", exit_code=1, phase="Failed"),
+            pod(
+                "job-launcher-2",
+                created="2026-11-22T10:00:10",
+                state="terminated",
+                exit_code=3,
+                phase="Failed",
+            ),
+            pod(
+                "job-launcher-1",
+                created="2026-11-22T10:00:00",
+                state="terminated",
+                exit_code=1,
+                phase="Failed",
+            ),
         ],
-        logs={("job-launcher-1", False): ["2026-11-22T10:00:01Z first"],
-              ("job-launcher-2", False): ["2026-11-22T10:00:11Z second"]},
+        logs={
+            ("job-launcher-1", False): ["2026-11-22T10:00:01Z first"],
+            ("job-launcher-2", False): ["2026-11-22T10:00:11Z second"],
+        },
     )
     lines: list[str] = []
     result = await monitor(hook, lines, max_attempts=2).run()
     assert result.outcome == "failed" and result.reason == "BackoffLimitExceeded"
     assert lines == [
-        "========== launcher attempt 1 of 2, pod job-launcher-1 ==========", "first",
-        "========== launcher attempt 2 of 2, pod job-launcher-2 ==========", "second",
+        "========== launcher attempt 1 of 2, pod job-launcher-1 ==========",
+        "first",
+        "========== launcher attempt 2 of 2, pod job-launcher-2 ==========",
+        "second",
     ]
     assert result.launcher_attempts == 2
     assert result.launcher_exit_codes == [1, 3]  # oldest attempt first
@@ -114,8 +148,10 @@ async def test_restarted_container_log_is_read_with_previous():
     hook = FakeAsyncHook(
         job_obj=done,
         launchers=[pod("job-launcher-a", state="terminated", restart_count=1, phase="Succeeded")],
-        logs={("job-launcher-a", True): ["2026-11-22T10:00:01Z before restart"],
-              ("job-launcher-a", False): ["2026-11-22T10:00:05Z after restart"]},
+        logs={
+            ("job-launcher-a", True): ["2026-11-22T10:00:01Z before restart"],
+            ("job-launcher-a", False): ["2026-11-22T10:00:05Z after restart"],
+        },
     )
     lines: list[str] = []
     await monitor(hook, lines).run()
@@ -127,8 +163,10 @@ async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
     monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     created = job("job", "ns", ("Created", "x"), rv="5")
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"), rv="9")
-    hook = FakeAsyncHook(job_obj=created, watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"),
-                                                        [("MODIFIED", done)]])
+    hook = FakeAsyncHook(
+        job_obj=created,
+        watch_script=[WatchExpired("job", "ns", "5"), ConnectionError("cut"), [("MODIFIED", done)]],
+    )
     result = await monitor(hook, [], get_logs=False).run()
     assert result.outcome == "success" and hook.watch_script == []
     # after the 410 the hub lists again (the version may be compacted); after a cut it resumes without a list
@@ -136,11 +174,22 @@ async def test_watch_expiry_and_disconnect_are_survived(monkeypatch):
     assert hook.watch_versions[:3] == ["5", "5", "5"]
 
 
-@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+@pytest.mark.parametrize(
+    "events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"]
+)
 async def test_validation_error_event_fails_fast(events_watch_forbidden):
-    hook = FakeAsyncHook(job_obj=job("job", "ns"), events_watch_forbidden=events_watch_forbidden, events=[
-        {"type": "Warning", "reason": "ValidationError", "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
-         "involvedObject": {"name": "job"}}])
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns"),
+        events_watch_forbidden=events_watch_forbidden,
+        events=[
+            {
+                "type": "Warning",
+                "reason": "ValidationError",
+                "message": "spec.mpiReplicaSpecs[Worker].replicas: bad",
+                "involvedObject": {"name": "job"},
+            }
+        ],
+    )
     result = await monitor(hook, [], get_logs=False).run()
     assert result.outcome == "invalid" and "replicas: bad" in result.message
 
@@ -149,10 +198,24 @@ async def test_unschedulable_pod_after_schedule_timeout_surfaces_events():
     created = job("job", "ns", ("Created", "x"))
     hook = FakeAsyncHook(
         job_obj=created,
-        workers=[pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False,
-                     created="2020-01-01T00:00:00")],
-        events=[{"type": "Warning", "reason": "FailedScheduling", "message": "0/4 nodes are available: Insufficient nvidia.com/gpu",
-                 "involvedObject": {"name": "job-worker-0"}}],
+        workers=[
+            pod(
+                "job-worker-0",
+                role="worker",
+                phase="Pending",
+                state=None,
+                scheduled=False,
+                created="2020-01-01T00:00:00",
+            )
+        ],
+        events=[
+            {
+                "type": "Warning",
+                "reason": "FailedScheduling",
+                "message": "0/4 nodes are available: Insufficient nvidia.com/gpu",
+                "involvedObject": {"name": "job-worker-0"},
+            }
+        ],
     )
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 5)).run()
     assert result.outcome == "unschedulable"
@@ -170,15 +233,22 @@ async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its
     result = await monitor(hook, [], get_logs=False).run()
     assert result.outcome == "worker_failed"
     assert result.message.startswith(
-        "worker pod job-worker-1 failed before the launcher started (Error, exit code 1)")
+        "worker pod job-worker-1 failed before the launcher started (Error, exit code 1)"
+    )
     assert result.failure["causes"] == ["worker pod job-worker-1 (container worker): Error, exit code 1"]
     assert result.failure["tails"][0]["lines"] == ["sshd: no hostkeys available -- exiting."]
 
 
-@pytest.mark.parametrize("pods", [
-    [FAILED_WORKER, pod("job-launcher-a")],  # the launcher runs: its mpirun fails, and the job with it
-    [pod("job-worker-1", role="worker", phase="Failed", pod_reason="Evicted")],  # the mpi-operator fails the job
-], ids=["launcher-started", "evicted"])
+@pytest.mark.parametrize(
+    "pods",
+    [
+        [FAILED_WORKER, pod("job-launcher-a")],  # the launcher runs: its mpirun fails, and the job with it
+        [
+            pod("job-worker-1", role="worker", phase="Failed", pod_reason="Evicted")
+        ],  # the mpi-operator fails the job
+    ],
+    ids=["launcher-started", "evicted"],
+)
 def test_a_failed_worker_is_left_to_the_mpi_operator_once_it_acts_on_it(pods):
     state = job_state(job("job", "ns", ("Created", "x")))
     verdict = assess(state, [summary(p) for p in pods], [], now=NOW, submitted_at=NOW, timeouts=Timeouts())
@@ -187,8 +257,9 @@ def test_a_failed_worker_is_left_to_the_mpi_operator_once_it_acts_on_it(pods):
 
 async def test_startup_timeout_without_created():
     hook = FakeAsyncHook(job_obj=job("job", "ns"))
-    result = await monitor(hook, [], get_logs=False, submitted_at=NOW - timedelta(seconds=10),
-                           timeouts=Timeouts(5, 300)).run()
+    result = await monitor(
+        hook, [], get_logs=False, submitted_at=NOW - timedelta(seconds=10), timeouts=Timeouts(5, 300)
+    ).run()
     assert result.outcome == "startup_timeout"
 
 
@@ -225,7 +296,13 @@ async def test_target_condition_reached():
 
 async def test_drain_resumes_from_state_without_duplicates():
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
-    logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a", "2026-11-22T10:00:01Z b", "2026-11-22T10:00:02Z c"]}
+    logs = {
+        ("job-launcher-a", False): [
+            "2026-11-22T10:00:01Z a",
+            "2026-11-22T10:00:01Z b",
+            "2026-11-22T10:00:02Z c",
+        ]
+    }
     hook = FakeAsyncHook(job_obj=done, launchers=[pod("job-launcher-a", state="running")], logs=logs)
     first: list[str] = []
     m = monitor(hook, first)
@@ -255,8 +332,10 @@ async def test_server_errors_are_retried():
     from kubernetes_asyncio.client.exceptions import ApiException
 
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
-    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
-                         watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]])
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x")),
+        watch_script=[ApiException(status=503, reason="restarting"), [("MODIFIED", done)]],
+    )
     assert (await monitor(hook, [], get_logs=False).run()).outcome == "success"
 
 
@@ -267,9 +346,14 @@ async def test_authorization_errors_while_an_api_server_comes_back_are_retried(m
 
     monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     done = job("job", "ns", ("Created", "x"), ("Succeeded", "x"))
-    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x")),
-                         watch_script=[ConnectionError("refused"), ApiException(status=status, reason="not synced"),
-                                       [("MODIFIED", done)]])
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x")),
+        watch_script=[
+            ConnectionError("refused"),
+            ApiException(status=status, reason="not synced"),
+            [("MODIFIED", done)],
+        ],
+    )
     assert (await monitor(hook, [], get_logs=False).run()).outcome == "success"
 
 
@@ -289,8 +373,11 @@ async def test_a_follow_stream_that_never_ends_is_left_once_the_container_stoppe
                 self.job_obj = done
                 await asyncio.Event().wait()  # hangs like a stream that is never closed
 
-    hook = EndlessFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
-                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    hook = EndlessFollow(
+        job_obj=running,
+        launchers=[pod("job-launcher-a", state="running")],
+        logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]},
+    )
     lines: list[str] = []
     result = await asyncio.wait_for(monitor(hook, lines).run(), 30)
     assert result.outcome == "success"
@@ -321,8 +408,11 @@ class KubeletFollow(FakeAsyncHook):
 
 async def test_a_kubelet_ending_the_follow_before_the_status_says_so_is_not_followed_again():
     running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
-    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
-                         logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]})
+    hook = KubeletFollow(
+        job_obj=running,
+        launchers=[pod("job-launcher-a", state="running")],
+        logs={("job-launcher-a", False): ["2026-11-22T10:00:01Z only"]},
+    )
     lines: list[str] = []
     result = await monitor(hook, lines).run()
     assert result.outcome == "success"
@@ -344,20 +434,30 @@ class RotatingFollow(KubeletFollow):
         if limit_bytes is not None and self.probe_answer is not None:
             yield self.probe_answer
             return
-        async for line in super().read_pod_log(pod_name, namespace, follow=follow, limit_bytes=limit_bytes, **kw):
+        async for line in super().read_pod_log(
+            pod_name, namespace, follow=follow, limit_bytes=limit_bytes, **kw
+        ):
             yield line
         if follow and self.rotate_to is not None:
             self.logs[(pod_name, False)] = self.rotate_to
 
 
-ROTATED_LOG = ["2026-11-22T10:00:01.1Z one", "2026-11-22T10:00:01.2Z two", "2026-11-22T10:00:02Z three",
-               "2026-11-22T10:00:09.5Z four", "2026-11-22T10:00:10Z five"]
+ROTATED_LOG = [
+    "2026-11-22T10:00:01.1Z one",
+    "2026-11-22T10:00:01.2Z two",
+    "2026-11-22T10:00:02Z three",
+    "2026-11-22T10:00:09.5Z four",
+    "2026-11-22T10:00:10Z five",
+]
 
 
 def rotating(rotate_to=None, probe_error=None) -> RotatingFollow:
     running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
-    hook = RotatingFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
-                          logs={("job-launcher-a", False): list(ROTATED_LOG)})
+    hook = RotatingFollow(
+        job_obj=running,
+        launchers=[pod("job-launcher-a", state="running")],
+        logs={("job-launcher-a", False): list(ROTATED_LOG)},
+    )
     hook.rotate_to, hook.probe_error = rotate_to, probe_error
     return hook
 
@@ -373,7 +473,8 @@ async def test_a_log_rotated_while_followed_is_said_once_with_where_the_node_kee
         "(containerLogMaxSize; its current file starts at 2026-11-22T10:00:09.500000000Z). At a rotation the last "
         "line or two containerd writes to the old file can miss the follow, and the API serves only the current "
         "file: a line that seems missing is in the node's rotated files, "
-        "/var/log/pods/ns_job-launcher-a_<pod uid>/launcher/0.log.<time>)")
+        "/var/log/pods/ns_job-launcher-a_<pod uid>/launcher/0.log.<time>)"
+    )
     assert hook.log_probes == ["job-launcher-a"]
 
 
@@ -384,8 +485,10 @@ async def test_a_log_rotated_after_its_last_line_is_said_too():
     assert (await monitor(hook, lines).run()).outcome == "success"
     shown = [ln for ln in lines if not ln.startswith("=")]
     assert shown[:5] == ["one", "two", "three", "four", "five"] and len(shown) == 6
-    assert "the kubelet rotated this log while it was followed (containerLogMaxSize; its current file is empty)" \
+    assert (
+        "the kubelet rotated this log while it was followed (containerLogMaxSize; its current file is empty)"
         in shown[5]
+    )
 
 
 async def test_an_error_text_instead_of_the_files_start_says_nothing():
@@ -407,15 +510,20 @@ async def test_a_container_restarted_after_its_follow_is_no_rotation():
             self.job_obj = done
 
     running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
-    hook = Restarting(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
-                      logs={("job-launcher-a", False): list(ROTATED_LOG)})
+    hook = Restarting(
+        job_obj=running,
+        launchers=[pod("job-launcher-a", state="running")],
+        logs={("job-launcher-a", False): list(ROTATED_LOG)},
+    )
     hook.status_after = 0
     lines: list[str] = []
     assert (await monitor(hook, lines).run()).outcome == "success"
     assert [ln for ln in lines if not ln.startswith("=")] == ["one", "two", "three", "four", "five", "again"]
 
 
-@pytest.mark.parametrize("probe_error", [None, ConnectionError("kubelet gone")], ids=["not-rotated", "probe-fails"])
+@pytest.mark.parametrize(
+    "probe_error", [None, ConnectionError("kubelet gone")], ids=["not-rotated", "probe-fails"]
+)
 async def test_a_follow_of_a_log_not_seen_rotated_says_nothing_more(probe_error):
     hook = rotating(probe_error=probe_error)
     lines: list[str] = []
@@ -433,12 +541,17 @@ async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_
     monkeypatch.setattr(log_pump, "EOF_SETTLE", 0.05)
     running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
     log = ["2026-11-22T10:00:01Z one"]
-    hook = KubeletFollow(job_obj=running, launchers=[pod("job-launcher-a", state="running")],
-                         logs={("job-launcher-a", False): log})
+    hook = KubeletFollow(
+        job_obj=running,
+        launchers=[pod("job-launcher-a", state="running")],
+        logs={("job-launcher-a", False): log},
+    )
     hook.exits = False
 
     async def more_output_then_exit():
-        while len(hook.log_requests) < 2:  # the first follow ended (a proxy dropped it), the container runs on
+        while (
+            len(hook.log_requests) < 2
+        ):  # the first follow ended (a proxy dropped it), the container runs on
             await asyncio.sleep(0.01)
         log.append("2026-11-22T10:00:03Z two")
         hook.exits = True
@@ -477,7 +590,9 @@ async def test_pending_pods_cost_no_event_listing_until_one_is_stuck(monkeypatch
             calls.append(name)
             return await super().job_events(name, namespace)
 
-    pending = pod("job-worker-0", role="worker", phase="Pending", state=None, scheduled=False, created=NOW.isoformat())
+    pending = pod(
+        "job-worker-0", role="worker", phase="Pending", state=None, scheduled=False, created=NOW.isoformat()
+    )
     hook = Counting(job_obj=job("job", "ns", ("Created", "x")), workers=[pending])
     task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(120, 300)).run())
     await asyncio.wait_for(twenty_checks.wait(), 30)
@@ -507,8 +622,10 @@ async def test_a_launcher_pod_gone_mid_read_is_told_once_and_nothing_else_is_cla
     hook.launchers = []  # the pod is gone before the rest was read
     resumed: list[str] = []
     await monitor(hook, resumed, log_state=m.logs.to_dict()).drain_logs()
-    assert resumed == ["(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
-                       "lines it printed after the last one above, if any, are not in this log)"]
+    assert resumed == [
+        "(launcher log job-launcher-a/launcher/0 could not be read to its end: its pod is gone; "
+        "lines it printed after the last one above, if any, are not in this log)"
+    ]
 
 
 class Restarting(FakeAsyncHook):
@@ -553,7 +670,9 @@ async def test_a_refusal_on_the_first_read_fails_at_once(monkeypatch, status):
     from airflow_mpi.hooks import retries
 
     monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
-    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[_api_error(status), _api_error(503)])
+    hook = Restarting(
+        job_obj=job("job", "ns", ("Created", "x")), failures=[_api_error(status), _api_error(503)]
+    )
     with pytest.raises(Exception) as err:
         await monitor(hook, [], get_logs=False).run()
     assert getattr(err.value, "status", None) == status and len(hook.failures) == 1
@@ -564,7 +683,9 @@ async def test_an_outage_longer_than_the_limit_fails_the_wait(monkeypatch):
 
     monkeypatch.setattr(retries, "OUTAGE_RETRY_DELAY", 0)
     monkeypatch.setattr(retries, "API_OUTAGE_LIMIT", 0)
-    hook = Restarting(job_obj=job("job", "ns", ("Created", "x")), failures=[ConnectionRefusedError(111, "down")] * 3)
+    hook = Restarting(
+        job_obj=job("job", "ns", ("Created", "x")), failures=[ConnectionRefusedError(111, "down")] * 3
+    )
     with pytest.raises(ConnectionRefusedError):
         await monitor(hook, [], get_logs=False).run()
     assert len(hook.failures) == 2
@@ -583,8 +704,14 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
         clock[0] += timedelta(seconds=5)
         checks.append(clock[0])
         if len(checks) == 180:  # 15 min: the operator finally rejects the spec
-            hook.events.append({"type": "Warning", "reason": "ValidationError", "message": "late: bad spec",
-                                "involvedObject": {"name": "job"}})
+            hook.events.append(
+                {
+                    "type": "Warning",
+                    "reason": "ValidationError",
+                    "message": "late: bad spec",
+                    "involvedObject": {"name": "job"},
+                }
+            )
         return real_assess(*args, **kwargs)
 
     class Counting(FakeAsyncHook):
@@ -604,7 +731,9 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
     assert (listed[-1] - checks[179]).total_seconds() <= 300
 
 
-@pytest.mark.parametrize("events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"])
+@pytest.mark.parametrize(
+    "events_watch_forbidden", [False, True], ids=["hub-watches-events", "wait-lists-events"]
+)
 async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch, events_watch_forbidden):
     """The verdict quotes the events of the moment it is given, not those of the last listing (nor only the
     ValidationErrors the hub watches)."""
@@ -616,12 +745,22 @@ async def test_a_startup_timeout_is_given_on_fresh_events(monkeypatch, events_wa
     m = monitor(hook, [], get_logs=False, timeouts=Timeouts(60, None), submitted_at=NOW)
     async with watch_hub.subscription(hook, "ns", "job") as sub:
         assert not (await m._assess(hook.job_obj, sub)).done  # listed at NOW: nothing
-        hook.events.append({"type": "Warning", "reason": "FailedCreate", "message": "quota exceeded",
-                            "involvedObject": {"name": "job"}})
-        clock[0] = NOW + timedelta(seconds=61)  # past the startup timeout, before the next listing is due (gap)
+        hook.events.append(
+            {
+                "type": "Warning",
+                "reason": "FailedCreate",
+                "message": "quota exceeded",
+                "involvedObject": {"name": "job"},
+            }
+        )
+        clock[0] = NOW + timedelta(
+            seconds=61
+        )  # past the startup timeout, before the next listing is due (gap)
         m._uncreated_gap = 600
         verdict = await m._assess(hook.job_obj, sub)
-    assert verdict.outcome == "startup_timeout" and any("quota exceeded" in w for w in verdict.warnings), verdict
+    assert verdict.outcome == "startup_timeout" and any("quota exceeded" in w for w in verdict.warnings), (
+        verdict
+    )
 
 
 async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs_watch_sees_its_validation_error():
@@ -639,14 +778,31 @@ async def test_a_job_waiting_to_be_created_costs_no_event_listing_until_the_hubs
 
     current = job("job", "ns")
     current["metadata"]["uid"] = "uid-2"
-    hook = Counting(job_obj=current, events=[{"type": "Warning", "reason": "ValidationError", "message": "old run",
-                                              "involvedObject": {"name": "job", "uid": "uid-1"}}])
-    task = asyncio.create_task(monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0.001).run())
+    hook = Counting(
+        job_obj=current,
+        events=[
+            {
+                "type": "Warning",
+                "reason": "ValidationError",
+                "message": "old run",
+                "involvedObject": {"name": "job", "uid": "uid-1"},
+            }
+        ],
+    )
+    task = asyncio.create_task(
+        monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0.001).run()
+    )
     for _ in range(200):  # 200 checks of the job, at least: nothing listed, not over
         await asyncio.sleep(0.001)
     assert listed == [] and not task.done()
-    hook.add_event({"type": "Warning", "reason": "ValidationError", "message": "spec.slotsPerWorker: bad",
-                    "involvedObject": {"name": "job", "uid": "uid-2"}})
+    hook.add_event(
+        {
+            "type": "Warning",
+            "reason": "ValidationError",
+            "message": "spec.slotsPerWorker: bad",
+            "involvedObject": {"name": "job", "uid": "uid-2"},
+        }
+    )
     result = await asyncio.wait_for(task, 30)
     assert result.outcome == "invalid" and "slotsPerWorker: bad" in result.message
     assert listed == ["job"]
@@ -656,8 +812,11 @@ async def test_a_drain_of_a_launcher_that_still_runs_reads_again_at_a_steady_pac
     """A drain (the wait is over: a sensor's target condition, ``attach_logs``) finds the launcher still running:
     it reads its log again once a second or when the pod changes, until the container ends."""
     logs = {("job-launcher-a", False): ["2026-11-22T10:00:01Z a"]}
-    hook = FakeAsyncHook(job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")),
-                         launchers=[pod("job-launcher-a", state="running")], logs=logs)
+    hook = FakeAsyncHook(
+        job_obj=job("job", "ns", ("Created", "x"), ("Running", "x")),
+        launchers=[pod("job-launcher-a", state="running")],
+        logs=logs,
+    )
     lines: list[str] = []
     drain = asyncio.create_task(monitor(hook, lines).drain_logs())
     await asyncio.sleep(1.5)

@@ -3,13 +3,15 @@ mpi-operator v0.8.2 and Kueue v0.17.0 write them (tests/integration/test_kueue_o
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.queueing import QueueTracker, flavors
 
-CREATED = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
-PENDING = "couldn't assign flavors to pod set launcher: insufficient unused quota for cpu in flavor default-flavor"
+CREATED = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+PENDING = (
+    "couldn't assign flavors to pod set launcher: insufficient unused quota for cpu in flavor default-flavor"
+)
 PREEMPTED = "Preempted to accommodate a workload (UID: u2) due to prioritization in the ClusterQueue"
 
 
@@ -23,28 +25,43 @@ def at(seconds: float) -> datetime:
 
 def mpijob(suspended: bool, queue: str | None = "user-queue") -> dict:
     labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
-    conditions = [{"type": "Created", "status": "True"},
-                  {"type": "Suspended", "status": "True" if suspended else "False"}]
-    return {"metadata": {"name": "job", "labels": labels, "creationTimestamp": stamp(0)},
-            "status": {"conditions": conditions}}
+    conditions = [
+        {"type": "Created", "status": "True"},
+        {"type": "Suspended", "status": "True" if suspended else "False"},
+    ]
+    return {
+        "metadata": {"name": "job", "labels": labels, "creationTimestamp": stamp(0)},
+        "status": {"conditions": conditions},
+    }
 
 
 def workload(*conditions: tuple, admitted: dict | None = None) -> dict:
     """``conditions``: (type, status, reason, message, seconds after creation)."""
-    status: dict = {"conditions": [{"type": t, "status": s, "reason": r, "message": m, "lastTransitionTime": stamp(x)}
-                                   for t, s, r, m, x in conditions]}
+    status: dict = {
+        "conditions": [
+            {"type": t, "status": s, "reason": r, "message": m, "lastTransitionTime": stamp(x)}
+            for t, s, r, m, x in conditions
+        ]
+    }
     if admitted is not None:
-        status["admission"] = {"clusterQueue": "cluster-queue", "podSetAssignments": [
-            {"name": name, "flavors": f} for name, f in admitted.items()]}
+        status["admission"] = {
+            "clusterQueue": "cluster-queue",
+            "podSetAssignments": [{"name": name, "flavors": f} for name, f in admitted.items()],
+        }
     return {"metadata": {"name": "mpijob-job-1"}, "status": status}
 
 
-ONE_FLAVOR = {"launcher": {"cpu": "default-flavor"}, "worker": {"cpu": "default-flavor", "memory": "default-flavor"}}
+ONE_FLAVOR = {
+    "launcher": {"cpu": "default-flavor"},
+    "worker": {"cpu": "default-flavor", "memory": "default-flavor"},
+}
 PENDING_WL = workload(("QuotaReserved", "False", "Pending", PENDING, 1))
 
 
 def admitted_wl(seconds: float, *extra: tuple) -> dict:
-    return workload(("QuotaReserved", "True", "QuotaReserved", "Quota reserved", seconds), *extra, admitted=ONE_FLAVOR)
+    return workload(
+        ("QuotaReserved", "True", "QuotaReserved", "Quota reserved", seconds), *extra, admitted=ONE_FLAVOR
+    )
 
 
 def test_queued_then_admitted_says_where_why_once_then_the_flavor_and_the_time_queued():
@@ -53,8 +70,10 @@ def test_queued_then_admitted_says_where_why_once_then_the_flavor_and_the_time_q
     assert lines == [f"MPIJob job is queued by Kueue in LocalQueue user-queue: {PENDING}"] and verdict is None
     assert tracker.observe(mpijob(True), PENDING_WL, at(30)) == ([], None)  # no change, no line
     lines, _ = tracker.observe(mpijob(False), admitted_wl(75), at(76))
-    assert lines == ["MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after "
-                     "1m15s in the queue"]
+    assert lines == [
+        "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after "
+        "1m15s in the queue"
+    ]
     assert tracker.observe(mpijob(False), admitted_wl(75), at(90)) == ([], None)
 
 
@@ -63,7 +82,8 @@ def test_a_new_reason_is_said_again_and_a_reserved_but_still_suspended_job_says_
     tracker.observe(mpijob(True), PENDING_WL, at(1))
     other = workload(("QuotaReserved", "False", "Inadmissible", "LocalQueue user-queue is stopped", 5))
     assert tracker.observe(mpijob(True), other, at(6))[0] == [
-        "MPIJob job is queued by Kueue in LocalQueue user-queue: LocalQueue user-queue is stopped"]
+        "MPIJob job is queued by Kueue in LocalQueue user-queue: LocalQueue user-queue is stopped"
+    ]
     assert tracker.observe(mpijob(True), admitted_wl(7), at(7)) == ([], None)
 
 
@@ -72,8 +92,10 @@ def test_queue_timeout_counts_from_the_job_creation_and_only_while_queued():
     assert tracker.observe(mpijob(True), PENDING_WL, at(59))[1] is None
     verdict = tracker.observe(mpijob(True), PENDING_WL, at(60))[1]
     assert verdict.outcome is Outcome.QUEUE_TIMEOUT
-    assert verdict.message == (f"MPIJob job was not admitted by Kueue within queue_timeout=60s (LocalQueue user-queue: "
-                               f"{PENDING}); it is deleted")
+    assert verdict.message == (
+        f"MPIJob job was not admitted by Kueue within queue_timeout=60s (LocalQueue user-queue: "
+        f"{PENDING}); it is deleted"
+    )
     admitted = QueueTracker("job", queue_timeout=60)
     assert admitted.observe(mpijob(False), admitted_wl(10), at(500))[1] is None  # running: no queue timeout
 
@@ -81,18 +103,24 @@ def test_queue_timeout_counts_from_the_job_creation_and_only_while_queued():
 def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed_from_it():
     tracker = QueueTracker("job", queue_timeout=60)
     tracker.observe(mpijob(False), admitted_wl(5), at(6))
-    evicted = workload(("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-                       ("Evicted", "True", "Preempted", PREEMPTED, 100))
+    evicted = workload(
+        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
+        ("Evicted", "True", "Preempted", PREEMPTED, 100),
+    )
     lines, verdict = tracker.observe(mpijob(True), evicted, at(101))
-    assert lines == [f"MPIJob job was evicted by Kueue (Preempted: {PREEMPTED}); the mpi-operator stops its launcher "
-                     "and workers, and the program starts over once Kueue admits the job again",
-                     "MPIJob job is queued by Kueue in LocalQueue user-queue: waiting to be admitted again"]
+    assert lines == [
+        f"MPIJob job was evicted by Kueue (Preempted: {PREEMPTED}); the mpi-operator stops its launcher "
+        "and workers, and the program starts over once Kueue admits the job again",
+        "MPIJob job is queued by Kueue in LocalQueue user-queue: waiting to be admitted again",
+    ]
     assert verdict is None and tracker.evictions == 1
     assert tracker.observe(mpijob(True), evicted, at(159))[1] is None  # 59 s since the eviction
     readmitted = admitted_wl(130, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 130))
     lines, _ = tracker.observe(mpijob(False), readmitted, at(131))
-    assert lines == ["MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after 30s "
-                     "in the queue"]
+    assert lines == [
+        "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after 30s "
+        "in the queue"
+    ]
     assert tracker.evictions == 1
 
 
@@ -101,21 +129,29 @@ def test_an_eviction_seen_only_after_the_readmission_is_still_reported_once():
     tracker.observe(mpijob(False), admitted_wl(5), at(6))
     readmitted = admitted_wl(130, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 130))
     lines, _ = tracker.observe(mpijob(False), readmitted, at(131))
-    assert lines == [f"MPIJob job was evicted by Kueue (Evicted: {PREEMPTED}); the mpi-operator stops its launcher "
-                     "and workers, and the program starts over once Kueue admits the job again",
-                     "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor"]
+    assert lines == [
+        f"MPIJob job was evicted by Kueue (Evicted: {PREEMPTED}); the mpi-operator stops its launcher "
+        "and workers, and the program starts over once Kueue admits the job again",
+        "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor",
+    ]
     assert tracker.evictions == 1
     assert tracker.observe(mpijob(False), readmitted, at(140)) == ([], None)
 
 
 def test_without_kueue_or_without_the_workloads_the_job_alone_speaks():
-    assert QueueTracker("job").observe(mpijob(False), None, at(1), visible=False) == ([], None)  # no Kueue: silent
+    assert QueueTracker("job").observe(mpijob(False), None, at(1), visible=False) == (
+        [],
+        None,
+    )  # no Kueue: silent
     tracker = QueueTracker("job")
     lines, _ = tracker.observe(mpijob(True), None, at(1), visible=False)
-    assert lines == ["MPIJob job is queued by Kueue in LocalQueue user-queue: waiting to be resumed (its Kueue Workload "
-                     "is not visible: grant list and watch on workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)"]
+    assert lines == [
+        "MPIJob job is queued by Kueue in LocalQueue user-queue: waiting to be resumed (its Kueue Workload "
+        "is not visible: grant list and watch on workloads.kueue.x-k8s.io, deploy/rbac.yaml, to see why)"
+    ]
     assert tracker.observe(mpijob(False), None, at(9), visible=False)[0] == [
-        "MPIJob job was admitted (resumed) after 9s in the queue"]
+        "MPIJob job was admitted (resumed) after 9s in the queue"
+    ]
     plain = QueueTracker("job")
     said = "MPIJob job is suspended (runPolicy.suspend is true): waiting until it is resumed"
     assert plain.observe(mpijob(True, queue=None), None, at(1))[0] == [said]
@@ -124,7 +160,9 @@ def test_without_kueue_or_without_the_workloads_the_job_alone_speaks():
 
 def test_flavors_are_named_per_pod_set_and_resource_only_where_they_differ():
     assert flavors(admitted_wl(1)) == "default-flavor"
-    mixed = workload(admitted={"launcher": {"cpu": "cpu-nodes"}, "worker": {"cpu": "gpu-nodes", "nvidia.com/gpu": "a100"}})
+    mixed = workload(
+        admitted={"launcher": {"cpu": "cpu-nodes"}, "worker": {"cpu": "gpu-nodes", "nvidia.com/gpu": "a100"}}
+    )
     assert flavors(mixed) == "launcher: cpu=cpu-nodes; worker: cpu=gpu-nodes, nvidia.com/gpu=a100"
     assert flavors(None) == "none"
 
@@ -133,13 +171,29 @@ def test_the_hubs_slim_workload_keeps_everything_the_lines_are_made_of():
     from airflow_mpi.wait.summaries import owner_mpijob, slim_workload
 
     raw = admitted_wl(75, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 75))
-    raw["metadata"].update(uid="w1", managedFields=[{"manager": "kueue"}] * 50, ownerReferences=[
-        {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "u1", "controller": True}])
+    raw["metadata"].update(
+        uid="w1",
+        managedFields=[{"manager": "kueue"}] * 50,
+        ownerReferences=[
+            {
+                "apiVersion": "kubeflow.org/v2beta1",
+                "kind": "MPIJob",
+                "name": "job",
+                "uid": "u1",
+                "controller": True,
+            }
+        ],
+    )
     raw["spec"] = {"queueName": "user-queue", "podSets": [{"name": "launcher", "template": {"spec": {}}}] * 2}
     raw["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {"cpu": "500m"}
     slim = slim_workload(raw)
     assert "managedFields" not in slim["metadata"] and "podSets" not in slim["spec"]
-    assert owner_mpijob(slim) == {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "job", "uid": "u1"}
+    assert owner_mpijob(slim) == {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "name": "job",
+        "uid": "u1",
+    }
     seen = []
     for workload in (raw, slim):
         tracker = QueueTracker("job")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow_mpi.wait import log_pump, watch_hub
 from airflow_mpi.wait.monitor import JobMonitor
 from tests.unit.fakes import FakeAsyncHook, job, pod
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 class SharedFake(FakeAsyncHook):
@@ -88,12 +88,21 @@ async def test_follow_streams_are_bounded_and_every_line_still_arrives_once(monk
                     open_follows[0] -= 1
 
     names = [f"j{i}" for i in range(5)]
-    hooks = {n: Hook(job_obj=job(n, "ns", ("Created", "x"), ("Running", "x")),
-                     launchers=[pod(f"{n}-launcher", job=n)],
-                     logs={(f"{n}-launcher", False): [f"2026-11-22T10:00:01Z {n} line"]}) for n in names}
+    hooks = {
+        n: Hook(
+            job_obj=job(n, "ns", ("Created", "x"), ("Running", "x")),
+            launchers=[pod(f"{n}-launcher", job=n)],
+            logs={(f"{n}-launcher", False): [f"2026-11-22T10:00:01Z {n} line"]},
+        )
+        for n in names
+    }
     outputs = {n: [] for n in names}
-    runs = [asyncio.create_task(JobMonitor(hooks[n], n, "ns", emit=outputs[n].append, submitted_at=NOW,
-                                           poll_interval=5).run()) for n in names]
+    runs = [
+        asyncio.create_task(
+            JobMonitor(hooks[n], n, "ns", emit=outputs[n].append, submitted_at=NOW, poll_interval=5).run()
+        )
+        for n in names
+    ]
     await asyncio.wait_for(limit_reached.wait(), 30)
     for n in names:  # the containers end, the jobs succeed
         hooks[n].launchers = [pod(f"{n}-launcher", job=n, state="terminated")]
@@ -103,8 +112,8 @@ async def test_follow_streams_are_bounded_and_every_line_still_arrives_once(monk
     assert all(r["status"] == "success" for r in results)
     assert peak[0] == 2
     assert {n: [ln for ln in out if not ln.startswith("=")] for n, out in outputs.items()} == {
-        n: [f"{n} line"] for n in names}
-
+        n: [f"{n} line"] for n in names
+    }
 
 
 def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
@@ -113,13 +122,19 @@ def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
     hook = FakeAsyncHook(job_obj=job("a"))
 
     async def subscribe_and_never_leave():
-        entered = watch_hub.subscription(hook, "ns", "a")  # kept: a dropped one would leave the hub once collected
+        entered = watch_hub.subscription(
+            hook, "ns", "a"
+        )  # kept: a dropped one would leave the hub once collected
         await entered.__aenter__()
         return entered, watch_hub.hubs()[0]
 
-    loop = asyncio.new_event_loop()  # ends abruptly: no asyncio.run teardown that would close the subscription
+    loop = (
+        asyncio.new_event_loop()
+    )  # ends abruptly: no asyncio.run teardown that would close the subscription
     entered, stale = loop.run_until_complete(subscribe_and_never_leave())
-    for task in stale._tasks:  # the loop's tasks end with it (as asyncio.run cancels them); none is left pending
+    for (
+        task
+    ) in stale._tasks:  # the loop's tasks end with it (as asyncio.run cancels them); none is left pending
         task.cancel()
     loop.run_until_complete(asyncio.wait(stale._tasks))
     loop.close()
@@ -130,12 +145,15 @@ def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
             return sub.hub, list(sub.hub.jobs.values())
 
     hub, listed = asyncio.run(asyncio.wait_for(wait_on_a_new_loop(), 30))
-    assert hub is not stale and [j["metadata"]["name"] for j in listed] == ["a"]  # a hub that listed the cluster
+    assert hub is not stale and [j["metadata"]["name"] for j in listed] == [
+        "a"
+    ]  # a hub that listed the cluster
     assert stale not in watch_hub._HUBS.values()
 
 
 async def test_the_cache_keeps_no_managed_fields_listed_or_watched():
     """managedFields are most of a pod or MPIJob kept per wait; nothing reads them."""
+
     def with_fields(obj):
         obj["metadata"]["managedFields"] = [{"manager": "mpi-operator", "fieldsV1": {"f:status": {}}}]
         return obj
@@ -169,8 +187,13 @@ async def test_an_identity_that_may_not_watch_events_leaves_their_listing_to_the
 
 async def test_validation_events_are_kept_per_job_and_dropped_when_deleted():
     hook = FakeAsyncHook(job_obj=job("a"))
-    event = {"metadata": {"name": "a.1"}, "type": "Warning", "reason": "ValidationError", "message": "bad",
-             "involvedObject": {"name": "a", "uid": "u1"}}
+    event = {
+        "metadata": {"name": "a.1"},
+        "type": "Warning",
+        "reason": "ValidationError",
+        "message": "bad",
+        "involvedObject": {"name": "a", "uid": "u1"},
+    }
     async with watch_hub.subscription(hook, "ns", "a") as a, watch_hub.subscription(hook, "ns", "b") as b:
         assert a.validation_events() == []
         seen_a, seen_b = a.version, b.version
