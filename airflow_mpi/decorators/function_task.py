@@ -27,8 +27,8 @@ whose value this try could not verify.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 
@@ -51,6 +51,14 @@ from airflow_mpi.operators.submission import dropped_without_call_secret, failur
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
 from airflow_mpi.wait.rank_result_capture import RankResult, ResultCollector, hide_result_lines, parse_result
+
+if TYPE_CHECKING:
+    from airflow_mpi.operators.mpijob import MPIJobOperator
+    from airflow_mpi.wait.contract import WaitResult
+
+    _MixinBase = DecoratedOperator  # what the mixin extends, for type checkers: it precedes it in the class
+else:
+    _MixinBase = object
 
 Launch = Callable[[ErrorList, Mapping[str, Any]], LauncherCommand]
 
@@ -243,7 +251,7 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
     def launcher_log_sink(self, emit: LogSink) -> LogSink:
         return hide_result_lines(emit, self.collector)
 
-    def result(self, payload: dict[str, Any]) -> RankResult:
+    def result(self, payload: WaitResult) -> RankResult:
         """Rank 0's result: the trigger's (its event), else the wait's collector's; when a succeeded job's wait saw
         no complete value (a worker resumed past the marker lines), from the launcher's whole log, read once."""
         if self.event_result is not None:
@@ -265,7 +273,7 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
                 f"0's return value ({type(err).__name__}: {err})",
             )
 
-    def finish(self, payload: dict[str, Any], finish_job: Callable[[], Any]) -> Any:
+    def finish(self, payload: WaitResult, finish_job: Callable[[], Any]) -> Any:
         """Clean up and raise as for any MPIJob; on success, rank 0's return value."""
         result = self.result(payload)  # before the cleanup deletes the launcher
         try:
@@ -282,7 +290,7 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         return result.value
 
 
-class FunctionTaskMixin:
+class FunctionTaskMixin(_MixinBase):
     """The decorated function runs on every rank; rank 0's return value is the task's XCom (through its
     callbacks, a :class:`FunctionTaskCallbacks`)."""
 
@@ -290,25 +298,22 @@ class FunctionTaskMixin:
     callbacks: FunctionTaskCallbacks
     # upstream XComs: left out of an offline rendering (render.py)
     runtime_only_fields = ("op_args", "op_kwargs")
-    shallow_copy_attrs = ("python_callable",)
+    shallow_copy_attrs: Sequence[str] = ("python_callable",)
 
     def execute(self, context: Any) -> Any:
         self.callbacks.new_try()
-        return super().execute(context)  # type: ignore[misc]
+        return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any], job_try_number: int | None = None) -> Any:
         self.callbacks.resumed(event)
         value = super().execute_complete(context, event, job_try_number)  # type: ignore[misc]
         if AIRFLOW_V_3_0_PLUS:  # as DecoratedOperator.execute does (multiple_outputs, assets)
-            return self._handle_output(return_value=value)  # type: ignore[attr-defined]
-        return self._handle_output(
-            return_value=value,
-            context=context,  # type: ignore[attr-defined]
-            xcom_push=self.xcom_push,
-        )  # type: ignore[attr-defined]
+            return self._handle_output(return_value=value)
+        push = self.xcom_push  # type: ignore[attr-defined]  # Airflow 2's BaseOperator
+        return self._handle_output(return_value=value, context=context, xcom_push=push)  # type: ignore[call-arg]
 
 
-def function_task_operator(operator: type, decorator: str, launch: Launch) -> type:
+def function_task_operator(operator: type[MPIJobOperator], decorator: str, launch: Launch) -> type:
     """``operator`` running the function ``decorator`` decorates (subclass it to name the class), its launcher
     command made by ``launch``.
 
@@ -318,10 +323,14 @@ def function_task_operator(operator: type, decorator: str, launch: Launch) -> ty
     """
     fixed = (*REPLACED, "get_logs")
 
-    class FunctionTaskOperator(FunctionTaskMixin, DecoratedOperator, operator):
+    class FunctionTaskOperator(FunctionTaskMixin, DecoratedOperator, operator):  # type: ignore[misc,valid-type]
         custom_operator_name = decorator
         template_fields = ("op_args", "op_kwargs", *(f for f in operator.template_fields if f not in fixed))
-        template_fields_renderers = {**operator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+        template_fields_renderers: ClassVar[dict[str, str]] = {
+            **operator.template_fields_renderers,
+            "op_args": "py",
+            "op_kwargs": "py",
+        }
 
         def __init__(self, *, python: str = "python3", **kwargs: Any) -> None:
             kwargs = function_task_kwargs(decorator, python, kwargs)

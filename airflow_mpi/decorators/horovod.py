@@ -15,10 +15,10 @@ from airflow.providers.common.compat.sdk import TaskDecorator
 from airflow_mpi.decorators.function_task import function_task_decorator, function_task_operator
 from airflow_mpi.operators.horovod import HorovodJobOperator, horovodrun_launch
 
-_Operator = function_task_operator(HorovodJobOperator, "@task.horovod", horovodrun_launch)
+_MADE = function_task_operator(HorovodJobOperator, "@task.horovod", horovodrun_launch)
 
 
-class _HorovodDecoratedOperator(_Operator):
+class _HorovodDecoratedOperator(_MADE):  # type: ignore[misc,valid-type]  # a class made by a function
     """HorovodJobOperator running the decorated function."""
 
 

@@ -24,7 +24,7 @@ def tagged_mpirun(errors: ErrorList, values: Mapping[str, Any]) -> LauncherComma
     return Mpirun(values["program"], values.get("mpirun_args"), tag_output=True, connect_by_ip=True)
 
 
-class _MPIDecoratedOperator(function_task_operator(MPIJobOperator, "@task.mpi", tagged_mpirun)):
+class _MPIDecoratedOperator(function_task_operator(MPIJobOperator, "@task.mpi", tagged_mpirun)):  # type: ignore[misc]  # made by a function
     """MPIJobOperator running the decorated function."""
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -196,7 +196,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         *,
         request_timeout: float | tuple[float, float] | None = None,
         **query: Any,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """The container's log lines, each prefixed with its RFC 3339 timestamp; ``query``: the fields of
         hooks/requests.py ``LogRequest``. A broken stream raises and its unfinished line is dropped (a clean end
         yields it): reconnect with ``since_time``. A line over ``MAX_LOG_LINE_BYTES`` comes in marked pieces

@@ -107,7 +107,7 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
             "loading kube_config from: %s", "connection kube_config" if kubeconfig else "config dictionary"
         )
         data = kubeconfig or hook.config_dict
-        data = data if isinstance(data, dict) else parse_kubeconfig(data)
+        data = data if isinstance(data, dict) else parse_kubeconfig(str(data))
         await async_config.load_kube_config_from_dict(data, context=cluster_context, client_configuration=cfg)
         dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
     else:

@@ -16,7 +16,7 @@ only: the signatures are for mypy). Importing this module does not import the Ku
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -38,9 +38,11 @@ class MPIJobRequests(Protocol):
 
     def get_mpijob(self, name: str, namespace: str | None = None) -> Any: ...
 
-    def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]: ...
+    def list_mpijobs(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
-    def create_mpijob(self, manifest: dict, namespace: str | None = None) -> dict: ...
+    def create_mpijob(self, manifest: dict[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
 
     def delete_mpijob(self, name: str, namespace: str | None = None, *, uid: str | None = None) -> Any: ...
 
@@ -51,8 +53,8 @@ class MPIJobRequests(Protocol):
     def wait_for_deleted(self, name: str, namespace: str | None = None, timeout: float = 300) -> bool: ...
 
     def create_owned_secret(
-        self, name: str, namespace: str, string_data: dict[str, str], owner: dict
-    ) -> dict: ...
+        self, name: str, namespace: str, string_data: dict[str, str], owner: dict[str, Any]
+    ) -> dict[str, Any]: ...
 
     def launcher_log(self, name: str, namespace: str | None = None) -> Iterator[str] | Iterable[str]: ...
 
@@ -64,7 +66,9 @@ class PlanSender(Protocol):
 
     def _run(self, namespace: str | None, plan: Callable[[str], Steps | Call]) -> Any: ...
 
-    def list_mpijobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict]: ...
+    def list_mpijobs(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
 
 @runtime_checkable
@@ -72,7 +76,9 @@ class PodLogReader(Protocol):
     """A pod's log, awaited line by line (each line with its RFC 3339 timestamp): the log pump, failure
     reports."""
 
-    def read_pod_log(self, pod: str, namespace: str | None = None, **query: Any) -> AsyncIterator[str]: ...
+    def read_pod_log(
+        self, pod: str, namespace: str | None = None, **query: Any
+    ) -> AsyncGenerator[str, None]: ...
 
 
 @runtime_checkable
@@ -83,9 +89,11 @@ class JobReads(PodLogReader, Protocol):
 
     async def launcher_pods(self, name: str, namespace: str | None = None) -> list[Any]: ...
 
-    async def job_events(self, name: str, namespace: str | None = None) -> list[dict]: ...
+    async def job_events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
 
-    async def pod_events(self, pod_names: Iterable[str], namespace: str | None = None) -> list[dict]: ...
+    async def pod_events(
+        self, pod_names: Iterable[str], namespace: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
     async def delete_mpijob(
         self, name: str, namespace: str | None = None, *, uid: str | None = None
@@ -104,7 +112,9 @@ class WatchRequests(Protocol):
 
     def watch_identity(self) -> Hashable: ...
 
-    async def list_objects(self, kind: str, namespace: str, **selectors: Any) -> tuple[list, str | None]: ...
+    async def list_objects(
+        self, kind: str, namespace: str, **selectors: Any
+    ) -> tuple[list[dict[str, Any]], str | None]: ...
 
     def watch_objects(
         self, kind: str, namespace: str, **options: Any

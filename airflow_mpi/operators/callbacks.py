@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from airflow_mpi.jobspec.errors import ErrorList
     from airflow_mpi.jobspec.spec import LauncherCommand
     from airflow_mpi.operators.mpijob import MPIJobOperator
+    from airflow_mpi.wait.contract import WaitResult
 
 LogSink = Callable[..., None]  # one launcher log line (and, from the trigger's ledger, its position)
 
@@ -45,24 +46,24 @@ class MPIJobCallbacks:
         ``errors``. Default: ``mpirun`` sized from the resolved job."""
         return mpirun_launch(errors, values)
 
-    def manifest_built(self, manifest: dict, context: Any) -> dict:
+    def manifest_built(self, manifest: dict[str, Any], context: Any) -> dict[str, Any]:
         """The manifest ``build_manifest`` returns, given the one the parameters resolved to (validated);
         ``context`` as ``build_manifest`` got it (None offline). Raise to refuse it, before anything is
         created."""
         return manifest
 
-    def job_created(self, job: dict, manifest: dict) -> dict | None:
+    def job_created(self, job: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any] | None:
         """``job``, as the API server answered the create of ``manifest`` (or the job of this task instance
         it adopted instead), to follow; None when it was replaced (deleted): the operator creates ``manifest``
         again."""
         return job
 
-    def followable(self, job: dict) -> dict | None:
+    def followable(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """``job``, an earlier try's or submission's this try found, when this try can follow it; None when
         it was replaced (deleted: a fresh one is submitted). Default: every job is followable."""
         return job
 
-    def job_attached(self, job: dict) -> None:
+    def job_attached(self, job: dict[str, Any]) -> None:
         """The job this try follows, created or reattached to (before the wait)."""
 
     def launcher_log_sink(self, emit: LogSink) -> LogSink:
@@ -74,7 +75,7 @@ class MPIJobCallbacks:
         secret: it travels to the trigger, never into a log or an event). Default: None (none to verify)."""
         return None
 
-    def finish(self, payload: dict[str, Any], finish_job: Callable[[], Any]) -> Any:
+    def finish(self, payload: WaitResult, finish_job: Callable[[], Any]) -> Any:
         """The try's end: ``payload`` is the wait's result (or the trigger's event), ``finish_job`` the
         operator's cleanup, which raises for a job that did not succeed; returns the task's return value (its
         XCom)."""

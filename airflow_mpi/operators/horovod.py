@@ -59,6 +59,6 @@ class HorovodJobOperator(_Base):
         kwargs["callbacks"] = kwargs.get("callbacks") or HorovodCallbacks()  # else a decorator's
         super().__init__(**kwargs)
 
-    __init__.__signature__ = init_signature(
+    __init__.__signature__ = init_signature(  # type: ignore[attr-defined]  # for Airflow's checks
         {"program": PARAMETERS["program"], **_HOROVOD}, required=("program",)
     )

@@ -80,7 +80,7 @@ class MPIJobOperator(_Base):
     parameters: ClassVar[dict[str, Field]] = _PARAMETERS
     template_fields: Sequence[str] = template_fields_of(_PARAMETERS)
     template_ext: Sequence[str] = TEMPLATE_EXT
-    template_fields_renderers = {
+    template_fields_renderers: ClassVar[dict[str, str]] = {
         n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")
     }
     ui_color = "#c7e2f7"
@@ -100,7 +100,7 @@ class MPIJobOperator(_Base):
         self._supervisor: int | None = None  # the Airflow 3 supervisor of this try's process (supervision.py)
         self._validate_at_parse_time()
 
-    __init__.__signature__ = init_signature(_PARAMETERS)
+    __init__.__signature__ = init_signature(_PARAMETERS)  # type: ignore[attr-defined]  # for Airflow's checks
 
     # ------------------------------------------------------------------ spec building
     def _validate_at_parse_time(self) -> None:
@@ -146,6 +146,7 @@ class MPIJobOperator(_Base):
         values = {**{name: getattr(self, name) for name in self.parameters}, **self._task_settings()}
         check_task_parameters(values)
         ti = context.get("ti") if context else None
+        namespace: Callable[[], str | None]  # asked only when the model needs it
         if ti is not None:
             identity = TaskIdentity(
                 ti.dag_id,
@@ -168,6 +169,7 @@ class MPIJobOperator(_Base):
         earlier release, which carried no backoff limit: ``resume_deferred``)."""
         if self._resolved is None:
             self.build_manifest()
+        assert self._resolved is not None, "set by build_manifest"
         return self._resolved
 
     # (runPolicy.backoffLimit, whether the task's retries became it), as the deferral carried them
@@ -293,7 +295,7 @@ class MPIJobOperator(_Base):
         if refusal:
             raise AirflowFailException(refusal)
 
-    def _deleted_by_earlier_try(self, context: Any, payload: dict[str, Any], job_try: int | None) -> bool:
+    def _deleted_by_earlier_try(self, context: Any, payload: WaitResult, job_try: int | None) -> bool:
         """True (once per try) when the cleanup of the try that made the job this try reattached to deleted it."""
         if getattr(self, "_resubmitted", False) or not deleted_by_earlier_try(
             self.hook, self.log, payload, job_try, context["ti"].try_number
@@ -384,15 +386,16 @@ class MPIJobOperator(_Base):
 
     def _wait_options(self, deadline: datetime | None) -> WaitOptions:
         """How this task waits (its task parameters), in the worker and in the trigger alike."""
+        settings = self._task_settings()
         return WaitOptions(
-            poll_interval=self.poll_interval,
-            startup_timeout=self.startup_timeout,
-            schedule_timeout=self.schedule_timeout,
-            queue_timeout=self.queue_timeout,
-            get_logs=self.get_logs,
+            poll_interval=settings["poll_interval"],
+            startup_timeout=settings["startup_timeout"],
+            schedule_timeout=settings["schedule_timeout"],
+            queue_timeout=settings["queue_timeout"],
+            get_logs=settings["get_logs"],
             max_attempts=self.effective_backoff_limit() + 1,
             deadline=deadline,
-            tail_lines=self.worker_log_tail_lines,  # of each failed pod's log, in a failed try's error
+            tail_lines=settings["worker_log_tail_lines"],  # of each failed pod's log, in a failed try's error
         )
 
     def _launcher_log(self) -> Callable[[str], None]:
@@ -445,7 +448,7 @@ class MPIJobOperator(_Base):
                 api_version=self.api_version,
                 on_finish_action=self.on_finish_action,
                 fail_permanently=self._retries_mapped(),
-                worker_log_tail_lines=self.worker_log_tail_lines,
+                worker_log_tail_lines=self._task_settings()["worker_log_tail_lines"],
             ),
         )
 

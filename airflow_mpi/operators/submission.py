@@ -13,7 +13,7 @@ the job: the role has ``create`` on secrets, never ``get``.
 
 from __future__ import annotations
 
-import logging
+from typing import Any, Protocol
 
 from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
 from airflow_mpi.hooks.protocols import MPIJobRequests
@@ -21,12 +21,21 @@ from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reatt
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
+from airflow_mpi.wait.contract import Outcome, WaitResult
 
 DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
 
 
+class TaskLog(Protocol):
+    """The task's log: a standard library Logger on Airflow 2, the Task SDK's structlog logger on Airflow 3."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
+
+
 def reattach(
-    hook: MPIJobRequests, log: logging.Logger, manifest: dict, recorded: tuple[str, str, str | None] | None
+    hook: MPIJobRequests, log: TaskLog, manifest: dict, recorded: tuple[str, str, str | None] | None
 ) -> dict | None:
     """The live (or Succeeded) MPIJob of this task instance, if one exists (``manifest``'s name follows it).
 
@@ -89,14 +98,14 @@ def reattach(
     return existing
 
 
-def dropped_without_call_secret(hook: MPIJobRequests, log: logging.Logger, job: dict) -> bool:
+def dropped_without_call_secret(hook: MPIJobRequests, log: TaskLog, job: dict) -> bool:
     """True when ``job`` (this task instance's, live) mounts a call Secret that does not exist: it was deleted then
     (and waited out), so that a fresh job is submitted. A job not started yet only: a Running one's pods mounted it
     (its workers are Ready, and mpi-operator starts the launcher after them), a person deleted it since."""
     secret = mounted_call_secret(job)
     if secret is None or JobCondition.RUNNING in true_condition_types(job):
         return False
-    name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     try:
         hook.create_owned_secret(secret, namespace, lost_call_data(), job)
     except Exception as err:
@@ -116,7 +125,7 @@ def dropped_without_call_secret(hook: MPIJobRequests, log: logging.Logger, job: 
     return True
 
 
-def replace(hook: MPIJobRequests, log: logging.Logger, job: dict, why: str) -> None:
+def replace(hook: MPIJobRequests, log: TaskLog, job: dict, why: str) -> None:
     """Delete this task instance's ``job`` (that object only: its uid) and wait until it is gone, so that a fresh one
     is submitted under its name; ``why`` is said in the task log."""
     name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
@@ -136,7 +145,7 @@ def failure_text(err: BaseException) -> str:
 
 
 def deleted_by_earlier_try(
-    hook: MPIJobRequests, log: logging.Logger, payload: dict, job_try: int | None, try_number: int
+    hook: MPIJobRequests, log: TaskLog, payload: WaitResult, job_try: int | None, try_number: int
 ) -> bool:
     """True when the job this try reattached to was deleted by the cleanup of the try that made it.
 
@@ -144,11 +153,15 @@ def deleted_by_earlier_try(
     that MPIJob: the new try then submits a fresh one (waiting until the old one is gone). Any other deletion (a
     person deleting the job of the current try) fails the task.
     """
-    if payload.get("status") != "deleted" or job_try is None or job_try >= try_number:
+    if payload.outcome is not Outcome.DELETED or job_try is None or job_try >= try_number:
         return False
-    log.info("MPIJob %s of try %s was deleted by that try's cleanup (task cleared?): submitting a fresh one",
-             payload.get("name"), job_try)  # fmt: skip
-    hook.wait_for_deleted(payload["name"], payload["namespace"], timeout=DELETION_WAIT)
+    assert payload.name and payload.namespace, "a wait's result names its job"
+    log.info(
+        "MPIJob %s of try %s was deleted by that try's cleanup (task cleared?): submitting a fresh one",
+        payload.name,
+        job_try,
+    )
+    hook.wait_for_deleted(payload.name, payload.namespace, timeout=DELETION_WAIT)
     return True
 
 

@@ -25,7 +25,7 @@ TEMPLATE_MARKERS = ("{{", "{%", "{#")
 def _seconds(optional: bool) -> Rule:
     def problem(value: object) -> str | None:
         if (value is None and optional) or (
-            isinstance(value, Real) and type(value) is not bool and value > 0
+            isinstance(value, Real) and type(value) is not bool and float(value) > 0
         ):
             return None
         return "must be a number of seconds > 0" + (" (or None: no limit)" if optional else "")
@@ -109,7 +109,7 @@ def check_task_parameters(values: dict[str, Any]) -> None:
     """The parameters of how the task waits; raises MPIJobValidationError naming each bad one."""
     errors = ErrorList()
     for name, row in TASK_PARAMETERS.items():
-        if problem := row.check(values[name]):
+        if row.check is not None and (problem := row.check(values[name])):
             errors.add(name, values[name], problem)
     errors.raise_if_any()
 

@@ -124,6 +124,7 @@ class MPIJobSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
         result = WaitResult.from_event(event)
         if result.outcome.succeeded:
+            assert result.namespace is not None, "a trigger's success names its job's namespace"
             self._attach_logs(result.namespace)
         elif result.outcome is Outcome.TIMEOUT:
             raise AirflowException(f"MPIJob {result.namespace}/{self.job_name}: sensor timed out")

@@ -109,7 +109,7 @@ class MPIJobTrigger(BaseTrigger):
         from airflow_mpi.hooks import AsyncMPIJobHook
 
         return AsyncMPIJobHook(
-            conn_id=self.kubernetes_conn_id, api_version=self.api_version, **self.connection
+            conn_id=self.kubernetes_conn_id, api_version=self.api_version, **(self.connection or {})
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -268,6 +268,8 @@ class MPIJobTrigger(BaseTrigger):
         from asgiref.sync import sync_to_async
 
         ti = self.task_instance
+        if ti is None:  # not run by a triggerer: the caller keeps the job
+            raise RuntimeError("the trigger has no task instance")
         if AIRFLOW_V_3_0_PLUS:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 DEFAULT_TAIL_LINES = 20  # lines of each failed pod's log in a failure's report (worker_log_tail_lines)
 
 
-class Outcome(str, Enum):
-    """How a wait ended: the result's ``status`` (a ``str``: equal to its value, JSON as it)."""
+class Outcome(StrEnum):
+    """How a wait ended: the result's ``status`` (a ``str``: equal to its value, JSON as it; ``str()`` and
+    ``format()`` give the value, as in a log line or an error message)."""
 
     SUCCESS = "success"  # the job Succeeded
     TARGET = "target"  # the job reached the awaited condition (the sensor's target_condition)
@@ -32,10 +33,6 @@ class Outcome(str, Enum):
     TIMEOUT = "timeout"  # the wait's deadline (execution_timeout, the sensor's timeout) passed
     DELETED = "deleted"  # the job was deleted or replaced by another of its name
     ERROR = "error"  # the wait itself failed (the trigger's event) or refused to follow the job
-
-    # str() and format() give the value, as in a log line or an error message (3.11's StrEnum behaviour)
-    __str__ = str.__str__
-    __format__ = str.__format__
 
     @property
     def succeeded(self) -> bool:

@@ -76,7 +76,7 @@ class JobMonitor:
     emit_marked: Callable[[str, str], None] | None = None
     submitted_at: datetime
     deadline: datetime | None = None
-    timeouts: Timeouts = Timeouts()
+    timeouts: Timeouts = field(default_factory=Timeouts)
     poll_interval: float = 10.0
     target_condition: str | None = None
     owns_job: bool = True
@@ -111,7 +111,7 @@ class JobMonitor:
 
     @classmethod
     def with_options(
-        cls, hook: Any, name: str, namespace: str, options: WaitOptions, **state: Any
+        cls, hook: WaitHook, name: str, namespace: str, options: WaitOptions, **state: Any
     ) -> JobMonitor:
         """A monitor waiting as ``options`` say; ``state``: its other fields (emit, submitted_at, uid...)."""
         timeouts = Timeouts(options.startup_timeout, options.schedule_timeout, options.queue_timeout)
@@ -173,6 +173,10 @@ class JobMonitor:
             "make it: not followed, not counted)"
         )
 
+    def _marked_sink(self) -> Callable[[str, str], None]:
+        assert self.emit_marked is not None, "set by __post_init__"
+        return self.emit_marked
+
     def _pump(self, pods: Any) -> LogPump:
         return LogPump(
             self.hook,
@@ -180,7 +184,7 @@ class JobMonitor:
             self.logs,
             pods,
             emit=self.emit,
-            emit_marked=self.emit_marked,
+            emit_marked=self._marked_sink(),
             note_streams=self._note_streams,
             max_attempts=self.max_attempts,
             idle_wait=self.poll_interval,
@@ -197,11 +201,11 @@ class JobMonitor:
             verdict.message,
             verdict.warnings,
             uid=self.uid,
-            **{
-                key: getattr(state, key, None)
-                for key in ("condition", "reason", "start_time", "completion_time")
-            },
-            job_message=getattr(state, "message", None),
+            condition=state.condition if state else None,
+            reason=state.reason if state else None,
+            start_time=state.start_time if state else None,
+            completion_time=state.completion_time if state else None,
+            job_message=state.message if state else None,
             launcher_pods=self.launcher_pod_names,
             launcher_attempts=self.launcher_attempts,
             launcher_exit_codes=self.launcher_exit_codes,
@@ -236,7 +240,7 @@ class JobMonitor:
         ended = sorted(
             (p for p in pods if p.exit_code is not None), key=lambda p: (p.created is None, p.created)
         )
-        self.launcher_exit_codes = [p.exit_code for p in ended]
+        self.launcher_exit_codes = [p.exit_code for p in ended if p.exit_code is not None]
 
     def _note_streams(self, pods: list) -> list[LogStream]:
         streams = launcher_streams(pods)

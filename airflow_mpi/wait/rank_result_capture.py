@@ -66,7 +66,9 @@ class RankResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankResult:
-        return cls(**{k: data.get(k) for k in ("started", "has_value", "value", "error")})
+        return cls(
+            bool(data.get("started")), bool(data.get("has_value")), data.get("value"), data.get("error")
+        )
 
 
 def _damaged(why: str) -> RankResult:
