@@ -117,4 +117,4 @@ def pod_metadata(
 def _duration(value: str | float) -> str:
     if isinstance(value, str):
         return value
-    return f"{int(round(float(value) * 1000))}ms"
+    return f"{round(float(value) * 1000)}ms"

@@ -139,8 +139,12 @@ def webhook_configurations(data_dir: Path, url: str, ca: bytes) -> list[dict]:
         kept = []
         for hook in doc.get("webhooks") or []:
             rules = hook.get("rules") or []
-            if not any((g, r) in WEBHOOK_RESOURCES or (g, "*") in WEBHOOK_RESOURCES
-                       for rule in rules for g in rule.get("apiGroups", []) for r in rule.get("resources", [])):  # fmt: skip
+            if not any(
+                (g, r) in WEBHOOK_RESOURCES or (g, "*") in WEBHOOK_RESOURCES
+                for rule in rules
+                for g in rule.get("apiGroups", [])
+                for r in rule.get("resources", [])
+            ):
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}

@@ -132,8 +132,8 @@ IMAGE_TARGETS = {**MPI_IMAGES, **UPSTREAM_IMAGES, "horovod": HOROVOD_IMAGE}
 
 
 def extra_ca_secret() -> list[str]:
-    """``--secret`` for builds that use HTTPS (pip: mpich's mpi4py, intel), when this machine needs extra CA certificates
-    (``AIRFLOW_MPI_EXTRA_CA``, else the bundle scripts/docker-setup writes; see docker-compose.yaml)."""
+    """``--secret`` for builds that use HTTPS (pip: mpich's mpi4py, intel), when this machine needs extra CA
+    certificates (``AIRFLOW_MPI_EXTRA_CA``, else the bundle scripts/docker-setup writes; see docker-compose.yaml)."""
     path = os.environ.get("AIRFLOW_MPI_EXTRA_CA") or str(_build.cache_root() / "docker" / "extra-ca.pem")
     return ["--secret", f"id=extra_ca,src={path}"] if Path(path).is_file() else []
 
@@ -229,9 +229,11 @@ class NodeCluster(ClusterPaths):
         docker(
             "run", "-d", "--name", self.container, "--hostname", self.name, "--privileged", "--init",
             "--label", f"{LABEL}={self.name}",
-            *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet")) for arg in ("-v", f"{vol}:{path}")),
+            *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet"))
+              for arg in ("-v", f"{vol}:{path}")),
             "-p", "127.0.0.1::6443",
-            tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}", *(["--kueue"] if self.kueue else []),
+            tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}",
+            *(["--kueue"] if self.kueue else []),
             *([f"--container-log-max-size={self.container_log_max_size}"] if self.container_log_max_size else []),
             *(f"--controller={name}" for name in self.controllers),
         )  # fmt: skip
@@ -251,7 +253,7 @@ class NodeCluster(ClusterPaths):
                     "kueue": self.kueue,
                     "phase": "running",
                 }
-            )  # fmt: skip
+            )
         )
         _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
         return self
@@ -340,7 +342,7 @@ class NodeCluster(ClusterPaths):
         else:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    # ------------------------------------------------------------------ faults (tests/integration/test_real_node_faults.py)
+    # ---------------------------------------------- faults (tests/integration/test_real_node_faults.py)
     def kill_process(self, name: str, signal: str = "KILL") -> None:
         """Signal the node's process ``name`` (kubelet, containerd, kube-apiserver...); serve's supervision loop starts
         a dead one again within a second, as systemd or the kubelet (static pods) does on a node. Waits first for the

@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -86,7 +87,10 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
     co = client.CustomObjectsApi(api)
     for ns in namespaces:
         namespace = {"metadata": {"name": ns}}
-        for create in (lambda: core.create_namespace(namespace), lambda: _kueue.create_local_queue(api, ns)):
+        for create in (
+            partial(core.create_namespace, namespace),
+            partial(_kueue.create_local_queue, api, ns),
+        ):
             try:
                 create()
             except client.exceptions.ApiException as exc:

@@ -20,7 +20,10 @@ _LAUNCHER_JQ = (
     ' or ((.metadata.labels // {})["training.kubeflow.org/replica-type"] == "launcher"))'
 )
 #: the pod's effective lifecycle: the LIFECYCLE label, else "succeed" for launchers and "run" for the rest
-LIFECYCLE_JQ = f'((.metadata.labels // {{}})["{b.LIFECYCLE}"] // (if {_LAUNCHER_JQ} then "{b.SUCCEED}" else "{b.RUN}" end))'
+LIFECYCLE_JQ = (
+    f'((.metadata.labels // {{}})["{b.LIFECYCLE}"]'
+    f' // (if {_LAUNCHER_JQ} then "{b.SUCCEED}" else "{b.RUN}" end))'
+)
 #: what happens when the run duration is over: succeed | fail | restart | run
 ACTION_JQ = (
     f'{LIFECYCLE_JQ} as $lc | if $lc == "{b.FAIL}" then'
@@ -70,7 +73,8 @@ def _stage(name: str, selector: list[dict], next_: dict, delay: dict | None = No
     return {"apiVersion": API_VERSION, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
 
 
-_POD_READY = """
+_POD_READY = (
+    """
 {{ $now := Now }}
 conditions:
 - lastTransitionTime: {{ $now | Quote }}
@@ -120,7 +124,8 @@ hostIP: {{ . | Quote }}
 hostIPs:
 - ip: {{ . | Quote }}
 {{ end }}
-{{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+{{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )"""
+    """ ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
 podIP: {{ . | Quote }}
 podIPs:
 - ip: {{ . | Quote }}
@@ -128,6 +133,7 @@ podIPs:
 phase: Running
 startTime: {{ $now | Quote }}
 """
+)
 
 # Terminal status shared by succeed / fail / terminate.  EXIT / REASON / MESSAGE / PHASE are substituted in Python.
 _POD_TERMINATED = """

@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import build as _build
-from ..processes import Launch, start_supervised, stop_supervised, supervisor_pid
-from ..waiting import ClusterError, wait_until
+from localcluster import build as _build
+from localcluster.processes import Launch, start_supervised, stop_supervised, supervisor_pid
+from localcluster.waiting import ClusterError, wait_until
 
 if TYPE_CHECKING:
-    from ..cluster import LocalCluster
+    from localcluster.cluster import LocalCluster
 
 
 class Controller:

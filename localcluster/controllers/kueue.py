@@ -24,11 +24,12 @@ from typing import Any
 
 import yaml
 
-from .. import kueue as _kueue
-from ..cluster_objects import API_V2BETA1, install_crds
-from ..ports import free_loopback_port
-from ..processes import Launch
-from ..waiting import wait_until
+from localcluster import kueue as _kueue
+from localcluster.cluster_objects import API_V2BETA1, install_crds
+from localcluster.ports import free_loopback_port
+from localcluster.processes import Launch
+from localcluster.waiting import wait_until
+
 from .base import Controller
 
 # Once, before the restart loop, inside Kueue's mount namespace ($1: an empty directory, $2: certificates).

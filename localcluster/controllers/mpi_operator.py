@@ -13,8 +13,9 @@ import contextlib
 import datetime as _dt
 from typing import ClassVar
 
-from ..ports import free_loopback_port
-from ..processes import Launch, child_started
+from localcluster.ports import free_loopback_port
+from localcluster.processes import Launch, child_started
+
 from .base import Controller
 
 LOCK_NAMESPACE = "mpi-operator"

@@ -86,8 +86,15 @@ def decorated(func, namespace: str, flavour: str, upstream_value, decorator: str
             namespace=namespace, workers=WORKERS, slots_per_worker=SLOTS, **{**real_job(flavour), **kwargs}
         )(func)(upstream(), **call_kwargs)
     op = dag.get_task(func.__name__)
-    ti = NS(dag_id="it", task_id=op.task_id, run_id=ctx(op.task_id)["ti"].run_id, map_index=-1, try_number=1,
-            xcom_pull=lambda *a, **k: upstream_value, get_relevant_upstream_map_indexes=lambda *a, **k: None)  # fmt: skip
+    ti = NS(
+        dag_id="it",
+        task_id=op.task_id,
+        run_id=ctx(op.task_id)["ti"].run_id,
+        map_index=-1,
+        try_number=1,
+        xcom_pull=lambda *a, **k: upstream_value,
+        get_relevant_upstream_map_indexes=lambda *a, **k: None,
+    )
     op.render_template_fields({"ti": ti, "task_instance": ti, "expanded_ti_count": None})
     return op
 
@@ -153,8 +160,11 @@ def test_ranks_without_that_python_fail_the_task_saying_rank_zero_never_started(
         python="/opt/no-such/python3",
         call_kwargs={"scale": 1},
     )
-    with pytest.raises(AirflowFailException, match=r"Rank 0 never started the function: the ranks could not run "
-                                                   r"'/opt/no-such/python3' \(an image without Python 3\?"):  # fmt: skip
+    with pytest.raises(
+        AirflowFailException,
+        match=r"Rank 0 never started the function: the ranks could not run "
+        r"'/opt/no-such/python3' \(an image without Python 3\?",
+    ):
         op.execute(ctx(op.task_id))
     assert any("/opt/no-such/python3" in line for line in record.lines)  # mpirun's own words, in the log
 

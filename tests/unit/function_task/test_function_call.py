@@ -304,7 +304,7 @@ def test_a_return_value_that_is_no_json_is_reported_not_raised():
 
 # ---------------------------------------------------------------- only rank 0, only this run
 def value_lines(value, tag: str = "[1,0]<stdout>:") -> list[str]:
-    proc = run_rank(0, [1], source=SOURCE.replace('"text": "x" * 3000', '"text": %r' % value))
+    proc = run_rank(0, [1], source=SOURCE.replace('"text": "x" * 3000', f'"text": {value!r}'))
     assert proc.returncode == 0, proc.stderr
     return tagged(proc, tag)
 

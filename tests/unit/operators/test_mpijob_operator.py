@@ -320,7 +320,10 @@ def test_schema_rejection_is_a_permanent_error_naming_the_field():
     from kubernetes.client.exceptions import ApiException
 
     err = ApiException(status=422, reason="Unprocessable Entity")
-    err.body = '{"message": "invalid", "details": {"causes": [{"field": "spec.slotsPerWorker", "message": "Invalid value"}]}}'
+    err.body = (
+        '{"message": "invalid", "details": '
+        '{"causes": [{"field": "spec.slotsPerWorker", "message": "Invalid value"}]}}'
+    )
     op = make(hook=FakeSyncHook(create_error=err))
     with pytest.raises(AirflowFailException, match="spec.slotsPerWorker: Invalid value"):
         op.execute(context())

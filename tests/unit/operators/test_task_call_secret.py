@@ -195,7 +195,7 @@ def test_a_failed_cleanup_leaves_the_job_recorded_and_the_next_try_replaces_it(m
     ) as failed:
         op.execute(context(store, xcoms))
     assert not isinstance(failed.value, AirflowFailException)  # a retry may replace it
-    ((key, job),) = op.hook.jobs.items()
+    ((_key, job),) = op.hook.jobs.items()
     record = {"name": job["metadata"]["name"], "namespace": "ns"}
     assert xcoms == [
         (

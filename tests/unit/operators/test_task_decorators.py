@@ -172,8 +172,15 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
     op = d.get_task("add")
     op.__dict__["hook"] = FakeSyncHook()
     pulls = []
-    ti = NS(dag_id="d", task_id="add", run_id=RUN_ID, map_index=-1, try_number=1,
-            xcom_pull=lambda *a, **k: pulls.append(k) or [1, 2], get_relevant_upstream_map_indexes=lambda *a, **k: None)  # fmt: skip
+    ti = NS(
+        dag_id="d",
+        task_id="add",
+        run_id=RUN_ID,
+        map_index=-1,
+        try_number=1,
+        xcom_pull=lambda *a, **k: pulls.append(k) or [1, 2],
+        get_relevant_upstream_map_indexes=lambda *a, **k: None,
+    )
     op.render_template_fields({"ti": ti, "task_instance": ti, "expanded_ti_count": None})
     assert list(op.op_args) == [[1, 2]] and pulls
 

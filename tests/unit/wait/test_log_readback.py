@@ -263,7 +263,7 @@ async def test_the_trigger_marks_the_handed_over_position_in_its_own_log(monkeyp
         name="j", namespace="ns", submitted_at="2026-11-24T00:00:00+00:00", log_state=DEFERRED
     )
     trigger.task_instance = TI
-    state, emit = await trigger._log_position()
+    state, _emit = await trigger._log_position()
     assert state["cursor"] == {"s": [100, 0, 2]}
     ((message, mark),) = emitted
     assert mark == line_mark("s", [100, 0, 2]) and "attempt=2.log.trigger.7.log" in message

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -533,6 +534,21 @@ async def test_a_follow_of_a_log_not_seen_rotated_says_nothing_more(probe_error)
     assert [r[3] for r in hook.log_requests] == [True, False]  # the probe is no read of the log itself
 
 
+class CountedRequests(list):
+    """A fake hook's ``log_requests`` that sets ``reached`` once it holds ``count`` of them: a test awaits the
+    monitor's next read of the log instead of polling the list."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+        self.reached = asyncio.Event()
+
+    def append(self, request) -> None:
+        super().append(request)
+        if len(self) >= self.count:
+            self.reached.set()
+
+
 async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_losing_lines(monkeypatch):
     import asyncio
 
@@ -541,18 +557,17 @@ async def test_a_follow_ended_while_the_container_still_runs_is_resumed_without_
     monkeypatch.setattr(log_pump, "EOF_SETTLE", 0.05)
     running = job("job", "ns", ("Created", "x"), ("Running", "x"), rv="2")
     log = ["2026-11-22T10:00:01Z one"]
+    requests = CountedRequests(2)
     hook = KubeletFollow(
         job_obj=running,
         launchers=[pod("job-launcher-a", state="running")],
         logs={("job-launcher-a", False): log},
+        log_requests=requests,
     )
     hook.exits = False
 
     async def more_output_then_exit():
-        while (
-            len(hook.log_requests) < 2
-        ):  # the first follow ended (a proxy dropped it), the container runs on
-            await asyncio.sleep(0.01)
+        await requests.reached.wait()  # the first follow ended (a proxy dropped it), the container runs on
         log.append("2026-11-22T10:00:03Z two")
         hook.exits = True
 
@@ -724,7 +739,7 @@ async def test_a_job_waiting_to_be_created_lists_its_events_with_a_doubling_gap(
     monkeypatch.setattr(monitor_module, "assess", assess_every_5s)
     hook = Counting(job_obj=job("job", "ns"), events_watch_forbidden=True)
     result = await monitor(hook, [], get_logs=False, timeouts=Timeouts(None, None), poll_interval=0).run()
-    gaps = [(b - a).total_seconds() for a, b in zip(listed, listed[1:])]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(listed)]
     assert result.outcome == "invalid" and "late: bad spec" in result.message
     assert gaps[:5] == [10, 20, 40, 80, 160] and max(gaps) <= 300, gaps
     assert len(listed) < 12 and len(checks) > 180  # instead of one LIST per check

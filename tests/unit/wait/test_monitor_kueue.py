@@ -50,25 +50,28 @@ def workload(reserved: bool, uid: str = "u1") -> dict:
     return {"metadata": {"name": f"mpijob-job-{uid}", "ownerReferences": [owner]}, "status": status}
 
 
-async def until(lines: list[str], text: str) -> None:
-    while not any(text in ln for ln in lines):
-        await asyncio.sleep(0.01)
-
-
 async def run_until_admitted(hook: FakeAsyncHook, lines: list[str], queued_text: str) -> dict:
+    # set by the task log's line that says ``queued_text``: then Kueue admits the job
+    queued = asyncio.Event()
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if queued_text in line:
+            queued.set()
+
     wait = asyncio.create_task(
         JobMonitor(
             hook,
             "job",
             "ns",
-            emit=lines.append,
+            emit=emit,
             submitted_at=NOW,
             poll_interval=5,
             get_logs=False,
             timeouts=Timeouts(1, 1),
         ).run()
     )
-    await asyncio.wait_for(until(lines, queued_text), 5)
+    await asyncio.wait_for(queued.wait(), 5)
     hook.workloads = [workload(True), workload(False, uid="someone-elses")]
     hook.job_obj = queued_job(("Succeeded", "MPIJobSucceeded"))
     return await asyncio.wait_for(wait, 5)

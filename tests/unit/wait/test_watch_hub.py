@@ -122,19 +122,16 @@ def test_a_hub_its_closed_loop_left_behind_is_never_served_to_another_loop():
     hook = FakeAsyncHook(job_obj=job("a"))
 
     async def subscribe_and_never_leave():
-        entered = watch_hub.subscription(
-            hook, "ns", "a"
-        )  # kept: a dropped one would leave the hub once collected
+        # kept (returned): a dropped one would leave the hub once collected
+        entered = watch_hub.subscription(hook, "ns", "a")
         await entered.__aenter__()
         return entered, watch_hub.hubs()[0]
 
-    loop = (
-        asyncio.new_event_loop()
-    )  # ends abruptly: no asyncio.run teardown that would close the subscription
-    entered, stale = loop.run_until_complete(subscribe_and_never_leave())
-    for (
-        task
-    ) in stale._tasks:  # the loop's tasks end with it (as asyncio.run cancels them); none is left pending
+    # ends abruptly: no asyncio.run teardown that would close the subscription
+    loop = asyncio.new_event_loop()
+    _entered, stale = loop.run_until_complete(subscribe_and_never_leave())  # _entered: held to the end
+    # the loop's tasks end with it (as asyncio.run cancels them); none is left pending
+    for task in stale._tasks:
         task.cancel()
     loop.run_until_complete(asyncio.wait(stale._tasks))
     loop.close()
