@@ -13,6 +13,7 @@ the operator binds it (``bind``) when it is made.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,14 @@ class MPIJobCallbacks:
         """Called once, by the operator's ``__init__``, before the operator checks its parameters at parse
         time: where a subclass checks what it adds to the operator (the decorators: the function)."""
         self.operator = operator
+
+    def copy_for(self, operator: MPIJobOperator) -> MPIJobCallbacks:
+        """This object for a copy of its operator (Airflow runs a shallow copy of the parsed task, with the
+        templates rendered on it): a shallow copy bound to ``operator``, without ``bind``'s parse-time checks,
+        which the original passed."""
+        twin = copy.copy(self)
+        twin.operator = operator
+        return twin
 
     def launch_command(self, errors: ErrorList, values: Mapping[str, Any]) -> LauncherCommand:
         """The launcher command ``program`` becomes (``values``: the resolved parameters); problems go to

@@ -91,8 +91,8 @@ class MPIJobOperator(_Base):
         super().__init__(**kwargs)
         for name, value in given.items():
             setattr(self, name, value)
-        self.callbacks = callbacks if callbacks is not None else MPIJobCallbacks()
-        self.callbacks.bind(self)
+        self._callbacks = callbacks if callbacks is not None else MPIJobCallbacks()
+        self._callbacks.bind(self)
         self._job: tuple[str, str, str | None] | None = (
             None  # (name, namespace, uid) once created or attached
         )
@@ -112,6 +112,15 @@ class MPIJobOperator(_Base):
                 values.get("image") or PARAMETERS["image"].stand_in
             )  # the base manifest may carry it
         self._resolve(values, placeholder_identity(self, "parse-time"), namespace=None)
+
+    @property
+    def callbacks(self) -> MPIJobCallbacks:
+        """This operator's callbacks, bound to it. Airflow runs a shallow copy of the parsed task
+        (``prepare_for_execution``), and renders the templates on the copy: the copy gets its own callbacks,
+        bound to it, or they would read the parsed task's unrendered parameters (and share a try's state)."""
+        if self._callbacks.operator is not self:
+            self._callbacks = self._callbacks.copy_for(self)
+        return self._callbacks
 
     @property
     def captures_result(self) -> bool:

@@ -169,13 +169,14 @@ def _run_rank_0(tmp_path: Path, runner: str, call: str) -> list[str]:
     """What rank 0 prints: the Secret's program run for real on the Secret's call."""
     (tmp_path / RUNNER_KEY).write_text(runner)
     (tmp_path / CALL_KEY).write_text(call)
-    return subprocess.run(
+    ran = subprocess.run(
         [sys.executable, str(tmp_path / RUNNER_KEY), str(tmp_path / CALL_KEY)],
-        check=True,
         capture_output=True,
         text=True,
         env={"OMPI_COMM_WORLD_RANK": "0"},
-    ).stdout.splitlines()
+    )
+    assert ran.returncode == 0, f"rank 0 exited {ran.returncode}: {ran.stderr}\nrunner:\n{runner[:500]}"
+    return ran.stdout.splitlines()
 
 
 def _report(nonce: str, value: object) -> list[str]:

@@ -442,3 +442,26 @@ def test_a_succeeded_job_without_a_value_fails():
     op = build()
     with pytest.raises(AirflowFailException, match="rank 0 reported no return value"):
         op._finish(WaitResult(Outcome.SUCCESS, "n", "ns", "ok"))
+
+
+def test_the_copy_airflow_runs_sends_its_own_rendered_arguments_to_the_ranks():
+    """Airflow runs a shallow copy of the parsed task (``prepare_for_execution``) and renders the templates on
+    it: the call must carry the copy's rendered arguments (found by the fault suite: the parsed task's callbacks
+    read the unrendered ``{{ run_id }}`` and left the argument out, so the function ran without it)."""
+    with dag() as d:
+
+        @task.mpi(**JOB)
+        def stamp(run_id):
+            return run_id
+
+        stamp(run_id="{{ run_id }}")
+    parsed = d.get_task("stamp")
+    op = parsed.prepare_for_execution()
+    assert op is not parsed
+    op.__dict__["hook"] = FakeSyncHook()
+    op.render_template_fields({"run_id": RUN_ID, "ti": context("stamp")["ti"]})
+    op.build_manifest(context("stamp"))
+    _, data = op.callbacks.call_secret
+    assert decode_call(data["call"])["arguments"] == ((), {"run_id": RUN_ID})
+    assert op.callbacks.operator is op and parsed.callbacks.operator is parsed
+    assert parsed.callbacks.call_secret is None  # the try's state is the copy's alone
