@@ -50,11 +50,11 @@ from airflow_mpi.operators.job_record import record_result_key, recorded_result_
 from airflow_mpi.operators.submission import dropped_without_call_secret, failure_text, replace
 from airflow_mpi.operators.task_params import is_unrendered
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AirflowException, AirflowFailException
+from airflow_mpi.wait.contract import Outcome, WaitResult
 from airflow_mpi.wait.rank_result_capture import RankResult, ResultCollector, hide_result_lines, parse_result
 
 if TYPE_CHECKING:
     from airflow_mpi.operators.mpijob import MPIJobOperator
-    from airflow_mpi.wait.contract import WaitResult
 
     _MixinBase = DecoratedOperator  # what the mixin extends, for type checkers: it precedes it in the class
 else:
@@ -257,15 +257,15 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         if self.event_result is not None:
             return self.event_result
         result = self.collector.result()
-        if payload.get("status") != "success" or self.collector.complete:
+        if payload.outcome is not Outcome.SUCCESS or self.collector.complete:
             return result
         if self.key is None:
-            unverifiable = UNVERIFIABLE.format(payload.get("name")) if self.adopted else None
+            unverifiable = UNVERIFIABLE.format(payload.name) if self.adopted else None
             return RankResult(started=result.started, error=unverifiable)
         log, hook = self.operator.log, self.operator.hook
         log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
         try:
-            return parse_result(hook.launcher_log(payload["name"], payload["namespace"]), self.key)
+            return parse_result(hook.launcher_log(payload.name, payload.namespace), self.key)
         except Exception as err:  # the cleanup below must run whatever happens here
             return RankResult(
                 started=result.started,
@@ -279,10 +279,10 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         try:
             finish_job()
         except AirflowException as err:
-            if result.started or payload.get("status") != "failed":
+            if result.started or payload.outcome is not Outcome.FAILED:
                 raise
             raise type(err)(f"{err}. {NEVER_STARTED.format(python=self.python)}") from err
-        job = f"MPIJob {payload.get('namespace')}/{payload.get('name')} succeeded, but"
+        job = f"MPIJob {payload.namespace}/{payload.name} succeeded, but"
         if result.error:
             raise AirflowFailException(f"{job} {result.error} (rank 0's log is above)")
         if not result.has_value:

@@ -157,14 +157,3 @@ class WaitResult:
         values["evictions"] = values.get("evictions") or 0
         outcome = Outcome(event.get("status") or Outcome.ERROR)
         return cls(outcome, **values, failure_gathered="failure" in event, result=event.get("result"))
-
-    # The event's view, for readers of the dict not yet moved to the attributes (decorators/function_task.py,
-    # operators/submission.py): ``result["status"]`` is the outcome.
-    def __getitem__(self, key: str) -> Any:
-        return self.outcome if key == "status" else self.to_event()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default

@@ -274,7 +274,7 @@ def test_the_mpi_operators_validation_error_reaches_the_wait_through_the_hubs_ev
             return await asyncio.wait_for(counting_monitor("hub-invalid", namespace, listed).run(), 60)
 
     result = asyncio.run(body())
-    assert result["status"] == "invalid" and "replicas" in result["message"].lower(), result
+    assert result.outcome == "invalid" and "replicas" in result.message.lower(), result
     assert listed == ["hub-invalid"]
 
 
@@ -310,7 +310,7 @@ def test_an_identity_refused_the_event_watch_lists_the_validation_error_instead(
 
     with caplog.at_level(logging.WARNING, logger=watch_hub.__name__):
         result = asyncio.run(body())
-    assert result["status"] == "invalid" and "replicas" in result["message"].lower(), result
+    assert result.outcome == "invalid" and "replicas" in result.message.lower(), result
     assert listed == ["refused-invalid"]  # the one listing at the wait's first check found it
     refusals = [r for r in caplog.records if "may not watch events" in r.getMessage()]
     assert len(refusals) == 1 and "403" in refusals[0].getMessage(), [r.getMessage() for r in caplog.records]
@@ -417,7 +417,7 @@ def test_a_log_endpoint_error_is_reported_once_and_never_printed_as_launcher_out
             result = asyncio.run(asyncio.wait_for(body(), 120))
     finally:
         co.delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", f"logs-{namespace}")
-    assert result["status"] == "success"
+    assert result.outcome == "success"
     launcher_output = [ln for ln in lines if not ln.startswith(("==========", "(could not read"))]
     assert launcher_output == []
     reports = [r for r in caplog.records if "launcher log read failed" in r.getMessage()]

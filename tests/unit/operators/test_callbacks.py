@@ -64,7 +64,7 @@ class Recording(MPIJobCallbacks):
     def finish(self, payload, finish_job):
         self.calls.append("finish")
         finish_job()  # the operator's cleanup
-        return {"value": payload["name"]}
+        return {"value": payload.name}
 
 
 def run(op, monkeypatch):

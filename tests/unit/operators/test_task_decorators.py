@@ -392,7 +392,7 @@ async def test_both_waits_read_a_result_with_the_same_collector(monkeypatch, pat
         collector = op.callbacks.collector
         for line in lines:
             op._launcher_log()(line)
-        result = op.callbacks.result({"status": "success", "name": "n"})
+        result = op.callbacks.result(WaitResult(Outcome.SUCCESS, "n"))
     else:
         t = trigger(capture_result=True, result_key=NONCE)
         capture_trigger_log(monkeypatch, [])

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-import pytest
-
 from airflow_mpi.wait.contract import EVENT_KEYS, Outcome, WaitOptions, WaitResult
 
 DEADLINE = datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
@@ -135,13 +133,3 @@ def test_an_error_result_names_the_job_and_keeps_the_log_position():
         "u1",
         position,
     )
-
-
-def test_the_result_reads_like_its_event_for_code_that_still_reads_the_dict():
-    """decorators/function_task.py and operators/submission.py read ``payload.get("status")`` and the like."""
-    result = _full()
-    assert result["status"] is Outcome.FAILED and result.get("status") == "failed"
-    assert result["name"] == "job" and result.get("launcher_exit_codes") == [1, 137]
-    assert result.get("result") is None and result.get("result", "none") == "none"
-    with pytest.raises(KeyError):
-        result["nothing"]

@@ -172,7 +172,7 @@ async def test_a_worker_deleted_before_the_verdict_is_named_from_its_last_state(
     clean_up(hook, "job-worker-0", "OOMKilled", NOW + timedelta(seconds=30))
     await hook.changes.join()
     hook.job_obj = failed_job("Running")
-    failure = (await asyncio.wait_for(run, 10))["failure"]
+    failure = (await asyncio.wait_for(run, 10)).failure
     assert failure["causes"][0].startswith("worker pod job-worker-0 (container worker): OOMKilled")
     (tail, _) = failure["tails"]
     assert tail["pod"] == "job-worker-0" and tail["lines"] == [] and "HTTP 404" in tail["note"]
@@ -204,7 +204,7 @@ async def test_an_evicted_worker_replaced_by_the_mpi_operator_is_the_first_cause
     hook.change("ADDED", LAUNCHER)
     await hook.changes.join()
     hook.job_obj = failed_job(None)
-    causes = (await asyncio.wait_for(run, 10))["failure"]["causes"]
+    causes = (await asyncio.wait_for(run, 10)).failure["causes"]
     assert causes == [
         "worker pod job-worker-0 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: "
         "evicting)",

@@ -109,7 +109,7 @@ async def test_follow_streams_are_bounded_and_every_line_still_arrives_once(monk
         hooks[n].job_obj = job(n, "ns", ("Created", "x"), ("Succeeded", "x"), rv="2")
     release.set()
     results = await asyncio.wait_for(asyncio.gather(*runs), 30)
-    assert all(r["status"] == "success" for r in results)
+    assert all(r.outcome == "success" for r in results)
     assert peak[0] == 2
     assert {n: [ln for ln in out if not ln.startswith("=")] for n, out in outputs.items()} == {
         n: [f"{n} line"] for n in names
