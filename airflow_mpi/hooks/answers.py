@@ -17,7 +17,8 @@ from airflow_mpi.hooks.errors import (
     error_message,
     is_missing_resource_type,
 )
-from airflow_mpi.jobspec.vocabulary import API_V2BETA1, REPLICA_INDEX_LABEL, TERMINAL_PHASES
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
+from airflow_mpi.jobspec.vocabulary import REPLICA_INDEX_LABEL, TERMINAL_PHASES
 
 # the kubelet's RFC 3339 timestamp (nanoseconds, offset) in front of a ``timestamps=true`` log line
 _TIMESTAMP_RE = re.compile(
@@ -149,7 +150,7 @@ class WatchDecoder:
     last_rv: str | None
     allow_bookmarks: bool
     api_exception: Callable[..., Exception]  # the client library's ApiException class (sync or async)
-    api_version: str = API_V2BETA1
+    api_version: str = DEFAULT_KIND.api_version
 
     def raise_open_error(self, exc: BaseException) -> Any:
         """The watch request failed: 410 Gone -> WatchExpired, CRD not served -> MPIJobAPIUnavailable."""

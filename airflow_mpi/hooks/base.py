@@ -11,7 +11,8 @@ from airflow_mpi.hooks.live_delete import live_delete
 from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
 from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, pod_selectors, split_api_version
 from airflow_mpi.hooks.retries import request_retrying
-from airflow_mpi.jobspec.vocabulary import API_V2BETA1, LAUNCHER, MPIJOB_PLURAL
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_or_default
+from airflow_mpi.jobspec.vocabulary import LAUNCHER
 
 
 class MPIJobHookBase:
@@ -34,7 +35,7 @@ class MPIJobHookBase:
     log_request_timeout: tuple[float, float] = (30.0, 300.0)
 
     def __init__(
-        self, conn_id: str | None = default_conn_name, *, api_version: str = API_V2BETA1, **kwargs: Any
+        self, conn_id: str | None = default_conn_name, *, api_version: str = DEFAULT_KIND.api_version, **kwargs: Any
     ):
         super().__init__(conn_id=conn_id, **kwargs)  # type: ignore[call-arg]
         self.group, self.version = split_api_version(api_version)
@@ -46,7 +47,7 @@ class MPIJobHookBase:
             "group": self.group,
             "version": self.version,
             "namespace": namespace,
-            "plural": MPIJOB_PLURAL,
+            "plural": kind_or_default(self.api_version).plural,
             **extra,
         }
 

@@ -22,17 +22,8 @@ from airflow_mpi.hooks.errors import (
     is_transient,
 )
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
-from airflow_mpi.jobspec.vocabulary import (
-    API_GROUP,
-    API_V2BETA1,
-    JOB_NAME_LABEL,
-    JOB_ROLE_LABEL,
-    LEGACY_JOB_NAME_LABEL,
-    LEGACY_ROLE_LABEL,
-    MPIJOB_KIND,
-    MPIJOB_PLURAL,
-    REPLICA_TYPE_LABEL,
-)
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_for, kind_or_default
+from airflow_mpi.jobspec.vocabulary import API_GROUP, MPIJOB_KIND, MPIJOB_PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +41,14 @@ WATCH_CONNECT_TIMEOUT = 30.0
 
 # --------------------------------------------------------------------------------------- shapes
 def split_api_version(api_version: str) -> tuple[str, str]:
-    """``"kubeflow.org/v2beta1"`` -> ``("kubeflow.org", "v2beta1")``; only the kubeflow.org group serves MPIJobs."""
+    """``"kubeflow.org/v2beta1"`` -> ``("kubeflow.org", "v2beta1")``: a registered kind's group and version, else
+    any version of the kubeflow.org group (it serves the MPIJobs of both built-in kinds)."""
+    if (kind := kind_for(api_version)) is not None:
+        return kind.group, kind.version
     group, sep, version = (api_version or "").partition("/")
     if not sep or not version or group != API_GROUP:
         raise ValueError(
-            f"api_version={api_version!r}: expected '{API_GROUP}/<version>' (e.g. {API_V2BETA1!r})"
+            f"api_version={api_version!r}: expected '{API_GROUP}/<version>' (e.g. {DEFAULT_KIND.api_version!r})"
         )
     return group, version
 
@@ -65,7 +59,7 @@ def prepare_body(manifest: dict, namespace: str, api_version: str) -> dict:
         raise TypeError(f"manifest must be a dict, got {type(manifest).__name__}")
     body = copy.deepcopy(manifest)
     body.setdefault("apiVersion", api_version)
-    body.setdefault("kind", MPIJOB_KIND)
+    body.setdefault("kind", kind_or_default(body["apiVersion"]).kind)
     split_api_version(body["apiVersion"])
     metadata = body.setdefault("metadata", {})
     if not metadata.get("name"):
@@ -101,15 +95,10 @@ def adopt_or_raise(existing: dict, desired: dict) -> dict:
 
 
 def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
-    """Label selectors of the ``role`` pods of an MPIJob, in the order to try them: v1 from training-operator 1.5
-    (incl. 1.8) labels the replica type (lowercase ``launcher``/``worker``); older v1 operators (<= 1.4) used
-    ``mpi-job-name`` + ``mpi-job-role``, tried only when the first finds nothing."""
-    if split_api_version(api_version)[1] == "v1":
-        return [
-            f"{JOB_NAME_LABEL}={name},{REPLICA_TYPE_LABEL}={role}",
-            f"{LEGACY_JOB_NAME_LABEL}={name},{LEGACY_ROLE_LABEL}={role}",
-        ]
-    return [f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}"]
+    """Label selectors of the ``role`` pods of a job, in the order to try them (the next only when the one before
+    finds nothing): its kind's (kinds/ PodLabels; v1 also tries the labels of training-operator <= 1.4)."""
+    split_api_version(api_version)
+    return kind_or_default(api_version).pod_labels.selectors(name, role)
 
 
 def job_event_selector(name: str) -> str:
@@ -257,7 +246,7 @@ class Create:
             "group": group,
             "version": version,
             "namespace": self.namespace,
-            "plural": MPIJOB_PLURAL,
+            "plural": kind_or_default(body["apiVersion"]).plural,
         }
 
     def created(self, obj: dict) -> dict:

@@ -33,6 +33,7 @@ from airflow_mpi.jobspec.spec import (
     Defaults,
     LauncherCommand,
 )
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
@@ -258,9 +259,10 @@ def role_parameter(row: Field, role: str) -> str | None:
     return row.param.get(role) if isinstance(row.param, dict) else (row.name if row.param else None)
 
 
-def manifest_path(row: Field, role: str | None = None, api: str = API_V2BETA1) -> tuple:
-    """Where a manifest of ``api`` holds ``row`` (of the replica spec ``role``, "Launcher"/"Worker")."""
-    path = row.v1_path if api == API_V1 and row.v1_path else row.path
+def manifest_path(row: Field, role: str | None = None, api: str | None = None) -> tuple:
+    """Where a manifest of ``api`` holds ``row`` (of the replica spec ``role``, "Launcher"/"Worker"): its kind's
+    place (jobspec/kinds/); without ``api``, the row's own ``path``."""
+    path = row.path if api is None else kind_or_default(api).row_path(row)
     return ("spec", "mpiReplicaSpecs", role, *path) if row.owner == REPLICA else path
 
 

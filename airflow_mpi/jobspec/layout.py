@@ -10,7 +10,8 @@ from copy import deepcopy
 from typing import Any
 
 from airflow_mpi.jobspec.fields import FIELDS, REPLICA, Field, MPIJobSpec, holder, manifest_path
-from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, MPIJOB_KIND, WORKER_REPLICA
+from airflow_mpi.jobspec.kinds import kind_or_default
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, WORKER_REPLICA
 
 _JOB_ROWS = tuple(f for f in FIELDS if f.owner != REPLICA and f.path and not f.nested)
 _REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
@@ -18,10 +19,11 @@ _REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
 
 def render(spec: MPIJobSpec) -> dict:
     """The manifest of the fields ``spec`` sets; each role's main container is named by its ``container_name``."""
-    manifest: dict[str, Any] = {"apiVersion": spec.api_version, "kind": MPIJOB_KIND}
+    kind = kind_or_default(spec.api_version)
+    manifest: dict[str, Any] = {"apiVersion": spec.api_version, "kind": kind.kind}
     for row in _JOB_ROWS:
         obj = holder(spec, row)
-        value = getattr(obj, row.name) if obj is not None and row.api in (None, spec.api_version) else None
+        value = getattr(obj, row.name) if obj is not None and kind.has_row(row) else None
         if value is not None:
             _write(manifest, manifest_path(row, api=spec.api_version), row, value)
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):

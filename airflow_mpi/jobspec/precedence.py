@@ -3,8 +3,8 @@
 resolve(spec) checks the parameters and the base manifest on their own first, so that a problem is named as the user
 wrote it; then apply() merges them and returns the manifest to submit and where each defaultable field's value came
 from (the task log says it; the operator reads the backoff limit). A default fills a field only where neither a
-parameter nor the base manifest sets it; the retries mapping (``runPolicy.backoffLimit`` = task retries, launcher
-``restartPolicy: Never``) is such a default. The parameters, rendered by layout.py, are deep-merged onto the base
+parameter nor the base manifest sets it; the retries mapping (``runPolicy.backoffLimit`` and the launcher's
+``restartPolicy`` from the task's retries, as the job's kind maps them: jobspec/kinds/) is such a default. The parameters, rendered by layout.py, are deep-merged onto the base
 manifest, so they win and every field they leave alone keeps the base's value. A default equal to the controller's
 own (one slot per worker, Open MPI) is not written: the manifest stays as the user wrote it.
 """
@@ -34,7 +34,6 @@ from airflow_mpi.jobspec.spec import (
     CLUSTER_DOMAIN,
     CONFIG_MOUNT_PATH,
     CONFIG_VOLUME,
-    DEFAULT_CONTAINER_NAMES,
     INTEL,
     MPICH,
     MPIUSER_SSH_AUTH_MOUNT_PATH,
@@ -51,7 +50,8 @@ from airflow_mpi.jobspec.spec import (
     workers_dns_wait_seconds,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
-from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
+from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
 CONTROLLER_DEFAULT = "controller default, not written"
@@ -92,17 +92,29 @@ class Resolved:
 def _mpiuser_convention(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     """A job described by parameters only follows the mpi-operator's unprivileged convention; a base manifest's
     silence keeps the controller's root one (upstream's Horovod examples run root images on its defaults)."""
-    return (
-        MPIUSER_SSH_AUTH_MOUNT_PATH
-        if spec.api_version == API_V2BETA1 and spec.base_manifest is None
-        else None
-    )
+    kind = kind_or_default(spec.api_version)
+    return MPIUSER_SSH_AUTH_MOUNT_PATH if kind.mpiuser_convention and spec.base_manifest is None else None
 
 
 def _wait_for_workers(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     """The launcher starts once its workers are Ready (their sshd listening, _container_defaults): started at
     once, it races the workers' DNS records and ssh gives up (kubeflow/mpi-operator#386)."""
-    return WAIT_FOR_WORKERS_READY if spec.api_version == API_V2BETA1 else None
+    return kind_or_default(spec.api_version).launcher_creation_policy
+
+
+def _retries_backoff_limit(spec: MPIJobSpec, defaults: Defaults) -> int | None:
+    """The retries mapping's backoffLimit (the kind's: attempts as its controller counts them)."""
+    if defaults.retries is None:
+        return None
+    return kind_or_default(spec.api_version).retries_mapping(defaults.retries).backoff_limit
+
+
+def _retries_restart_policy(spec: MPIJobSpec, defaults: Defaults) -> str | None:
+    """The retries mapping's launcher restartPolicy (v2beta1: Never, a failed pod is an attempt of the launcher
+    Job; v1: OnFailure, a restarted container is one)."""
+    if defaults.retries is None:
+        return None
+    return kind_or_default(spec.api_version).retries_mapping(defaults.retries).launcher_restart_policy
 
 
 # The defaultable fields: (setting name, field, role, default); in this order in the task log.
@@ -111,9 +123,9 @@ _DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], 
     ("slots_per_worker", field_of("slots_per_worker"), None, None),
     ("mpi_implementation", field_of("mpi_implementation"), None, None),
     ("clean_pod_policy", field_of("clean_pod_policy", RUN_POLICY), None, lambda s, d: d.clean_pod_policy),
-    ("backoff_limit", field_of("backoff_limit", RUN_POLICY), None, lambda s, d: d.retries),
+    ("backoff_limit", field_of("backoff_limit", RUN_POLICY), None, lambda s, d: _retries_backoff_limit(s, d)),
     ("launcher.restart_policy", field_of("restart_policy", REPLICA), LAUNCHER_REPLICA,
-     lambda s, d: "Never" if d.retries is not None and s.run_policy.backoff_limit is None else None),
+     lambda s, d: _retries_restart_policy(s, d) if s.run_policy.backoff_limit is None else None),
     ("namespace", field_of("namespace"), None, lambda s, d: d.namespace() if callable(d.namespace) else d.namespace),
     ("ssh_auth_mount_path", field_of("ssh_auth_mount_path"), None, _mpiuser_convention),
     ("launcher_creation_policy", field_of("launcher_creation_policy"), None, _wait_for_workers),
@@ -143,6 +155,7 @@ def validate(spec: MPIJobSpec) -> None:
 
 def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     """``spec`` merged onto ``base``, validated, and where its defaultable fields came from."""
+    kind = kind_or_default(spec.api_version)
     filled = replace(
         spec,
         launcher=replace(spec.launcher),
@@ -165,12 +178,12 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
         elif default and spec.defaults is not None and (value := default(spec, spec.defaults)) is not None:
             setattr(holder(filled, row, role), row.name, value)
             settings[name] = Setting(value, DEFAULT)
-        elif name in CONTROLLER_DEFAULTS and (name != "mpi_implementation" or spec.api_version != API_V1):
+        elif name in CONTROLLER_DEFAULTS and (name != "mpi_implementation" or kind.implementation_field):
             settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
-    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+    if spec.defaults is not None and kind.container_defaults:
         _container_defaults(filled, base, settings)
     _name(filled, spec, base, settings)
-    if spec.defaults is not None and spec.api_version == API_V2BETA1:
+    if spec.defaults is not None and kind.launcher_dns_search:
         _launcher_dns_search(filled, base, settings)
     if spec.identity is not None:
         filled.labels = {**(spec.labels or {}), **spec.identity.labels()}
@@ -195,12 +208,8 @@ def base_value(base: Any, path: tuple) -> Any:
 
 
 def _in_base(base: dict, row: Field, role: str | None, api: str) -> Any:
-    """The base manifest's value of ``row`` (a kubeflow.org/v1 one may also hold it at the row's ``v1_path``)."""
-    paths = (
-        (manifest_path(row, role), manifest_path(row, role, api))
-        if api == API_V1
-        else (manifest_path(row, role),)
-    )
+    """The base manifest's value of ``row``: at the row's path, or where the kind holds it (v1: ``v1_path``)."""
+    paths = dict.fromkeys((manifest_path(row, role), manifest_path(row, role, api)))
     return next((v for p in paths if (v := base_value(base, p)) is not None), None)
 
 
@@ -238,9 +247,10 @@ def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
     first = containers[0] if isinstance(containers, list) and containers else None
     if isinstance(first, dict) and isinstance(first.get("name"), str):
         return first["name"]
-    if spec.api_version == API_V1 and spec.main_container:
+    kind = kind_or_default(spec.api_version)
+    if kind.main_container_field and spec.main_container:
         return spec.main_container
-    return DEFAULT_CONTAINER_NAMES[API_V1 if spec.api_version == API_V1 else API_V2BETA1][role]
+    return kind.container_names[role]
 
 
 def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
@@ -379,7 +389,7 @@ def _merged(filled: MPIJobSpec, base: dict) -> dict:
     clean = filled.run_policy.clean_pod_policy
     base_policy = base_value(base, ("spec", "runPolicy"))
     if (
-        filled.api_version == API_V1
+        kind_or_default(filled.api_version).top_level_clean_pod_policy
         and clean is not None
         and isinstance(base_policy, dict)
         and "cleanPodPolicy" in (base_policy)
@@ -431,7 +441,8 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
         run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
     )
     container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
-    if manifest["apiVersion"] == API_V2BETA1 and implementation in launch.in_args:
+    kind: JobKind | None = kind_for(manifest["apiVersion"])
+    if kind is not None and kind.launcher_command_in_args and implementation in launch.in_args:
         container.pop("command", None)  # the image's entrypoint runs it
         container["args"] = [*command, *(spec.launcher.args or [])]
         return

@@ -9,14 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from airflow_mpi.jobspec.vocabulary import (
-    API_V1,
-    API_V2BETA1,
-    LAUNCHER,
-    LAUNCHER_REPLICA,
-    WORKER,
-    WORKER_REPLICA,
-)
 
 if TYPE_CHECKING:
     from airflow_mpi.jobspec.errors import ErrorList
@@ -30,14 +22,8 @@ CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL = "None", "Running", "All"
 CLEAN_POD_POLICIES = (CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL)
 IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
-# mpi-operator validation.go accepts only these two; training-operator v1 also handles
-# Always and ExitCode (ExitCode -> pod Never + retry on retryable exit codes).
-RESTART_POLICIES = {API_V2BETA1: ("Never", "OnFailure"), API_V1: ("Always", "OnFailure", "Never", "ExitCode")}
-# runPolicy.managedBy: each operator reserves its own name; Kueue's MultiKueue is the other value.
-MANAGED_BY = {
-    API_V2BETA1: ("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"),
-    API_V1: ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"),
-}
+# What differs between the APIs (restart policies, managedBy values, default container names, the retries mapping):
+# their kinds (jobspec/kinds/).
 
 # Kueue (kueue.x-k8s.io): the LocalQueue an MPIJob waits in, and its WorkloadPriorityClass (labels Kueue reads)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -112,18 +98,14 @@ def workers_dns_wait_script(deadline_seconds: int | None) -> str:
 
 CONFIG_VOLUME = "mpi-job-config"  # the mpi-operator's volume of CONFIG_MOUNT_PATH
 
-DEFAULT_CONTAINER_NAMES = {
-    API_V2BETA1: {LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER},  # each named after its role
-    API_V1: {LAUNCHER_REPLICA: "mpi", WORKER_REPLICA: "mpi"},
-}
-
 
 @dataclass(frozen=True)
 class Defaults:
     """The operator's defaults: used only where neither a parameter nor the base manifest sets the field.
 
     ``retries`` turns on the retries mapping (precedence.py): unless ``backoff_limit`` is given as a parameter,
-    ``runPolicy.backoffLimit`` defaults to ``retries`` and the launcher's ``restartPolicy`` to ``Never``. ``namespace``
+    ``runPolicy.backoffLimit`` and the launcher's ``restartPolicy`` default to the kind's mapping of it
+    (kinds/: v2beta1 ``retries`` and ``Never``). ``namespace``
     is the connection's, or a function that looks it up (called only when needed). The name's default is the identity's.
     ``schedule_timeout``: the task's, which bounds the launcher's wait for its workers (None: no bound).
     """

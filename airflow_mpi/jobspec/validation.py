@@ -33,19 +33,13 @@ from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
 from airflow_mpi.jobspec.spec import (
-    CONFIG_MOUNT_PATH,
-    CONFIG_VOLUME,
     DEFAULT_SSH_AUTH_MOUNT_PATH,
     GPU_RESOURCE,
-    MANAGED_BY,
-    RESTART_POLICIES,
     WAIT_FOR_WORKERS_READY,
     Defaults,
 )
+from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for
 from airflow_mpi.jobspec.vocabulary import (
-    API_V1,
-    API_V2BETA1,
-    API_VERSIONS,
     LAUNCHER,
     LAUNCHER_REPLICA,
     MPIJOB_KIND,
@@ -68,7 +62,7 @@ _SPEC_KEYS = {
     "runPolicy": ("run_policy", None),
     "mpiReplicaSpecs": ("mpi_replica_specs", None),
     **{key: (f.name, f.api) for key, f in _SPEC.items()},
-    **{f.v1_path[1]: (f"spec.{f.v1_path[1]}", API_V1) for f in FIELDS if len(f.v1_path) == 2},
+    **{f.v1_path[1]: (f"spec.{f.v1_path[1]}", MPIJOB_V1.api_version) for f in FIELDS if len(f.v1_path) == 2},
 }
 _REPLICA_FIELDS = ("replicas", "restartPolicy", "template")
 
@@ -94,7 +88,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
     if not isinstance(spec, MPIJobSpec):
         errors.add("spec", spec, "must be an MPIJobSpec")
         return
-    _check(errors, "api_version", spec.api_version, rules.one_of(API_VERSIONS))
+    _check(errors, "api_version", spec.api_version, rules.one_of(api_versions()))
     if spec.name is not None:
         _check(errors, "name", spec.name, rules.string)
     if spec.unique_name_suffix is not None:
@@ -120,13 +114,14 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
             errors.add(
                 "command", spec.launcher.command, "cannot be combined with program (which builds the command)"
             )
+    kind = cast(JobKind, kind_for(spec.api_version))  # checked above
     for row in rows(JOB):
-        value = getattr(spec, row.name) if row.api not in (None, spec.api_version) else None
+        value = getattr(spec, row.name) if not kind.has_row(row) else None
         if value is None:
             continue
-        if row.api == API_V1:
+        if row.name == "main_container":
             errors.add(
-                row.name, value, f"is a {API_V1} field; in {API_V2BETA1} the first container is the main one"
+                row.name, value, f"is a {row.api} field; in {kind.api_version} the first container is the main one"
             )
         elif row.name == "mpi_implementation" and spec.launch is not None:
             _passes(errors, row, value)  # not written: it picks the launch flags
@@ -137,7 +132,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
                 else ""
             )
             errors.add(
-                row.name, value, f"is not supported by {API_V1} (training-operator){hint}: {API_V2BETA1} only"
+                row.name, value, f"is not supported by {kind.api_version} ({kind.controller}){hint}: {row.api} only"
             )
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
@@ -202,8 +197,9 @@ def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None
 def check_manifest(errors: ErrorList, manifest: dict) -> None:
     """Operator and Kubernetes rules on a complete (merged) MPIJob manifest."""
     api: Any = manifest.get("apiVersion")
-    if not _check(errors, "api_version", api, rules.one_of(API_VERSIONS)):
+    if not _check(errors, "api_version", api, rules.one_of(api_versions())):
         return
+    kind = cast(JobKind, kind_for(api))
     metadata = manifest.get("metadata")
     if not isinstance(metadata, dict):
         errors.add("metadata", metadata, "must be a mapping with at least a name")
@@ -222,13 +218,13 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         if labels.get(row.path[-1]) is not None:
             _passes(errors, row, labels[row.path[-1]])
     check_annotations(errors, "annotations", metadata.get("annotations"))
-    _check_spec_fields(errors, manifest, api)
+    _check_spec_fields(errors, manifest, kind)
     policy: Any = job.get("runPolicy")
     if _is_mapping(errors, "run_policy", policy):
-        top_level = api == API_V1 and "cleanPodPolicy" in job  # its conflicts: _check_spec_fields
+        top_level = kind.top_level_clean_pod_policy and "cleanPodPolicy" in job  # conflicts: _check_spec_fields
         _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
-            "managedBy": rules.one_of(MANAGED_BY[api]),
-            **({"ttlSecondsAfterFinished": _launcher_ttl} if api == API_V2BETA1 else {}),
+            "managedBy": rules.one_of(kind.managed_by),
+            **({"ttlSecondsAfterFinished": _launcher_ttl(kind)} if kind.launcher_ttl_at_least_one else {}),
             "cleanPodPolicy": (lambda value: None) if top_level
                               else cast(rules.Rule, _CLEAN_POD_POLICY.check),
         })  # fmt: skip
@@ -243,23 +239,27 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
                 "is not a schedulingPolicy field",
                 {"minAvailable": rules.integer(1, workers + 1)},
             )
-    _check_replica_specs(errors, job, api)
+    _check_replica_specs(errors, job, kind)
 
 
-def _launcher_ttl(value: Any) -> str | None:
-    """v2beta1's ttlSecondsAfterFinished is the launcher Job's. At 0 the Job controller deletes the finished Job at
-    once, and mpi-operator v0.8.2, when it has not recorded the job's success yet, finds no launcher Job and creates
-    it again: the program runs twice (seen in a CI run of tests/faults, 2026-11-25)."""
-    if problem := rules.integer()(value):
-        return problem
-    return (
-        (
-            "must be at least 1 on kubeflow.org/v2beta1: it is the launcher Job's, and a launcher Job deleted the "
-            "moment it finishes can be created again by the mpi-operator (the program runs twice)"
+def _launcher_ttl(kind: JobKind) -> rules.Rule:
+    """A kind whose ttlSecondsAfterFinished is the launcher Job's (v2beta1). At 0 the Job controller deletes the
+    finished Job at once, and mpi-operator v0.8.2, when it has not recorded the job's success yet, finds no launcher
+    Job and creates it again: the program runs twice (seen in a CI run of tests/faults, 2026-11-25)."""
+
+    def rule(value: Any) -> str | None:
+        if problem := rules.integer()(value):
+            return problem
+        return (
+            (
+                f"must be at least 1 on {kind.api_version}: it is the launcher Job's, and a launcher Job deleted the "
+                f"moment it finishes can be created again by the {kind.controller} (the program runs twice)"
+            )
+            if value == 0
+            else None
         )
-        if value == 0
-        else None
-    )
+
+    return rule
 
 
 def _is_mapping(errors: ErrorList, field: str, value: Any) -> bool:
@@ -320,8 +320,8 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
         errors.add("name", name, reason)
 
 
-def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
-    job = manifest["spec"]
+def _check_spec_fields(errors: ErrorList, manifest: dict, kind: JobKind) -> None:
+    api, job = kind.api_version, manifest["spec"]
     for key, value in job.items():
         name, only = _SPEC_KEYS.get(key, (None, None))
         if name is None:
@@ -343,7 +343,7 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
         job.get("mainContainer"),
     )
     if (
-        api == API_V2BETA1
+        kind.creation_policy_needs_probe
         and policy == WAIT_FOR_WORKERS_READY
         and not (worker.get("readinessProbe") or worker.get("startupProbe"))
     ):
@@ -353,7 +353,7 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
             "requires a worker readiness or startup probe: without one a "
             "worker counts as Ready as soon as it starts, before sshd accepts connections",
         )
-    if api == API_V1 and clean is not None and _passes(errors, _CLEAN_POD_POLICY, clean):
+    if kind.top_level_clean_pod_policy and clean is not None and _passes(errors, _CLEAN_POD_POLICY, clean):
         other = job["runPolicy"].get("cleanPodPolicy") if isinstance(job.get("runPolicy"), dict) else None
         if other is not None and other != clean:
             errors.add(
@@ -362,7 +362,7 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
                 f"conflicts with spec.runPolicy.cleanPodPolicy={other!r} "
                 "(the training-operator lets runPolicy win)",
             )
-    if api == API_V1 and main is not None and (not isinstance(main, str) or main not in names):
+    if kind.main_container_field and main is not None and (not isinstance(main, str) or main not in names):
         errors.add(
             "main_container",
             main,
@@ -370,15 +370,7 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, api: str) -> None:
         )
 
 
-def _injected(api: str, role: str, ssh_path: str) -> dict[str, str]:
-    """Volumes the operator adds to the role's pods (name -> mount path in the first container)."""
-    launcher = role == LAUNCHER_REPLICA
-    if api == API_V2BETA1:
-        return {"ssh-auth": ssh_path, **({CONFIG_VOLUME: CONFIG_MOUNT_PATH} if launcher else {})}
-    return {CONFIG_VOLUME: CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if launcher else {})}
-
-
-def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
+def _check_replica_specs(errors: ErrorList, job: dict, kind: JobKind) -> None:
     specs = job.get("mpiReplicaSpecs")
     if not isinstance(specs, dict):
         errors.add("mpi_replica_specs", specs, "must be a mapping with Launcher and Worker")
@@ -412,9 +404,9 @@ def _check_replica_specs(errors: ErrorList, job: dict, api: str) -> None:
         else:
             _check(errors, "worker.replicas", replicas, rules.integer(1))
         restart = replica.get("restartPolicy")
-        restarts = rules.one_of(RESTART_POLICIES[api])
+        restarts = rules.one_of(kind.restart_policies)
         valid = restart is None or _check(errors, f"{name}.restart_policy", restart, restarts)
         if valid and role == LAUNCHER_REPLICA and restart == "Always":  # only v1 accepts Always at all
             reason = "restarts the launcher even after success: the job never completes"
             errors.add("launcher.restart_policy", restart, reason)
-        check_pod_template(errors, name, replica.get("template"), _injected(api, role, ssh_path))
+        check_pod_template(errors, name, replica.get("template"), dict(kind.injected_volumes(role, ssh_path)))

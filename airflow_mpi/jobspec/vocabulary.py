@@ -29,6 +29,7 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 # ---------------------------------------------------------------- kubeflow.org/v2beta1: mpi-operator >= 0.4
 API_V2BETA1 = f"{API_GROUP}/v2beta1"  # a role's pods: JOB_NAME_LABEL + JOB_ROLE_LABEL
+V2BETA1_INVALID_REASON = "ValidationError"  # its Warning event for an MPIJob it will never create
 
 # ---------------------------------------------------------------- kubeflow.org/v1: training-operator v1.x
 API_V1 = f"{API_GROUP}/v1"
@@ -36,6 +37,8 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # from 1.5 (incl. 1.8
 V1_LAUNCHER_ROLE = "master"  # the launcher's JOB_ROLE_LABEL value
 LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # <= 1.4, with LEGACY_ROLE_LABEL instead of REPLICA_TYPE_LABEL
 LEGACY_ROLE_LABEL = "mpi-job-role"
+# its Warning event for an invalid MPIJob: NewReason(MPIJobKind, JobFailedValidationReason) (pkg/util/status.go)
+V1_INVALID_REASON = "MPIJobFailedValidation"
 
 API_VERSIONS = (API_V2BETA1, API_V1)
 

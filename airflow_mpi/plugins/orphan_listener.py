@@ -21,7 +21,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_mpi.jobspec import API_V2BETA1
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.jobspec.orphans import FINISHED_TI_STATES, TaskKey, TryState, state_text
 from airflow_mpi.plugins.sweep_worker import SweepWorker
 
@@ -186,7 +186,7 @@ def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
     places = set(metadata.recorded_places())
     try:
         places.add(
-            (BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", API_V2BETA1)
+            (BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", DEFAULT_KIND.api_version)
         )
     except Exception as err:  # no such connection: nothing of it to look at
         log.info("airflow-mpi: no namespace of kubernetes_default to look for earlier ids in (%s)", err)

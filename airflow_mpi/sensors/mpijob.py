@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.jobspec import API_V2BETA1
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
@@ -44,7 +44,7 @@ class MPIJobSensor(BaseSensorOperator):
         job_name: str,
         namespace: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
-        api_version: str = API_V2BETA1,
+        api_version: str = DEFAULT_KIND.api_version,
         target_condition: str = JobCondition.SUCCEEDED.value,
         attach_logs: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.protocols import JobReads
-from airflow_mpi.jobspec import API_V2BETA1
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.deferral import hold_seconds
@@ -53,7 +53,7 @@ class MPIJobTrigger(BaseTrigger):
     namespace: str
     uid: str | None = None
     kubernetes_conn_id: str = "kubernetes_default"
-    api_version: str = API_V2BETA1
+    api_version: str = DEFAULT_KIND.api_version
     connection: dict[str, Any] | None = None
     # the wait: how (its dict form, as serialized, is accepted too), since when, and where the log resumes
     options: WaitOptions = field(default_factory=WaitOptions)

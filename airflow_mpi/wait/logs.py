@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.requests import format_since_time
-from airflow_mpi.jobspec.spec import DEFAULT_CONTAINER_NAMES
-from airflow_mpi.jobspec.vocabulary import API_V2BETA1, LAUNCHER_REPLICA
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA
 
 if TYPE_CHECKING:
     from airflow_mpi.wait.progress import PodSummary
@@ -46,7 +46,7 @@ def launcher_streams(pods: list[PodSummary]) -> list[LogStream]:
     """Readable (or started) launcher streams, oldest attempt first."""
     streams: list[LogStream] = []
     for pod in sorted(pods, key=lambda p: (p.created is None, p.created or 0, p.name)):
-        container = pod.container or DEFAULT_CONTAINER_NAMES[API_V2BETA1][LAUNCHER_REPLICA]
+        container = pod.container or DEFAULT_KIND.container_names[LAUNCHER_REPLICA]
         for restart in range(pod.restart_count):
             streams.append(
                 LogStream(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.hooks.protocols import JobReads, WaitHook
 from airflow_mpi.hooks.retries import through_outage
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
 from airflow_mpi.wait import watch_hub
@@ -323,6 +324,7 @@ class JobMonitor:
                 timeouts=self.timeouts,
                 target_condition=self.target_condition,
                 current_conditions=conditions,
+                kind=kind_or_default(obj.get("apiVersion")),
             )
 
         if not state.created and not state.terminal:

@@ -15,15 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind
 from airflow_mpi.jobspec.status import JobState
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER, PodPhase
 from airflow_mpi.wait.contract import Outcome
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"})
-VALIDATION_ERROR = (
-    "ValidationError"  # the reason of the mpi-operator's event for an MPIJob it will never create
-)
 EVICTED = "Evicted"  # a pod reason the mpi-operator itself turns into the job's failure
 # Outcomes whose pods are examined for the failure's report (wait/failure_causes.py) and named in the error.
 EXPLAINED = (Outcome.FAILED, Outcome.WORKER_FAILED)
@@ -141,6 +139,7 @@ def assess(
     timeouts: Timeouts,
     target_condition: str | None = None,
     current_conditions: set[str] | None = None,
+    kind: JobKind = DEFAULT_KIND,
 ) -> Verdict:
     warnings = _warning_lines(events)
     if state.terminal:
@@ -148,7 +147,7 @@ def assess(
     if target_condition and target_condition in (current_conditions or set()):
         return Verdict(Outcome.TARGET, state.describe(), warnings)
     if not state.created:
-        invalid = [e for e in events if e.reason == VALIDATION_ERROR]
+        invalid = [e for e in events if kind.is_invalid_event(e.reason)]
         if invalid:
             return Verdict(Outcome.INVALID, "; ".join(e.message for e in invalid), warnings)
         if (
@@ -158,7 +157,7 @@ def assess(
             return Verdict(
                 Outcome.STARTUP_TIMEOUT,
                 f"MPIJob {state.name} got no Created condition within "
-                f"{timeouts.startup_timeout:g}s: is the mpi-operator running and watching this namespace?",
+                f"{timeouts.startup_timeout:g}s: is the {kind.controller} running and watching this namespace?",
                 warnings,
             )
         return Verdict(None, state.describe(), warnings)

@@ -32,8 +32,8 @@ from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.hooks.protocols import WatchRequests
 from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage, through_outage
-from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL, MPIJOB_KIND
-from airflow_mpi.wait.progress import VALIDATION_ERROR
+from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
+from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL
 from airflow_mpi.wait.subscription import Subscription
 from airflow_mpi.wait.summaries import (
     involved_object,
@@ -48,8 +48,15 @@ log = logging.getLogger(__name__)
 KINDS = (MPIJOBS, PODS, EVENTS)
 SELECTORS: dict[str, dict[str, str]] = {
     PODS: {"label_selector": JOB_NAME_LABEL},  # the label exists
-    EVENTS: {"field_selector": f"involvedObject.kind={MPIJOB_KIND},reason={VALIDATION_ERROR}"},
 }
+
+
+def watch_selector(kind: str, job_kind: JobKind) -> dict[str, str]:
+    """The list/watch selector of ``kind``: a job kind's pods, or its events that say a job is invalid (a field
+    selector cannot OR: the kind's first reason, the only one of each built-in kind)."""
+    if kind == EVENTS:
+        return {"field_selector": f"involvedObject.kind={job_kind.kind},reason={job_kind.invalid_reasons[0]}"}
+    return SELECTORS.get(kind, {})
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
 
 
@@ -59,6 +66,7 @@ class WatchHub:
     def __init__(self, hook: WatchRequests, namespace: str) -> None:
         self.hook = hook
         self.namespace = namespace
+        self.job_kind = kind_or_default(getattr(hook, "api_version", None))  # whose invalid events are watched
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
         self.pods_by_job: dict[str, set[str]] = {}
@@ -288,7 +296,7 @@ class WatchHub:
 
     # ------------------------------------------------------------------ list + watch
     async def _run(self, kind: str) -> None:
-        selector: dict[str, str] = SELECTORS.get(kind, {})
+        selector: dict[str, str] = watch_selector(kind, self.job_kind)
         outage: Outage | None = None  # failures in a row since the last event (hooks/retries.py)
         while True:
             try:
@@ -364,7 +372,7 @@ def hubs() -> list[WatchHub]:
 async def subscription(hook: WatchRequests, namespace: str, name: str) -> AsyncIterator[Subscription]:
     """Subscribe to ``name`` on the hub of (``hook``'s cluster, ``namespace``), starting the hub if needed. Hooks
     reaching the same cluster as the same identity (``watch_identity``) share a hub, within one event loop."""
-    key = live_key(_HUBS, hook.watch_identity(), namespace)
+    key = live_key(_HUBS, hook.watch_identity(), namespace, getattr(hook, "api_version", None))
     hub = _HUBS.get(key)
     if hub is None or hub.error is not None:
         hub = _HUBS[key] = WatchHub(hook, namespace)

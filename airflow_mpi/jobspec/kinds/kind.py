@@ -1,0 +1,136 @@
+"""What one MPI API ("kind") is, as data: the object the model, the request layer and the wait engine ask instead
+of branching on the API version.
+
+A JobKind says which resource it is (group, version, kind, plural), which field-table rows it has and where its
+manifest holds them (the rows themselves stay in fields.py), its defaults (the retries mapping included), its own
+validation rules, the names its controller derives, how its state and its "invalid" verdict are read, how its pods
+are selected and their roles told, and what one launcher attempt is. Instances: mpijob_v2beta1.py, mpijob_v1.py;
+the registry (registry.py) finds them, and others registered through an entry point. Pure: data and pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
+
+
+class Row(Protocol):
+    """What a kind reads of a field-table row (fields.Field), without importing the table."""
+
+    @property
+    def path(self) -> tuple: ...
+
+    @property
+    def api(self) -> str | None: ...
+
+    @property
+    def v1_path(self) -> tuple: ...
+
+
+@dataclass(frozen=True)
+class RetriesMapping:
+    """What a task's ``retries`` becomes in the job, where neither a parameter nor the base manifest says:
+    ``runPolicy.backoffLimit`` and the launcher's ``restartPolicy``, chosen so that the controller runs the launcher
+    ``retries + 1`` times in one job (never multiplied by a restarting pod)."""
+
+    backoff_limit: int
+    launcher_restart_policy: str
+
+
+# What one launcher attempt is: a new pod (a batch Job's retry) or a restart of the launcher pod's container.
+ATTEMPT_IS_POD, ATTEMPT_IS_CONTAINER_RESTART = "pod", "container restart"
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    """How a kind's controller labels the pods of a job: the selectors of a role's pods (tried in order, the
+    next only when the one before finds nothing), and the labels whose value tells a pod's role."""
+
+    job_name: str  # label holding the job's name
+    role: str  # label holding the role (launcher/worker)
+    role_values: Mapping[str, str] = field(default_factory=dict)  # a role label value -> LAUNCHER/WORKER
+    fallbacks: tuple[tuple[str, str], ...] = ()  # older controllers' (job-name label, role label)
+    role_keys: tuple[str, ...] = ()  # every label that may tell the role, in the order to read them
+
+    def selectors(self, name: str, role: str) -> list[str]:
+        """Label selectors of the ``role`` (``launcher``/``worker``) pods of job ``name``."""
+        return [f"{job}={name},{label}={role}" for job, label in ((self.job_name, self.role), *self.fallbacks)]
+
+    def role_of(self, labels: Mapping[str, str]) -> str:
+        """``launcher`` or ``worker`` from a pod's labels (a pod the labels do not tell is a worker)."""
+        for key in self.role_keys or (self.role,):
+            value = (labels.get(key) or "").lower()
+            if value in (LAUNCHER, WORKER):
+                return value
+            if value in self.role_values:
+                return self.role_values[value]
+        return WORKER
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One MPI API: everything that differs between APIs, in one place (see the module docstring)."""
+
+    # ------------------------------------------------------------------ identity
+    group: str
+    version: str
+    kind: str
+    plural: str
+    controller: str  # who runs it, as users know it (in messages)
+    # ------------------------------------------------------------------ fields
+    restart_policies: tuple[str, ...]  # the replicas' restartPolicy values the controller handles
+    managed_by: tuple[str, ...]  # runPolicy.managedBy values it accepts
+    container_names: Mapping[str, str]  # replica key -> its main container's default name
+    reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
+    main_container_field: bool = False  # spec.mainContainer names the container the ranks run in
+    launcher_command_in_args: bool = False  # a command of LauncherCommand.in_args goes into args (entrypoint kept)
+    # ------------------------------------------------------------------ defaults
+    retries_mapping: Callable[[int], RetriesMapping] = field(
+        default=lambda retries: RetriesMapping(retries, "Never")
+    )
+    launcher_creation_policy: str | None = None  # written where nothing sets it (None: the field is not the kind's)
+    mpiuser_convention: bool = False  # a job of parameters only runs as the mpi-operator's unprivileged mpiuser
+    container_defaults: bool = False  # worker startup probe, mpiuser sshd/uid (precedence._container_defaults)
+    launcher_dns_search: bool = False  # the launcher's own short host name made resolvable (MPICH, Intel)
+    implementation_field: bool = True  # spec.mpiImplementation exists (its controller default is reported)
+    # ------------------------------------------------------------------ validation
+    launcher_ttl_at_least_one: bool = False  # runPolicy.ttlSecondsAfterFinished belongs to a launcher Job
+    creation_policy_needs_probe: bool = False  # WaitForWorkersReady needs a worker readiness/startup probe
+    top_level_clean_pod_policy: bool = False  # a deprecated spec.cleanPodPolicy beside runPolicy's
+    injected_volumes: Callable[[str, str], Mapping[str, str]] = field(default=lambda role, ssh: {})
+    # ------------------------------------------------------------------ names, state, events, pods
+    launcher_suffix: str = "-launcher"
+    worker_infix: str = "-worker-"
+    conditions: tuple[str, ...] = ()  # the status.conditions[].type values it writes
+    invalid_reasons: tuple[str, ...] = ()  # Warning event reasons meaning "this job will never be created"
+    pod_labels: PodLabels = field(default_factory=lambda: PodLabels("", ""))
+    launcher_attempt: str = ATTEMPT_IS_POD
+    kueue: bool = False  # Kueue's MPIJob integration queues it
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def has_row(self, row: Row) -> bool:
+        """The kind has the field of ``row`` (a row naming one API belongs to that API only)."""
+        return row.api in (None, self.api_version)
+
+    def row_path(self, row: Row) -> tuple:
+        """Where this kind's manifest holds ``row`` (from the replica spec for replica rows)."""
+        return row.v1_path if self.reads_v1_paths and row.v1_path else row.path
+
+    def launcher_name(self, job: str) -> str:
+        """The launcher's name (v2beta1: its Job; v1: its bare Pod)."""
+        return job + self.launcher_suffix
+
+    def worker_name(self, job: str, index: int) -> str:
+        """Worker ``index``'s pod name (and host name)."""
+        return f"{job}{self.worker_infix}{index}"
+
+    def is_invalid_event(self, reason: Any) -> bool:
+        """The event's reason says the controller rejected the job's spec (it will never run)."""
+        return reason in self.invalid_reasons
