@@ -35,7 +35,11 @@ class MPIJobHookBase:
     log_request_timeout: tuple[float, float] = (30.0, 300.0)
 
     def __init__(
-        self, conn_id: str | None = default_conn_name, *, api_version: str = DEFAULT_KIND.api_version, **kwargs: Any
+        self,
+        conn_id: str | None = default_conn_name,
+        *,
+        api_version: str = DEFAULT_KIND.api_version,
+        **kwargs: Any,
     ):
         super().__init__(conn_id=conn_id, **kwargs)  # type: ignore[call-arg]
         self.group, self.version = split_api_version(api_version)

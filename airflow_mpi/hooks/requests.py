@@ -21,8 +21,8 @@ from airflow_mpi.hooks.errors import (
     is_missing_resource_type,
     is_transient,
 )
-from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_for, kind_or_default
+from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.vocabulary import API_GROUP, MPIJOB_KIND, MPIJOB_PLURAL
 
 log = logging.getLogger(__name__)

@@ -4,9 +4,10 @@ resolve(spec) checks the parameters and the base manifest on their own first, so
 wrote it; then apply() merges them and returns the manifest to submit and where each defaultable field's value came
 from (the task log says it; the operator reads the backoff limit). A default fills a field only where neither a
 parameter nor the base manifest sets it; the retries mapping (``runPolicy.backoffLimit`` and the launcher's
-``restartPolicy`` from the task's retries, as the job's kind maps them: jobspec/kinds/) is such a default. The parameters, rendered by layout.py, are deep-merged onto the base
-manifest, so they win and every field they leave alone keeps the base's value. A default equal to the controller's
-own (one slot per worker, Open MPI) is not written: the manifest stays as the user wrote it.
+``restartPolicy`` from the task's retries, as the job's kind maps them: jobspec/kinds/) is such a default. The
+parameters, rendered by layout.py, are deep-merged onto the base manifest, so they win and every field they leave
+alone keeps the base's value. A default equal to the controller's own (one slot per worker, Open MPI) is not
+written: the manifest stays as the user wrote it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from airflow_mpi.jobspec.fields import (
     holder,
     manifest_path,
 )
+from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.spec import (
@@ -50,7 +52,6 @@ from airflow_mpi.jobspec.spec import (
     workers_dns_wait_seconds,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
-from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
 from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 
 PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-
 if TYPE_CHECKING:
     from airflow_mpi.jobspec.errors import ErrorList
 

@@ -28,6 +28,7 @@ from airflow_mpi.jobspec.fields import (
     field_of,
     rows,
 )
+from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
@@ -38,7 +39,6 @@ from airflow_mpi.jobspec.spec import (
     WAIT_FOR_WORKERS_READY,
     Defaults,
 )
-from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for
 from airflow_mpi.jobspec.vocabulary import (
     LAUNCHER,
     LAUNCHER_REPLICA,
@@ -121,7 +121,9 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
             continue
         if row.name == "main_container":
             errors.add(
-                row.name, value, f"is a {row.api} field; in {kind.api_version} the first container is the main one"
+                row.name,
+                value,
+                f"is a {row.api} field; in {kind.api_version} the first container is the main one",
             )
         elif row.name == "mpi_implementation" and spec.launch is not None:
             _passes(errors, row, value)  # not written: it picks the launch flags
@@ -132,7 +134,9 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
                 else ""
             )
             errors.add(
-                row.name, value, f"is not supported by {kind.api_version} ({kind.controller}){hint}: {row.api} only"
+                row.name,
+                value,
+                f"is not supported by {kind.api_version} ({kind.controller}){hint}: {row.api} only",
             )
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
@@ -221,7 +225,9 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     _check_spec_fields(errors, manifest, kind)
     policy: Any = job.get("runPolicy")
     if _is_mapping(errors, "run_policy", policy):
-        top_level = kind.top_level_clean_pod_policy and "cleanPodPolicy" in job  # conflicts: _check_spec_fields
+        top_level = (
+            kind.top_level_clean_pod_policy and "cleanPodPolicy" in job
+        )  # conflicts: _check_spec_fields
         _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
             "managedBy": rules.one_of(kind.managed_by),
             **({"ttlSecondsAfterFinished": _launcher_ttl(kind)} if kind.launcher_ttl_at_least_one else {}),

@@ -40,8 +40,6 @@ LEGACY_ROLE_LABEL = "mpi-job-role"
 # its Warning event for an invalid MPIJob: NewReason(MPIJobKind, JobFailedValidationReason) (pkg/util/status.go)
 V1_INVALID_REASON = "MPIJobFailedValidation"
 
-API_VERSIONS = (API_V2BETA1, API_V1)
-
 
 # ---------------------------------------------------------------- status
 class PodPhase(StrEnum):

@@ -186,7 +186,11 @@ def live_claims(installation: str) -> dict[str, dict[str, list[str]]]:
     places = set(metadata.recorded_places())
     try:
         places.add(
-            (BudgetedMPIJobHook(deadline=deadline).resolve_namespace(), "kubernetes_default", DEFAULT_KIND.api_version)
+            (
+                BudgetedMPIJobHook(deadline=deadline).resolve_namespace(),
+                "kubernetes_default",
+                DEFAULT_KIND.api_version,
+            )
         )
     except Exception as err:  # no such connection: nothing of it to look at
         log.info("airflow-mpi: no namespace of kubernetes_default to look for earlier ids in (%s)", err)

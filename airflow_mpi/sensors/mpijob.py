@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.jobspec.errors import MPIJobValidationError
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.operators.finish_action import OnFinishAction

@@ -57,6 +57,8 @@ def watch_selector(kind: str, job_kind: JobKind) -> dict[str, str]:
     if kind == EVENTS:
         return {"field_selector": f"involvedObject.kind={job_kind.kind},reason={job_kind.invalid_reasons[0]}"}
     return SELECTORS.get(kind, {})
+
+
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
 
 
@@ -66,7 +68,9 @@ class WatchHub:
     def __init__(self, hook: WatchRequests, namespace: str) -> None:
         self.hook = hook
         self.namespace = namespace
-        self.job_kind = kind_or_default(getattr(hook, "api_version", None))  # whose invalid events are watched
+        self.job_kind = kind_or_default(
+            getattr(hook, "api_version", None)
+        )  # whose invalid events are watched
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
         self.pods_by_job: dict[str, set[str]] = {}

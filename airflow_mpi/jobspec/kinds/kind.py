@@ -57,7 +57,9 @@ class PodLabels:
 
     def selectors(self, name: str, role: str) -> list[str]:
         """Label selectors of the ``role`` (``launcher``/``worker``) pods of job ``name``."""
-        return [f"{job}={name},{label}={role}" for job, label in ((self.job_name, self.role), *self.fallbacks)]
+        return [
+            f"{job}={name},{label}={role}" for job, label in ((self.job_name, self.role), *self.fallbacks)
+        ]
 
     def role_of(self, labels: Mapping[str, str]) -> str:
         """``launcher`` or ``worker`` from a pod's labels (a pod the labels do not tell is a worker)."""
@@ -86,14 +88,22 @@ class JobKind:
     container_names: Mapping[str, str]  # replica key -> its main container's default name
     reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
     main_container_field: bool = False  # spec.mainContainer names the container the ranks run in
-    launcher_command_in_args: bool = False  # a command of LauncherCommand.in_args goes into args (entrypoint kept)
+    launcher_command_in_args: bool = (
+        False  # a command of LauncherCommand.in_args goes into args (entrypoint kept)
+    )
     # ------------------------------------------------------------------ defaults
     retries_mapping: Callable[[int], RetriesMapping] = field(
         default=lambda retries: RetriesMapping(retries, "Never")
     )
-    launcher_creation_policy: str | None = None  # written where nothing sets it (None: the field is not the kind's)
-    mpiuser_convention: bool = False  # a job of parameters only runs as the mpi-operator's unprivileged mpiuser
-    container_defaults: bool = False  # worker startup probe, mpiuser sshd/uid (precedence._container_defaults)
+    launcher_creation_policy: str | None = (
+        None  # written where nothing sets it (None: the field is not the kind's)
+    )
+    mpiuser_convention: bool = (
+        False  # a job of parameters only runs as the mpi-operator's unprivileged mpiuser
+    )
+    container_defaults: bool = (
+        False  # worker startup probe, mpiuser sshd/uid (precedence._container_defaults)
+    )
     launcher_dns_search: bool = False  # the launcher's own short host name made resolvable (MPICH, Intel)
     implementation_field: bool = True  # spec.mpiImplementation exists (its controller default is reported)
     # ------------------------------------------------------------------ validation

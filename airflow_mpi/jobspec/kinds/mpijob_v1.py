@@ -53,7 +53,10 @@ def _retries(retries: int) -> RetriesMapping:
 def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
     """The volumes the training-operator adds (name -> mount path in the first container): the ConfigMap
     (hostfile, kubexec.sh) to both roles, the delivered kubectl to the launcher."""
-    return {CONFIG_VOLUME: CONFIG_MOUNT_PATH, **({"mpi-job-kubectl": "/opt/kube"} if role == LAUNCHER_REPLICA else {})}
+    return {
+        CONFIG_VOLUME: CONFIG_MOUNT_PATH,
+        **({"mpi-job-kubectl": "/opt/kube"} if role == LAUNCHER_REPLICA else {}),
+    }
 
 
 MPIJOB_V1 = JobKind(
