@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_mpi import deployment_identity
 from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.status import job_state
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.outcome import finish
@@ -195,6 +197,14 @@ class MPIJobOperator(_Base):
     def effective_backoff_limit(self) -> int:
         """``runPolicy.backoffLimit`` submitted: parameter > base manifest > task retries."""
         return self._backoff_limit()[0]
+
+    def _attempts_allowed(self) -> int | None:
+        """Launcher attempts the job may make, as its kind counts them (jobspec/kinds/; v2beta1: backoffLimit + 1)."""
+        kind, policy = kind_or_default(self.api_version), None
+        if self._resolved is not None or self._carried_backoff is None:  # the manifest is this try's
+            launcher = self._resolution().manifest["spec"]["mpiReplicaSpecs"][LAUNCHER_REPLICA]
+            policy = launcher.get("restartPolicy", kind.launcher_restart_policy)
+        return kind.attempts_allowed(self.effective_backoff_limit(), policy)
 
     def _retries_mapped(self) -> bool:
         """True when the task's retries became the MPIJob's backoffLimit (neither parameter nor base set it)."""
@@ -402,7 +412,7 @@ class MPIJobOperator(_Base):
             schedule_timeout=settings["schedule_timeout"],
             queue_timeout=settings["queue_timeout"],
             get_logs=settings["get_logs"],
-            max_attempts=self.effective_backoff_limit() + 1,
+            max_attempts=self._attempts_allowed(),
             deadline=deadline,
             tail_lines=settings["worker_log_tail_lines"],  # of each failed pod's log, in a failed try's error
         )

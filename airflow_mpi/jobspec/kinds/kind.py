@@ -86,6 +86,7 @@ class JobKind:
     restart_policies: tuple[str, ...]  # the replicas' restartPolicy values the controller handles
     managed_by: tuple[str, ...]  # runPolicy.managedBy values it accepts
     container_names: Mapping[str, str]  # replica key -> its main container's default name
+    launcher_restart_policy: str = "Never"  # the controller's default for the launcher replica
     reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
     main_container_field: bool = False  # spec.mainContainer names the container the ranks run in
     launcher_command_in_args: bool = (
@@ -118,6 +119,9 @@ class JobKind:
     invalid_reasons: tuple[str, ...] = ()  # Warning event reasons meaning "this job will never be created"
     pod_labels: PodLabels = field(default_factory=lambda: PodLabels("", ""))
     launcher_attempt: str = ATTEMPT_IS_POD
+    # how many launcher attempts a job of (backoffLimit, launcher restartPolicy or None: unknown) may make (None:
+    # unknown); the task log numbers attempts "n of N"
+    attempts_allowed: Callable[[int, str | None], int | None] = field(default=lambda limit, policy: limit + 1)
     kueue: bool = False  # Kueue's MPIJob integration queues it
 
     # ------------------------------------------------------------------ derived

@@ -50,6 +50,20 @@ def _retries(retries: int) -> RetriesMapping:
     return RetriesMapping(backoff_limit=retries + 1, launcher_restart_policy="OnFailure")
 
 
+COUNTED_RESTART_POLICIES = ("OnFailure", "Always", "ExitCode")  # the ones PastBackoffLimit counts
+
+
+def _attempts(backoff_limit: int, launcher_restart_policy: str | None) -> int | None:
+    """A launcher that is not restarted (Never, the controller's default) runs once: its failure fails the job.
+    One that is makes attempts until its restarts reach the limit: ``backoffLimit`` of them (at least one: a limit
+    of 0 fails the job at the first restart). None when the policy is not known."""
+    if launcher_restart_policy is None:
+        return None
+    if launcher_restart_policy not in COUNTED_RESTART_POLICIES:
+        return 1
+    return max(backoff_limit, 1)
+
+
 def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
     """The volumes the training-operator adds (name -> mount path in the first container): the ConfigMap
     (hostfile, kubexec.sh) to both roles, the delivered kubectl to the launcher."""
@@ -68,6 +82,7 @@ MPIJOB_V1 = JobKind(
     restart_policies=("Always", "OnFailure", "Never", "ExitCode"),  # ExitCode -> pod Never + retryable codes
     managed_by=("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"),
     container_names={LAUNCHER_REPLICA: MAIN_CONTAINER, WORKER_REPLICA: MAIN_CONTAINER},
+    launcher_restart_policy="Never",  # MPIJobDefaultRestartPolicy (mpi_types.go)
     reads_v1_paths=True,
     main_container_field=True,
     retries_mapping=_retries,
@@ -84,5 +99,6 @@ MPIJOB_V1 = JobKind(
         role_keys=(JOB_ROLE_LABEL, REPLICA_TYPE_LABEL),
     ),
     launcher_attempt=ATTEMPT_IS_CONTAINER_RESTART,
+    attempts_allowed=_attempts,
     kueue=False,  # Kueue's kubeflow.org/mpijob integration speaks v2beta1 only
 )

@@ -32,6 +32,11 @@ def _retries(retries: int) -> RetriesMapping:
     return RetriesMapping(backoff_limit=retries, launcher_restart_policy="Never")
 
 
+def _attempts(backoff_limit: int, launcher_restart_policy: str | None) -> int:
+    """The launcher Job makes backoffLimit + 1 attempts (a failed pod each), whatever the restart policy."""
+    return backoff_limit + 1
+
+
 def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
     """The volumes the mpi-operator adds (name -> mount path in the first container): the SSH keys to both roles,
     the hostfile's ConfigMap to the launcher."""
@@ -47,6 +52,7 @@ MPIJOB_V2BETA1 = JobKind(
     restart_policies=("Never", "OnFailure"),  # validation.go accepts only these two
     managed_by=("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"),
     container_names={LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER},  # each named after its role
+    launcher_restart_policy="OnFailure",  # v2beta1 DefaultLauncherRestartPolicy (constants.go)
     launcher_command_in_args=True,
     retries_mapping=_retries,
     launcher_creation_policy=WAIT_FOR_WORKERS_READY,
@@ -60,5 +66,6 @@ MPIJOB_V2BETA1 = JobKind(
     invalid_reasons=(V2BETA1_INVALID_REASON,),
     pod_labels=PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL),
     launcher_attempt=ATTEMPT_IS_POD,
+    attempts_allowed=_attempts,
     kueue=True,
 )
