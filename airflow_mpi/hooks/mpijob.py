@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 class MPIJobHook(MPIJobHookBase, KubernetesHook):
     """Create, find and delete Kubeflow MPIJobs, read their pods' logs, and create the Secrets they own;
-    ``api_version``: ``kubeflow.org/v2beta1`` (mpi-operator) or ``kubeflow.org/v1`` (training-operator)."""
+    ``api_version``: a job kind's (jobspec/kinds/: the mpi-operator's by default, or the training-operator's)."""
 
     hook_name = "Kubernetes (Kubeflow MPIJob)"
 

@@ -6,10 +6,10 @@ item 3). Counted by its labels, such a pod was a launcher attempt whose output e
 pod counts only when its controller reference leads to the followed MPIJob's uid, as the controllers themselves check
 (``metav1.IsControlledBy``):
 
-* mpi-operator v0.8.2 (kubeflow.org/v2beta1): a worker pod's controller is the MPIJob (``newWorker``); the launcher
-  pod's is the batch/v1 Job ``<name>-launcher`` (the Job controller's pod), whose controller is the MPIJob
+* mpi-operator v0.8.2 (jobspec/kinds/mpijob_v2beta1.py): a worker pod's controller is the MPIJob (``newWorker``);
+  the launcher pod's is the batch/v1 Job ``<name>-launcher`` (the Job controller's pod), whose controller is the MPIJob
   (``newLauncherJob``, checked by ``getLauncherJob``). That Job's uid comes from one GET of it;
-* training-operator (kubeflow.org/v1): the pods of both roles are controlled by the MPIJob.
+* training-operator (jobspec/kinds/mpijob_v1.py): the pods of both roles are controlled by the MPIJob.
 
 Not stopped: a controller reference is a field whoever creates a pod writes. A co-tenant who can read the uids (get
 on pods, MPIJobs or Jobs) can forge one, and the controllers then count that pod as theirs too; only an admission

@@ -41,7 +41,7 @@ WATCH_CONNECT_TIMEOUT = 30.0
 
 # --------------------------------------------------------------------------------------- shapes
 def split_api_version(api_version: str) -> tuple[str, str]:
-    """``"kubeflow.org/v2beta1"`` -> ``("kubeflow.org", "v2beta1")``: a registered kind's group and version, else
+    """``"<group>/<version>"`` -> ``(group, version)``: a registered kind's group and version, else
     any version of the kubeflow.org group (it serves the MPIJobs of both built-in kinds)."""
     if (kind := kind_for(api_version)) is not None:
         return kind.group, kind.version
