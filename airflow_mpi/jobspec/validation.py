@@ -213,7 +213,7 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         errors.add("spec", job, "must be a mapping")
         return
     workers = _worker_count(job.get("mpiReplicaSpecs"))
-    _check_name(errors, metadata.get("name"), workers)
+    _check_name(errors, metadata.get("name"), workers, kind)
     if metadata.get("namespace") is not None:
         _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
@@ -311,7 +311,7 @@ def _worker_count(replica_specs: Any) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else 1
 
 
-def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
+def _check_name(errors: ErrorList, name: Any, workers: int, kind: JobKind) -> None:
     if name is None:
         errors.add("name", None, "is required (set name, or metadata.name in the base manifest)")
         return
@@ -320,7 +320,7 @@ def _check_name(errors: ErrorList, name: Any, workers: int) -> None:
         return
     # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label. It is never shorter than
     # "<name>-launcher" (v2beta1 launcher Job, its pods' hostname and job-name label), so this also covers the launcher.
-    host = f"{name}-worker-{workers - 1}"
+    host = kind.worker_name(name, workers - 1)
     if len(host) > rules.LABEL_MAX:
         reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
         errors.add("name", name, reason)
