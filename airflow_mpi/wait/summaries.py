@@ -4,29 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_mpi.jobspec.vocabulary import (
-    JOB_NAME_LABEL,
-    JOB_ROLE_LABEL,
-    LAUNCHER,
-    MPIJOB_KIND,
-    REPLICA_TYPE_LABEL,
-    V1_LAUNCHER_ROLE,
-    WORKER,
-)
+from airflow_mpi.jobspec.kinds import kinds
+from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL, MPIJOB_KIND, WORKER
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
 
 def pod_role(pod: Any) -> str:
-    """``launcher`` or ``worker`` (v1's ``master`` is the launcher)."""
+    """``launcher`` or ``worker``, as the first kind whose labels tell it says (v1's ``master`` is the launcher); a
+    pod no kind's labels tell is a worker. Any kind's: a summary does not know which kind's job it follows."""
     labels = pod.metadata.labels or {}
-    for key in (JOB_ROLE_LABEL, REPLICA_TYPE_LABEL):
-        value = (labels.get(key) or "").lower()
-        if value in (LAUNCHER, V1_LAUNCHER_ROLE):
-            return LAUNCHER
-        if value == WORKER:
-            return WORKER
-    return WORKER
+    return next((role for kind in kinds() if (role := kind.pod_labels.told_role(labels))), WORKER)
 
 
 def _main_status(pod: Any, container: str | None) -> Any:

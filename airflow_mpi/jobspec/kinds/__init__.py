@@ -18,11 +18,12 @@ from airflow_mpi.jobspec.kinds.registry import (
     api_versions,
     kind_for,
     kind_or_default,
+    kinds,
     register,
 )
 
 __all__ = [
     "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_V1",
     "MPIJOB_V2BETA1", "JobKind", "PodLabels", "RetriesMapping", "api_versions", "kind_for", "kind_or_default",
-    "register",
+    "kinds", "register",
 ]  # fmt: skip

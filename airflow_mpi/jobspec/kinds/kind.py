@@ -61,15 +61,19 @@ class PodLabels:
             f"{job}={name},{label}={role}" for job, label in ((self.job_name, self.role), *self.fallbacks)
         ]
 
-    def role_of(self, labels: Mapping[str, str]) -> str:
-        """``launcher`` or ``worker`` from a pod's labels (a pod the labels do not tell is a worker)."""
+    def told_role(self, labels: Mapping[str, str]) -> str | None:
+        """``launcher`` or ``worker`` as a pod's labels tell it, or None when they do not."""
         for key in self.role_keys or (self.role,):
             value = (labels.get(key) or "").lower()
             if value in (LAUNCHER, WORKER):
                 return value
             if value in self.role_values:
                 return self.role_values[value]
-        return WORKER
+        return None
+
+    def role_of(self, labels: Mapping[str, str]) -> str:
+        """``launcher`` or ``worker`` from a pod's labels (a pod the labels do not tell is a worker)."""
+        return self.told_role(labels) or WORKER
 
 
 @dataclass(frozen=True)

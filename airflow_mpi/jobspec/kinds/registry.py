@@ -56,6 +56,12 @@ def kind_or_default(api_version: object) -> JobKind:
     return kind_for(api_version) or DEFAULT_KIND
 
 
+def kinds() -> tuple[JobKind, ...]:
+    """Every known kind (plug-ins included), the built-in ones first."""
+    load_plugins()
+    return tuple(_KINDS.values())
+
+
 def api_versions() -> tuple[str, ...]:
     """Every api_version a kind is known for (plug-ins included)."""
     load_plugins()

@@ -5,6 +5,7 @@ of one kind reads another kind's branches. A kind registered through the entry p
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,6 +28,7 @@ from airflow_mpi.jobspec.kinds import (
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.progress import EventSummary, Timeouts, assess
+from airflow_mpi.wait.summaries import pod_role
 from airflow_mpi.wait.watch_hub import watch_selector
 
 KINDS = [MPIJOB_V2BETA1, MPIJOB_V1]
@@ -197,6 +199,13 @@ def test_v1_tries_the_labels_of_training_operator_1_4_second():
 
 def test_a_pod_whose_labels_tell_no_role_is_a_worker():
     assert PodLabels("a", "b").role_of({}) == "worker"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=IDS)
+@pytest.mark.parametrize("role", ["launcher", "worker"])
+def test_the_wait_tells_a_pods_role_by_its_kinds_labels(kind, role):
+    pod = SimpleNamespace(metadata=SimpleNamespace(labels=POD_LABELS[kind.api_version][role]))
+    assert pod_role(pod) == role
 
 
 def _uncreated(kind: JobKind) -> dict:
