@@ -14,6 +14,7 @@ import copy
 import pytest
 
 from airflow_mpi.jobspec import API_V1, DEFAULT
+from airflow_mpi.jobspec.kinds import kind_for
 from airflow_mpi.jobspec.precedence import STARTUP_PROBE
 from airflow_mpi.jobspec.spec import (
     CONFIG_MOUNT_PATH,
@@ -66,7 +67,7 @@ def with_dns_wait(expected: dict) -> dict:
 
 
 def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
-    """The example plus identity metadata, its name made unique per task instance, the retries mapping, and for
+    """The example plus identity metadata, its name made unique per task instance, its kind's retries mapping, and for
     v2beta1 the launcher waiting for its workers' sshd (a startup probe where the example has no probe)."""
     expected = example(name)
     identity = placeholder_identity(op, RUN_ID)
@@ -79,8 +80,11 @@ def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
             worker["startupProbe"] = STARTUP_PROBE
     metadata["labels"] = {**metadata.get("labels", {}), **identity.labels()}
     metadata["annotations"] = {**metadata.get("annotations", {}), **identity.annotations()}
-    expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = retries
-    expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
+    mapping = kind_for(expected["apiVersion"]).retries_mapping(
+        retries
+    )  # the kind's (v1: OnFailure + retries + 1)
+    expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = mapping.backoff_limit
+    expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = mapping.launcher_restart_policy
     return with_dns_wait(expected)
 
 
