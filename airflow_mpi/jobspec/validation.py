@@ -225,9 +225,8 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     _check_spec_fields(errors, manifest, kind)
     policy: Any = job.get("runPolicy")
     if _is_mapping(errors, "run_policy", policy):
-        top_level = (
-            kind.top_level_clean_pod_policy and "cleanPodPolicy" in job
-        )  # conflicts: _check_spec_fields
+        # a deprecated spec.cleanPodPolicy beside it: their conflicts are _check_spec_fields'
+        top_level = kind.top_level_clean_pod_policy and "cleanPodPolicy" in job
         _check_keys(errors, policy, _RUN_POLICY, "spec.runPolicy", f"is not a runPolicy field of {api}", {
             "managedBy": rules.one_of(kind.managed_by),
             **({"ttlSecondsAfterFinished": _launcher_ttl(kind)} if kind.launcher_ttl_at_least_one else {}),
