@@ -192,7 +192,8 @@ class MPIJobOperator(_Base):
         if self._resolved is None and self._carried_backoff is not None:
             return self._carried_backoff
         setting = self._resolution().settings["backoff_limit"]
-        return setting.value, setting.source == DEFAULT
+        mapped = kind_or_default(self.api_version).retries_mapping(self.retries or 0).mapped
+        return setting.value, setting.source == DEFAULT and mapped
 
     def effective_backoff_limit(self) -> int:
         """``runPolicy.backoffLimit`` submitted: parameter > base manifest > task retries."""
@@ -346,7 +347,7 @@ class MPIJobOperator(_Base):
 
     def _log_settings(self) -> None:
         for line in settings_explained(
-            self._resolution().settings, self.retries or 0, self._retries_mapped()
+            self._resolution().settings, self.retries or 0, self._retries_mapped(), self._attempts_allowed()
         ):
             self.log.info("%s", line)
 

@@ -131,24 +131,28 @@ def task_instance_id(context: Any) -> str:
     return f"dagrun-{run_key}/{ti.task_id}/{ti.map_index}/try-{ti.try_number}"
 
 
-def settings_explained(settings: dict[str, Any], retries: int, retries_mapped: bool) -> list[str]:
-    """The task log's account of every field's value and source, and of what Airflow retries mean for this job."""
+def settings_explained(
+    settings: dict[str, Any], retries: int, retries_mapped: bool, attempts_per_job: int | None
+) -> list[str]:
+    """The task log's account of every field's value and source, and of what Airflow retries mean for this job
+    (``attempts_per_job``: the launcher attempts one job may make, as its kind counts them; None: not known)."""
     limit = settings["backoff_limit"].value
     lines = [
         "Each field: parameter > base manifest > default: "
         + ", ".join(f"{k}={v}" for k, v in settings.items())
     ]
+    per_job = f"up to {attempts_per_job}" if attempts_per_job else "some"
     if retries_mapped:
         lines.append(
             f"Retries: Airflow retries={retries} are mapped onto the MPIJob (runPolicy.backoffLimit={limit}, launcher "
-            f"restartPolicy={settings['launcher.restart_policy']}): up to {limit + 1} launcher attempts in one MPIJob; "
+            f"restartPolicy={settings['launcher.restart_policy']}): {per_job} launcher attempts in one MPIJob; "
             "a Failed MPIJob fails the task without further Airflow retries; infrastructure errors stay retryable "
             "and reattach."
         )
     else:
+        total = f"up to {attempts_per_job * (retries + 1)}" if attempts_per_job else "an unknown number of"
         lines.append(
             f"Retries: runPolicy.backoffLimit={limit} from the {settings['backoff_limit'].source}; Airflow "
-            f"retries={retries} each start a fresh MPIJob (up to {(limit + 1) * (retries + 1)} launcher attempts in "
-            "total)."
+            f"retries={retries} each start a fresh MPIJob ({per_job} launcher attempts each, {total} in total)."
         )
     return lines

@@ -33,11 +33,14 @@ class Row(Protocol):
 @dataclass(frozen=True)
 class RetriesMapping:
     """What a task's ``retries`` becomes in the job, where neither a parameter nor the base manifest says:
-    ``runPolicy.backoffLimit`` and the launcher's ``restartPolicy``, chosen so that the controller runs the launcher
-    ``retries + 1`` times in one job (never multiplied by a restarting pod)."""
+    ``runPolicy.backoffLimit`` and the launcher's ``restartPolicy``. ``mapped``: the controller runs the launcher
+    ``retries + 1`` times in one job, and a Failed job is final for the task; otherwise the job runs its launcher
+    once and each Airflow retry submits a fresh job (a kind whose controller cannot count attempts exactly). Either
+    way ``retries + 1`` attempts, never multiplied by a restarting pod."""
 
     backoff_limit: int
     launcher_restart_policy: str
+    mapped: bool = True
 
 
 # What one launcher attempt is: a new pod (a batch Job's retry) or a restart of the launcher pod's container.

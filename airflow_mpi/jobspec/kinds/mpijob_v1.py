@@ -32,22 +32,18 @@ MAIN_CONTAINER = "mpi"  # the container name the training-operator's examples an
 
 
 def _retries(retries: int) -> RetriesMapping:
-    """``retries + 1`` launcher attempts in one job, as the training-operator counts them.
+    """One launcher run per job; Airflow's retries each submit a fresh job (``retries + 1`` jobs at most).
 
-    pkg/core/job.go PastBackoffLimit sums the container restarts of the *Running* pods of replicas whose
-    restartPolicy is OnFailure, Always or ExitCode (a ``Never`` replica is "not counted in backoff limit"), and fails
-    the job once the sum reaches backoffLimit; a launcher pod that fails fails the job at once
-    (pkg/controller.v1/mpi/mpijob_controller.go updateMPIJobStatus). So a launcher ``Never`` runs once whatever the
-    limit, and retries ride on ``OnFailure``: the kubelet restarts the failed container in the same pod, and the
-    restart count reaches ``retries + 1`` only when a container starts after ``retries + 1`` failed attempts, which
-    is when the controller fails the job (a limit of ``retries`` would fail it as attempt ``retries + 1`` starts).
-    ExitCode is not used: it retries only exit codes the controller deems retryable (signals), not a failing
-    program. With no retries the launcher stays ``Never`` and the limit 0: one attempt, failed at once."""
-    if isinstance(retries, bool) or not isinstance(retries, int):  # left as given, for validation to name
-        return RetriesMapping(backoff_limit=retries, launcher_restart_policy="OnFailure")
-    if retries <= 0:
-        return RetriesMapping(backoff_limit=0, launcher_restart_policy="Never")
-    return RetriesMapping(backoff_limit=retries + 1, launcher_restart_policy="OnFailure")
+    The training-operator cannot run a launcher exactly ``retries + 1`` times in one job. A ``Never`` launcher that
+    fails fails the job at once (pkg/controller.v1/mpi/mpijob_controller.go updateMPIJobStatus: backoffLimit is
+    not read). An ``OnFailure`` one is restarted by the kubelet in the same pod, and pkg/core/job.go
+    PastBackoffLimit fails the job once the restart counts of *Running* pods reach backoffLimit; a container's
+    restart count grows when its next instance is created, so a limit of ``retries`` stops attempt
+    ``retries + 1`` as it starts, and a limit of ``retries + 1`` lets attempt ``retries + 2`` start (a training
+    program run once more than asked, until the controller deletes the pod). ExitCode restarts only the exit codes
+    it deems retryable (signals), not a failing program. So the job gets a launcher ``Never`` and backoffLimit 0,
+    and the task keeps its retries (the operator's unmapped path: a failed job of an earlier try is replaced)."""
+    return RetriesMapping(backoff_limit=0, launcher_restart_policy="Never", mapped=False)
 
 
 COUNTED_RESTART_POLICIES = ("OnFailure", "Always", "ExitCode")  # the ones PastBackoffLimit counts
@@ -55,13 +51,14 @@ COUNTED_RESTART_POLICIES = ("OnFailure", "Always", "ExitCode")  # the ones PastB
 
 def _attempts(backoff_limit: int, launcher_restart_policy: str | None) -> int | None:
     """A launcher that is not restarted (Never, the controller's default) runs once: its failure fails the job.
-    One that is makes attempts until its restarts reach the limit: ``backoffLimit`` of them (at least one: a limit
-    of 0 fails the job at the first restart). None when the policy is not known."""
+    One that is (a base manifest's OnFailure) is restarted until the restart counts reach the limit; the restart
+    that reaches it starts one more container, which the controller then stops: ``backoffLimit + 1`` attempts
+    begin (2 for a limit of 0, which fails at the first restart). None when the policy is not known."""
     if launcher_restart_policy is None:
         return None
     if launcher_restart_policy not in COUNTED_RESTART_POLICIES:
         return 1
-    return max(backoff_limit, 1)
+    return max(backoff_limit, 1) + 1
 
 
 def _injected(role: str, ssh_path: str) -> Mapping[str, str]:

@@ -116,15 +116,30 @@ def test_v2beta1_retries_are_pods_of_the_launcher_job():
     assert MPIJOB_V2BETA1.launcher_attempt == ATTEMPT_IS_POD
 
 
-def test_v1_retries_are_restarts_of_the_launcher_container():
-    """training-operator v1 counts only restarts of OnFailure/Always/ExitCode replicas (PastBackoffLimit) and fails
-    the job when its launcher pod fails: retries ride on OnFailure, and the limit is reached by the start after
-    retries + 1 failed attempts."""
-    resolved = resolve(_spec(MPIJOB_V1, defaults=Defaults(retries=2)))
-    assert resolved.manifest["spec"]["runPolicy"]["backoffLimit"] == 3
-    assert _launcher(resolved.manifest)["restartPolicy"] == "OnFailure"
-    assert resolved.settings["launcher.restart_policy"].value == "OnFailure"
+@pytest.mark.parametrize("retries", [1, 2, 5])
+def test_v1_runs_its_launcher_once_per_job_and_leaves_the_retries_to_airflow(retries):
+    """training-operator v1 cannot run a launcher exactly retries + 1 times in one job (a Never launcher that fails
+    fails the job; an OnFailure one is stopped when the restart that reaches backoffLimit starts one more
+    container): each job runs its launcher once, and the mapping says the task keeps its retries."""
+    mapping = MPIJOB_V1.retries_mapping(retries)
+    assert not mapping.mapped
+    resolved = resolve(_spec(MPIJOB_V1, defaults=Defaults(retries=retries)))
+    assert resolved.manifest["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert _launcher(resolved.manifest)["restartPolicy"] == "Never"
+    assert MPIJOB_V1.attempts_allowed(0, "Never") == 1
     assert MPIJOB_V1.launcher_attempt == ATTEMPT_IS_CONTAINER_RESTART
+
+
+def test_v2beta1_maps_the_retries_into_the_job():
+    assert all(MPIJOB_V2BETA1.retries_mapping(r).mapped for r in (0, 1, 3))
+
+
+@pytest.mark.parametrize("limit, attempts", [(0, 2), (1, 2), (3, 4)])
+def test_a_v1_on_failure_launcher_begins_one_attempt_more_than_its_limit_counts(limit, attempts):
+    """The restart that brings the restart count to backoffLimit creates one more container (stopped by the
+    controller); a Never launcher runs once whatever the limit."""
+    assert MPIJOB_V1.attempts_allowed(limit, "OnFailure") == attempts
+    assert MPIJOB_V1.attempts_allowed(limit, "Never") == 1
 
 
 def test_v1_without_retries_runs_its_launcher_once():

@@ -2,8 +2,8 @@
 
 The examples are read from the pinned mpi-operator and training-operator modules (tests/unit/upstream.py),
 never copied here. The only additions allowed are the task instance's identity labels and annotations,
-the retries mapping where an example leaves it unset (backoffLimit = retries, launcher restartPolicy
-Never: both the task log and Resolved.settings call them defaults), for v2beta1 the launcher waiting for its workers
+the kind's retries mapping where an example leaves it unset (v2beta1: backoffLimit = retries; v1: 0, the retries
+stay Airflow's; launcher restartPolicy Never: both the task log and Resolved.settings call them defaults), for v2beta1 the launcher waiting for its workers
 (their sshd, then their names in the DNS), and what a parameter asks for.
 """
 
@@ -82,7 +82,7 @@ def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
     metadata["annotations"] = {**metadata.get("annotations", {}), **identity.annotations()}
     mapping = kind_for(expected["apiVersion"]).retries_mapping(
         retries
-    )  # the kind's (v1: OnFailure + retries + 1)
+    )  # the kind's (v1: Never + 0, the retries stay Airflow's)
     expected["spec"].setdefault("runPolicy", {})["backoffLimit"] = mapping.backoff_limit
     expected["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = mapping.launcher_restart_policy
     return with_dns_wait(expected)
