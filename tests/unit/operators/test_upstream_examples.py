@@ -3,8 +3,8 @@
 The examples are read from the pinned mpi-operator and training-operator modules (tests/unit/upstream.py),
 never copied here. The only additions allowed are the task instance's identity labels and annotations,
 the kind's retries mapping where an example leaves it unset (v2beta1: backoffLimit = retries; v1: 0, the retries
-stay Airflow's; launcher restartPolicy Never: both the task log and Resolved.settings call them defaults), for v2beta1 the launcher waiting for its workers
-(their sshd, then their names in the DNS), and what a parameter asks for.
+stay Airflow's; launcher restartPolicy Never: both the task log and Resolved.settings call them defaults), for
+v2beta1 the launcher waiting for its workers (their sshd, then their names in the DNS), and what a parameter asks for.
 """
 
 from __future__ import annotations
