@@ -6,6 +6,8 @@ No I/O beyond reading a base manifest file, and no kubernetes or airflow imports
 from airflow_mpi.jobspec.commands import Horovodrun, Mpirun, horovodrun_command, mpirun_command
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
+from airflow_mpi.jobspec.kinds.mpijob_v1 import API_V1
+from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import API_V2BETA1
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import (
@@ -19,7 +21,6 @@ from airflow_mpi.jobspec.precedence import (
     validate,
 )
 from airflow_mpi.jobspec.spec import Defaults
-from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1
 
 __all__ = [
     "API_V1", "API_V2BETA1", "BASE_MANIFEST", "DEFAULT", "PARAMETER", "Defaults", "Horovodrun", "MPIJobSpec",

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.kinds import kind_or_default
+from airflow_mpi.jobspec.kinds.mpijob_v1 import API_V1
+from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import API_V2BETA1
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
     CLEAN_POD_POLICIES,
@@ -34,7 +36,7 @@ from airflow_mpi.jobspec.spec import (
     Defaults,
     LauncherCommand,
 )
-from airflow_mpi.jobspec.vocabulary import API_V1, API_V2BETA1, LAUNCHER, LAUNCHER_REPLICA, WORKER
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
 # say how the task waits: neither is part of the MPIJob.

@@ -85,14 +85,20 @@ def _true_conditions(obj: dict) -> set[str]:
 
 
 def watch_mpijob(
-    k8s, namespace: str, name: str, until, timeout: float = TIMEOUT, seen: list | None = None
+    k8s,
+    namespace: str,
+    name: str,
+    until,
+    timeout: float = TIMEOUT,
+    seen: list | None = None,
+    version: str = "v2beta1",
 ) -> dict:
-    """Watch one MPIJob until ``until(obj)``; ``seen`` collects every version observed."""
+    """Watch one MPIJob (of API ``version``) until ``until(obj)``; ``seen`` collects every version observed."""
     co = client.CustomObjectsApi(k8s)
     deadline = time.monotonic() + timeout
     selector = f"metadata.name={name}"
     while True:
-        lst = co.list_namespaced_custom_object(GROUP, "v2beta1", namespace, PLURAL, field_selector=selector)
+        lst = co.list_namespaced_custom_object(GROUP, version, namespace, PLURAL, field_selector=selector)
         for obj in lst["items"]:
             if seen is not None:
                 seen.append(obj)
@@ -107,7 +113,7 @@ def watch_mpijob(
         for ev in w.stream(
             co.list_namespaced_custom_object,
             GROUP,
-            "v2beta1",
+            version,
             namespace,
             PLURAL,
             field_selector=selector,

@@ -110,21 +110,21 @@ def run_trigger(trigger: MPIJobTrigger) -> dict:
     return asyncio.run(first_event())
 
 
-def wait_gone(k8s, namespace: str, name: str, timeout: float = 120) -> None:
-    """Until the MPIJob (foreground deletion: after its dependents) and its pods are gone."""
+def wait_gone(k8s, namespace: str, name: str, timeout: float = 120, version: str = "v2beta1") -> None:
+    """Until the MPIJob (of API ``version``; foreground deletion: after its dependents) and its pods are gone."""
     from kubernetes import watch
 
     watch_pods(k8s, namespace, JOB_SELECTOR.format(name), lambda pods: not pods)
     api = client.CustomObjectsApi(k8s)
     listing = api.list_namespaced_custom_object(
-        "kubeflow.org", "v2beta1", namespace, "mpijobs", field_selector=f"metadata.name={name}"
+        "kubeflow.org", version, namespace, "mpijobs", field_selector=f"metadata.name={name}"
     )
     if not listing["items"]:
         return
     for event in watch.Watch().stream(
         api.list_namespaced_custom_object,
         "kubeflow.org",
-        "v2beta1",
+        version,
         namespace,
         "mpijobs",
         field_selector=f"metadata.name={name}",

@@ -17,17 +17,19 @@ from airflow_mpi.jobspec.vocabulary import (
     JOB_ROLE_LABEL,
     LAUNCHER,
     LAUNCHER_REPLICA,
-    LEGACY_JOB_NAME_LABEL,
-    LEGACY_ROLE_LABEL,
     MPIJOB_KIND,
     MPIJOB_PLURAL,
-    REPLICA_TYPE_LABEL,
-    V1_INVALID_REASON,
-    V1_LAUNCHER_ROLE,
     WORKER_REPLICA,
     JobCondition,
 )
 
+API_V1 = f"{API_GROUP}/v1"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # from 1.5 (incl. 1.8): LAUNCHER | WORKER
+V1_LAUNCHER_ROLE = "master"  # the launcher's JOB_ROLE_LABEL value
+LEGACY_JOB_NAME_LABEL = "mpi-job-name"  # <= 1.4, with LEGACY_ROLE_LABEL instead of REPLICA_TYPE_LABEL
+LEGACY_ROLE_LABEL = "mpi-job-role"
+# its Warning event for an invalid MPIJob: NewReason(MPIJobKind, JobFailedValidationReason) (pkg/util/status.go)
+V1_INVALID_REASON = "MPIJobFailedValidation"
 MAIN_CONTAINER = "mpi"  # the container name the training-operator's examples and defaults use
 
 
@@ -72,7 +74,7 @@ def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
 
 MPIJOB_V1 = JobKind(
     group=API_GROUP,
-    version="v1",
+    version=API_V1.rpartition("/")[2],
     kind=MPIJOB_KIND,
     plural=MPIJOB_PLURAL,
     controller="training-operator",

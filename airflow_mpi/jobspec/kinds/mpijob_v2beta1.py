@@ -19,11 +19,13 @@ from airflow_mpi.jobspec.vocabulary import (
     LAUNCHER_REPLICA,
     MPIJOB_KIND,
     MPIJOB_PLURAL,
-    V2BETA1_INVALID_REASON,
     WORKER,
     WORKER_REPLICA,
     JobCondition,
 )
+
+API_V2BETA1 = f"{API_GROUP}/v2beta1"  # a role's pods: JOB_NAME_LABEL + JOB_ROLE_LABEL
+V2BETA1_INVALID_REASON = "ValidationError"  # its Warning event for an MPIJob it will never create
 
 
 def _retries(retries: int) -> RetriesMapping:
@@ -45,7 +47,7 @@ def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
 
 MPIJOB_V2BETA1 = JobKind(
     group=API_GROUP,
-    version="v2beta1",
+    version=API_V2BETA1.rpartition("/")[2],
     kind=MPIJOB_KIND,
     plural=MPIJOB_PLURAL,
     controller="mpi-operator",
