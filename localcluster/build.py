@@ -363,16 +363,15 @@ def _build_once(
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     """Build one add-on (``ADDONS``; unless cached) and return its directory: binaries and data.
 
-    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``) names a directory built earlier (the node
-    container gets the host's, mounted).
+    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``, ``AIRFLOW_MPI_TRAINING_OPERATOR_BIN_DIR``)
+    names a directory built earlier (the node image carries them).
     """
     addon = ADDONS[name]
-    prebuilt = os.environ.get(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR")
+    variable = f"AIRFLOW_MPI_{name.upper().replace('-', '_')}_BIN_DIR"
+    prebuilt = os.environ.get(variable)
     if prebuilt:
         if not is_built(Path(prebuilt), addon.tools):
-            raise RuntimeError(
-                f"AIRFLOW_MPI_{name.upper()}_BIN_DIR={prebuilt} does not hold a complete build"
-            )
+            raise RuntimeError(f"{variable}={prebuilt} does not hold a complete build")
         return Path(prebuilt)
     go = go_binary()
     key = addon_key(name, go)

@@ -31,11 +31,11 @@ def build_kubectl_delivery_image(verbose: bool = True) -> str:
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     try:
-        os.link(bin_dir / "kubectl", context / "kubectl")  # the named context `bin`: kubectl only
+        os.link(bin_dir / "kubectl", context / "kubectl")  # a hard link: no copy
+        shutil.copy2(DOCKERFILE.parent / "kubectl-delivery", context / "kubectl-delivery")
         res = docker(
-            "buildx", "build", "--load", "--progress=plain", "--build-context", f"bin={context}",
-            "-f", str(DOCKERFILE), "-t", KUBECTL_DELIVERY_IMAGE, str(DOCKERFILE.parent),
-            timeout=900,
+            "buildx", "build", "--load", "--progress=plain", "-f", str(DOCKERFILE), "-t", KUBECTL_DELIVERY_IMAGE,
+            str(context), timeout=900,
         )  # fmt: skip
     finally:
         shutil.rmtree(context, ignore_errors=True)
