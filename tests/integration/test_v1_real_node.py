@@ -20,6 +20,7 @@ from kubernetes import client, watch
 from kubernetes import config as kconfig
 
 from localcluster.node_container import MPI_IMAGES
+from tests.integration.test_real_mpi import pod_log
 
 pytestmark = pytest.mark.real_node
 RANK_LINE = re.compile(r"^rank (\d+) of 2 on (\S+)$")
@@ -88,7 +89,7 @@ def test_flyte_shaped_v1_mpijob_runs_every_rank_and_succeeds(v1_real_node):
     assert labels["training.kubeflow.org/replica-type"] == "launcher"
     assert labels["training.kubeflow.org/job-role"] == "master"
     assert [c.name for c in launcher.spec.init_containers] == ["kubectl-delivery"]
-    lines = core.read_namespaced_pod_log(f"{name}-launcher", namespace, container="mpi").splitlines()
+    lines = pod_log(api, namespace, f"{name}-launcher")  # its one container (the init container aside)
     ranks = {int(m[1]): m[2] for m in map(RANK_LINE.match, lines) if m}
     assert sorted(ranks) == [0, 1], lines
     # each rank ran in a worker pod of this job (kubectl exec), one slot each
