@@ -9,8 +9,9 @@ upstream release builds set) into ``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/
 ``<key>`` hashes the Go version, the build recipe and every ``go.mod``/``go.sum``/``*.go`` of ours: a second build
 with the same pins is a no-op.
 
-Add-ons (``ADDONS``: Kueue) are built only when a cluster asks for them, each into ``bin/<name>-<key>`` with a key of
-its own (its module, tools and data), so that adding or re-pinning one never invalidates the main build.
+Add-ons (``ADDONS``: Kueue, the training-operator) are built only when a cluster asks for them, each into
+``bin/<name>-<key>`` with a key of its own (its module, tools and data), so that adding or re-pinning one never
+invalidates the main build.
 """
 
 from __future__ import annotations
@@ -100,7 +101,30 @@ KUEUE = Addon(
         ),
     ),
 )
-ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE,)}
+# the kubeflow.org/v1 MPIJob controller (unmodified `cmd/training-operator.v1`, run with --enable-scheme=mpijob): the
+# v1 MPIJob CRD is part of the main build (CRDS); its validating webhook configuration (cert-controller injects its CA
+# there) is read from the module.  MPIJob itself has no webhook in v1.9.4 (pkg/webhooks: `scaffold`).
+TRAINING_OPERATOR = Addon(
+    "training-operator",
+    (
+        Tool(
+            "training-operator",
+            "training-operator",
+            "github.com/kubeflow/training-operator/cmd/training-operator.v1",
+        ),
+    ),
+    (
+        (
+            "webhook-manifests.yaml",
+            (
+                "training-operator",
+                "github.com/kubeflow/training-operator",
+                "manifests/base/webhook/manifests.yaml",
+            ),
+        ),
+    ),
+)
+ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE, TRAINING_OPERATOR)}
 _ADDON_MODULES = frozenset(t.module for a in ADDONS.values() for t in a.tools)
 
 # kwok's own node stages (node-initialize, heartbeat with lease), read from the kwok module like the CRDs.
@@ -339,16 +363,15 @@ def _build_once(
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     """Build one add-on (``ADDONS``; unless cached) and return its directory: binaries and data.
 
-    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``) names a directory built earlier (the node
-    container gets the host's, mounted).
+    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``, ``AIRFLOW_MPI_TRAINING_OPERATOR_BIN_DIR``)
+    names a directory built earlier (the node image carries them).
     """
     addon = ADDONS[name]
-    prebuilt = os.environ.get(f"AIRFLOW_MPI_{name.upper()}_BIN_DIR")
+    variable = f"AIRFLOW_MPI_{name.upper().replace('-', '_')}_BIN_DIR"
+    prebuilt = os.environ.get(variable)
     if prebuilt:
         if not is_built(Path(prebuilt), addon.tools):
-            raise RuntimeError(
-                f"AIRFLOW_MPI_{name.upper()}_BIN_DIR={prebuilt} does not hold a complete build"
-            )
+            raise RuntimeError(f"{variable}={prebuilt} does not hold a complete build")
         return Path(prebuilt)
     go = go_binary()
     key = addon_key(name, go)

@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         "like the mpi-operator's own images; also: horovod)",
     )
     nd.add_argument("--name", default="real")
+    nd.add_argument(
+        "--api-version",
+        choices=API_VERSIONS,
+        default="v2beta1",
+        help="up: v1 runs no controller unless told (--controller training-operator)",
+    )
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     nd.add_argument("--kueue", action="store_true", help="up: also run Kueue with its queues")
     nd.add_argument(
@@ -150,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             from . import node_container as nc
 
             node = nc.NodeCluster(
-                args.name, kwok_nodes=args.kwok_nodes, kueue=args.kueue, controllers=args.controller
+                args.name,
+                args.api_version,
+                kwok_nodes=args.kwok_nodes,
+                kueue=args.kueue,
+                controllers=args.controller,
             )
             if args.action == "image":
                 print(nc.build_image())

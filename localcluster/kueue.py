@@ -5,7 +5,7 @@ The controller is the real ``sigs.k8s.io/kueue/cmd/kueue`` (v0.17.0, ``localclus
 like the mpi-operator. What a Deployment would give it, done here instead:
 
 * its webhook server listens on ``127.0.0.1:<free port>`` with a serving certificate for ``IP:127.0.0.1`` signed
-  by a CA made for this cluster (``make_certificates``: openssl, EC P-256); internal cert management is off;
+  by a CA made for this cluster (``localcluster.webhook_certs``: openssl, EC P-256); internal cert management is off;
 * the webhook configurations of the module (``config/components/webhook/manifests.yaml``) are installed with
   ``clientConfig.url: https://127.0.0.1:<port>/<path>`` and that CA as ``caBundle``, keeping only the webhooks of
   Kueue's own objects and of MPIJobs (the others, Pods, Jobs, Deployments..., belong to integrations not enabled
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -65,43 +64,6 @@ def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dic
         # the visibility API server (on by default) needs an APIService and certificates of its own
         "featureGates": {"VisibilityOnDemand": False},
     }
-
-
-def make_certificates(cert_dir: Path) -> bytes:
-    """A CA and a serving certificate for ``127.0.0.1`` in ``cert_dir`` (``ca.crt``, ``tls.crt``, ``tls.key``).
-
-    Returns the CA certificate (PEM), the ``caBundle`` of the webhooks."""
-    cert_dir.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=cert_dir, check=True, capture_output=True)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "3650",
-        "-subj",
-        "/CN=airflow-mpi kueue webhook CA",
-    )
-    openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=127.0.0.1")
-    (cert_dir / "ext.cnf").write_text(
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-    )
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "tls.crt", "-days", "3650", "-extfile", "ext.cnf")  # fmt: skip
-    for name in ("tls.csr", "ext.cnf", "ca.srl"):
-        (cert_dir / name).unlink(missing_ok=True)
-    (cert_dir / "ca.key").chmod(0o600)
-    (cert_dir / "tls.key").chmod(0o600)
-    return (cert_dir / "ca.crt").read_bytes()
 
 
 def crds(data_dir: Path, url: str, ca: bytes) -> list[dict]:

@@ -60,20 +60,20 @@ def ensure_docker() -> None:
     subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True)
 
 
-def image_tag(bin_dir: Path, kueue_dir: Path) -> str:
-    """Tag from the build keys of the binaries and of Kueue plus everything else that goes into the image."""
-    h = hashlib.sha256(f"{bin_dir.name}\0{kueue_dir.name}".encode())
+def image_tag(bin_dir: Path, addon_dirs: dict[str, Path]) -> str:
+    """Tag from the build keys of the binaries and of the add-ons plus everything else that goes into the image."""
+    h = hashlib.sha256("\0".join([bin_dir.name, *(d.name for d in addon_dirs.values())]).encode())
     for path in [DOCKERFILE, *sorted((REPO / "localcluster").rglob("*.py"))]:
         h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
     return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
 
 
 def build_image(verbose: bool = True) -> str:
-    """Build images/kube from the cached binaries and Kueue build (no-op when that tag exists); returns the tag."""
+    """Build images/kube from the cached binaries and add-on builds (no-op when that tag exists); returns the tag."""
     ensure_docker()
     bin_dir = _build.build(verbose=verbose)
-    kueue_dir = _build.build_addon("kueue", verbose=verbose)
-    tag = image_tag(bin_dir, kueue_dir)
+    addon_dirs = {name: _build.build_addon(name, verbose=verbose) for name in sorted(_build.ADDONS)}
+    tag = image_tag(bin_dir, addon_dirs)
     if docker("image", "inspect", tag, check=False).returncode == 0:
         docker("tag", tag, f"{IMAGE_REPO}:local")  # the name docker-compose.yaml runs
         build_ledger.note("node image (images/kube)", False, 0)
@@ -82,7 +82,8 @@ def build_image(verbose: bool = True) -> str:
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     shutil.copytree(bin_dir, context / "bin", copy_function=os.link)  # hard links: no copy of ~400 MB
-    shutil.copytree(kueue_dir, context / "kueue", copy_function=os.link)
+    for name, path in addon_dirs.items():  # images/kube: COPY <name>/
+        shutil.copytree(path, context / name, copy_function=os.link)
     shutil.copytree(
         REPO / "localcluster", context / "localcluster", ignore=shutil.ignore_patterns("__pycache__", "*.sum")
     )

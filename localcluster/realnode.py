@@ -11,8 +11,11 @@ Choices, and why:
   same ``k8s.io/kubernetes`` release as the API server.
 * cgroup v1 with the cgroupfs driver (these machines have no usable cgroup v2 hierarchy): the kubelet is told
   not to refuse cgroup v1 (``failCgroupV1: false``) and nests its pods under ``/kubelet``.
-* No kube-proxy: nothing needs a ClusterIP. CoreDNS runs beside the kubelet on the node (not as a pod) and
-  answers on the pod bridge's gateway address, which the kubelet hands to pods as their nameserver.
+* No kube-proxy: nothing needs a ClusterIP but the ``kubernetes`` Service, the API server as pods see it (the
+  training-operator's v1 launchers run ``kubectl exec`` from inside): ``route_api_service`` adds the one DNAT
+  rule kube-proxy would make for it (its ClusterIP:443 to the API server on this node). CoreDNS runs beside the
+  kubelet on the node (not as a pod) and answers on the pod bridge's gateway address, which the kubelet hands
+  to pods as their nameserver.
 * No registry: the pod sandbox (``pause``) and the workload images are imported into containerd from
   archives (:mod:`localcluster.image_archive`).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -265,6 +269,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._spawn("kubelet", self._argv("kubelet", self._configs))
         _wait(self._dns_ready, 60, "CoreDNS", self)
         _wait(self._node_ready, timeout, f"node {NODE_NAME} Ready", self)
+        self._advertise_ephemeral_storage()
+
+    @staticmethod
+    def route_api_service(cluster_ip: str, api_port: int) -> None:
+        """Pods reach the ``kubernetes`` Service (``cluster_ip``:443) at the API server of this node, as
+        kube-proxy would route it (the API server's certificate must name ``cluster_ip``)."""
+        rule = ["PREROUTING", "-d", f"{cluster_ip}/32", "-p", "tcp", "--dport", "443", "-j", "DNAT",
+                "--to-destination", f"{node_ip()}:{api_port}"]  # fmt: skip
+        if subprocess.run(["iptables", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
+            subprocess.run(["iptables", "-t", "nat", "-A", *rule], check=True, capture_output=True)
 
     def supervise(self) -> list[str]:
         """Restart any node process that exited (what systemd does on a node); returns their names."""
@@ -334,6 +348,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         except client.exceptions.ApiException:
             return False
         return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+    def _advertise_ephemeral_storage(self) -> None:
+        """Give the Node the ``ephemeral-storage`` capacity of the disk under /var/lib/kubelet.
+
+        The kubelet runs with ``localStorageCapacityIsolation: false`` (cAdvisor finds no filesystem info for the
+        container's disk, so it could not measure it) and then reports no ephemeral storage, which leaves every
+        pod requesting some unschedulable: the training-operator's v1 launchers ask 5Gi for their
+        ``kubectl-delivery`` init container. A capacity patched into the Node's status stays (that kubelet never
+        sets this one) and becomes allocatable, as documented for advertising node resources; nothing is
+        evicted for using it."""
+        st = os.statvfs("/var/lib/kubelet")
+        size = str(st.f_blocks * st.f_frsize)
+        assert self._core is not None  # made by _node_ready
+        self._core.patch_node_status(NODE_NAME, {"status": {"capacity": {"ephemeral-storage": size}}})
 
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is not None]

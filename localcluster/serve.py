@@ -33,6 +33,9 @@ from .waiting import wait_until
 READY_FILE = Path("/run/airflow-mpi/ready")
 KUBECONFIG = Path("/run/airflow-mpi/kubeconfig")  # inlined certificates, server https://127.0.0.1:6443
 API_PORT = 6443
+# the `kubernetes` Service's ClusterIP: the first address of kube-apiserver's default --service-cluster-ip-range
+# (10.0.0.0/24; kwokctl sets none); in the API server's certificate so that pods can reach it (route_api_service)
+API_SERVICE_IP = "10.0.0.1"
 CLUSTER_NAME = "node"
 
 
@@ -106,6 +109,23 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
         wait_until(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
 
 
+def route_api_service(cluster: LocalCluster, node: RealNode) -> None:
+    """Let pods reach the API server through the ``kubernetes`` Service (in-cluster clients: kubectl in v1
+    launchers); its ClusterIP must be the one the API server's certificate names."""
+    from kubernetes import client
+
+    ip = (
+        client.CoreV1Api(cluster.api_client())
+        .read_namespaced_service("kubernetes", "default")
+        .spec.cluster_ip
+    )
+    if ip != API_SERVICE_IP:
+        raise RuntimeError(
+            f"the kubernetes Service has ClusterIP {ip}, not {API_SERVICE_IP} (serve.API_SERVICE_IP)"
+        )
+    node.route_api_service(ip, API_PORT)
+
+
 def serve(
     *,
     kwok_nodes: int,
@@ -125,7 +145,7 @@ def serve(
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     READY_FILE.unlink(missing_ok=True)
     t0 = time.monotonic()
-    sans = sorted({socket.gethostname(), node_ip(), "kube", "localhost", "127.0.0.1"})
+    sans = sorted({socket.gethostname(), node_ip(), "kube", "localhost", "127.0.0.1", API_SERVICE_IP})
     cluster = LocalCluster(
         CLUSTER_NAME,
         api_version,
@@ -152,6 +172,7 @@ def serve(
             create_local_queues(cluster, local_queues)
             _log(f"Kueue: LocalQueue {_kueue.LOCAL_QUEUE} Active in {', '.join(local_queues)}")
         node.start()
+        route_api_service(cluster, node)
         refs = import_exported_images(node, images_dir)
         if refs:
             _log(f"imported images: {', '.join(refs)}")

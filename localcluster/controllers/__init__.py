@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from .base import Controller
 from .kueue import Kueue
 from .mpi_operator import MpiOperator
+from .training_operator import TrainingOperator
 
-REGISTRY: dict[str, type[Controller]] = {c.name: c for c in (MpiOperator, Kueue)}
+REGISTRY: dict[str, type[Controller]] = {c.name: c for c in (MpiOperator, Kueue, TrainingOperator)}
 
 
 def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
@@ -31,4 +32,4 @@ def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
     return tuple(n for n in REGISTRY if n in wanted)
 
 
-__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "select"]
+__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "TrainingOperator", "select"]

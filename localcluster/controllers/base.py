@@ -9,6 +9,7 @@ for every controller, with its pid in ``<state>/<name>.pid``, its log in ``logs/
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -53,6 +54,11 @@ class Controller:
         return self.cluster.state_dir / self.name
 
     @property
+    def cert_dir(self) -> Path:
+        """Its webhook certificates (``localcluster.webhook_certs``), for controllers that serve webhooks."""
+        return self.work_dir / "certs"
+
+    @property
     def state_key(self) -> str:
         return self.name.replace("-", "_")
 
@@ -77,6 +83,26 @@ class Controller:
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)
         return env
+
+    @staticmethod
+    def private_mounts() -> list[str]:
+        """``Launch.wrapper`` for a process in a private mount namespace (unprivileged: a user namespace too;
+        an overlay mounted there needs Linux >= 5.11)."""
+        unshare = ["unshare", "--mount", "--propagation", "private"]
+        if os.geteuid() != 0:
+            unshare[1:1] = ["--user", "--map-root-user"]
+        return unshare
+
+    def readyz(self) -> bool:
+        """The ``/readyz`` of the ``health`` URL in its record answers 200 (controller-runtime managers)."""
+        url = self.record().get("health")
+        if not url or self.pid() is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
 
     # ------------------------------------------------------------------ what a controller says
     def prepare(self, timeout: float) -> None:

@@ -16,9 +16,7 @@ Kueue leaves its webhooks installed, so MPIJob creates fail, as in a cluster who
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from localcluster.cluster_objects import API_V2BETA1, install_crds
 from localcluster.ports import free_loopback_port
 from localcluster.processes import Launch
 from localcluster.waiting import wait_until
+from localcluster.webhook_certs import make_certificates
 
 from .base import Controller
 
@@ -71,17 +70,13 @@ class Kueue(Controller):
     def state_key(self) -> str:
         return "kueue_process"
 
-    @property
-    def cert_dir(self) -> Path:
-        return self.work_dir / "certs"
-
     def prepare(self, timeout: float) -> None:
         """Ports, certificates, configuration and CRDs (before its process starts)."""
         from kubernetes import client
 
         data_dir = self.bin_dir()
         api = self.cluster.api_client()
-        ca = _kueue.make_certificates(self.cert_dir)
+        ca = make_certificates(self.cert_dir)
         webhook_port, health_port = free_loopback_port(), free_loopback_port()
         url = f"https://127.0.0.1:{webhook_port}"
         with contextlib.suppress(client.exceptions.ApiException):
@@ -110,9 +105,6 @@ class Kueue(Controller):
             record = self.record()
         mnt = self.work_dir / "mnt"  # an empty directory here; a tmpfs inside Kueue's mount namespace
         mnt.mkdir(parents=True, exist_ok=True)
-        unshare = ["unshare", "--mount", "--propagation", "private"]
-        if os.geteuid() != 0:  # unprivileged: a user namespace too (overlay there needs Linux >= 5.11)
-            unshare[1:1] = ["--user", "--map-root-user"]
         env = self.environment()  # controller-runtime prefers --kubeconfig, but be sure
         env["KEEP_MOUNTS"] = " ".join(mounts_under("/etc"))
         return Launch(
@@ -120,19 +112,12 @@ class Kueue(Controller):
             env,
             prelude=PRELUDE,
             prelude_args=[str(mnt), str(self.cert_dir)],
-            wrapper=unshare,
+            wrapper=self.private_mounts(),
         )
 
     def ready(self) -> bool:
         """Kueue's ``/readyz``: its webhook server is listening."""
-        url = self.record().get("health")
-        if not url or self.pid() is None:
-            return False
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
+        return self.readyz()
 
     def after_ready(self, timeout: float) -> None:
         from kubernetes import client

@@ -282,6 +282,7 @@ REAL_NODE_ORDER = (
     "test_first_run",
     "test_real_node_faults",
     "test_kueue_real_node",
+    "test_v1_real_node",
     "test_real_horovod",
 )
 BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")
@@ -329,7 +330,7 @@ def _reap_stale_nodes() -> None:
     from localcluster.node_container import NodeCluster
 
     for name in NodeCluster.names():  # node containers of test sessions that were killed
-        m = re.fullmatch(r"it-real(?:kueue)?-(\d+)", name)
+        m = re.fullmatch(r"it-real(?:kueue|v1)?-(\d+)", name)
         if m and not _alive(int(m.group(1))):
             NodeCluster(name).remove()
 
@@ -346,6 +347,22 @@ def kueue_real_node():
     images = build_mpi_images(["openmpi-upstream"])
     node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True)
     yield from _node_session(node, images, ARTIFACTS / "real-node-kueue")
+
+
+@pytest.fixture(scope="module")
+def v1_real_node():
+    """A real-node cluster (as ``real_node``) for ``kubeflow.org/v1`` MPIJobs: its controller is the real
+    training-operator v1.9.4 (localcluster/controllers/training_operator.py), with images/mpi's Open MPI image and
+    the kubectl-delivery image its launchers start with (images/kubectl-delivery) loaded. One per test module; logs
+    in .artifacts/integration/real-node-v1/."""
+    if REAL_KUBECONFIG:
+        pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
+    from localcluster.delivery_image import build_kubectl_delivery_image
+    from localcluster.node_container import NodeCluster, build_mpi_images
+
+    images = [*build_mpi_images(["openmpi"]), build_kubectl_delivery_image()]
+    node = NodeCluster(f"it-realv1-{os.getpid()}", api_version="v1", controllers=("training-operator",))
+    yield from _node_session(node, images, ARTIFACTS / "real-node-v1")
 
 
 @pytest.fixture(scope="session")
