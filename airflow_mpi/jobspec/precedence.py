@@ -443,6 +443,8 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     )
     container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
     kind: JobKind | None = kind_for(manifest["apiVersion"])
+    if kind is not None:
+        command = kind.launcher_command(implementation or CONTROLLER_DEFAULTS["mpi_implementation"], command)
     if kind is not None and kind.launcher_command_in_args and implementation in launch.in_args:
         container.pop("command", None)  # the image's entrypoint runs it
         container["args"] = [*command, *(spec.launcher.args or [])]

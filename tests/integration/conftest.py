@@ -349,11 +349,12 @@ def kueue_real_node():
     yield from _node_session(node, images, ARTIFACTS / "real-node-kueue")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def v1_real_node():
     """A real-node cluster (as ``real_node``) for ``kubeflow.org/v1`` MPIJobs: its controller is the real
     training-operator v1.9.4 (localcluster/controllers/training_operator.py), with images/mpi's Open MPI image and
-    the kubectl-delivery image its launchers start with (images/kubectl-delivery) loaded. One per test module; logs
+    the kubectl-delivery image its launchers start with (images/kubectl-delivery) loaded. One per session (the v1
+    modules share it); logs
     in .artifacts/integration/real-node-v1/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")

@@ -99,6 +99,8 @@ class JobKind:
     launcher_command_in_args: bool = (
         False  # a command of LauncherCommand.in_args goes into args (entrypoint kept)
     )
+    # (MPI implementation, the launcher command ``program`` built) -> the command this kind's launcher runs
+    launcher_command: Callable[[str, list[str]], list[str]] = field(default=lambda implementation, argv: argv)
     # ------------------------------------------------------------------ defaults
     retries_mapping: Callable[[int], RetriesMapping] = field(
         default=lambda retries: RetriesMapping(retries, "Never")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
 from airflow_mpi.jobspec.kinds.kind import ATTEMPT_IS_CONTAINER_RESTART, JobKind, PodLabels, RetriesMapping
-from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME
+from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, HOSTFILE, INTEL, MPICH
 from airflow_mpi.jobspec.vocabulary import (
     API_GROUP,
     JOB_NAME_LABEL,
@@ -63,6 +64,39 @@ def _attempts(backoff_limit: int, launcher_restart_policy: str | None) -> int | 
     return max(backoff_limit, 1) + 1
 
 
+HYDRA_HOSTFILE = "/tmp/airflow-mpi-hostfile"  # the controller's hostfile in Hydra's syntax (Intel MPI, MPICH)
+KUBEXEC = CONFIG_MOUNT_PATH + "/kubexec.sh"  # the controller's: kubectl exec into a worker
+
+
+def _launcher_command(implementation: str, argv: list[str]) -> list[str]:
+    """Hydra's mpirun (Intel MPI, MPICH: ``program``) made to run under the training-operator, which writes an Open
+    MPI hostfile and wires only Open MPI (``OMPI_MCA_plm_rsh_agent``) and Intel MPI (``I_MPI_HYDRA_BOOTSTRAP``) to
+    its kubexec.sh.
+
+    Seen on the real node with v1.9.4: Intel MPI 2021.16's mpirun refuses ``host slots=N`` ("token slots not
+    supported at this time"), and Hydra's proxies, started in the workers through kubexec.sh, call mpirun back by
+    the launcher's host name, which nothing resolves (v1 makes no Service: "unable to connect to server
+    <job>-launcher"). So the hostfile is rewritten in Hydra's ``host:N`` syntax, the proxies are given the address
+    of the pod's network interface (Intel: ``-iface eth0``, the interface every CNI gives a pod; MPICH: ``-localhost``
+    its IP), and MPICH is told to start them through kubexec.sh as the controller does for Intel."""
+    if implementation not in (INTEL, MPICH) or not argv:
+        return argv
+    if argv[: len(HYDRA_CONNECT_BY_IP)] == list(
+        HYDRA_CONNECT_BY_IP
+    ):  # @task.mpi's MPICH: -localhost comes below
+        argv = argv[len(HYDRA_CONNECT_BY_IP) :]
+    mpirun, rest = argv[0], list(argv[1:])
+    if HOSTFILE in rest:  # Intel's default flags name it: drop, it is given below
+        at = rest.index(HOSTFILE)
+        del rest[at - 1 : at + 1]
+    if implementation == INTEL:
+        flags = '-iface eth0 -hostfile "$h"'
+    else:
+        flags = f'-launcher rsh -launcher-exec {KUBEXEC} -f "$h" -localhost "$(hostname -i)"'
+    script = f'h={HYDRA_HOSTFILE}; sed "s/ slots=/:/" {HOSTFILE} > "$h" && exec "$0" {flags} "$@"'
+    return ["sh", "-c", script, mpirun, *rest]
+
+
 def _injected(role: str, ssh_path: str) -> Mapping[str, str]:
     """The volumes the training-operator adds (name -> mount path in the first container): the ConfigMap
     (hostfile, kubexec.sh) to both roles, the delivered kubectl to the launcher."""
@@ -85,6 +119,7 @@ MPIJOB_V1 = JobKind(
     reads_v1_paths=True,
     main_container_field=True,
     retries_mapping=_retries,
+    launcher_command=_launcher_command,
     implementation_field=False,
     top_level_clean_pod_policy=True,
     injected_volumes=_injected,

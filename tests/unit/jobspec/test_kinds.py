@@ -251,3 +251,46 @@ def test_a_startup_timeout_names_the_kinds_controller(kind):
                      timeouts=Timeouts(startup_timeout=120), kind=kind)  # fmt: skip
     assert verdict.outcome == Outcome.STARTUP_TIMEOUT
     assert f"is the {kind.controller} running" in verdict.message
+
+
+# ------------------------------------------------------------------ the launcher command, per kind
+def _launcher_command(kind: JobKind, implementation: str, **params) -> list[str]:
+    from airflow_mpi.jobspec.parameters import resolve_parameters
+
+    values = {"api_version": kind.api_version, "name": "pi", "image": "img", "program": ["/pi"], "workers": 2,
+              "slots_per_worker": 2, "mpi_implementation": implementation, **params}  # fmt: skip
+    return _launcher(resolve_parameters(values).manifest)["template"]["spec"]["containers"][0]["command"]
+
+
+@pytest.mark.parametrize("implementation", ["Intel", "MPICH"])
+def test_v1_runs_hydra_with_its_hostfile_rewritten_and_the_launchers_address(implementation):
+    """training-operator v1 writes an Open MPI hostfile ("host slots=N", refused by Hydra) and makes no Service for
+    the launcher's name: Hydra's mpirun gets the hostfile in its own syntax and gives its proxies an address."""
+    sh, dash_c, script, mpirun, *rest = _launcher_command(MPIJOB_V1, implementation)
+    assert (sh, dash_c, mpirun) == ("sh", "-c", "mpirun")
+    assert rest == [
+        "-n",
+        "4",
+        "-ppn",
+        "2",
+        "/pi",
+    ]  # sized as on any kind, the controller's hostfile not named
+    assert 'sed "s/ slots=/:/" /etc/mpi/hostfile > "$h"' in script
+    wiring = {
+        "Intel": '-iface eth0 -hostfile "$h"',
+        "MPICH": '-launcher rsh -launcher-exec /etc/mpi/kubexec.sh -f "$h" -localhost "$(hostname -i)"',
+    }
+    assert script.endswith(f'exec "$0" {wiring[implementation]} "$@"')
+
+
+def test_v1_runs_open_mpi_as_given_and_v2beta1_every_implementation_as_given():
+    assert _launcher_command(MPIJOB_V1, "OpenMPI")[0] == "mpirun"
+    for implementation in ("OpenMPI", "Intel", "MPICH"):
+        assert MPIJOB_V2BETA1.launcher_command(implementation, ["mpirun", "/pi"]) == ["mpirun", "/pi"]
+
+
+def test_v1_drops_the_task_decorators_mpich_address_wrapper_for_its_own():
+    from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
+
+    command = MPIJOB_V1.launcher_command("MPICH", [*HYDRA_CONNECT_BY_IP, "mpirun", "-n", "2", "/pi"])
+    assert command[3:] == ["mpirun", "-n", "2", "/pi"] and command[2].count("-localhost") == 1

@@ -8,19 +8,24 @@ runs it (execute / defer / trigger / execute_complete / on_kill), on the node of
 from __future__ import annotations
 
 import math
+import os
 import uuid
 
 import pytest
 from kubernetes import client
 
+from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.sensors import MPIJobSensor
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
-from localcluster.node_container import MPI_IMAGES
+from localcluster.node_container import MPI_IMAGES, await_image
+from tests.integration.least_privilege import use_as_kubernetes_default
 from tests.integration.test_cluster_smoke import watch_mpijob
-from tests.integration.test_operator import Background, ctx, run_trigger, true_conditions, wait_gone
-from tests.integration.test_real_mpi import PI_LINE, RANK_LINE, pod_log
+from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
+from tests.integration.test_real_mpi import IMPLEMENTATION, PI_LINE, RANK_LINE, pod_log
+
+pytestmark = pytest.mark.real_node
 
 V1 = "kubeflow.org/v1"
 IMAGE = MPI_IMAGES["openmpi"]
@@ -30,6 +35,28 @@ FLYTE_MPIRUN = [
     "mpirun", "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
     "-x", "NCCL_DEBUG=INFO", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
 ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def v1_k8s(v1_real_node):
+    from kubernetes import config as kconfig
+
+    return kconfig.new_client_from_config(config_file=str(v1_real_node.kubeconfig_path))
+
+
+@pytest.fixture
+def v1_namespace(v1_k8s):
+    name = f"it-v1-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(v1_k8s)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def v1_conn(monkeypatch, v1_real_node, v1_namespace) -> str:
+    """``kubernetes_default`` pointing at the v1 node's cluster and the test's namespace."""
+    return use_as_kubernetes_default(monkeypatch, v1_real_node.kubeconfig_path, v1_namespace)
 
 
 def flyte_manifest(workers: int = 2, slots: int = 1) -> dict:
@@ -63,14 +90,16 @@ def launcher_pod(k8s, namespace: str, name: str):
     return client.CoreV1Api(k8s).read_namespaced_pod(f"{name}-launcher", namespace)
 
 
-def assert_real_ranks(k8s, namespace: str, name: str, lines: list[str], ranks: int) -> None:
-    """Every rank ran on a worker pod of this job, pi came out right, and the task log holds the launcher's log as
-    the kubelet serves it, every line exactly once."""
+def assert_real_ranks(k8s, namespace: str, name: str, lines: list[str], workers: int, slots: int) -> None:
+    """Every rank ran, ``slots`` of them on each worker pod of this job, pi came out right, and the task log holds
+    the launcher's log as the kubelet serves it, every line exactly once."""
     hosts = {int(m[1]): m[3].split(".")[0] for m in map(RANK_LINE.match, lines) if m}
-    assert sorted(hosts) == list(range(ranks))
-    assert set(hosts.values()) <= {f"{name}-worker-{i}" for i in range(ranks)}
+    assert sorted(hosts) == list(range(workers * slots))
+    assert sorted(hosts.values()) == sorted(
+        f"{name}-worker-{i}" for i in range(workers) for _ in range(slots)
+    )
     (pi,) = [m for m in map(PI_LINE.match, lines) if m]
-    assert int(pi[2]) == ranks and math.isclose(float(pi[1]), math.pi, abs_tol=0.01)
+    assert int(pi[2]) == workers * slots and math.isclose(float(pi[1]), math.pi, abs_tol=0.01)
     served = pod_log(k8s, namespace, f"{name}-launcher")
     assert [ln for ln in lines if ln in set(served)] == served
 
@@ -82,12 +111,31 @@ def test_a_flyte_shaped_v1_job_as_base_manifest_runs_real_ranks(v1_k8s, v1_names
     )  # fmt: skip
     xcom = op.execute(ctx(op.task_id))
     assert xcom["condition"] == "Succeeded" and xcom["launcher_attempts"] == 1
-    assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, ranks=2)
+    assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, workers=2, slots=1)
     pod = launcher_pod(v1_k8s, v1_namespace, xcom["name"])
     labels = pod.metadata.labels
     assert labels["training.kubeflow.org/job-role"] == "master"
     assert labels["training.kubeflow.org/replica-type"] == "launcher"
     assert [c.name for c in pod.spec.init_containers] == ["kubectl-delivery"]  # the controller's, not SSH
+
+
+@pytest.mark.parametrize("flavour", ["intel", "mpich"])
+def test_hydra_implementations_run_through_the_controllers_kubexec(
+    v1_real_node, v1_k8s, v1_namespace, v1_conn, record, flavour
+):
+    """Intel MPI and MPICH from ``program``: the controller writes an Open MPI hostfile and wires only Open MPI and
+    Intel MPI to its kubexec.sh; the kind's launcher command rewrites the hostfile and gives Hydra's proxies the
+    launcher's address (jobspec/kinds/mpijob_v1.py)."""
+    image = MPI_IMAGES[flavour]
+    await_image(image)  # built in the background of the session (tests/integration/conftest.py)
+    v1_real_node.load_images([image])
+    op = MPIJobOperator(
+        task_id=flavour, namespace=v1_namespace, api_version=V1, image=image, program=[PI], workers=2,
+        slots_per_worker=2, mpi_implementation=IMPLEMENTATION[flavour], on_finish_action="keep", poll_interval=2,
+    )  # fmt: skip
+    xcom = op.execute(ctx(op.task_id))
+    assert xcom["condition"] == "Succeeded"
+    assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, workers=2, slots=2)
 
 
 def test_flyte_shaped_parameters_run_deferred(v1_k8s, v1_namespace, v1_conn, record):
@@ -102,7 +150,7 @@ def test_flyte_shaped_parameters_run_deferred(v1_k8s, v1_namespace, v1_conn, rec
     )  # as the triggerer rebuilds it
     xcom = op.execute_complete(ctx(op.task_id), event)
     assert xcom["condition"] == "Succeeded"
-    assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, ranks=4)
+    assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, workers=2, slots=2)
 
 
 def test_retries_are_fresh_jobs_of_one_attempt_each(v1_k8s, v1_namespace, v1_conn, record):
@@ -153,8 +201,10 @@ def test_an_invalid_v1_job_fails_the_wait_with_the_controllers_reason(v1_k8s, v1
     event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))
     with pytest.raises(AirflowFailException) as failure:
         sensor.execute_complete(ctx("sense"), event)
-    text = str(failure.value)
-    assert "MPIJobFailedValidation" in text and "There must be only 1 launcher replica" in text, text
+    assert str(failure.value) == (
+        f"MPIJob {v1_namespace}/{name} invalid: MPIJob failed validation because MPIReplicaSpec is not valid: "
+        "There must be only 1 launcher replica"
+    )  # the controller's own message, from its Warning event MPIJobFailedValidation
 
 
 def test_killing_the_task_deletes_the_v1_job_and_stops_its_containers(v1_k8s, v1_namespace, v1_conn, record):
@@ -191,7 +241,6 @@ def test_the_orphan_sweep_deletes_a_failed_tasks_v1_job(v1_k8s, v1_namespace, v1
     from airflow_mpi.jobspec.orphans import TaskKey, TryState
     from airflow_mpi.plugins.orphan_listener import sweep_places
 
-    monkeypatch.setenv("AIRFLOW__AIRFLOW_MPI__DEPLOYMENT_ID", "prod")
     op = MPIJobOperator(
         task_id="orphaned", namespace=v1_namespace, api_version=V1, image=IMAGE, program=["sleep", "600"],
         workers=1, deferrable=True,
@@ -204,5 +253,9 @@ def test_the_orphan_sweep_deletes_a_failed_tasks_v1_job(v1_k8s, v1_namespace, v1
     key = TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
     place = {"name": name, "namespace": v1_namespace, "kubernetes_conn_id": v1_conn, "api_version": V1}
     failed = {key: TryState("failed", 1, None)}
-    assert sweep_places([(key, place)], "prod", lambda keys: failed, installation="prod-db") == [name]
+    installation = os.environ[
+        "AIRFLOW__AIRFLOW_MPI__INSTALLATION"
+    ]  # the one holding this deployment (tests/conftest.py)
+    deployment = op.build_manifest(ctx("orphaned"))["metadata"]["labels"][DEPLOYMENT_LABEL]
+    assert sweep_places([(key, place)], deployment, lambda keys: failed, installation=installation) == [name]
     wait_gone(v1_k8s, v1_namespace, name, version="v1")
