@@ -62,6 +62,8 @@ NODE_COUNT = 4
 NODE_CPU = "32"
 NODE_MEMORY = "128Gi"
 NODE_PODS = "110"
+# a real node's disk: the training-operator's v1 launchers request 5Gi for their kubectl-delivery init container
+NODE_EPHEMERAL_STORAGE = "100Gi"
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_GPUS = 8
 NODE_NAME_PREFIX = "kwok-node-"

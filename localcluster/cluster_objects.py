@@ -75,6 +75,7 @@ def node_manifest(name: str) -> dict:
         "cpu": bh.NODE_CPU,
         "memory": bh.NODE_MEMORY,
         "pods": bh.NODE_PODS,
+        "ephemeral-storage": bh.NODE_EPHEMERAL_STORAGE,
         bh.GPU_RESOURCE: str(bh.NODE_GPUS),
     }
     return {
