@@ -10,16 +10,8 @@ from airflow_mpi.jobspec.kinds.mpijob_v1 import API_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import API_V2BETA1
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.naming import TaskIdentity
-from airflow_mpi.jobspec.precedence import (
-    BASE_MANIFEST,
-    DEFAULT,
-    PARAMETER,
-    Resolved,
-    Setting,
-    build_manifest,
-    resolve,
-    validate,
-)
+from airflow_mpi.jobspec.precedence import Resolved, build_manifest, resolve, validate
+from airflow_mpi.jobspec.settings import BASE_MANIFEST, DEFAULT, PARAMETER, Setting
 from airflow_mpi.jobspec.spec import Defaults
 
 __all__ = [

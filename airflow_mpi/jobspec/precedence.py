@@ -18,13 +18,17 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from airflow_mpi.jobspec import rules
+from airflow_mpi.jobspec.container_defaults import (
+    container_defaults,
+    launcher_dns_search,
+    launcher_waits_for_workers,
+)
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import (
     REPLICA,
     RUN_POLICY,
     Field,
     MPIJobSpec,
-    ReplicaSpec,
     field_of,
     holder,
     manifest_path,
@@ -32,54 +36,23 @@ from airflow_mpi.jobspec.fields import (
 from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
 from airflow_mpi.jobspec.layout import pod_spec, render
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
+from airflow_mpi.jobspec.settings import BASE_MANIFEST, CONTROLLER_DEFAULT, DEFAULT, PARAMETER, Setting
 from airflow_mpi.jobspec.spec import (
-    CLUSTER_DOMAIN,
-    CONFIG_MOUNT_PATH,
-    CONFIG_VOLUME,
-    INTEL,
-    MPICH,
     MPIUSER_SSH_AUTH_MOUNT_PATH,
-    MPIUSER_SSHD_COMMAND,
-    MPIUSER_UID,
     OPENMPI,
-    SSHD_LISTENING_CHECK,
-    WAIT_FOR_WORKERS_READY,
-    WORKER_SSHD_START_SECONDS,
-    WORKERS_DNS_WAIT,
     Defaults,
     LauncherCommand,
-    workers_dns_wait_script,
-    workers_dns_wait_seconds,
 )
 from airflow_mpi.jobspec.validation import check_base_manifest, check_manifest, check_parameters
 from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, ROLES, WORKER_REPLICA
 
-PARAMETER, BASE_MANIFEST, DEFAULT = "parameter", "base manifest", "default"
-CONTROLLER_DEFAULT = "controller default, not written"
 # What the controllers assume where nothing sets a field: reported, never written (the command line built from
 # ``program`` uses the same values).
 CONTROLLER_DEFAULTS: dict[str, Any] = {"slots_per_worker": 1, "mpi_implementation": OPENMPI}
-# Until a worker's sshd listens, it is not Ready (checked every second, given a minute to start).
-STARTUP_PROBE = {
-    "exec": {"command": list(SSHD_LISTENING_CHECK)},
-    "periodSeconds": 1,
-    "failureThreshold": WORKER_SSHD_START_SECONDS,
-}
 # Named lists whose items a parameter replaces whole (not merged key by key), so that e.g. an env var given as a
 # parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
 _REPLACED_CONTAINER_LISTS = ("env", "volumeMounts")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """The value a field ends up with and where it came from (PARAMETER, BASE_MANIFEST or DEFAULT)."""
-
-    value: Any
-    source: str
-
-    def __str__(self) -> str:
-        return f"{self.value!r} ({self.source})"
 
 
 @dataclass(frozen=True)
@@ -182,10 +155,10 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
         elif name in CONTROLLER_DEFAULTS and (name != "mpi_implementation" or kind.implementation_field):
             settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
     if spec.defaults is not None and kind.container_defaults:
-        _container_defaults(filled, base, settings)
+        container_defaults(filled, base, settings)
     _name(filled, spec, base, settings)
     if spec.defaults is not None and kind.launcher_dns_search:
-        _launcher_dns_search(filled, base, settings)
+        launcher_dns_search(filled, base, settings)
     if spec.identity is not None:
         filled.labels = {**(spec.labels or {}), **spec.identity.labels()}
         filled.annotations = {**(spec.annotations or {}), **spec.identity.annotations()}
@@ -196,7 +169,7 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     if spec.launch is not None:
         _put_launcher_command(manifest, spec)
     if spec.defaults is not None:
-        _launcher_waits_for_workers(manifest, settings, spec.defaults)
+        launcher_waits_for_workers(manifest, settings, spec.defaults)
     return Resolved(manifest, settings)
 
 
@@ -252,123 +225,6 @@ def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
     if kind.main_container_field and spec.main_container:
         return spec.main_container
     return kind.container_names[role]
-
-
-def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
-    """The base manifest's main container of ``role`` ({} if none)."""
-    name = spec.replica(role).container_name
-    containers = pod_spec(base, role).get("containers")
-    containers = containers if isinstance(containers, list) else []
-    return next((c for c in containers if isinstance(c, dict) and c.get("name") == name), {})
-
-
-def _sets_uid(replica: ReplicaSpec, main: dict, pod: dict) -> bool:
-    contexts = (
-        replica.security_context,
-        replica.pod_security_context,
-        main.get("securityContext"),
-        pod.get("securityContext"),
-    )
-    return any(isinstance(c, dict) and c.get("runAsUser") is not None for c in contexts)
-
-
-def _container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
-    """What upstream's examples spell out in the containers, where neither a parameter nor the base manifest does:
-    the workers' startup probe behind WaitForWorkersReady, and in the mpiuser convention the workers' sshd
-    command and the uid both roles run as."""
-    worker, worker_main = filled.worker, _main(filled, base, WORKER_REPLICA)
-    policy = settings.get("launcher_creation_policy")
-    probed = (
-        worker.readiness_probe
-        or worker.startup_probe
-        or worker_main.get("readinessProbe")
-        or worker_main.get("startupProbe")
-    )
-    if policy is not None and policy.value == WAIT_FOR_WORKERS_READY and not probed:
-        worker.startup_probe = deepcopy(STARTUP_PROBE)
-        settings["worker.startup_probe"] = Setting("a TCP socket listens (sshd)", DEFAULT)
-    path = settings.get("ssh_auth_mount_path")
-    if path is None or path.value != MPIUSER_SSH_AUTH_MOUNT_PATH:
-        return
-    if (
-        worker.command is None
-        and worker.args is None
-        and not worker_main.get("command")
-        and not worker_main.get("args")
-    ):
-        worker.command = list(MPIUSER_SSHD_COMMAND)
-        settings["worker.command"] = Setting(" ".join(MPIUSER_SSHD_COMMAND), DEFAULT)
-    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
-        replica = filled.replica(role)
-        if not _sets_uid(replica, _main(filled, base, role), pod_spec(base, role)):
-            replica.security_context = {**(replica.security_context or {}), "runAsUser": MPIUSER_UID}
-            settings[f"{ROLES[role]}.run_as_user"] = Setting(MPIUSER_UID, DEFAULT)
-
-
-def _launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
-    """MPICH and Intel MPI: the launcher's own short host name resolvable in the launcher, as the mpi-operator makes
-    it in the workers (its ``<job>.<ns>.svc.cluster.local`` search domain). Upstream's MPICH/Intel images wait in
-    their entrypoint until ``nslookup $HOSTNAME`` answers, which without that domain never happens: each job
-    started about 100 s late (measured on the real node). Left alone when the pod sets a ``dnsConfig``."""
-    implementation = settings.get("mpi_implementation")
-    namespace = settings.get("namespace")
-    launcher = filled.launcher
-    if (
-        implementation is None
-        or implementation.value not in (MPICH, INTEL)
-        or namespace is None
-        or not isinstance(filled.name, str)
-        or launcher.dns_searches is not None
-        or pod_spec(base, LAUNCHER_REPLICA).get("dnsConfig") is not None
-    ):
-        return
-    launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]
-    settings["launcher.dns_searches"] = Setting(launcher.dns_searches[0], DEFAULT)
-
-
-def _launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting], defaults: Defaults) -> None:
-    """Under the default WaitForWorkersReady the launcher gets an init container that waits until every worker's
-    name resolves (spec.workers_dns_wait_script: as long as the task lets its workers start): the policy holds the
-    launcher until the workers are Ready, but not until the cluster DNS knows them. CoreDNS lags behind after an API
-    server restart (seen on the real node: the launcher's ssh failed "Could not resolve hostname" in 1 of 4 jobs
-    created then), and a job stored suspended (Kueue) gets its launcher at once when resumed (mpi-operator v0.8.2,
-    kubeflow/mpi-operator#615)."""
-    policy = settings.get("launcher_creation_policy")
-    job = manifest["spec"]
-    pod = pod_spec(manifest, LAUNCHER_REPLICA)
-    init = pod.get("initContainers") or []
-    if (
-        policy is None
-        or policy.source != DEFAULT
-        or policy.value != WAIT_FOR_WORKERS_READY
-        or job.get("runLauncherAsWorker") is True
-        or any(c.get("name") == WORKERS_DNS_WAIT for c in init)
-    ):
-        return
-    main = pod["containers"][0]
-    deadline = workers_dns_wait_seconds(defaults.schedule_timeout)
-    script = workers_dns_wait_script(deadline)
-    waiter = {
-        "name": WORKERS_DNS_WAIT,
-        "image": main.get("image"),
-        "command": ["/bin/sh", "-c", script],
-        **{
-            key: deepcopy(main[key])
-            for key in ("imagePullPolicy", "resources", "securityContext")
-            if key in main
-        },
-        "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_PATH}],
-    }
-    pod["initContainers"] = [waiter, *init]
-    settings["launcher.wait_for_workers"] = Setting(
-        "an init container waits until every worker's name resolves (WaitForWorkersReady does not wait for DNS), "
-        + (
-            "without a deadline (schedule_timeout=None)"
-            if deadline is None
-            else f"for up to {deadline} s (schedule_timeout + {WORKER_SSHD_START_SECONDS} s for the workers' sshd)"
-        ),
-        DEFAULT,
-    )
 
 
 def _merged(filled: MPIJobSpec, base: dict) -> dict:

@@ -283,6 +283,7 @@ REAL_NODE_ORDER = (
     "test_real_node_faults",
     "test_kueue_real_node",
     "test_v1_real_node",
+    "test_v1_operator",
     "test_real_horovod",
 )
 BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")

@@ -26,8 +26,8 @@ from airflow_mpi.jobspec import (
     TaskIdentity,
     resolve,
 )
+from airflow_mpi.jobspec.container_defaults import STARTUP_PROBE
 from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
-from airflow_mpi.jobspec.precedence import STARTUP_PROBE
 from airflow_mpi.jobspec.spec import (
     MPIUSER_SSHD_COMMAND,
     SSHD_LISTENING_CHECK,

@@ -21,7 +21,7 @@ from airflow_mpi.jobspec import (
     TaskIdentity,
     resolve,
 )
-from airflow_mpi.jobspec.precedence import CONTROLLER_DEFAULT
+from airflow_mpi.jobspec.settings import CONTROLLER_DEFAULT
 
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1)
 

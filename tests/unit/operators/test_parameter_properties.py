@@ -238,14 +238,18 @@ def _argv(value: Any) -> list[str]:
 
 
 def _launched(params: dict, manifest: dict, mains: dict) -> bool:
-    """mpirun sized from the job; for MPICH and Intel (v2beta1) in args, keeping the image's entrypoint."""
+    """mpirun sized from the job; for MPICH and Intel in args on v2beta1 (keeping the image's entrypoint), behind
+    the kind's Hydra wiring on v1 (``sh -c '<hostfile rewrite> && exec "$0" ...' mpirun ...``)."""
     spec, program = manifest["spec"], _argv(params["program"])
     in_args = spec.get("mpiImplementation") in ("MPICH", "Intel")
     line, other = ("args", "command") if in_args else ("command", "args")
     command = mains["Launcher"][line]
+    if manifest["apiVersion"] == API_V1 and params.get("mpi_implementation") in ("MPICH", "Intel"):
+        command = command[3:] if command[:2] == ["sh", "-c"] else []
     np = spec["mpiReplicaSpecs"]["Worker"]["replicas"] * spec.get("slotsPerWorker", 1)
     return (
-        command[0] == "mpirun"
+        bool(command)
+        and command[0] == "mpirun"
         and command[-len(program) :] == program
         and str(np) in command
         and (other not in mains["Launcher"])

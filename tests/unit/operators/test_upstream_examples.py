@@ -14,8 +14,8 @@ import copy
 import pytest
 
 from airflow_mpi.jobspec import API_V1, DEFAULT
+from airflow_mpi.jobspec.container_defaults import STARTUP_PROBE
 from airflow_mpi.jobspec.kinds import kind_for
-from airflow_mpi.jobspec.precedence import STARTUP_PROBE
 from airflow_mpi.jobspec.spec import (
     CONFIG_MOUNT_PATH,
     CONFIG_VOLUME,
