@@ -73,14 +73,7 @@ def container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Setti
     path = settings.get("ssh_auth_mount_path")
     if path is None or path.value != MPIUSER_SSH_AUTH_MOUNT_PATH:
         return
-    if (
-        worker.command is None
-        and worker.args is None
-        and not worker_main.get("command")
-        and not worker_main.get("args")
-    ):
-        worker.command = list(MPIUSER_SSHD_COMMAND)
-        settings["worker.command"] = Setting(" ".join(MPIUSER_SSHD_COMMAND), DEFAULT)
+    _default_worker_command(filled, base, settings, MPIUSER_SSHD_COMMAND)
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         replica = filled.replica(role)
         if not _sets_uid(replica, _main(filled, base, role), pod_spec(base, role)):
@@ -152,3 +145,23 @@ def launcher_waits_for_workers(manifest: dict, settings: dict[str, Setting], def
         ),
         DEFAULT,
     )
+
+
+def _default_worker_command(
+    filled: MPIJobSpec, base: dict, settings: dict[str, Setting], command: tuple[str, ...]
+) -> None:
+    """``command`` for the workers' main container where neither a parameter nor the base manifest gives it a
+    command or args."""
+    worker, main = filled.worker, _main(filled, base, WORKER_REPLICA)
+    if worker.command is None and worker.args is None and not main.get("command") and not main.get("args"):
+        worker.command = list(command)
+        settings["worker.command"] = Setting(" ".join(command), DEFAULT)
+
+
+def idle_workers(
+    filled: MPIJobSpec, base: dict, settings: dict[str, Setting], command: tuple[str, ...]
+) -> None:
+    """A kind whose ranks are ``kubectl exec``'d into workers that otherwise idle (v1): ``command`` idles and ends
+    on SIGTERM. The training-operator's own default, ``sleep 365d`` as the container's first process, ignores
+    SIGTERM, so every deletion of a job waited the grace period (30 s) for its workers."""
+    _default_worker_command(filled, base, settings, command)

@@ -20,6 +20,7 @@ from typing import Any, cast
 from airflow_mpi.jobspec import rules
 from airflow_mpi.jobspec.container_defaults import (
     container_defaults,
+    idle_workers,
     launcher_dns_search,
     launcher_waits_for_workers,
 )
@@ -156,6 +157,8 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
             settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
     if spec.defaults is not None and kind.container_defaults:
         container_defaults(filled, base, settings)
+    if spec.defaults is not None and kind.idle_worker_command:
+        idle_workers(filled, base, settings, kind.idle_worker_command)
     _name(filled, spec, base, settings)
     if spec.defaults is not None and kind.launcher_dns_search:
         launcher_dns_search(filled, base, settings)

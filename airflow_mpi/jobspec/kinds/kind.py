@@ -114,6 +114,8 @@ class JobKind:
     container_defaults: bool = (
         False  # worker startup probe, mpiuser sshd/uid (precedence._container_defaults)
     )
+    # the workers' command where nothing gives one, for a kind whose ranks are exec'd into idle workers
+    idle_worker_command: tuple[str, ...] = ()
     launcher_dns_search: bool = False  # the launcher's own short host name made resolvable (MPICH, Intel)
     implementation_field: bool = True  # spec.mpiImplementation exists (its controller default is reported)
     # ------------------------------------------------------------------ validation

@@ -120,6 +120,8 @@ MPIJOB_V1 = JobKind(
     main_container_field=True,
     retries_mapping=_retries,
     launcher_command=_launcher_command,
+    # the controller's ``sleep 365d`` (newWorker), ended by SIGTERM: jobspec/container_defaults.idle_workers
+    idle_worker_command=("sh", "-c", 'trap "exit 0" TERM; sleep 365d & wait'),
     implementation_field=False,
     top_level_clean_pod_policy=True,
     injected_volumes=_injected,

@@ -27,6 +27,7 @@ from airflow_mpi.jobspec import (
     resolve,
 )
 from airflow_mpi.jobspec.container_defaults import STARTUP_PROBE
+from airflow_mpi.jobspec.kinds import MPIJOB_V1
 from airflow_mpi.jobspec.naming import MAX_NAME_LENGTH
 from airflow_mpi.jobspec.spec import (
     MPIUSER_SSHD_COMMAND,
@@ -150,7 +151,24 @@ def test_v1_gets_none_of_the_v2beta1_defaults():
     v1 = {"apiVersion": API_V1, "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2}}}}
     result = resolved(v1, api_version=API_V1, launcher=ReplicaSpec(image="i"), worker=ReplicaSpec(image="i"))
     assert {"sshAuthMountPath", "launcherCreationPolicy"}.isdisjoint(result.manifest["spec"])
-    assert {"command", "startupProbe", "securityContext"}.isdisjoint(main(result, "Worker"))
+    assert {"startupProbe", "securityContext"}.isdisjoint(main(result, "Worker"))
+    # its workers idle for kubectl exec, ending on SIGTERM (not sshd)
+    assert main(result, "Worker")["command"] == list(MPIJOB_V1.idle_worker_command)
+    assert result.settings["worker.command"].source == DEFAULT
+
+
+def test_v1_idle_workers_end_on_sigterm_and_yield_to_a_given_command():
+    """The controller's own idle command (``sleep 365d`` as the first process) ignores SIGTERM: every deletion
+    waited 30 s. The kind's ends on it; a command or args from a parameter or the base manifest win."""
+    sh, dash_c, script = MPIJOB_V1.idle_worker_command
+    assert (sh, dash_c) == ("sh", "-c") and script.startswith('trap "exit 0" TERM;')
+    v1 = {"apiVersion": API_V1, "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2}}}}
+    common = dict(api_version=API_V1, launcher=ReplicaSpec(image="i"))
+    given = resolved(v1, worker=ReplicaSpec(image="i", args=["serve"]), **common)
+    assert "command" not in main(given, "Worker") and "worker.command" not in given.settings
+    base = {**v1, "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+        "containers": [{"name": "mpi", "image": "i", "command": ["own"]}]}}}}}}  # fmt: skip
+    assert main(resolved(base, worker=ReplicaSpec(image="i"), **common), "Worker")["command"] == ["own"]
 
 
 def test_a_given_name_is_a_prefix_unique_per_task_instance_of_each_deployment():

@@ -43,6 +43,12 @@ def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
 
 def with_dns_wait(expected: dict) -> dict:
     """v2beta1: the launcher's init container that waits for the workers' names, in its main container's image."""
+    if (
+        expected["apiVersion"] == API_V1
+    ):  # idle workers that end on SIGTERM, where the example gives no command
+        worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        if "command" not in worker and "args" not in worker:
+            worker["command"] = list(kind_for(API_V1).idle_worker_command)
     if expected["apiVersion"] != API_V1:
         pod = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
         main = pod["containers"][0]
@@ -67,12 +73,19 @@ def with_dns_wait(expected: dict) -> dict:
 
 
 def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
-    """The example plus identity metadata, its name made unique per task instance, its kind's retries mapping, and for
-    v2beta1 the launcher waiting for its workers' sshd (a startup probe where the example has no probe)."""
+    """The example plus identity metadata, its name made unique per task instance, its kind's retries mapping, for
+    v2beta1 the launcher waiting for its workers' sshd (a startup probe where the example has no probe), and for v1 the
+    kind's idle worker command where the example's workers have none."""
     expected = example(name)
     identity = placeholder_identity(op, RUN_ID)
     metadata = expected["metadata"]
     metadata["name"] = identity.job_name(prefix=metadata["name"])
+    if (
+        expected["apiVersion"] == API_V1
+    ):  # idle workers that end on SIGTERM, where the example gives no command
+        worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        if "command" not in worker and "args" not in worker:
+            worker["command"] = list(kind_for(API_V1).idle_worker_command)
     if expected["apiVersion"] != API_V1:
         expected["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
         worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
@@ -93,6 +106,9 @@ def test_a_published_example_passes_through_unchanged(name):
     op, manifest = build(name, retries=2)
     defaults = {field for field, setting in op._resolved.settings.items() if setting.source == DEFAULT}
     expected_defaults = {"backoff_limit", "launcher.restart_policy"}  # where every example is silent
+    worker = example(name)["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    if manifest["apiVersion"] == API_V1 and not {"command", "args"} & set(worker):
+        expected_defaults.add("worker.command")  # the kind's idle workers
     if manifest["apiVersion"] != API_V1:
         expected_defaults |= {"launcher_creation_policy", "launcher.wait_for_workers"}
         if (
