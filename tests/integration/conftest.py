@@ -7,8 +7,7 @@ Environment:
 
 * ``AIRFLOW_MPI_KUBECONFIG=/path``: use that (real) cluster instead; it must have the mpi-operator (v2beta1) installed.
   Tests marked ``needs_simulation`` (pod behaviour steered through ``localcluster.behaviour`` labels, served log
-  lines, API server restarts) are skipped there, as are ``v1_cluster`` tests unless
-  ``AIRFLOW_MPI_V1_KUBECONFIG`` points to a cluster with the kubeflow.org/v1 MPIJob CRD.
+  lines, API server restarts) are skipped there, as are the real nodes' tests (``real_node``, ``v1_node``).
 * ``AIRFLOW_MPI_CLUSTER_NAME=name``: reuse a local cluster started with ``python -m localcluster up --name name``
   (left running at the end), which makes repeated runs start instantly.
 * ``AIRFLOW_MPI_CACHE``: where binaries and cluster state live (default ``~/.cache/airflow-mpi``).
@@ -33,12 +32,10 @@ if str(REPO) not in sys.path:  # localcluster/ is a dev-only folder, not install
     sys.path.insert(0, str(REPO))
 
 REAL_KUBECONFIG = os.environ.get("AIRFLOW_MPI_KUBECONFIG") or None
-REAL_V1_KUBECONFIG = os.environ.get("AIRFLOW_MPI_V1_KUBECONFIG") or None
 REUSE_NAME = os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None
 # one cluster name per pytest process, so that parallel sessions on one machine never share or kill each other's
 # cluster; clusters of dead sessions (killed runs) are reaped at the next start.
 SESSION_V2_NAME = f"it-v2beta1-{os.getpid()}"
-SESSION_V1_NAME = f"it-v1-{os.getpid()}"
 SESSION_KUEUE_NAME = f"it-kueue-{os.getpid()}"
 ARTIFACTS = REPO / ".artifacts" / "integration"
 SIMULATION_SKIP_REASON = (
@@ -144,19 +141,6 @@ def cluster():
 
 
 @pytest.fixture(scope="session")
-def v1_cluster():
-    """Second cluster with the training-operator's kubeflow.org/v1 MPIJob CRD (no controller runs)."""
-    if REAL_KUBECONFIG:
-        if not REAL_V1_KUBECONFIG:
-            pytest.skip(
-                "AIRFLOW_MPI_V1_KUBECONFIG is not set (a cluster with the kubeflow.org/v1 MPIJob CRD)"
-            )
-        yield RealCluster(REAL_V1_KUBECONFIG, "v1")
-        return
-    yield from _local(SESSION_V1_NAME, "v1")
-
-
-@pytest.fixture(scope="session")
 def kueue_cluster():
     """v2beta1 local cluster with Kueue: ResourceFlavor ``default-flavor``, ClusterQueue ``cluster-queue`` (cpu 2,
     memory 2Gi, preemption within the queue by priority), WorkloadPriorityClasses ``low`` and ``high``.
@@ -228,16 +212,6 @@ def namespace(cluster, request):
         pass
 
 
-@pytest.fixture
-def v1_namespace(v1_cluster, request):
-    name, core = _make_namespace(v1_cluster.api_client(), request)
-    yield name
-    try:
-        core.delete_namespace(name)
-    except Exception:  # noqa: BLE001
-        pass
-
-
 @pytest.fixture(scope="session")
 def provider_role(k8s) -> str:
     """The shipped ClusterRole (deploy/rbac.yaml), applied once."""
@@ -282,8 +256,6 @@ REAL_NODE_ORDER = (
     "test_first_run",
     "test_real_node_faults",
     "test_kueue_real_node",
-    "test_v1_real_node",
-    "test_v1_operator",
     "test_real_horovod",
 )
 BACKGROUND_IMAGES = ("mpich", "intel", "openmpi-upstream", "mpich-upstream", "intel-upstream")
@@ -365,6 +337,31 @@ def v1_real_node():
     images = [*build_mpi_images(["openmpi"]), build_kubectl_delivery_image()]
     node = NodeCluster(f"it-realv1-{os.getpid()}", api_version="v1", controllers=("training-operator",))
     yield from _node_session(node, images, ARTIFACTS / "real-node-v1")
+
+
+@pytest.fixture(scope="session")
+def v1_k8s(v1_real_node):
+    from kubernetes import config as kconfig
+
+    return kconfig.new_client_from_config(config_file=str(v1_real_node.kubeconfig_path))
+
+
+@pytest.fixture
+def v1_namespace(v1_k8s, request):
+    name, core = _make_namespace(v1_k8s, request)
+    yield name
+    try:
+        core.delete_namespace(name)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@pytest.fixture
+def v1_conn(monkeypatch, v1_real_node, v1_namespace) -> str:
+    """``kubernetes_default`` pointing at the v1 node's cluster and the test's namespace."""
+    from tests.integration.least_privilege import use_as_kubernetes_default
+
+    return use_as_kubernetes_default(monkeypatch, v1_real_node.kubeconfig_path, v1_namespace)
 
 
 @pytest.fixture(scope="session")

@@ -341,37 +341,3 @@ def test_launcher_requesting_too_many_gpus_stays_pending(cluster, k8s, namespace
 
     pods = watch_pods(k8s, namespace, f"{JOB_NAME}={name},{JOB_ROLE}=launcher", unschedulable)
     assert pods[0].status.phase == "Pending" and not pods[0].spec.node_name
-
-
-def test_v1_mpijob_manifest_accepted(v1_cluster, v1_namespace):
-    co = client.CustomObjectsApi(v1_cluster.api_client())
-    manifest = {
-        "apiVersion": f"{GROUP}/v1",
-        "kind": "MPIJob",
-        "metadata": {"name": "pi-v1"},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
-            "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "restartPolicy": "Never",
-                    "template": {
-                        "spec": {"containers": [{"name": "mpi", "image": "mpi-pi", "command": ["mpirun"]}]}
-                    },
-                },
-                "Worker": {
-                    "replicas": 2,
-                    "template": {"spec": {"containers": [{"name": "mpi", "image": "mpi-pi"}]}},
-                },
-            },
-        },
-    }
-    created = co.create_namespaced_custom_object(GROUP, "v1", v1_namespace, PLURAL, manifest)
-    assert created["apiVersion"] == f"{GROUP}/v1"
-    got = co.get_namespaced_custom_object(GROUP, "v1", v1_namespace, PLURAL, "pi-v1")
-    assert got["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
-    # the v1 cluster does not serve v2beta1 (the two CRDs cannot coexist)
-    with pytest.raises(client.exceptions.ApiException) as exc:
-        co.list_namespaced_custom_object(GROUP, "v2beta1", v1_namespace, PLURAL)
-    assert exc.value.status == 404

@@ -468,32 +468,3 @@ def test_wait_survives_an_api_server_down_at_its_first_read(
     assert outage_ridden.is_set() and not first[0]
     assert isinstance(outcome, dict) and outcome["condition"] == "Succeeded", outcome
     assert record.payload_lines() == LINES
-
-
-# ------------------------------------------------------------------ kubeflow.org/v1
-def test_v1_manifest_is_accepted_by_the_v1_crd(v1_cluster, v1_namespace, monkeypatch):
-    import json
-
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_V1",
-        json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(v1_cluster.kubeconfig_path)}}
-        ),
-    )
-    op = MPIJobOperator(
-        task_id="v1",
-        namespace=v1_namespace,
-        api_version="kubeflow.org/v1",
-        image="mpi:1",
-        command=["mpirun", "hostname"],
-        workers=2,
-        clean_pod_policy="All",
-        kubernetes_conn_id="kubernetes_v1",
-    )
-    manifest = op.build_manifest(ctx("v1"))
-    created = MPIJobHook(conn_id="kubernetes_v1", api_version="kubeflow.org/v1").create_mpijob(
-        manifest, v1_namespace
-    )
-    assert created["apiVersion"] == "kubeflow.org/v1"
-    assert created["spec"]["cleanPodPolicy"] == "All"
-    assert created["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2

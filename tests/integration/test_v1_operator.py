@@ -20,12 +20,11 @@ from airflow_mpi.sensors import MPIJobSensor
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from localcluster.node_container import MPI_IMAGES, await_image
-from tests.integration.least_privilege import use_as_kubernetes_default
 from tests.integration.test_cluster_smoke import watch_mpijob
 from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
 from tests.integration.test_real_mpi import IMPLEMENTATION, PI_LINE, RANK_LINE, pod_log
 
-pytestmark = pytest.mark.real_node
+pytestmark = pytest.mark.v1_node
 
 V1 = "kubeflow.org/v1"
 IMAGE = MPI_IMAGES["openmpi"]
@@ -35,28 +34,6 @@ FLYTE_MPIRUN = [
     "mpirun", "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
     "-x", "NCCL_DEBUG=INFO", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def v1_k8s(v1_real_node):
-    from kubernetes import config as kconfig
-
-    return kconfig.new_client_from_config(config_file=str(v1_real_node.kubeconfig_path))
-
-
-@pytest.fixture
-def v1_namespace(v1_k8s):
-    name = f"it-v1-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(v1_k8s)
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
-
-
-@pytest.fixture
-def v1_conn(monkeypatch, v1_real_node, v1_namespace) -> str:
-    """``kubernetes_default`` pointing at the v1 node's cluster and the test's namespace."""
-    return use_as_kubernetes_default(monkeypatch, v1_real_node.kubeconfig_path, v1_namespace)
 
 
 def flyte_manifest(workers: int = 2, slots: int = 1) -> dict:
@@ -243,11 +220,17 @@ def test_the_orphan_sweep_deletes_a_failed_tasks_v1_job(v1_k8s, v1_namespace, v1
 
     op = MPIJobOperator(
         task_id="orphaned", namespace=v1_namespace, api_version=V1, image=IMAGE, program=["sleep", "600"],
-        workers=1, deferrable=True,
+        workers=1, deferrable=True, clean_pod_policy="All",
     )  # fmt: skip
     with pytest.raises(TaskDeferred) as deferred:  # submitted; the worker then died
         op.execute(ctx("orphaned"))
     name = deferred.value.trigger.serialize()[1]["name"]
+    job = client.CustomObjectsApi(v1_k8s).get_namespaced_custom_object(
+        "kubeflow.org", "v1", v1_namespace, "mpijobs", name
+    )
+    assert (
+        job["spec"]["cleanPodPolicy"] == "All"
+    )  # v1 keeps it at the top of the spec (deprecated there in v1.9)
     watch_mpijob(v1_k8s, v1_namespace, name, lambda o: "Running" in true_conditions(o), version="v1")
     ti = ctx("orphaned")["ti"]
     key = TaskKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)

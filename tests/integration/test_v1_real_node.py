@@ -22,7 +22,7 @@ from kubernetes import config as kconfig
 from localcluster.node_container import MPI_IMAGES
 from tests.integration.test_real_mpi import pod_log
 
-pytestmark = pytest.mark.real_node
+pytestmark = pytest.mark.v1_node
 RANK_LINE = re.compile(r"^rank (\d+) of 2 on (\S+)$")
 PI_LINE = re.compile(r"^pi is approximately \d+\.\d+ \(2 ranks")
 # flytekitplugins-kfmpi's default mpirun flags, before the program
