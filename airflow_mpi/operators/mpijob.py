@@ -460,6 +460,9 @@ class MPIJobOperator(_Base):
         self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, result: WaitResult) -> Any:
+        from airflow_mpi.operators.metrics import emit_try_metrics, task_tags
+
+        emit_try_metrics(result, task_tags(self, result.namespace))  # once per try: only a try's end is here
         return self.callbacks.finish(
             result,
             lambda: finish(
