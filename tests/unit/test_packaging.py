@@ -49,7 +49,6 @@ def _checkout_files() -> list[str]:
 
 @pytest.fixture(scope="module")
 def artefacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    pytest.importorskip("build", reason="scripts/bootstrap installs build, wheel and readme_renderer")
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
     for path in _checkout_files():
         (source / path).parent.mkdir(parents=True, exist_ok=True)
