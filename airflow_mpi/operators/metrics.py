@@ -9,12 +9,15 @@ lost across a deferral. Durations come from the job's own timestamps, not from t
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
 from airflow_mpi.hooks.answers import parse_api_time
 from airflow_mpi.version_compat import Stats
 from airflow_mpi.wait.contract import WaitResult
+
+log = logging.getLogger(__name__)
 
 PREFIX = "airflow_mpi"
 QUEUED = f"{PREFIX}.job.queued"  # timer: seconds in a Kueue queue, every stretch (Kueue jobs only)
@@ -34,7 +37,17 @@ def _between(start: str | None, end: str | None) -> timedelta | None:
 
 
 def emit_try_metrics(result: WaitResult, tags: dict[str, Any]) -> None:
-    """The metrics of one finished try; ``tags``: the task's (dag_id, task_id, namespace, api_version)."""
+    """The metrics of one finished try; ``tags``: the task's (dag_id, task_id, namespace, api_version). A metric
+    that cannot be sent is logged, never raised: the try's clean-up and outcome come after."""
+    try:
+        _emit(result, tags)
+    except Exception:  # noqa: BLE001 - a metrics backend's failure must not change the task's outcome
+        log.warning(
+            "could not send the metrics of MPIJob %s/%s", result.namespace, result.name, exc_info=True
+        )
+
+
+def _emit(result: WaitResult, tags: dict[str, Any]) -> None:
     timers = {
         QUEUED: timedelta(seconds=result.queued_seconds) if result.queued_seconds is not None else None,
         TIME_TO_CREATED: _between(result.creation_time, result.created_time),

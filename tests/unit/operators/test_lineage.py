@@ -138,3 +138,14 @@ def test_a_horovod_try_refused_before_its_wait_reports_the_spec_it_submitted():
         None,
         None,
     )
+
+
+@pytest.mark.parametrize("decorator", ["mpi", "horovod"])
+def test_a_decorated_functions_try_reports_as_its_operator(decorator):
+    from tests.unit.operators.test_task_decorators import build
+
+    op = build(decorator)
+    with pytest.raises(AirflowException):
+        op._finish(WaitResult.from_event(result("failed", launcher_exit_codes=[1], uid="u-3")))
+    facet = extracted(op, TaskInstanceState.FAILED)["mpiJob"]
+    assert (facet.name, facet.uid, facet.outcome, facet.failureCause) == ("n", "u-3", "failed", "program")

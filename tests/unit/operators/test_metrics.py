@@ -100,3 +100,15 @@ def test_a_deferred_try_emits_nothing_when_it_defers_and_once_from_the_triggers_
         mock.call.incr("airflow_mpi.job.failures.disrupted", tags=tags),
     ]
     assert len([c for c in stats.mock_calls if c.args[0] == "airflow_mpi.job.finished"]) == 1
+
+
+def test_a_metrics_backend_that_fails_never_changes_the_tries_outcome(stats, monkeypatch, caplog):
+    stats.timing.side_effect = OSError("statsd unreachable")
+    op = make()
+
+    async def wait(name, namespace, submitted_at, deadline, uid=None):
+        return WaitResult.from_event(result(name=name, **TIMES))
+
+    monkeypatch.setattr(op, "_wait", wait)
+    assert op.execute(context())["condition"] == "Succeeded"
+    assert "could not send the metrics of MPIJob ns/" in caplog.text
