@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
@@ -129,6 +130,9 @@ def test_the_exceptions_pickle_and_reword_with_their_data():
 
 
 def test_the_public_names_are_the_documented_ones():
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "exceptions.md").read_text()
+    assert all(f"`{name}`" in documented for name in ex.__all__)
+    assert all(f"`{cause.value}`" in documented for cause in Cause)
     assert sorted(ex.__all__) == sorted(
         name
         for name, value in vars(ex).items()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -112,3 +113,9 @@ def test_a_metrics_backend_that_fails_never_changes_the_tries_outcome(stats, mon
     monkeypatch.setattr(op, "_wait", wait)
     assert op.execute(context())["condition"] == "Succeeded"
     assert "could not send the metrics of MPIJob ns/" in caplog.text
+
+
+def test_every_metric_is_documented():
+    documented = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    names = [value for name, value in vars(metrics).items() if name.isupper() and name != "PREFIX"]
+    assert len(names) == 6 and all(f"`{name}`" in documented for name in names)
