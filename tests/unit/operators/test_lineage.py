@@ -149,3 +149,24 @@ def test_a_decorated_functions_try_reports_as_its_operator(decorator):
         op._finish(WaitResult.from_event(result("failed", launcher_exit_codes=[1], uid="u-3")))
     facet = extracted(op, TaskInstanceState.FAILED)["mpiJob"]
     assert (facet.name, facet.uid, facet.outcome, facet.failureCause) == ("n", "u-3", "failed", "program")
+
+
+def test_the_cluster_is_the_api_server_the_hooks_kubeconfig_names(tmp_path):
+    import yaml
+
+    from airflow_mpi.hooks import MPIJobHook
+    from airflow_mpi.operators.lineage import api_server
+
+    cluster = {"name": "c", "cluster": {"server": "https://from-file:6443"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "main",
+        "clusters": [cluster],
+        "contexts": [{"name": "main", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    assert api_server(MPIJobHook(conn_id=None, config_file=str(path))) == "https://from-file:6443"
+    assert api_server(FakeSyncHook()) is None  # no client: the facet goes without
