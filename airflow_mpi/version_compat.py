@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
     BaseOperator,
     BaseSensorOperator,
+    Stats,
     TaskDeferred,
     Variable,
     conf,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 
+from airflow_mpi.exceptions import MPIJobError
 from airflow_mpi.function_task.function_call import (
     call_secret_data,
     call_secret_name,
@@ -281,7 +282,8 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         except AirflowException as err:
             if result.started or payload.outcome is not Outcome.FAILED:
                 raise
-            raise type(err)(f"{err}. {NEVER_STARTED.format(python=self.python)}") from err
+            text = f"{err}. {NEVER_STARTED.format(python=self.python)}"
+            raise (err.reworded(text) if isinstance(err, MPIJobError) else type(err)(text)) from err
         job = f"MPIJob {payload.namespace}/{payload.name} succeeded, but"
         if result.error:
             raise AirflowFailException(f"{job} {result.error} (rank 0's log is above)")

@@ -29,6 +29,8 @@ class JobState:
     created: bool
     terminal: bool
     succeeded: bool
+    creation_time: str | None = None  # metadata.creationTimestamp: when it was submitted
+    created_time: str | None = None  # when the controller made it Created (its condition's transition)
 
     def describe(self) -> str:
         detail = ": ".join(p for p in (self.reason, self.message) if p)
@@ -70,6 +72,10 @@ def job_state(obj: dict[str, Any]) -> JobState:
         created=any(c["type"] == JobCondition.CREATED for c in true_conditions),
         terminal=bool(terminal),
         succeeded=bool(terminal) and current is not None and current["type"] == JobCondition.SUCCEEDED,
+        creation_time=metadata.get("creationTimestamp"),
+        created_time=next(
+            (c.get("lastTransitionTime") for c in true_conditions if c["type"] == JobCondition.CREATED), None
+        ),
     )
 
 

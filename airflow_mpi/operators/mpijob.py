@@ -35,6 +35,7 @@ from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_job, recorded_job
+from airflow_mpi.operators.lineage import MPIJobLineage, facts_of
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.signatures import typed_init
@@ -68,7 +69,7 @@ def template_fields_of(parameters: dict) -> tuple[str, ...]:
     return tuple(name for name, row in parameters.items() if row.templated)
 
 
-class MPIJobOperator(_Base):
+class MPIJobOperator(_Base, MPIJobLineage):
     """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
 
     The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
@@ -223,6 +224,7 @@ class MPIJobOperator(_Base):
         manifest = self.build_manifest(context)
         self._log_settings()
         self._log_manifest(manifest)
+        self._job_facts = facts_of(manifest)  # the OpenLineage facet's (operators/lineage.py)
         self._check_claim(manifest["metadata"]["namespace"], manifest["metadata"]["labels"][DEPLOYMENT_LABEL])
         job = reattach(self.hook, self.log, manifest, recorded_job(context))
         job = job and self._followable(job)
@@ -266,12 +268,15 @@ class MPIJobOperator(_Base):
         job_try_number: int | None = None,
         backoff_limit: int | None = None,
         retries_mapped: bool | None = None,
+        job_facts: dict[str, Any] | None = None,
     ) -> Any:
-        """Where a deferral resumes (``_defer``): with what ``execute`` knew of the backoff limit, so that the
-        resumed try builds no manifest (for ``@task.mpi`` that would pickle the arguments again and make a new
-        nonce); then ``execute_complete``, which subclasses extend (its signature stays the usual one)."""
+        """Where a deferral resumes (``_defer``): with what ``execute`` knew of the backoff limit (and the spec's
+        facts, for the OpenLineage facet), so that the resumed try builds no manifest (for ``@task.mpi`` that would
+        pickle the arguments again and make a new nonce); then ``execute_complete``, which subclasses extend (its
+        signature stays the usual one)."""
         if backoff_limit is not None and retries_mapped is not None:
             self._carried_backoff = (backoff_limit, retries_mapped)
+        self._job_facts = job_facts
         return self.execute_complete(context, event, job_try_number)
 
     def execute_complete(
@@ -456,10 +461,19 @@ class MPIJobOperator(_Base):
         # case the triggerer is down.
         backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
         backoff_limit, retries_mapped = self._backoff_limit()  # the resume needs them: it builds no manifest
-        kwargs = {"job_try_number": job_try, "backoff_limit": backoff_limit, "retries_mapped": retries_mapped}
+        kwargs = {
+            "job_try_number": job_try,
+            "backoff_limit": backoff_limit,
+            "retries_mapped": retries_mapped,
+            "job_facts": self._job_facts,
+        }
         self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
 
     def _finish(self, result: WaitResult) -> Any:
+        from airflow_mpi.operators.metrics import emit_try_metrics, task_tags
+
+        emit_try_metrics(result, task_tags(self, result.namespace))  # once per try: only a try's end is here
+        self._last_result = result  # the OpenLineage facet's
         return self.callbacks.finish(
             result,
             lambda: finish(

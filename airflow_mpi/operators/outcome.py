@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_mpi.exceptions import error_of
 from airflow_mpi.jobspec.vocabulary import WORKER
 from airflow_mpi.operators.finish_action import OnFinishAction
-from airflow_mpi.version_compat import AirflowException, AirflowFailException
 from airflow_mpi.wait.contract import Outcome, WaitResult
 from airflow_mpi.wait.failure_causes import explain
 from airflow_mpi.wait.progress import EXPLAINED
@@ -93,8 +93,9 @@ def finish(
     """Report, clean up and return the XCom value, or raise.
 
     ``owns_job``: False for a task that only watches a job someone else made (the sensor): it never deletes it,
-    whatever the outcome. ``fail_permanently``: a Failed MPIJob raises AirflowFailException (its retries were spent
-    inside the MPIJob); otherwise AirflowException, so Airflow's own retries apply.
+    whatever the outcome. ``fail_permanently``: a Failed MPIJob raises an AirflowFailException (its retries were spent
+    inside the MPIJob); otherwise an AirflowException, so Airflow's own retries apply: airflow_mpi/exceptions.py's
+    class of the failure's cause either way.
     """
     outcome, name, namespace = result.outcome, result.name, result.namespace
     if not outcome.succeeded:
@@ -113,6 +114,6 @@ def finish(
         message += f"; launcher exit codes: {', '.join(map(str, result.launcher_exit_codes))}"
     if outcome in EXPLAINED:
         message = "\n".join([message, *explain(result.failure)])
-    if outcome in PERMANENT or (outcome is Outcome.FAILED and fail_permanently):
-        raise AirflowFailException(message)
-    raise AirflowException(message)
+    raise error_of(
+        result, message, final=outcome in PERMANENT or (outcome is Outcome.FAILED and fail_permanently)
+    )

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from airflow_mpi.exceptions import MPIJobInvalidSpecError
 from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
 from airflow_mpi.hooks.protocols import MPIJobRequests
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.version_compat import AirflowException, AirflowFailException
-from airflow_mpi.wait.contract import Outcome, WaitResult
+from airflow_mpi.wait.contract import Cause, Outcome, WaitResult
 
 DELETION_WAIT = 120  # seconds to wait for an earlier try's job to be gone before submitting anew
 
@@ -177,10 +178,15 @@ def create(hook: MPIJobRequests, manifest: dict) -> dict:
         raise AirflowFailException(str(err)) from err
     except ApiException as err:
         if err.status in (400, 403, 404, 422):
-            raise AirflowFailException(
-                f"The API server rejected MPIJob {manifest['metadata']['name']} "
-                f"({err.status} {err.reason}): {error_message(err, causes=True)}"
-            ) from err
+            name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+            why = error_message(err, causes=True)
+            text = f"The API server rejected MPIJob {name} ({err.status} {err.reason}): {why}"
+            if err.status in (400, 422):  # the spec itself (403: the role, 404: the CRD)
+                invalid = Cause.INVALID.value
+                raise MPIJobInvalidSpecError(
+                    text, namespace=namespace, name=name, outcome=invalid, cause=invalid
+                ) from err
+            raise AirflowFailException(text) from err
         raise
 
 

@@ -40,6 +40,28 @@ class Outcome(StrEnum):
         return self in (Outcome.SUCCESS, Outcome.TARGET)
 
 
+class Cause(StrEnum):
+    """Why a wait that did not succeed ended, in one word: the failure's kind (``WaitResult.cause``). The metrics'
+    ``cause`` tag, the exceptions' ``cause`` attribute (airflow_mpi/exceptions.py) and the lineage facet's."""
+
+    PROGRAM = (
+        "program"  # the job failed, no pod was killed from outside: the program's own exit (the default)
+    )
+    OOM = "oom"  # a pod of the failed job was OOMKilled
+    DISRUPTED = "disrupted"  # a pod of the failed job was evicted or disrupted (a drain, a preemption)
+    INVALID = Outcome.INVALID.value
+    UNSCHEDULABLE = Outcome.UNSCHEDULABLE.value
+    STARTUP_TIMEOUT = Outcome.STARTUP_TIMEOUT.value
+    QUEUE_TIMEOUT = Outcome.QUEUE_TIMEOUT.value
+    TIMEOUT = Outcome.TIMEOUT.value
+    DELETED = Outcome.DELETED.value
+    ERROR = Outcome.ERROR.value
+
+
+# the outcomes of a failed job, whose cause its failure report names (wait/failure_causes.py failure_kind)
+FAILED_JOB = (Outcome.FAILED, Outcome.WORKER_FAILED)
+
+
 def _time(value: datetime | str | None) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
@@ -95,6 +117,9 @@ EVENT_KEYS = (
     "log_state",
     "failure",
     "evictions",
+    "creation_time",
+    "created_time",
+    "queued_seconds",
 )
 _LISTS = ("warnings", "launcher_pods", "launcher_exit_codes")
 
@@ -121,10 +146,26 @@ class WaitResult:
     log_state: dict[str, Any] | None = None  # how far the launcher's log was read (wait/log_pump.py LogState)
     failure: dict[str, Any] | None = None  # why a failed job failed (wait/failure_report.py), bounded
     evictions: int = 0  # Kueue evictions seen (wait/queueing.py)
+    # the metrics' times (operators/metrics.py): the job's creationTimestamp, its Created condition's transition,
+    # the seconds it spent in a Kueue queue (None: not queued by Kueue)
+    creation_time: str | None = None
+    created_time: str | None = None
+    queued_seconds: float | None = None
     # False: the event of a trigger from before the failure reports (it has no "failure" key), whose failed
     # workers' last lines are read after the wait instead (operators/outcome.py)
     failure_gathered: bool = True
     result: dict[str, Any] | None = None  # rank 0's value, as the trigger read it (@task.mpi: RankResult)
+
+    @property
+    def cause(self) -> Cause | None:
+        """Why the wait did not succeed (None: it did): a failed job's kind from its failure report, else the
+        outcome's."""
+        if self.outcome.succeeded:
+            return None
+        if self.outcome in FAILED_JOB:
+            kind = (self.failure or {}).get("kind")  # none in an earlier release's event
+            return next((cause for cause in Cause if cause == kind), Cause.PROGRAM)
+        return Cause(self.outcome.value)
 
     @classmethod
     def of_error(

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.jobspec.spec import CLEAN_ALL, CLEAN_RUNNING
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, TERMINAL_PHASES, WORKER, PodPhase
+from airflow_mpi.wait.contract import Cause
 from airflow_mpi.wait.progress import EVICTED, PodSummary
 
 OOM_KILLED = "OOMKilled"
@@ -129,6 +130,25 @@ def pod_cause(pod: PodSummary) -> str | None:
     if not parts:
         return None
     return clip(f"{_container(pod)}: " + "; ".join(parts), 2 * MAX_TEXT)
+
+
+def _oom_killed(pod: PodSummary) -> bool:
+    return OOM_KILLED in (pod.terminated_reason, pod.last_terminated_reason)
+
+
+def _disrupted(pod: PodSummary) -> bool:
+    return bool(pod.disruption) or pod.pod_reason == EVICTED
+
+
+def failure_kind(pods: Sequence[PodSummary], disrupted: Sequence[PodSummary] = ()) -> Cause:
+    """The failure's kind (the exceptions' class, the metrics' tag): a pod OOMKilled, else a pod evicted or disrupted
+    (``disrupted``: seen with a DisruptionTarget during the wait), else the program's own failure."""
+    failed = failed_pods(pods)
+    if any(_oom_killed(p) for p in failed):
+        return Cause.OOM
+    if disrupted or any(_disrupted(p) for p in failed):
+        return Cause.DISRUPTED
+    return Cause.PROGRAM
 
 
 def failed_pods(pods: Sequence[PodSummary]) -> list[PodSummary]:
@@ -246,9 +266,14 @@ def tail_entry(pod: PodSummary, lines: list[str] | None, note: str | None = None
     }
 
 
-def report(cause_lines: list[str], tails: list[dict]) -> dict:
-    """The failure report of a wait's payload: causes, then the tails of the failed pods (bounded above)."""
-    return {"causes": cause_lines[: MAX_CAUSES + 1], "tails": tails[: MAX_WORKER_TAILS + 1]}
+def report(cause_lines: list[str], tails: list[dict], kind: Cause = Cause.PROGRAM) -> dict:
+    """The failure report of a wait's payload: causes, then the tails of the failed pods (bounded above), and the
+    failure's kind (:func:`failure_kind`)."""
+    return {
+        "causes": cause_lines[: MAX_CAUSES + 1],
+        "tails": tails[: MAX_WORKER_TAILS + 1],
+        "kind": kind.value,
+    }
 
 
 def explain(failure: dict | None, error_tail_lines: int = ERROR_TAIL_LINES) -> list[str]:

@@ -129,7 +129,7 @@ class FailureReport:
             tails = [await self._reads[p.name] for p in fc.failed_pods(pods) if p.name in self._reads]
             disrupted = [pod_summary(p) for p in self.sub.disrupted()]
             ranks = rank_ends([ln for tail in tails if tail["role"] == LAUNCHER for ln in tail["lines"]])
-            return fc.report(fc.causes(pods, disrupted, ranks), tails)
+            return fc.report(fc.causes(pods, disrupted, ranks), tails, fc.failure_kind(pods, disrupted))
         finally:
             for task in self._reads.values():  # the reads of pods that did not fail (or all, when cancelled)
                 task.cancel()

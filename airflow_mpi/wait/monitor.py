@@ -213,6 +213,9 @@ class JobMonitor:
             log_state=self.logs.to_dict(),
             failure=self.failure,
             evictions=self.queue.evictions,
+            creation_time=state.creation_time if state else None,
+            created_time=state.created_time if state else None,
+            queued_seconds=self.queue.seconds_queued(utcnow()),
         )
 
     async def _failure_report(self, sub: watch_hub.Subscription, finished: bool) -> dict | None:

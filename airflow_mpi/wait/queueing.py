@@ -65,6 +65,8 @@ class QueueTracker:
     queue_timeout: float | None = None
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
     evictions: int = 0
+    queued_before: float = 0.0  # seconds of the stretches in the queue that an admission ended
+    kueue: bool = False  # the job has a LocalQueue: Kueue queues it
     _said: tuple | None = field(default=None, init=False)  # the last queued line's content
     _admitted_at: str | None = field(default=None, init=False)  # QuotaReserved's transition last reported
     _evicted_at: str | None = field(default=None, init=False)  # Evicted's transition last seen
@@ -78,6 +80,7 @@ class QueueTracker:
         """``visible``: the Workloads of the namespace are watched (else ``workload`` is always None)."""
         labels = (job.get("metadata") or {}).get("labels") or {}
         local_queue = labels.get(KUEUE_QUEUE_LABEL)
+        self.kueue = self.kueue or local_queue is not None
         suspended = _true(_condition(job, JobCondition.SUSPENDED))
         if local_queue is None:
             if suspended and not self._suspended_said:
@@ -95,6 +98,14 @@ class QueueTracker:
         ):
             lines += self._admission(job, workload, now)
         return lines, None
+
+    def seconds_queued(self, now: datetime) -> float | None:
+        """Seconds the job spent in the queue, every stretch (the current one until ``now``); None: Kueue does not
+        queue it (the metrics' time queued)."""
+        if not self.kueue:
+            return None
+        current = (now - self.queued_since).total_seconds() if self.queued_since is not None else 0.0
+        return self.queued_before + max(current, 0.0)
 
     # ------------------------------------------------------------------ transitions
     def _eviction(self, workload: dict | None) -> list[str]:
@@ -152,7 +163,9 @@ class QueueTracker:
             since = parse_api_time((job.get("metadata") or {}).get("creationTimestamp"))
         at = parse_api_time(reserved.get("lastTransitionTime")) or now
         self._admitted_at, self.queued_since, self._said, self._requeued = stamp, None, None, False
-        queued = f" after {_seconds(max((at - since).total_seconds(), 0.0))} in the queue" if since else ""
+        stretch = max((at - since).total_seconds(), 0.0) if since else 0.0
+        self.queued_before += stretch
+        queued = f" after {_seconds(stretch)} in the queue" if since else ""
         if workload is None:
             return [f"MPIJob {self.name} was admitted (resumed){queued}"]
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"

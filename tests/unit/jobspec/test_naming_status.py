@@ -125,9 +125,26 @@ def test_job_state_picks_terminal_condition():
     assert state.resource_version == "7" and state.start_time == "2026-11-22T10:00:00Z"
 
 
+def test_job_state_says_when_the_job_was_submitted_and_made_created():
+    obj = {
+        "metadata": {"name": "j", "creationTimestamp": "2026-11-22T09:59:58Z"},
+        "status": {
+            "conditions": [
+                _cond("Created", ts="2026-11-22T10:00:01Z"),
+                _cond("Running", ts="2026-11-22T10:00:09Z"),
+            ]
+        },
+    }
+    state = job_state(obj)
+    assert (state.creation_time, state.created_time) == ("2026-11-22T09:59:58Z", "2026-11-22T10:00:01Z")
+    not_yet = {"metadata": obj["metadata"], "status": {"conditions": [_cond("Created", status="False")]}}
+    assert job_state(not_yet).created_time is None
+
+
 def test_job_state_without_conditions_is_pending():
     state = job_state({"metadata": {"name": "j"}})
     assert state.condition is None and not state.created and not state.terminal
+    assert state.creation_time is None and state.created_time is None
     assert state.describe() == "Pending"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_mpi.exceptions import MPIJobProgramError
 from airflow_mpi.function_task.rank_result import RankResult
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from airflow_mpi.wait import monitor as monitor_module
@@ -57,7 +58,8 @@ def test_a_resumed_operator_builds_no_manifest_and_finishes_as_the_deferral_said
         else:
             with pytest.raises(AirflowException) as err:
                 resume(resumed, deferral, event, context())
-            assert type(err.value) is raises
+            assert isinstance(err.value, MPIJobProgramError)
+            assert isinstance(err.value, AirflowFailException) == (raises is AirflowFailException)
     assert [o.max_attempts for o in drains] == [(backoff_limit if backoff_limit is not None else 3) + 1] * 2
 
 
@@ -74,7 +76,7 @@ def test_a_task_deferred_by_the_release_before_still_resumes_from_an_offline_res
     monkeypatch.setattr(resumed, "build_manifest", lambda *a, **k: built.append(a) or build_manifest(*a, **k))
     with pytest.raises(AirflowException) as err:
         resumed.resume_execution("execute_complete", {"event": event, "job_try_number": 1}, context())
-    assert type(err.value) is exc and built == [()]
+    assert isinstance(err.value, AirflowFailException) == (exc is AirflowFailException) and built == [()]
     assert "BackoffLimitExceeded" in str(err.value)
     assert [o.max_attempts for o in drains] == [(backoff_limit if backoff_limit is not None else 3) + 1]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_mpi.exceptions import MPIJobProgramError
 from airflow_mpi.jobspec.kinds import MPIJOB_V1, MPIJOB_V2BETA1
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from tests.unit.operators.test_mpijob_operator import _no_drain, context, make, result
@@ -41,7 +42,8 @@ def test_a_failed_job_is_final_only_where_the_kind_maps_the_retries(monkeypatch,
     op.build_manifest(context())
     with pytest.raises(AirflowException) as err:
         op.execute_complete(context(), result("failed", message="launcher failed"))
-    assert type(err.value) is final
+    assert isinstance(err.value, MPIJobProgramError)  # the program's own failure, final or not
+    assert isinstance(err.value, AirflowFailException) == (final is AirflowFailException)
 
 
 def test_a_v1_launcher_that_is_never_restarted_makes_one_attempt_whatever_the_backoff_limit():

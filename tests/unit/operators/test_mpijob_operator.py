@@ -7,6 +7,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+from airflow_mpi.exceptions import MPIJobInvalidSpecError, MPIJobProgramError
 from airflow_mpi.jobspec import MPIJobValidationError
 from airflow_mpi.jobspec.naming import (
     DEPLOYMENT_LABEL,
@@ -325,8 +326,14 @@ def test_schema_rejection_is_a_permanent_error_naming_the_field():
         '{"causes": [{"field": "spec.slotsPerWorker", "message": "Invalid value"}]}}'
     )
     op = make(hook=FakeSyncHook(create_error=err))
-    with pytest.raises(AirflowFailException, match="spec.slotsPerWorker: Invalid value"):
+    with pytest.raises(AirflowFailException, match="spec.slotsPerWorker: Invalid value") as raised:
         op.execute(context())
+    assert isinstance(raised.value, MPIJobInvalidSpecError) and raised.value.cause == "invalid"
+    assert raised.value.namespace == "ns" and raised.value.name.startswith("dag-mpi-")
+    forbidden = ApiException(status=403, reason="Forbidden")  # the role's, not the spec's
+    with pytest.raises(AirflowFailException) as raised:
+        make(hook=FakeSyncHook(create_error=forbidden)).execute(context())
+    assert not isinstance(raised.value, MPIJobInvalidSpecError)
 
 
 def test_deferrable_defers_with_plain_data_trigger():
@@ -353,7 +360,8 @@ def test_failed_job_exception_follows_retry_mapping(monkeypatch, backoff_limit, 
     monkeypatch.setattr(op, "_drain", _no_drain)
     with pytest.raises(exc) as err:
         op.execute_complete(context(), result("failed", message="BackoffLimitExceeded"))
-    assert (type(err.value) is AirflowFailException) == (backoff_limit is None)
+    assert isinstance(err.value, AirflowFailException) == (backoff_limit is None)
+    assert isinstance(err.value, MPIJobProgramError) and err.value.retryable == (backoff_limit is not None)
     assert op.hook.deleted == []  # a failed job is kept for debugging by default
 
 
@@ -611,7 +619,7 @@ def test_a_failed_job_with_the_base_manifests_backoff_limit_stays_retryable_afte
     op = make(image=None, command=None, workers=None, base_manifest=BASE, retries=2, get_logs=False)
     with pytest.raises(AirflowException) as err:  # a fresh instance, as after a deferral: nothing built yet
         op.execute_complete(context(), result("failed"))
-    assert type(err.value) is AirflowException
+    assert isinstance(err.value, MPIJobProgramError) and not isinstance(err.value, AirflowFailException)
 
 
 def test_build_manifest_renders_offline_without_a_task_instance():

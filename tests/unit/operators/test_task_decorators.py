@@ -11,6 +11,7 @@ import pytest
 
 from airflow_mpi.decorators.horovod import _HorovodDecoratedOperator
 from airflow_mpi.decorators.mpi import _MPIDecoratedOperator
+from airflow_mpi.exceptions import MPIJobProgramError
 from airflow_mpi.function_task.function_call import decode_call
 from airflow_mpi.function_task.rank_result import (
     RESULT_NONCE_ANNOTATION,
@@ -413,8 +414,16 @@ def test_a_failed_job_whose_rank_zero_never_started_says_so():
     op = build()
     with pytest.raises(
         AirflowException, match=r"launcher exit codes: 1\. Rank 0 never started the function.*'python3'"
-    ):
-        op._finish(WaitResult(Outcome.FAILED, "n", "ns", "x", launcher_exit_codes=[1]))
+    ) as err:
+        op._finish(WaitResult(Outcome.FAILED, "n", "ns", "x", launcher_exit_codes=[1], uid="u1"))
+    # the same failure, reworded: its class and what it knows of the job stay
+    assert isinstance(err.value, MPIJobProgramError) and isinstance(err.value, AirflowFailException)
+    assert (err.value.name, err.value.uid, err.value.exit_codes, err.value.cause) == (
+        "n",
+        "u1",
+        [1],
+        "program",
+    )
 
 
 def test_a_failed_job_whose_function_started_fails_as_any_mpijob():

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from airflow_mpi.wait.contract import EVENT_KEYS, Outcome, WaitOptions, WaitResult
+import pytest
+
+from airflow_mpi.wait.contract import EVENT_KEYS, Cause, Outcome, WaitOptions, WaitResult
 
 DEADLINE = datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
 
@@ -90,13 +92,16 @@ def _full() -> WaitResult:
         failure={"causes": ["x"], "tails": []},
         evictions=1,
         log_state={"cursor": {}, "streams": [], "done": []},
+        creation_time="2026-11-24T09:59:00Z",
+        created_time="2026-11-24T09:59:01Z",
+        queued_seconds=12.5,
     )
 
 
-def test_the_result_is_the_events_seventeen_keys_and_comes_back_equal():
+def test_the_result_is_the_events_twenty_keys_and_comes_back_equal():
     result = _full()
     event = result.to_event()
-    assert list(event) == list(EVENT_KEYS) and len(EVENT_KEYS) == 17
+    assert list(event) == list(EVENT_KEYS) and len(EVENT_KEYS) == 20
     assert event["status"] == "failed" and type(event["status"]) is str  # plain JSON for TriggerEvent
     assert WaitResult.from_event(json.loads(json.dumps(event))) == result
     value = {"started": True, "has_value": True, "value": 1, "error": None}
@@ -133,3 +138,22 @@ def test_an_error_result_names_the_job_and_keeps_the_log_position():
         "u1",
         position,
     )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "failure", "cause"),
+    [
+        (Outcome.SUCCESS, None, None),
+        (Outcome.TARGET, None, None),
+        (Outcome.FAILED, {"causes": [], "tails": [], "kind": "oom"}, Cause.OOM),
+        (Outcome.WORKER_FAILED, {"causes": [], "tails": [], "kind": "disrupted"}, Cause.DISRUPTED),
+        (Outcome.FAILED, {"causes": [], "tails": []}, Cause.PROGRAM),  # an earlier release's report: no kind
+        (Outcome.FAILED, {"kind": "a later release's kind"}, Cause.PROGRAM),
+        (Outcome.FAILED, None, Cause.PROGRAM),
+        (Outcome.QUEUE_TIMEOUT, None, Cause.QUEUE_TIMEOUT),
+        (Outcome.INVALID, {"kind": "oom"}, Cause.INVALID),  # only a failed job's report names its kind
+        (Outcome.ERROR, None, Cause.ERROR),
+    ],
+)
+def test_the_cause_is_a_failed_jobs_kind_else_the_outcome(outcome, failure, cause):
+    assert WaitResult(outcome, "job", "ns", failure=failure).cause == cause

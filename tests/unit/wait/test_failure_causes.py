@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.wait import failure_causes as fc
+from airflow_mpi.wait.contract import Cause
 from airflow_mpi.wait.progress import PodSummary
 
 T0 = datetime(2026, 11, 24, 13, 0, tzinfo=UTC)
@@ -110,6 +111,26 @@ def test_an_evicted_pod_says_the_kubelets_why():
     assert cause.startswith(
         "worker pod pi-worker-1 (container worker): Evicted: The node was low on resource: memory."
     )
+
+
+def test_the_failure_kind_is_oom_before_a_disruption_before_the_programs_own_failure():
+    program = launcher("pi-launcher", T0, exit_code=1)
+    assert fc.failure_kind([program, worker()]) is Cause.PROGRAM
+    # cgroup v1: the container lived on and ended with 0 when the clean-up stopped it, OOMKilled all the same
+    oom = ended(exit_code=0, terminated_reason="OOMKilled", deleting=True, phase="Succeeded")
+    assert fc.failure_kind([program, oom]) is Cause.OOM
+    restarted = worker(restart_count=1, last_terminated_reason="OOMKilled", last_exit_code=137)
+    assert fc.failure_kind([restarted]) is Cause.OOM
+    evicted = worker(phase="Failed", state="terminated", exit_code=137, pod_reason="Evicted")
+    assert fc.failure_kind([program, evicted]) is Cause.DISRUPTED
+    assert fc.failure_kind([program, evicted, oom]) is Cause.OOM
+    # disrupted during the wait, replaced since by a pod of the same name
+    assert (
+        fc.failure_kind([program], [replace(worker(), disruption="PreemptionByScheduler")]) is Cause.DISRUPTED
+    )
+    # a plain deletion by the clean-up is no failure, whatever it ended with
+    assert fc.failure_kind([program, ended(exit_code=143, deleting=True)]) is Cause.PROGRAM
+    assert fc.report([], [], fc.failure_kind([oom]))["kind"] == "oom"
 
 
 def test_a_container_that_kept_failing_gives_its_restarts_and_how_it_last_ended():

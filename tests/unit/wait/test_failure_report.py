@@ -125,6 +125,7 @@ async def test_an_oom_killed_rank_is_named_once_the_clean_up_ends_its_worker_and
         ("job-worker-1", ["Server listening on 0.0.0.0 port 2222.", "Accepted publickey for mpiuser"]),
         ("job-launcher-a", ["rank 1 start", "mpirun noticed that process rank 1 exited on signal 9"]),
     ]
+    assert result.cause == "oom"  # seen only once the clean-up ended the worker
     event = result.to_event()
     assert json.loads(json.dumps(event)) == event  # plain JSON: it travels in a trigger event
     assert WaitResult.from_event(json.loads(json.dumps(event))) == result
@@ -204,7 +205,9 @@ async def test_an_evicted_worker_replaced_by_the_mpi_operator_is_the_first_cause
     hook.change("ADDED", LAUNCHER)
     await hook.changes.join()
     hook.job_obj = failed_job(None)
-    causes = (await asyncio.wait_for(run, 10)).failure["causes"]
+    result = await asyncio.wait_for(run, 10)
+    assert result.cause == "disrupted"
+    causes = result.failure["causes"]
     assert causes == [
         "worker pod job-worker-0 (container worker): disrupted (EvictionByEvictionAPI: Eviction API: "
         "evicting)",
@@ -217,6 +220,7 @@ async def test_a_worker_that_failed_by_itself_is_kept_and_read_and_no_tails_when
     hook = Cluster(failed_job("Running"), [LAUNCHER, failed], LOGS)
     result = await asyncio.wait_for(monitor(hook).run(), 10)
     assert result.failure["causes"][0] == "worker pod job-worker-0 (container worker): Error, exit code 255"
+    assert result.cause == "program"
     assert [t["pod"] for t in result.failure["tails"]] == ["job-worker-0", "job-launcher-a"]
     hook = Cluster(failed_job("Running"), [LAUNCHER, failed], LOGS)
     result = await asyncio.wait_for(monitor(hook, tail_lines=0).run(), 10)

@@ -82,6 +82,7 @@ async def test_queued_then_admitted_job_is_told_from_its_own_workload():
     lines: list[str] = []
     result = await run_until_admitted(hook, lines, "is queued by Kueue")
     assert result.outcome == "success"  # queued past its startup and schedule timeouts (1 s): not counted
+    assert result.queued_seconds == 20  # the metrics' time queued: from the job's creation to its admission
     assert lines == [
         f"MPIJob job is queued by Kueue in LocalQueue user-queue: {PENDING}",
         "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after 20s "

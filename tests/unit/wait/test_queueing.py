@@ -124,6 +124,25 @@ def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed
     assert tracker.evictions == 1
 
 
+def test_the_time_queued_adds_every_stretch_in_the_queue_the_current_one_until_now():
+    tracker = QueueTracker("job")
+    tracker.observe(mpijob(True), PENDING_WL, at(2))
+    assert tracker.seconds_queued(at(40)) == 40  # queued since the job's creation, still queued
+    tracker.observe(mpijob(False), admitted_wl(75), at(76))
+    assert tracker.seconds_queued(at(500)) == 75  # admitted: the running time is not queueing
+    evicted = workload(
+        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
+        ("Evicted", "True", "Preempted", PREEMPTED, 100),
+    )
+    tracker.observe(mpijob(True), evicted, at(101))
+    readmitted = admitted_wl(130, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 130))
+    tracker.observe(mpijob(False), readmitted, at(131))
+    assert tracker.seconds_queued(at(900)) == 75 + 30
+    never = QueueTracker("job")
+    never.observe(mpijob(False, queue=None), None, at(3))
+    assert never.seconds_queued(at(9)) is None  # no LocalQueue: not a Kueue job
+
+
 def test_an_eviction_seen_only_after_the_readmission_is_still_reported_once():
     tracker = QueueTracker("job")
     tracker.observe(mpijob(False), admitted_wl(5), at(6))
