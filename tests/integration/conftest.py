@@ -339,16 +339,15 @@ def v1_real_node():
     yield from _node_session(node, images, ARTIFACTS / "real-node-v1")
 
 
-@pytest.fixture(scope="session")
-def v1_k8s(v1_real_node):
+def _client_of(node):
     from kubernetes import config as kconfig
 
-    return kconfig.new_client_from_config(config_file=str(v1_real_node.kubeconfig_path))
+    return kconfig.new_client_from_config(config_file=str(node.kubeconfig_path))
 
 
-@pytest.fixture
-def v1_namespace(v1_k8s, request):
-    name, core = _make_namespace(v1_k8s, request)
+def _namespace_in(api_client, request):
+    """A fresh namespace for the test, deleted at teardown (a generator for a fixture to yield from)."""
+    name, core = _make_namespace(api_client, request)
     yield name
     try:
         core.delete_namespace(name)
@@ -356,34 +355,39 @@ def v1_namespace(v1_k8s, request):
         pass
 
 
-@pytest.fixture
-def v1_conn(monkeypatch, v1_real_node, v1_namespace) -> str:
-    """``kubernetes_default`` pointing at the v1 node's cluster and the test's namespace."""
+def _default_conn(monkeypatch, node, namespace: str) -> str:
     from tests.integration.least_privilege import use_as_kubernetes_default
 
-    return use_as_kubernetes_default(monkeypatch, v1_real_node.kubeconfig_path, v1_namespace)
+    return use_as_kubernetes_default(monkeypatch, node.kubeconfig_path, namespace)
 
 
 @pytest.fixture(scope="session")
 def real_k8s(real_node):
-    from kubernetes import config as kconfig
-
-    return kconfig.new_client_from_config(config_file=str(real_node.kubeconfig_path))
+    return _client_of(real_node)
 
 
 @pytest.fixture
 def real_namespace(real_k8s, request):
-    name, core = _make_namespace(real_k8s, request)
-    yield name
-    try:
-        core.delete_namespace(name)
-    except Exception:  # noqa: BLE001
-        pass
+    yield from _namespace_in(real_k8s, request)
 
 
 @pytest.fixture
 def real_conn(monkeypatch, real_node, real_namespace) -> str:
     """``kubernetes_default`` pointing at the real node's cluster and the test's namespace."""
-    from tests.integration.least_privilege import use_as_kubernetes_default
+    return _default_conn(monkeypatch, real_node, real_namespace)
 
-    return use_as_kubernetes_default(monkeypatch, real_node.kubeconfig_path, real_namespace)
+
+@pytest.fixture(scope="session")
+def v1_k8s(v1_real_node):
+    return _client_of(v1_real_node)
+
+
+@pytest.fixture
+def v1_namespace(v1_k8s, request):
+    yield from _namespace_in(v1_k8s, request)
+
+
+@pytest.fixture
+def v1_conn(monkeypatch, v1_real_node, v1_namespace) -> str:
+    """``kubernetes_default`` pointing at the v1 node's cluster and the test's namespace."""
+    return _default_conn(monkeypatch, v1_real_node, v1_namespace)

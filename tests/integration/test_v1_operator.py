@@ -23,6 +23,7 @@ from localcluster.node_container import MPI_IMAGES, await_image
 from tests.integration.test_cluster_smoke import watch_mpijob
 from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
 from tests.integration.test_real_mpi import IMPLEMENTATION, PI_LINE, RANK_LINE, pod_log
+from tests.integration.test_task_mpi import UPSTREAM, decorated, ranks_report, run
 
 pytestmark = pytest.mark.v1_node
 
@@ -120,12 +121,7 @@ def test_flyte_shaped_parameters_run_deferred(v1_k8s, v1_namespace, v1_conn, rec
         task_id="flyte_params", namespace=v1_namespace, api_version=V1, image=IMAGE, program=[PI], workers=2,
         slots_per_worker=2, deferrable=True, on_finish_action="keep", poll_interval=2,
     )  # fmt: skip
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx(op.task_id))
-    event = run_trigger(
-        MPIJobTrigger(**deferred.value.trigger.serialize()[1])
-    )  # as the triggerer rebuilds it
-    xcom = op.execute_complete(ctx(op.task_id), event)
+    xcom = run(op, deferrable=True)  # execute, the trigger rebuilt as the triggerer does, the resume
     assert xcom["condition"] == "Succeeded"
     assert_real_ranks(v1_k8s, v1_namespace, xcom["name"], record.lines, workers=2, slots=2)
 
@@ -202,8 +198,6 @@ def test_killing_the_task_deletes_the_v1_job_and_stops_its_containers(v1_k8s, v1
 def test_task_mpi_runs_the_function_on_every_v1_rank(v1_namespace, v1_conn, record):
     """``@task.mpi`` on v1: the call Secret is mounted in the workers' main container, which ``kubexec.sh`` runs
     each rank in (``kubectl exec``); rank 0's value is the XCom."""
-    from tests.integration.test_task_mpi import UPSTREAM, decorated, ranks_report, run
-
     op = decorated(ranks_report, v1_namespace, "openmpi", UPSTREAM, api_version=V1, call_kwargs={"scale": 2})
     value = run(op, deferrable=False)
     n = 4  # test_task_mpi's WORKERS x SLOTS

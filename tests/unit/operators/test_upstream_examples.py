@@ -43,12 +43,6 @@ def build(name: str, **params) -> tuple[MPIJobOperator, dict]:
 
 def with_dns_wait(expected: dict) -> dict:
     """v2beta1: the launcher's init container that waits for the workers' names, in its main container's image."""
-    if (
-        expected["apiVersion"] == API_V1
-    ):  # idle workers that end on SIGTERM, where the example gives no command
-        worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-        if "command" not in worker and "args" not in worker:
-            worker["command"] = list(kind_for(API_V1).idle_worker_command)
     if expected["apiVersion"] != API_V1:
         pod = expected["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
         main = pod["containers"][0]
@@ -80,9 +74,7 @@ def expected_from(name: str, op: MPIJobOperator, retries: int = 0) -> dict:
     identity = placeholder_identity(op, RUN_ID)
     metadata = expected["metadata"]
     metadata["name"] = identity.job_name(prefix=metadata["name"])
-    if (
-        expected["apiVersion"] == API_V1
-    ):  # idle workers that end on SIGTERM, where the example gives no command
+    if expected["apiVersion"] == API_V1:  # idle workers ending on SIGTERM, where the example gives no command
         worker = expected["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         if "command" not in worker and "args" not in worker:
             worker["command"] = list(kind_for(API_V1).idle_worker_command)
