@@ -117,16 +117,17 @@ class MPIJobDeletedError(MPIJobError):
 
 
 # A failed job whose retries were its own (runPolicy.backoffLimit) fails the task for good: these are raised then.
-class _FinalProgramError(MPIJobProgramError, AirflowFailException):
-    """An MPIJobProgramError Airflow does not retry."""
+# Public names: the task log shows the class ("MPIJobProgramErrorNoRetry: MPIJob ns/name failed: ...").
+class MPIJobProgramErrorNoRetry(MPIJobProgramError, AirflowFailException):
+    """An MPIJobProgramError Airflow does not retry (the job already made its attempts)."""
 
 
-class _FinalOutOfMemoryError(MPIJobOutOfMemoryError, AirflowFailException):
-    """An MPIJobOutOfMemoryError Airflow does not retry."""
+class MPIJobOutOfMemoryErrorNoRetry(MPIJobOutOfMemoryError, AirflowFailException):
+    """An MPIJobOutOfMemoryError Airflow does not retry (the job already made its attempts)."""
 
 
-class _FinalDisruptedError(MPIJobDisruptedError, AirflowFailException):
-    """An MPIJobDisruptedError Airflow does not retry."""
+class MPIJobDisruptedErrorNoRetry(MPIJobDisruptedError, AirflowFailException):
+    """An MPIJobDisruptedError Airflow does not retry (the job already made its attempts)."""
 
 
 #: the class of each cause (WaitResult.cause), and of a failed job's cause when Airflow must not retry it
@@ -143,9 +144,9 @@ CLASSES: dict[Cause, type[MPIJobError]] = {
     Cause.ERROR: MPIJobInfrastructureError,
 }
 FINAL: dict[Cause, type[MPIJobError]] = {
-    Cause.PROGRAM: _FinalProgramError,
-    Cause.OOM: _FinalOutOfMemoryError,
-    Cause.DISRUPTED: _FinalDisruptedError,
+    Cause.PROGRAM: MPIJobProgramErrorNoRetry,
+    Cause.OOM: MPIJobOutOfMemoryErrorNoRetry,
+    Cause.DISRUPTED: MPIJobDisruptedErrorNoRetry,
 }
 
 
@@ -172,12 +173,15 @@ def error_of(result: WaitResult, message: str, *, final: bool) -> MPIJobError:
 __all__ = [
     "MPIJobDeletedError",
     "MPIJobDisruptedError",
+    "MPIJobDisruptedErrorNoRetry",
     "MPIJobError",
     "MPIJobFailedError",
     "MPIJobInfrastructureError",
     "MPIJobInvalidSpecError",
     "MPIJobOutOfMemoryError",
+    "MPIJobOutOfMemoryErrorNoRetry",
     "MPIJobProgramError",
+    "MPIJobProgramErrorNoRetry",
     "MPIJobQueueTimeoutError",
     "MPIJobStartupTimeoutError",
     "MPIJobTimeoutError",

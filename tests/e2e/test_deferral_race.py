@@ -82,7 +82,8 @@ def test_short_and_instantly_failing_deferred_jobs_end_as_their_job_did(client, 
         assert (ti["state"], ti["try_number"]) == (expected, 1), log[-3000:]
         assert "Pausing task as DEFERRED" in log  # the deferrable path ran, through the triggerer
         if outcome == FAIL:  # the job's own failure, not the scheduler's
-            assert "AirflowFailException: MPIJob" in log and "BackoffLimitExceeded" in log, log[-3000:]
+            # the program's failure, final (an AirflowFailException: airflow_mpi/exceptions.py)
+            assert "MPIJobProgramErrorNoRetry: MPIJob" in log and "BackoffLimitExceeded" in log, log[-3000:]
         elif cluster.simulated:
             assert all(log.count(line) == 1 for line in LAUNCHER_LINES), log[-3000:]
         assert len(_jobs_of(custom_api, run_id)) == 1

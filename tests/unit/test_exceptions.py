@@ -77,6 +77,8 @@ def test_a_failed_job_is_final_exactly_when_its_retries_were_the_mpijobs(kind):
     assert isinstance(final, AirflowFailException) and not final.retryable
     assert not isinstance(retryable, AirflowFailException) and retryable.retryable
     assert type(final) is not type(retryable) and isinstance(final, type(retryable))
+    # the task log shows the class: a public, documented name that says so
+    assert type(final).__name__ == f"{type(retryable).__name__}NoRetry" and type(final).__name__ in ex.__all__
 
 
 def test_a_worker_that_failed_before_the_launcher_stays_retryable_whatever_the_mapping():
