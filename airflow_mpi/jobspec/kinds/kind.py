@@ -133,7 +133,6 @@ class JobKind:
     # how many launcher attempts a job of (backoffLimit, launcher restartPolicy or None: unknown) may make (None:
     # unknown); the task log numbers attempts "n of N"
     attempts_allowed: Callable[[int, str | None], int | None] = field(default=lambda limit, policy: limit + 1)
-    kueue: bool = False  # Kueue's MPIJob integration queues it
 
     # ------------------------------------------------------------------ derived
     @property

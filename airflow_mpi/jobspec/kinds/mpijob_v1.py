@@ -136,5 +136,4 @@ MPIJOB_V1 = JobKind(
     ),
     launcher_attempt=ATTEMPT_IS_CONTAINER_RESTART,
     attempts_allowed=_attempts,
-    kueue=False,  # Kueue's kubeflow.org/mpijob integration speaks v2beta1 only
 )

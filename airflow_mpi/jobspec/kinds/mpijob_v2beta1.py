@@ -69,5 +69,4 @@ MPIJOB_V2BETA1 = JobKind(
     pod_labels=PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL),
     launcher_attempt=ATTEMPT_IS_POD,
     attempts_allowed=_attempts,
-    kueue=True,
 )

@@ -242,7 +242,6 @@ def test_v1_invalid_reason_is_the_training_operators():
     assert MPIJOB_V1.invalid_reasons == (
         "MPIJobFailedValidation",
     )  # NewReason(MPIJobKind, "FailedValidation")
-    assert MPIJOB_V1.kueue is False
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=IDS)
