@@ -184,7 +184,14 @@ class LocalCluster(ControlPlane):
             # kind and the controllers' kinds (e.g. a deleted MPIJob keeps its Kueue Workload, and so its
             # quota). A controller manager started now finds them at once.
             self.restart_component("kube-controller-manager")
-        _objects.create_nodes(client.CoreV1Api(api), self.nodes, timeout, self.info)
+        # a controller manager still waiting when /readyz turned ok may give up a poll later, before nodes exist
+        self.revive_early_exits()
+        try:
+            _objects.create_nodes(client.CoreV1Api(api), self.nodes, timeout, self.info)
+        except ClusterError as e:
+            if stopped := [n for n in self.component_names() if self.component_pid(n) is None]:
+                raise ClusterError(f"{e}; not running: {', '.join(stopped)}") from e
+            raise
 
     def stop(self, keep_logs: bool = True) -> None:
         """Stop every process of the cluster and delete its data (component logs are kept in ``logs_dir``)."""

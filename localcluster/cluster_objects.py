@@ -105,11 +105,18 @@ def node_ready(node: Any) -> bool:
 
 def create_nodes(core: Any, count: int, timeout: float, info: Callable[[str], None]) -> None:
     """``count`` simulated nodes ``kwok-node-<i>``, watched until each is Ready (``core``: a CoreV1Api)."""
-    from kubernetes import watch
-
     names = [f"{bh.NODE_NAME_PREFIX}{i}" for i in range(count)]
     for name in names:
         core.create_node(node_manifest(name))
+    await_nodes_ready(core, names, timeout)
+    info(f"{count} simulated nodes Ready")
+
+
+def await_nodes_ready(core: Any, names: list[str], timeout: float) -> None:
+    """Watch the nodes ``names`` until each is Ready and without a ``node.kubernetes.io/`` taint (the
+    controller manager removes the not-ready taint the API server gave each new node)."""
+    from kubernetes import watch
+
     pending = set(names)
     w = watch.Watch()
     deadline = time.monotonic() + timeout
@@ -130,4 +137,3 @@ def create_nodes(core: Any, count: int, timeout: float, info: Callable[[str], No
                 break
     if pending:
         raise ClusterError(f"nodes not Ready: {sorted(pending)}")
-    info(f"{count} simulated nodes Ready")

@@ -207,6 +207,20 @@ class ControlPlane(ClusterState):
         self._api_client = None
         self.wait_ready(timeout)
         self.write_state(kwok_config=str(self.kwokctl_cluster_dir / "kwok.yaml"), server=self.server_url())
+        self.revive_early_exits()
+
+    def revive_early_exits(self) -> None:
+        """Start again any component that exited while the API server was starting, and record the pids.
+
+        kwokctl starts every component at once, and kube-controller-manager waits a bounded time for the API
+        server to become healthy, then exits for good: in a CI run of 2026-11-28 on a loaded machine, the API
+        server took 24.6 s, the controller manager gave up after 15 s, nothing removed the new nodes'
+        not-ready taint, and no node became Ready.
+        A kubelet restarts such a static pod; this is that restart, with the API server ready this time.
+        """
+        restarted = self.ensure_components()
+        if restarted:
+            self.info(f"restarted {', '.join(restarted)} (exited before the API server was ready)")
         self.record_components()
 
     def delete(self, keep_logs: bool) -> None:

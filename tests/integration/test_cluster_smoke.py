@@ -341,3 +341,22 @@ def test_launcher_requesting_too_many_gpus_stays_pending(cluster, k8s, namespace
 
     pods = watch_pods(k8s, namespace, f"{JOB_NAME}={name},{JOB_ROLE}=launcher", unschedulable)
     assert pods[0].status.phase == "Pending" and not pods[0].spec.node_name
+
+
+@pytest.mark.needs_simulation
+def test_a_controller_manager_gone_at_start_is_revived_and_new_nodes_become_ready(cluster, k8s):
+    """kube-controller-manager exits when the API server is slow to start (a loaded CI machine): the cluster's
+    start revives it, so a node created afterwards loses the API server's not-ready taint and becomes Ready."""
+    from localcluster.cluster_objects import await_nodes_ready, node_manifest
+
+    cluster.stop_component("kube-controller-manager", grace=0)
+    assert cluster.component_pid("kube-controller-manager") is None
+    cluster.revive_early_exits()
+    assert cluster.component_pid("kube-controller-manager") is not None
+    core = client.CoreV1Api(k8s)
+    name = _name("revived-node")
+    core.create_node(node_manifest(name))
+    try:
+        await_nodes_ready(core, [name], TIMEOUT)
+    finally:
+        core.delete_node(name)

@@ -350,6 +350,9 @@ def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(
     waiter.start()
     jobs.uids[low.name] = low.uid
     jobs.running_pods(low.name)
+    # preempted only once its first attempt is in the task log: a launcher deleted before the trigger read it
+    # leaves nothing to read (a real kubelet deletes its log too); seen when a loaded CI machine streamed late
+    logs["low"].await_lines(lambda lines: lines.count(LINES[-1]) == 1, 60, "first attempt's last line")
     big = {"requests": {"cpu": "1", "memory": "256Mi"}}
     high = queued_op(
         "high",

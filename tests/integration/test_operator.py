@@ -38,14 +38,21 @@ class Recorder:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self._lock = threading.Lock()
+        self._added = threading.Condition()
 
     def __getattr__(self, level):
         def record(msg, *args, **kwargs):
-            with self._lock:
+            with self._added:
                 self.lines.append(str(msg) % args if args else str(msg))
+                self._added.notify_all()
 
         return record
+
+    def await_lines(self, until, timeout: float, what: str) -> None:
+        """Until ``until(lines)`` holds for the lines kept so far (an event, not a sleep); fails naming ``what``."""
+        with self._added:
+            if not self._added.wait_for(lambda: until(self.lines), timeout):
+                raise AssertionError(f"no {what} in the log within {timeout}s: {self.lines}")
 
     def payload_lines(self) -> list[str]:
         return [ln for ln in self.lines if ln in LINES]
