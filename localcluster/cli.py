@@ -60,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--name", default=DEFAULT_NAME)
     sub.add_parser("list", help="list clusters known in the cache")
+    sw = sub.add_parser(
+        "switch-api",
+        help="a running cluster serves the other MPIJob API from now on: its MPIJob CRD replaced (every MPIJob "
+        "deleted), the controllers of that API started (the mpi-operator for v2beta1, --controller ones)",
+    )
+    sw.add_argument("--name", default=DEFAULT_NAME)
+    sw.add_argument("--api-version", choices=API_VERSIONS, required=True)
+    sw.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME")
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
     nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
     nd.add_argument(
@@ -190,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                 local_queues=args.local_queue,
                 container_log_max_size=args.container_log_max_size,
             )
+        elif args.cmd == "switch-api":
+            LocalCluster.existing(args.name).switch_api(args.api_version, args.controller)
         elif args.cmd == "list":
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()

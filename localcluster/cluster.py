@@ -156,9 +156,7 @@ class LocalCluster(ControlPlane):
             self.create(bin_dir, timeout)
             self.info(f"kube-apiserver ready ({time.monotonic() - t0:.1f}s)")
             self._setup(bin_dir, timeout)
-            for name in self.controllers:
-                ctl = self.controller(name)
-                ctl.start(ctl.start_timeout)
+            self._start_controllers()
         except BaseException:
             self.info(f"start failed; stopping it. Component logs: {self.logs_dir}")
             with contextlib.suppress(Exception):
@@ -176,14 +174,7 @@ class LocalCluster(ControlPlane):
         api = self.api_client()
         _objects.install_stages(api, bin_dir, timeout)
         _objects.install_mpijob_crd(api, self.api_version, bin_dir, timeout)
-        prepared = [self.controller(n) for n in self.controllers]
-        for ctl in prepared:
-            ctl.prepare(timeout)
-        if any(ctl.restarts_controller_manager for ctl in prepared):
-            # The garbage collector discovers new CRDs every 30 s (hard-coded); until it watches the MPIJob
-            # kind and the controllers' kinds (e.g. a deleted MPIJob keeps its Kueue Workload, and so its
-            # quota). A controller manager started now finds them at once.
-            self.restart_component("kube-controller-manager")
+        self._prepare_controllers(timeout)
         # a controller manager still waiting when /readyz turned ok may give up a poll later, before nodes exist
         self.revive_early_exits()
         try:
@@ -192,6 +183,40 @@ class LocalCluster(ControlPlane):
             if stopped := [n for n in self.component_names() if self.component_pid(n) is None]:
                 raise ClusterError(f"{e}; not running: {', '.join(stopped)}") from e
             raise
+
+    def switch_api(self, api_version: str, controllers: Sequence[str] = (), timeout: float = 300) -> None:
+        """Serve the other MPIJob API from now on, on the same control plane and nodes (and so the images a real
+        node holds): stop the controllers, replace the MPIJob CRD (every MPIJob goes with it), then prepare and
+        start the controllers ``controllers`` (and the mpi-operator for v2beta1), as a start would."""
+        chosen = _controllers.select(
+            [*([MPI_OPERATOR] if api_version == API_V2BETA1 else []), *controllers], api_version
+        )
+        for name in reversed(self.controllers):
+            self.controller(name).stop()
+        api = self.api_client()
+        _objects.delete_mpijob_crd(api, timeout)
+        _objects.install_mpijob_crd(api, api_version, self.bin_dir(), timeout)
+        self.api_version, self.controllers = api_version, chosen
+        self.write_state(api_version=api_version, controllers=list(chosen))
+        self._prepare_controllers(timeout, crd_replaced=True)
+        self._start_controllers()
+        self.info(f"serves kubeflow.org/{api_version} MPIJobs now ({', '.join(chosen) or 'no controller'})")
+
+    def _prepare_controllers(self, timeout: float, crd_replaced: bool = False) -> None:
+        """What the chosen controllers need before they start (CRDs, certificates)."""
+        prepared = [self.controller(n) for n in self.controllers]
+        for ctl in prepared:
+            ctl.prepare(timeout)
+        if crd_replaced or any(ctl.restarts_controller_manager for ctl in prepared):
+            # The garbage collector discovers new CRDs every 30 s (hard-coded); until it watches the MPIJob
+            # kind and the controllers' kinds (e.g. a deleted MPIJob keeps its Kueue Workload, and so its
+            # quota). A controller manager started now finds them at once.
+            self.restart_component("kube-controller-manager")
+
+    def _start_controllers(self) -> None:
+        for name in self.controllers:
+            ctl = self.controller(name)
+            ctl.start(ctl.start_timeout)
 
     def stop(self, keep_logs: bool = True) -> None:
         """Stop every process of the cluster and delete its data (component logs are kept in ``logs_dir``)."""

@@ -23,6 +23,7 @@ API_VERSIONS = (API_V2BETA1, API_V1)
 KWOK_GROUP = "kwok.x-k8s.io"
 KWOK_VERSION = "v1alpha1"
 KWOK_CRDS = ("Stage", "Logs", "ClusterLogs")
+MPIJOB_CRD = "mpijobs.kubeflow.org"  # the CRD's name in both APIs
 
 
 def crd_established(ext: Any, name: str) -> bool:
@@ -67,6 +68,27 @@ def install_mpijob_crd(api: Any, api_version: str, bin_dir: Path, timeout: float
     ``mpijobs.kubeflow.org``, hence one per cluster."""
     crd = yaml.safe_load(_build.crd_path(api_version, bin_dir).read_text())
     install_crds(api, [crd], timeout, "MPIJob CRD")
+
+
+def delete_mpijob_crd(api: Any, timeout: float) -> None:
+    """Delete the MPIJob CRD, and with it every MPIJob (their pods and Jobs then go to the garbage collector);
+    returns once the API has removed it, so that the other API's CRD of the same name can be created."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(MPIJOB_CRD)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    ext.delete_custom_resource_definition(MPIJOB_CRD)
+    wait_until(gone, timeout, f"CRD {MPIJOB_CRD} deleted")
 
 
 def node_manifest(name: str) -> dict:

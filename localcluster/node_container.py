@@ -259,6 +259,20 @@ class NodeCluster(ClusterPaths):
         _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
         return self
 
+    def switch_api(self, api_version: str, controllers: Sequence[str] = ()) -> None:
+        """The node's cluster serves the other MPIJob API from now on (``LocalCluster.switch_api`` in the
+        container): same node, same images; every MPIJob of the old API is deleted."""
+        from .serve import CLUSTER_NAME
+
+        docker(
+            "exec", self.container, "python3", "-m", "localcluster", "switch-api", "--name", CLUSTER_NAME,
+            f"--api-version={api_version}", *(f"--controller={name}" for name in controllers),
+        )  # fmt: skip
+        self.api_version, self.controllers = api_version, tuple(controllers)
+        state = self.state_dir / "state.json"
+        state.write_text(json.dumps({**json.loads(state.read_text()), "api_version": api_version}))
+        _log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now")
+
     def _await_ready(self, timeout: float) -> None:
         """Follow the container's output until serve reports ready (or the container ends)."""
         proc = subprocess.Popen(

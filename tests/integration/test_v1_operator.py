@@ -99,14 +99,13 @@ def test_a_flyte_shaped_v1_job_as_base_manifest_runs_real_ranks(v1_k8s, v1_names
 
 @pytest.mark.parametrize("flavour", ["intel", "mpich"])
 def test_hydra_implementations_run_through_the_controllers_kubexec(
-    v1_real_node, v1_k8s, v1_namespace, v1_conn, record, flavour
+    v1_k8s, v1_namespace, v1_conn, record, flavour
 ):
     """Intel MPI and MPICH from ``program``: the controller writes an Open MPI hostfile and wires only Open MPI and
     Intel MPI to its kubexec.sh; the kind's launcher command rewrites the hostfile and gives Hydra's proxies the
     launcher's address (jobspec/kinds/mpijob_v1.py)."""
     image = MPI_IMAGES[flavour]
-    await_image(image)  # built in the background of the session (tests/integration/conftest.py)
-    v1_real_node.load_images([image])
+    await_image(image)  # built and loaded in the background of the session (tests/integration/conftest.py)
     op = MPIJobOperator(
         task_id=flavour, namespace=v1_namespace, api_version=V1, image=image, program=[PI], workers=2,
         slots_per_worker=2, mpi_implementation=IMPLEMENTATION[flavour], on_finish_action="keep", poll_interval=2,
