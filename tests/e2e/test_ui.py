@@ -91,7 +91,8 @@ def test_trigger_form_run_succeeds(page, client, cluster, artifacts_dir):
     page.screenshot(path=str(artifacts_dir / "ui-mpi_pi-pi-log.png"), full_page=True)
     job = client.xcom(DAG, run["dag_run_id"], "pi")
     _settings_are_folded_until_clicked(page, job["name"])
-    _links_lead_to_the_job_and_its_launcher(page, job)
+    page.goto(f"{run_path}/tasks/pi/details")  # where the UI lists a task's extra links
+    _links_lead_to_the_job_and_its_launcher(page, client, run["dag_run_id"], job)
 
 
 def _settings_are_folded_until_clicked(page, name: str) -> None:
@@ -107,14 +108,17 @@ def _settings_are_folded_until_clicked(page, name: str) -> None:
     assert header.inner_text().startswith("\u25bc"), header.inner_text()
 
 
-def _links_lead_to_the_job_and_its_launcher(page, job: dict) -> None:
-    """Airflow 3 asks the links when the try ends and shows the URLs they gave."""
+def _links_lead_to_the_job_and_its_launcher(page, client, run_id: str, job: dict) -> None:
+    """Airflow 3 asks the links when the try ends and shows the URLs they gave; a link without a template is
+    empty, and the UI shows no button for it."""
     expected = {
         "MPIJob": LINK_TEMPLATES["airflow_mpi_job_url"].format(namespace=NAMESPACE, name=job["name"]),
         "MPIJob launcher pod": LINK_TEMPLATES["airflow_mpi_pod_url"].format(
             namespace=NAMESPACE, pod=job["launcher_pods"][-1]
         ),
     }
+    links = client.get(f"/api/v2/dags/{DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/pi/links")
+    assert {name: url for name, url in links["extra_links"].items() if url} == expected, links
     for name, url in expected.items():
         link = page.get_by_role("link", name=name, exact=True)
         link.wait_for()
