@@ -35,6 +35,11 @@ def get_provider_info() -> dict:
             {"class-name": "airflow_mpi.decorators.mpi.mpi_task", "name": "mpi"},
             {"class-name": "airflow_mpi.decorators.horovod.horovod_task", "name": "horovod"},
         ],
+        "extra-links": [
+            "airflow_mpi.operators.links.MPIJobLink",
+            "airflow_mpi.operators.links.MPIJobLauncherPodLink",
+            "airflow_mpi.operators.links.MPIJobLogsLink",
+        ],
         "connection-types": [
             {"hook-class-name": "airflow_mpi.hooks.mpijob.MPIJobHook", "connection-type": "kubernetes_mpijob"}
         ],

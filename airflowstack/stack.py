@@ -60,10 +60,13 @@ def default_airflow_bin() -> str:
 
 
 def kubernetes_connection(
-    kubeconfig: str | os.PathLike, namespace: str | None = None, context: str | None = None
+    kubeconfig: str | os.PathLike,
+    namespace: str | None = None,
+    context: str | None = None,
+    extras: Mapping[str, str] | None = None,
 ) -> str:
-    """The ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` JSON for a kubeconfig file."""
-    extra: dict[str, str] = {"kube_config_path": str(kubeconfig)}
+    """The ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` JSON for a kubeconfig file (``extras``: more, e.g. link templates)."""
+    extra: dict[str, str] = {**(extras or {}), "kube_config_path": str(kubeconfig)}
     if namespace:
         extra["namespace"] = namespace
     if context:
@@ -86,6 +89,7 @@ class AirflowStack:
         airflow_bin: str | None = None,
         extra_env: Mapping[str, str] | None = None,
         service_kubeconfigs: Mapping[str, str | os.PathLike] | None = None,
+        connection_extras: Mapping[str, str] | None = None,
         start_timeout: float = 120,
         keep_home: bool = True,
     ):
@@ -106,6 +110,7 @@ class AirflowStack:
         # a service's own identity for ``kubernetes_default`` (e.g. the API server as the sweeper role); the
         # LocalExecutor's task processes are the scheduler's children and share its connection
         self.service_kubeconfigs = {k: Path(v) for k, v in (service_kubeconfigs or {}).items()}
+        self.connection_extras = dict(connection_extras or {})  # in every service's kubernetes_default
         self.start_timeout = start_timeout
         self.keep_home = keep_home
         self.port: int | None = None
@@ -163,7 +168,9 @@ class AirflowStack:
             }
         )
         if self.kubeconfig:
-            env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(self.kubeconfig, self.namespace)
+            env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(
+                self.kubeconfig, self.namespace, extras=self.connection_extras
+            )
         env.update(self.extra_env)
         return env
 
@@ -219,7 +226,7 @@ class AirflowStack:
                 env = {
                     **env,
                     "AIRFLOW_CONN_KUBERNETES_DEFAULT": kubernetes_connection(
-                        self.service_kubeconfigs[name], self.namespace
+                        self.service_kubeconfigs[name], self.namespace, extras=self.connection_extras
                     ),
                 }
             self.services[name] = Service(

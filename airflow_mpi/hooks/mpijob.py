@@ -75,6 +75,14 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         except AirflowNotFoundException:
             return None
 
+    def connection_extras(self) -> dict:
+        """The connection's extras (the extra links' URL templates: operators/links.py); empty when the connection
+        does not exist (in-cluster defaults), which is no error for what only adds links."""
+        try:
+            return dict(self.conn_extras)
+        except AirflowNotFoundException:
+            return {}
+
     def resolve_namespace(self, explicit: str | None = None) -> str:
         """``explicit`` > connection namespace > in-cluster namespace file > ``default``."""
         return explicit or self.get_namespace()

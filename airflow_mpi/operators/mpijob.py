@@ -36,6 +36,7 @@ from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.lineage import MPIJobLineage, facts_of
+from airflow_mpi.operators.links import LinkValues, extra_links, persist_links
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.signatures import typed_init
@@ -54,6 +55,7 @@ from airflow_mpi.operators.task_params import (
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.wait.log_groups import escape, log_group
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks import MPIJobHook
@@ -87,6 +89,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         n: f.templated for n, f in _PARAMETERS.items() if f.templated in ("json", "yaml")
     }
     ui_color = "#c7e2f7"
+    operator_extra_links = extra_links()  # the job, its launcher pod, its logs (operators/links.py)
 
     @typed_init(_Base.__init__)
     def __init__(self, *, callbacks: MPIJobCallbacks | None = None, **kwargs: Any) -> None:
@@ -222,8 +225,10 @@ class MPIJobOperator(_Base, MPIJobLineage):
     def execute(self, context: Any) -> dict:
         self._supervisor = supervisor_pid()
         manifest = self.build_manifest(context)
-        self._log_settings()
-        self._log_manifest(manifest)
+        meta = manifest["metadata"]
+        with log_group(self.log, f"MPIJob {meta['namespace']}/{meta['name']}: settings and manifest"):
+            self._log_settings()
+            self._log_manifest(manifest)
         self._job_facts = facts_of(manifest)  # the OpenLineage facet's (operators/lineage.py)
         self._check_claim(manifest["metadata"]["namespace"], manifest["metadata"]["labels"][DEPLOYMENT_LABEL])
         job = reattach(self.hook, self.log, manifest, recorded_job(context))
@@ -251,6 +256,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         )
         job_try = try_number_of(job)
         submitted_at = _parse_time((job.get("metadata") or {}).get("creationTimestamp")) or _now()
+        persist_links(context, self.hook, LinkValues(namespace, name, uid, start=submitted_at), self.log)
         if self.deferrable and job_state(job).terminal:
             # A trigger would fire at once, inside Airflow's deferral race (wait/deferral.py): finish here.
             self.log.info("MPIJob %s already finished: not deferring", name)
@@ -259,7 +265,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         result = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
         if self._deleted_by_earlier_try(context, result, job_try):
             return self.execute(context)
-        return self._finish(result)
+        return self._finish(result, context)
 
     def resume_deferred(
         self,
@@ -294,7 +300,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
             return self.execute(context)
         if self.get_logs and result.outcome is not Outcome.INVALID:
             asyncio.run(self._drain(name, namespace, result.log_state))
-        return self._finish(result)
+        return self._finish(result, context)
 
     def _check_claim(self, namespace: str, deployment: str | None = None) -> None:
         """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
@@ -354,7 +360,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         for line in settings_explained(
             self._resolution().settings, self.retries or 0, self._retries_mapped(), self._attempts_allowed()
         ):
-            self.log.info("%s", line)
+            self.log.info("%s", escape(line))
 
     def _followable(self, job: dict) -> dict | None:
         """``job``, an earlier try's or submission's this try found, when this try can follow it; None when it was
@@ -428,7 +434,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         return self.callbacks.launcher_log_sink(self.log.info)
 
     def _log_manifest(self, manifest: dict) -> None:
-        self.log.info("MPIJob manifest:\n%s", redacted_yaml(manifest))
+        self.log.info("MPIJob manifest:\n%s", escape(redacted_yaml(manifest)))
 
     def _defer(
         self,
@@ -469,11 +475,12 @@ class MPIJobOperator(_Base, MPIJobLineage):
         }
         self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
 
-    def _finish(self, result: WaitResult) -> Any:
+    def _finish(self, result: WaitResult, context: Any = None) -> Any:
         from airflow_mpi.operators.metrics import emit_try_metrics, task_tags
 
         emit_try_metrics(result, task_tags(self, result.namespace))  # once per try: only a try's end is here
         self._last_result = result  # the OpenLineage facet's
+        persist_links(context, self.hook, LinkValues.of_result(result, _now()), self.log)  # the pod known now
         return self.callbacks.finish(
             result,
             lambda: finish(

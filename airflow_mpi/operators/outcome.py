@@ -15,6 +15,7 @@ from airflow_mpi.jobspec.vocabulary import WORKER
 from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.wait.contract import Outcome, WaitResult
 from airflow_mpi.wait.failure_causes import explain
+from airflow_mpi.wait.log_groups import escape
 from airflow_mpi.wait.progress import EXPLAINED
 
 # Outcomes after which nothing useful is left running: delete what was created, whatever the action.
@@ -30,6 +31,7 @@ ABANDONED = frozenset(
 )
 # Outcomes no Airflow retry can fix.
 PERMANENT = frozenset({Outcome.INVALID})
+VERDICT_FRAME = "=========="  # around the try's verdict line, as around the launcher attempt headers
 
 
 def _xcom_result(result: WaitResult, api_version: str) -> dict[str, Any]:
@@ -77,7 +79,15 @@ def _log_tails(task: Any, result: WaitResult, tail_lines: int) -> None:
         if tail.get("lines"):
             task.log.warning("---- last %s lines of worker %s ----", len(tail["lines"]), tail["pod"])
             for line in tail["lines"]:
-                task.log.warning("%s", line)
+                task.log.warning("%s", escape(line))
+
+
+def _say_verdict(task: Any, succeeded: bool, text: str) -> None:
+    """The try's verdict as a line of its own, framed as the launcher attempt headers are (wait/logs.py), so the
+    eye finds where the run ended among the ranks' output: INFO on success, ERROR (the UIs colour it) on failure,
+    just before the exception's details (causes, log tails). Never inside a log group (wait/log_groups.py)."""
+    line = f"{VERDICT_FRAME} {escape(text)} {VERDICT_FRAME}"
+    (task.log.info if succeeded else task.log.error)("%s", line)
 
 
 def finish(
@@ -100,18 +110,19 @@ def finish(
     outcome, name, namespace = result.outcome, result.name, result.namespace
     if not outcome.succeeded:
         for line in result.warnings:
-            task.log.warning("Kubernetes event: %s", line)
+            task.log.warning("Kubernetes event: %s", escape(line))
         if outcome in EXPLAINED:
             _log_tails(task, result, worker_log_tail_lines)
     if name and owns_job and _should_delete(outcome, on_finish_action):
         task.log.info("Deleting MPIJob %s/%s (%s)", namespace, name, outcome)
         task.hook.delete_mpijob(name, namespace, uid=result.uid)
     if outcome.succeeded:
-        task.log.info("MPIJob %s/%s: %s", namespace, name, result.message)
+        _say_verdict(task, True, f"MPIJob {namespace}/{name}: {result.message}")
         return _xcom_result(result, api_version)
     message = _failure_text(outcome, f"MPIJob {namespace}/{name}", result.message)
     if result.launcher_exit_codes:  # what the MPI program itself said, attempt by attempt
         message += f"; launcher exit codes: {', '.join(map(str, result.launcher_exit_codes))}"
+    _say_verdict(task, False, message)
     if outcome in EXPLAINED:
         message = "\n".join([message, *explain(result.failure)])
     raise error_of(

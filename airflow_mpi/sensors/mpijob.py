@@ -13,6 +13,7 @@ from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.operators.finish_action import OnFinishAction
+from airflow_mpi.operators.links import LinkValues, extra_links, persist_links
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.version_compat import (
     AIRFLOW_VERSION,
@@ -37,6 +38,7 @@ class MPIJobSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("job_name", "namespace", "target_condition")
+    operator_extra_links = extra_links()  # the job, its launcher pod, its logs (operators/links.py)
 
     def __init__(
         self,
@@ -71,6 +73,7 @@ class MPIJobSensor(BaseSensorOperator):
         return self.hook.resolve_namespace(self.namespace)
 
     def execute(self, context: Any) -> Any:
+        persist_links(context, self.hook, LinkValues(self._namespace(), self.job_name), self.log)
         if not self.deferrable:
             return super().execute(context)
         if self.poke(context):  # never defer on a job already there: wait/deferral.py
@@ -123,6 +126,7 @@ class MPIJobSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
         result = WaitResult.from_event(event)
+        persist_links(context, self.hook, LinkValues.of_result(result, datetime.now(UTC)), self.log)
         if result.outcome.succeeded:
             assert result.namespace is not None, "a trigger's success names its job's namespace"
             self._attach_logs(result.namespace)

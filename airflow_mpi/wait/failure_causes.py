@@ -25,6 +25,7 @@ from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.jobspec.spec import CLEAN_ALL, CLEAN_RUNNING
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, TERMINAL_PHASES, WORKER, PodPhase
 from airflow_mpi.wait.contract import Cause
+from airflow_mpi.wait.log_groups import escape
 from airflow_mpi.wait.progress import EVICTED, PodSummary
 
 OOM_KILLED = "OOMKilled"
@@ -290,5 +291,5 @@ def explain(failure: dict | None, error_tail_lines: int = ERROR_TAIL_LINES) -> l
             lines.append(f"log of {where}: {tail['note']}")
         elif shown:
             lines.append(f"last {len(shown)} log lines of {where}:")
-            lines += [f"    {line}" for line in shown]
+            lines += [f"    {escape(line)}" for line in shown]  # the error is in the task log too
     return lines

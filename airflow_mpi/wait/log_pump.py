@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
 from airflow_mpi.hooks.protocols import PodLogReader
+from airflow_mpi.wait.log_groups import escape
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
 from airflow_mpi.wait.logs import LogCursor, LogPass, LogStream, attempt_header, format_stamp
 from airflow_mpi.wait.summaries import pod_summary
@@ -217,7 +218,9 @@ class LogPump:
                     "not following; lines printed in between, if any, are not in this log)"
                 )
             position = cast(list[int], self.logs.cursor.position(stream.key))  # set: a line was just printed
-            self.emit_marked(message, line_mark(stream.key, position))
+            self.emit_marked(
+                escape(message), line_mark(stream.key, position)
+            )  # no launcher line folds the log
 
     async def _container_state(self, stream: LogStream) -> str | None:
         """The state of ``stream``'s container as the pods last showed it; None once the pod is gone or the

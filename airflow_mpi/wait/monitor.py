@@ -28,6 +28,7 @@ from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, tr
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.wait.contract import DEFAULT_TAIL_LINES, Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.failure_report import FailureReport
+from airflow_mpi.wait.log_groups import escape
 from airflow_mpi.wait.log_pump import LogPump, LogState
 from airflow_mpi.wait.logs import LogStream, launcher_streams
 from airflow_mpi.wait.progress import EXPLAINED, Timeouts, Verdict, assess
@@ -301,7 +302,7 @@ class JobMonitor:
             obj, sub.workload(uid) if visible else None, utcnow(), visible=visible
         )
         for line in lines:
-            self.emit(line)
+            self.emit(escape(line))  # Kueue's condition messages: no log group marker from outside
         if self._log_pump is not None and self._log_pump.max_attempts and self.queue.evictions > evictions:
             self._log_pump.max_attempts += self.queue.evictions - evictions  # a re-admission starts it over
         return verdict

@@ -31,6 +31,11 @@ from airflowstack import AirflowStack, kube  # noqa: E402
 ARTIFACTS = REPO / ".artifacts" / "e2e"
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
 NAMESPACE = "airflow-e2e"
+# the extra links' templates (docs/links-and-logs.md) in kubernetes_default: test_ui.py follows them in the browser
+LINK_TEMPLATES = {
+    "airflow_mpi_job_url": "https://console.invalid/mpijob/{namespace}/{name}",
+    "airflow_mpi_pod_url": "https://console.invalid/pod/{namespace}/{pod}",
+}
 # one name per test session: a local cluster of the same name would be replaced (engineers share one machine)
 LOCAL_CLUSTER_NAME = f"e2e-{os.getpid()}"
 
@@ -75,6 +80,7 @@ def e2e_env(dags_folder, artifacts_dir):
     stack = AirflowStack(
         dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, service_kubeconfigs=roles
     )
+    stack.connection_extras = LINK_TEMPLATES  # read when the services start
     starting = kube.Starting(cluster)
     try:
         stack.start()

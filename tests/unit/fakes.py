@@ -332,6 +332,10 @@ class FakeSyncHook:
     launcher_lines: list = field(default_factory=list)  # launcher_log(): the newest launcher's whole log
     claims: dict = field(default_factory=dict)  # (namespace, name) -> the Lease (hooks/identity_claims.py)
     api_version: str = "kubeflow.org/v2beta1"
+    extras: dict = field(default_factory=dict)  # the connection's extras (the links' URL templates)
+
+    def connection_extras(self) -> dict:
+        return self.extras
 
     def _run(self, namespace, plan):
         """The claim requests (hooks/identity_claims.py: CustomObjectsApi calls on Leases) over ``claims``."""

@@ -43,6 +43,7 @@ SEND_NOTHING = {
     "configured_namespace",
     "resolve_namespace",
     "connection_settings",
+    "connection_extras",  # the links' URL templates: the connection, no API call
     "from_sync",
     "get_conn",
     "read_json",
