@@ -19,6 +19,7 @@ from airflow_mpi.jobspec.fields import (
     LAUNCH,
     PARAMETERS,
     REPLICA,
+    SCHEDULING,
     Field,
     manifest_path,
     parameters,
@@ -137,9 +138,9 @@ def templated_cell(row: Field) -> str:
     return f"yes ({row.templated})" if isinstance(row.templated, str) else "yes" if row.templated else "no"
 
 
-def parameter_table(named: dict[str, Field], required: tuple[str, ...] = ()) -> str:
+def parameter_table(named: dict[str, Field], required: tuple[str, ...] = (), first: str = "parameter") -> str:
     lines = [
-        "| parameter | type | default | templated | API | sets | what |",
+        f"| {first} | type | default | templated | API | sets | what |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in named.items():
@@ -174,7 +175,8 @@ def replica_table() -> str:
 
 def render_reference() -> str:
     """docs/parameters.md's text, from the rows as imported now."""
-    job_owned = {n: r for n, r in PARAMETERS.items() if r.owner not in (REPLICA, LAUNCH)}
+    job_owned = {n: r for n, r in PARAMETERS.items() if r.owner not in (REPLICA, LAUNCH, SCHEDULING)}
+    scheduling = {row.name: row for row in rows(SCHEDULING)}
     pods = {n: r for n, r in PARAMETERS.items() if r.owner == REPLICA}
     launch = {n: r for n, r in PARAMETERS.items() if r.owner == LAUNCH}
     horovod = {"program": PARAMETERS["program"], **parameters(HOROVOD_FIELDS)}
@@ -183,6 +185,10 @@ def render_reference() -> str:
         _HEADER,
         "## MPIJobOperator\n\n### The MPIJob\n",
         parameter_table(job_owned),
+        "### `scheduling_policy=`: the schedulingPolicy fields\n\nKeys of `scheduling_policy` (snake_case or "
+        "camelCase). The operators' signatures also take these names as\nparameters of their own, but only "
+        "`scheduling_policy`'s keys reach the manifest.\n",
+        parameter_table(scheduling, first="key"),
         "### The pods\n",
         parameter_table(pods),
         "### The launcher's command\n",

@@ -188,7 +188,7 @@ FIELDS: tuple[Field, ...] = (
     Field("backoff_limit", RUN_POLICY, int, (*_RP, "backoffLimit"), coerce=as_int, check=rules.integer(),
           doc="launcher attempts after the first; given, each Airflow retry runs a fresh job"),
     Field("scheduling_policy", RUN_POLICY, dict, _SP, nested=SCHEDULING,
-          doc="gang scheduling (Volcano, scheduler-plugins): a dict of the next rows, snake_case or camelCase keys"),
+          doc="gang scheduling (Volcano, scheduler-plugins): a dict of the fields below, snake_case or camelCase keys"),
     Field("min_available", SCHEDULING, int, (*_SP, "minAvailable"), coerce=as_int,
           doc="the gang's least number of pods (at most workers + 1)"),  # <= workers + 1: validation.py
     Field("queue", SCHEDULING, str, (*_SP, "queue"), check=rules.non_empty,
