@@ -1,11 +1,12 @@
-"""Writes what static tools read of the field table: operators/signatures.py and jobspec/spec_classes.py.
+"""Writes what static tools read of the field table, operators/signatures.py and jobspec/spec_classes.py, and
+what users read of it, docs/parameters.md (parameter_reference.py).
 
 At run time the operators take ``**kwargs`` and their ``__signature__`` comes from the rows
 (jobspec/fields.py, operators/task_params.py), and the spec classes are made from the rows too: mypy and
 IDEs can read neither. The written modules declare the same, for type checkers only: a base class per operator
 whose ``__init__`` lists every parameter with its type and default and whose attributes are annotated, and
 the spec dataclasses. tests/unit/operators/test_signatures.py fails when the checked-in modules and the rows
-disagree.
+disagree, tests/unit/test_parameter_reference.py when the reference does.
 
 Regenerate after changing a row: ``python -m airflow_mpi.signature_writer`` (``--check``: exit 1 if stale).
 """
@@ -216,13 +217,20 @@ def render_spec_classes() -> str:
 
 
 def rendered() -> dict[Path, str]:
-    """Each written module's text, by its path."""
-    return {SIGNATURES: render_signatures(), SPEC_CLASSES: render_spec_classes()}
+    """Each written file's text, by its path."""
+    # imported here: the reference spells types and defaults with this module's functions
+    from airflow_mpi import parameter_reference
+
+    return {
+        SIGNATURES: render_signatures(),
+        SPEC_CLASSES: render_spec_classes(),
+        **parameter_reference.rendered(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when a checked-in module is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a checked-in file is stale")
     args = parser.parse_args(argv)
     stale = 0
     for path, text in rendered().items():

@@ -104,7 +104,7 @@ with DAG(
         mpi_implementation="{{ params.mpi_implementation }}",
         deferrable="{{ params.deferrable }}",  # templated like every setting of how the task waits
         # nothing about SSH: the defaults follow the mpi-operator's image conventions (mpiuser runs mpirun, the
-        # workers its sshd) and start the launcher once every worker's sshd listens (see the README)
+        # workers its sshd) and start the launcher once every worker's sshd listens (docs/first-run.md)
         # CPU requests, no CPU limits (a throttled rank holds up every other rank); small enough that the default
         # 2 workers fit a 2-core machine beside the launcher. Quantities as strings that do not look like numbers:
         # templated fields render natively ("1" -> 1)

@@ -31,7 +31,7 @@ third: the quota, not the node, holds it back. **samples** per rank keep each jo
 8 s a rank on an idle core), long enough for the third job to find the first two still running.
 
 **queue_timeout** (seconds, 0: none) fails a task whose job waited longer than that in the queue.
-Once admitted, each job runs as `mpi_pi`'s does, once: its launcher waits for its workers (see the README,
+Once admitted, each job runs as `mpi_pi`'s does, once: its launcher waits for its workers (see docs/kueue.md,
 "Running under Kueue").
 
 **Needs** Kueue with a LocalQueue of that name in the connection's namespace (docker-compose.yaml's

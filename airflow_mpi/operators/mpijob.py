@@ -72,7 +72,7 @@ def template_fields_of(parameters: dict) -> tuple[str, ...]:
 
 
 class MPIJobOperator(_Base, MPIJobLineage):
-    """Run a Kubeflow MPIJob and wait for it; see the module docstring and the README's parameter table.
+    """Run a Kubeflow MPIJob and wait for it; see the module docstring and docs/parameters.md.
 
     The parameters (their types, defaults and rules) are the rows of jobspec/fields.py (the MPIJob's) and
     operators/task_params.py (how the task waits); ``None`` means "not given". ``program`` (instead of ``command``)

@@ -39,20 +39,32 @@ def _boolean(value: object) -> str | None:
 
 TASK_FIELDS: tuple[Field, ...] = (
     Field("kubernetes_conn_id", TASK, str, default="kubernetes_default",
-          check=lambda v: None if isinstance(v, str) and v else "must be a connection id"),
+          check=lambda v: None if isinstance(v, str) and v else "must be a connection id",
+          doc="the `kubernetes` connection to the cluster (docs/guide.md, Connection)"),
     Field("deferrable", TASK, bool, templated=True, coerce=as_bool, check=_boolean,
-          default=conf.getboolean("operators", "default_deferrable", fallback=False)),
-    Field("get_logs", TASK, bool, default=True, templated=True, coerce=as_bool, check=_boolean),
-    Field("poll_interval", TASK, float, default=10.0, templated=True, coerce=as_number, check=_seconds(False)),
+          default=conf.getboolean("operators", "default_deferrable", fallback=False),
+          doc="wait in the triggerer (`\"{{ params.deferrable }}\"`: the trigger form decides)"),
+    Field("get_logs", TASK, bool, default=True, templated=True, coerce=as_bool, check=_boolean,
+          doc="stream the launcher's log into the task log (`@task.mpi`, `@task.horovod`: always)"),
+    Field("poll_interval", TASK, float, default=10.0, templated=True, coerce=as_number, check=_seconds(False),
+          doc="seconds between watch renewals / fallback polls"),
     Field("startup_timeout", TASK, float | None, default=120.0, templated=True, coerce=as_number,
-          check=_seconds(True)),
+          check=_seconds(True),
+          doc="seconds (> 0, or `None`: no limit) for the job to get `Created`"),
     Field("schedule_timeout", TASK, float | None, default=300.0, templated=True, coerce=as_number,
-          check=_seconds(True)),
-    Field("queue_timeout", TASK, float | None, default=None, templated=True, coerce=as_number, check=_seconds(True)),
+          check=_seconds(True),
+          doc="seconds (> 0, or `None`) a pod may stay unscheduled or unable to pull its image"),
+    Field("queue_timeout", TASK, float | None, default=None, templated=True, coerce=as_number, check=_seconds(True),
+          doc="seconds (> 0) the job may wait in a Kueue queue at a stretch before the task fails and the job is "
+              "deleted"),
     Field("on_finish_action", TASK, str, default=OnFinishAction.DELETE_SUCCEEDED.value, templated=True,
-          coerce=as_on_finish_action, check=one_of(ACCEPTED)),
+          coerce=as_on_finish_action, check=one_of(ACCEPTED),
+          doc="`keep`, `delete_succeeded`, `delete` (cncf.kubernetes' `keep_pod`, `delete_succeeded_pod`, "
+              "`delete_pod` mean the same)"),
     Field("worker_log_tail_lines", TASK, int, default=20, templated=True, coerce=as_number,
-          check=lambda v: None if isinstance(v, int) and type(v) is not bool and v >= 0 else "must be an integer >= 0"),
+          check=lambda v: None if isinstance(v, int) and type(v) is not bool and v >= 0 else "must be an integer >= 0",
+          doc="on failure, the last lines of each failed pod's log (read before the clean-up deletes it): the error "
+              "quotes up to 10 of them, the task log gets them all; 0: none"),
 )  # fmt: skip
 TASK_PARAMETERS = parameters(TASK_FIELDS)
 

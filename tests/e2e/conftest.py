@@ -96,7 +96,7 @@ def e2e_env(dags_folder, artifacts_dir):
 
 
 def role_kubeconfigs(artifacts_dir: Path) -> dict[str, Path]:
-    """Each service's kubeconfig, as the README grants the roles of deploy/rbac.yaml: the API server as the
+    """Each service's kubeconfig, as docs/security.md grants the roles of deploy/rbac.yaml: the API server as the
     sweeper (its orphan listener), the triggerer and the scheduler, whose LocalExecutor task processes are its
     children, as the workers' role (a superset of the sweeper's, so the scheduler's own sweeps run with it)."""
     folder = artifacts_dir / "kubeconfigs"

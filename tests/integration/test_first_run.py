@@ -1,4 +1,4 @@
-"""A user's first run, on the real node: upstream's own example manifests and the README's parameters-only job
+"""A user's first run, on the real node: upstream's own example manifests and docs/first-run.md's parameters-only job
 succeed with nothing but the operator's defaults, and runs never collide.
 
 The images are not upstream's, nor built from its Dockerfiles: they are this project's look-alikes

@@ -78,8 +78,8 @@ def ti_id(key: TaskKey, try_number: int) -> str:
 
 @pytest.fixture
 def sweeper_conn(k8s, kubeconfig, namespace, monkeypatch, tmp_path) -> str:
-    """``kubernetes_default`` as a service account bound only to the sweeper role, as the README grants it to the
-    scheduler and the API server."""
+    """``kubernetes_default`` as a service account bound only to the sweeper role, as docs/security.md grants it to
+    the scheduler and the API server."""
     role = apply_role(k8s, shipped_role(SWEEPER_ROLE))
     config = bound_service_account_kubeconfig(
         k8s, kubeconfig, namespace, role, tmp_path / "sweeper", service_account="airflow-mpi-sweeper-test"
