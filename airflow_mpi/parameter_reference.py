@@ -186,8 +186,8 @@ def render_reference() -> str:
         "## MPIJobOperator\n\n### The MPIJob\n",
         parameter_table(job_owned),
         "### `scheduling_policy=`: the schedulingPolicy fields\n\nKeys of `scheduling_policy` (snake_case or "
-        "camelCase). The operators' signatures also take these names as\nparameters of their own, but only "
-        "`scheduling_policy`'s keys reach the manifest.\n",
+        "camelCase), not parameters of their own: a top-level `queue`\nis Airflow's executor queue, and Airflow "
+        "refuses the other names as invalid arguments.\n",
         parameter_table(scheduling, first="key"),
         "### The pods\n",
         parameter_table(pods),

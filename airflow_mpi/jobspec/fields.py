@@ -189,16 +189,18 @@ FIELDS: tuple[Field, ...] = (
           doc="launcher attempts after the first; given, each Airflow retry runs a fresh job"),
     Field("scheduling_policy", RUN_POLICY, dict, _SP, nested=SCHEDULING,
           doc="gang scheduling (Volcano, scheduler-plugins): a dict of the fields below, snake_case or camelCase keys"),
-    Field("min_available", SCHEDULING, int, (*_SP, "minAvailable"), coerce=as_int,
+    # scheduling_policy's keys, not parameters of their own: a top-level ``queue`` is Airflow's (BaseOperator's
+    # executor queue), and another top-level name is refused by Airflow as an invalid argument
+    Field("min_available", SCHEDULING, int, (*_SP, "minAvailable"), param=False, coerce=as_int,
           doc="the gang's least number of pods (at most workers + 1)"),  # <= workers + 1: validation.py
-    Field("queue", SCHEDULING, str, (*_SP, "queue"), check=rules.non_empty,
+    Field("queue", SCHEDULING, str, (*_SP, "queue"), param=False, check=rules.non_empty,
           doc="the gang scheduler's queue"),
-    Field("min_resources", SCHEDULING, dict, (*_SP, "minResources"),
+    Field("min_resources", SCHEDULING, dict, (*_SP, "minResources"), param=False,
           doc="the gang's least resources"),
-    Field("priority_class", SCHEDULING, str, (*_SP, "priorityClass"), check=rules.dns1123_subdomain,
+    Field("priority_class", SCHEDULING, str, (*_SP, "priorityClass"), param=False, check=rules.dns1123_subdomain,
           doc="a Kubernetes PriorityClass for gang schedulers; Kueue takes the workload's priority from it too when "
               "`workload_priority_class` is not set"),
-    Field("schedule_timeout_seconds", SCHEDULING, int, (*_SP, "scheduleTimeoutSeconds"), coerce=as_int,
+    Field("schedule_timeout_seconds", SCHEDULING, int, (*_SP, "scheduleTimeoutSeconds"), param=False, coerce=as_int,
           check=rules.integer(),
           doc="seconds the gang scheduler may take to schedule the gang"),
     Field("suspend", RUN_POLICY, bool, (*_RP, "suspend"), coerce=as_bool, check=rules.boolean,

@@ -50,11 +50,6 @@ if TYPE_CHECKING:
         active_deadline_seconds: int | str | None
         backoff_limit: int | str | None
         scheduling_policy: dict | None
-        min_available: int | str | None
-        queue: str | None  # type: ignore[assignment]  # BaseOperator.queue (the executor's queue) is a str
-        min_resources: dict | None
-        priority_class: str | None
-        schedule_timeout_seconds: int | str | None
         suspend: bool | str | None
         managed_by: str | None
         launcher: dict | None
@@ -113,11 +108,6 @@ if TYPE_CHECKING:
             active_deadline_seconds: int | str | None = None,
             backoff_limit: int | str | None = None,
             scheduling_policy: dict | None = None,
-            min_available: int | str | None = None,
-            queue: str | None = None,
-            min_resources: dict | None = None,
-            priority_class: str | None = None,
-            schedule_timeout_seconds: int | str | None = None,
             suspend: bool | str | None = None,
             managed_by: str | None = None,
             launcher: dict | None = None,
@@ -199,11 +189,6 @@ if TYPE_CHECKING:
             active_deadline_seconds: int | str | None = None,
             backoff_limit: int | str | None = None,
             scheduling_policy: dict | None = None,
-            min_available: int | str | None = None,
-            queue: str | None = None,
-            min_resources: dict | None = None,
-            priority_class: str | None = None,
-            schedule_timeout_seconds: int | str | None = None,
             suspend: bool | str | None = None,
             managed_by: str | None = None,
             launcher: dict | None = None,

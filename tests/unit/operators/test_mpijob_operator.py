@@ -827,3 +827,20 @@ def test_the_job_is_recorded_before_it_is_created():
         op.execute({"ti": ti})
     name = op.build_manifest({"ti": ti})["metadata"]["name"]
     assert [(k, v["name"], v["namespace"]) for k, v in pushed] == [("airflow_mpi_job", name, "ns")]
+
+
+def test_a_top_level_queue_is_airflows_executor_queue_and_the_gang_queue_a_scheduling_policy_key():
+    op = make(queue="gpu-workers", scheduling_policy={"queue": "research", "minAvailable": 3})
+    assert op.queue == "gpu-workers"  # BaseOperator's: the executor queue the task runs on
+    run_policy = op.build_manifest(context())["spec"]["runPolicy"]
+    assert run_policy["schedulingPolicy"] == {"queue": "research", "minAvailable": 3}
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("min_available", 2), ("priority_class", "high"), ("min_resources", {"cpu": "4"}), ("schedule_timeout_seconds", 60)],
+)
+def test_gang_scheduling_fields_outside_scheduling_policy_are_refused_naming_them(name, value):
+    """Accepted and dropped before: the field reaches the manifest only as a key of ``scheduling_policy``."""
+    with pytest.raises((AirflowException, TypeError), match=name):
+        make(**{name: value})
