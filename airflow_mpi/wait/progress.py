@@ -107,11 +107,19 @@ def _stuck_pod(pod: PodSummary, now: datetime, timeouts: Timeouts) -> str | None
 
 
 def _failed_before_launch(pods: list[PodSummary]) -> str | None:
-    """Why a worker failed while there is no launcher yet (see the module docstring), or None."""
+    """Why a worker failed while there is no launcher yet (see the module docstring), or None.
+
+    A worker being deleted is not one: a suspended or preempted job's pods are deleted, and the kubelet kills their
+    containers and reports them Failed on their way out (a Kueue preemption in CI was read as a crashed worker)."""
     if any(p.role == LAUNCHER for p in pods):
         return None
     for pod in pods:
-        if pod.role == WORKER and pod.phase == PodPhase.FAILED and pod.pod_reason != EVICTED:
+        if (
+            pod.role == WORKER
+            and pod.phase == PodPhase.FAILED
+            and pod.pod_reason != EVICTED
+            and not pod.deleting
+        ):
             how = ", ".join(
                 str(part)
                 for part in (

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators import HorovodJobOperator
-from localcluster.node_container import HOROVOD_IMAGE, build_mpi_images
+from localcluster.node_container import HOROVOD_IMAGE, await_image
 from tests.integration.test_operator import record  # noqa: F401
 from tests.integration.test_real_mpi import launcher_pods, pod_log, real_job
 from tests.integration.test_task_mpi import decorated, run
@@ -30,8 +30,9 @@ EPOCH_LINE = re.compile(TAG + r"epoch (\d+): loss \S+ accuracy \S+ over (\d+) ra
 
 @pytest.fixture(scope="module")
 def horovod(real_node) -> dict:
-    """images/mpi's horovod image in the real node's containerd, and the mpi-operator's conventions for it."""
-    real_node.load_images(build_mpi_images(["horovod"]))
+    """images/mpi's horovod image in the real node's containerd (loaded in the session's background: conftest's
+    BACKGROUND_IMAGES), and the mpi-operator's conventions for it."""
+    await_image(HOROVOD_IMAGE)
     return {**real_job("openmpi"), "image": HOROVOD_IMAGE}
 
 

@@ -26,6 +26,17 @@ FAILED_WORKER = pod(
     reason="Error",
     container="worker",
 )
+# the same worker deleted (the kubelet kills a deleted pod's containers, exit 137, and reports it Failed)
+DELETED_WORKER = pod(
+    "job-worker-1",
+    role="worker",
+    phase="Failed",
+    state="terminated",
+    exit_code=137,
+    reason="Error",
+    container="worker",
+    deletion=NOW,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -247,8 +258,9 @@ async def test_a_worker_failed_before_the_launch_ends_the_wait_naming_it_and_its
         [
             pod("job-worker-1", role="worker", phase="Failed", pod_reason="Evicted")
         ],  # the mpi-operator fails the job
+        [DELETED_WORKER],  # killed on its way out: its job was suspended or preempted (Kueue)
     ],
-    ids=["launcher-started", "evicted"],
+    ids=["launcher-started", "evicted", "deleted"],
 )
 def test_a_failed_worker_is_left_to_the_mpi_operator_once_it_acts_on_it(pods):
     state = job_state(job("job", "ns", ("Created", "x")))
