@@ -838,7 +838,12 @@ def test_a_top_level_queue_is_airflows_executor_queue_and_the_gang_queue_a_sched
 
 @pytest.mark.parametrize(
     "name, value",
-    [("min_available", 2), ("priority_class", "high"), ("min_resources", {"cpu": "4"}), ("schedule_timeout_seconds", 60)],
+    [
+        ("min_available", 2),
+        ("priority_class", "high"),
+        ("min_resources", {"cpu": "4"}),
+        ("schedule_timeout_seconds", 60),
+    ],
 )
 def test_gang_scheduling_fields_outside_scheduling_policy_are_refused_naming_them(name, value):
     """Accepted and dropped before: the field reaches the manifest only as a key of ``scheduling_policy``."""
