@@ -191,16 +191,21 @@ class LocalCluster(ControlPlane):
         chosen = _controllers.select(
             [*([MPI_OPERATOR] if api_version == API_V2BETA1 else []), *controllers], api_version
         )
+        t0 = time.monotonic()
         for name in reversed(self.controllers):
             self.controller(name).stop()
         api = self.api_client()
         _objects.delete_mpijob_crd(api, timeout)
         _objects.install_mpijob_crd(api, api_version, self.bin_dir(), timeout)
+        self.info(f"MPIJob CRD replaced by kubeflow.org/{api_version}'s ({time.monotonic() - t0:.1f}s)")
         self.api_version, self.controllers = api_version, chosen
         self.write_state(api_version=api_version, controllers=list(chosen))
         self._prepare_controllers(timeout, crd_replaced=True)
         self._start_controllers()
-        self.info(f"serves kubeflow.org/{api_version} MPIJobs now ({', '.join(chosen) or 'no controller'})")
+        self.info(
+            f"serves kubeflow.org/{api_version} MPIJobs now ({', '.join(chosen) or 'no controller'}; "
+            f"{time.monotonic() - t0:.1f}s)"
+        )
 
     def _prepare_controllers(self, timeout: float, crd_replaced: bool = False) -> None:
         """What the chosen controllers need before they start (CRDs, certificates)."""

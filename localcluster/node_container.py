@@ -264,14 +264,17 @@ class NodeCluster(ClusterPaths):
         container): same node, same images; every MPIJob of the old API is deleted."""
         from .serve import CLUSTER_NAME
 
-        docker(
+        t0 = time.monotonic()
+        res = docker(
             "exec", self.container, "python3", "-m", "localcluster", "switch-api", "--name", CLUSTER_NAME,
             f"--api-version={api_version}", *(f"--controller={name}" for name in controllers),
         )  # fmt: skip
+        for line in res.stderr.splitlines():
+            _log(f"{self.name}: {line}")
         self.api_version, self.controllers = api_version, tuple(controllers)
         state = self.state_dir / "state.json"
         state.write_text(json.dumps({**json.loads(state.read_text()), "api_version": api_version}))
-        _log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now")
+        _log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now ({time.monotonic() - t0:.1f}s)")
 
     def _await_ready(self, timeout: float) -> None:
         """Follow the container's output until serve reports ready (or the container ends)."""

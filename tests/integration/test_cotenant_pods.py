@@ -187,8 +187,11 @@ def test_a_cotenants_failed_pod_with_a_workers_labels_before_the_launcher_neithe
     assert waiting.is_alive(), (
         f"the wait ended on a pod that is not the job's: {event.get('status')}: {event}"
     )
+    # the wait may note the foreign pod before the mpi-operator created the held worker (a loaded CI run: 404)
+    worker = f"{job_name}-worker-0"
+    watch_pods(k8s, namespace, f"training.kubeflow.org/job-name={job_name}", lambda found: worker in found)
     client.CoreV1Api(k8s).patch_namespaced_pod(
-        f"{job_name}-worker-0", namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]
+        worker, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]
     )
     waiting.join(120)
     assert event.get("status") == "success", event
