@@ -17,26 +17,19 @@ from airflow_mpi.wait.summaries import pod_summary as summary
 from tests.unit.fakes import FakeAsyncHook, job, pod
 
 NOW = datetime.now(UTC)
-FAILED_WORKER = pod(
-    "job-worker-1",
-    role="worker",
-    phase="Failed",
-    state="terminated",
-    exit_code=1,
-    reason="Error",
-    container="worker",
-)
+
+
+def failed_worker(**changes):
+    """Worker 1, its container terminated with an error (``changes`` override the pod's fields)."""
+    fields = dict(
+        role="worker", phase="Failed", state="terminated", exit_code=1, reason="Error", container="worker"
+    )
+    return pod("job-worker-1", **{**fields, **changes})
+
+
+FAILED_WORKER = failed_worker()
 # the same worker deleted (the kubelet kills a deleted pod's containers, exit 137, and reports it Failed)
-DELETED_WORKER = pod(
-    "job-worker-1",
-    role="worker",
-    phase="Failed",
-    state="terminated",
-    exit_code=137,
-    reason="Error",
-    container="worker",
-    deletion=NOW,
-)
+DELETED_WORKER = failed_worker(exit_code=137, deletion=NOW)
 
 
 @pytest.fixture(autouse=True)
