@@ -47,6 +47,13 @@ __all__ = [
 ]
 
 
+def _chosen(api_version: str, run_operator: bool | None, controllers: Sequence[str]) -> tuple[str, ...]:
+    """The controllers a cluster of ``api_version`` runs: the mpi-operator (by default for v2beta1) and
+    ``controllers``, checked against the registry and the API."""
+    run_operator = (api_version == API_V2BETA1) if run_operator is None else run_operator
+    return _controllers.select([*([MPI_OPERATOR] if run_operator else []), *controllers], api_version)
+
+
 class LocalCluster(ControlPlane):
     """One local cluster: a control plane, simulated nodes and the controllers named in ``controllers``.
 
@@ -83,9 +90,9 @@ class LocalCluster(ControlPlane):
         )
         self.api_version = api_version
         self.nodes = nodes
-        run_operator = (api_version == API_V2BETA1) if run_operator is None else run_operator
-        wanted = [*([MPI_OPERATOR] if run_operator else []), *([KUEUE] if kueue else []), *controllers]
-        self.controllers: tuple[str, ...] = _controllers.select(wanted, api_version)
+        self.controllers: tuple[str, ...] = _chosen(
+            api_version, run_operator, [*([KUEUE] if kueue else []), *controllers]
+        )
         self._controllers: dict[str, Controller] = {}
 
     @property
@@ -188,9 +195,7 @@ class LocalCluster(ControlPlane):
         """Serve the other MPIJob API from now on, on the same control plane and nodes (and so the images a real
         node holds): stop the controllers, replace the MPIJob CRD (every MPIJob goes with it), then prepare and
         start the controllers ``controllers`` (and the mpi-operator for v2beta1), as a start would."""
-        chosen = _controllers.select(
-            [*([MPI_OPERATOR] if api_version == API_V2BETA1 else []), *controllers], api_version
-        )
+        chosen = _chosen(api_version, None, controllers)
         t0 = time.monotonic()
         for name in reversed(self.controllers):
             self.controller(name).stop()

@@ -26,17 +26,24 @@ KWOK_CRDS = ("Stage", "Logs", "ClusterLogs")
 MPIJOB_CRD = "mpijobs.kubeflow.org"  # the CRD's name in both APIs
 
 
-def crd_established(ext: Any, name: str) -> bool:
-    """The CRD ``name`` exists and is Established (``ext``: an ApiextensionsV1Api)."""
+def _read_crd(ext: Any, name: str) -> Any:
+    """The CRD ``name``, or None when there is none (``ext``: an ApiextensionsV1Api)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        crd = ext.read_custom_resource_definition(name)
+        return ext.read_custom_resource_definition(name)
     except ApiException as exc:
         if exc.status == 404:
-            return False
+            return None
         raise
-    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+
+def crd_established(ext: Any, name: str) -> bool:
+    """The CRD ``name`` exists and is Established (``ext``: an ApiextensionsV1Api)."""
+    crd = _read_crd(ext, name)
+    return crd is not None and any(
+        c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])
+    )
 
 
 def install_crds(api: Any, crds: Iterable[dict], timeout: float, what: str) -> None:
@@ -74,21 +81,10 @@ def delete_mpijob_crd(api: Any, timeout: float) -> None:
     """Delete the MPIJob CRD, and with it every MPIJob (their pods and Jobs then go to the garbage collector);
     returns once the API has removed it, so that the other API's CRD of the same name can be created."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     ext = client.ApiextensionsV1Api(api)
-
-    def gone() -> bool:
-        try:
-            ext.read_custom_resource_definition(MPIJOB_CRD)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
     ext.delete_custom_resource_definition(MPIJOB_CRD)
-    wait_until(gone, timeout, f"CRD {MPIJOB_CRD} deleted")
+    wait_until(lambda: _read_crd(ext, MPIJOB_CRD) is None, timeout, f"CRD {MPIJOB_CRD} deleted")
 
 
 def node_manifest(name: str) -> dict:
