@@ -329,13 +329,17 @@ class ControlPlane(ClusterState):
         self.record_components()
 
     def restart_apiserver(
-        self, timeout: float = 120, down_hook: Callable[[], None] | None = None, grace: float = 20
+        self, timeout: float = 120, down_hook: Callable[[], None] | None = None, grace: float = 5
     ) -> None:
         """Stop kube-apiserver (SIGTERM, like a control-plane restart), then start it again on the same port.
 
         ``down_hook`` (optional callable) runs while the API server is down.  Returns once /readyz is ok
         again. ``grace``: seconds the graceful shutdown may take before SIGKILL (0: kill it at once, like a
-        crash, when the test needs the API server gone and not how it says goodbye to its clients).
+        crash, when the test needs the API server gone and not how it says goodbye to its clients). A SIGTERM
+        closes the listener at once and ends watches within 2 s; a following log stream then keeps the old
+        process alive until its 60 s request drain, which took every restart to the SIGKILL (20 s before):
+        5 s covers the goodbye to watches, and every second longer lengthens the outage that the controllers'
+        backoffs (the mpi-operator's lease, the Job controller's retries) then add to.
         """
         self.info("restarting kube-apiserver")
         t0 = time.monotonic()

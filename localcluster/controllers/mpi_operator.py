@@ -1,7 +1,8 @@
 """The mpi-operator v0.8.2 (``kubeflow.org/v2beta1``), its upstream controller as a local process.
 
 ``--kubeConfig=<cluster kubeconfig> --namespace= (all namespaces) --lock-namespace=mpi-operator
---threadiness=4 --kube-api-qps=50 --kube-api-burst=100 --monitoring-port=0 --health-check-port=<free port>``.
+--threadiness=4 --kube-api-qps=50 --kube-api-burst=100 --controller-queue-rate-limit=50 --controller-queue-burst=500
+--monitoring-port=0 --health-check-port=<free port>``.
 It always runs leader election (no flag turns it off; lease ``mpi-operator/mpi-operator``) and exits when it
 loses the lease (API server unreachable for more than its 5 s renew deadline): the restart loop brings it
 back, and it is ready once the process running now holds the lease.
@@ -41,6 +42,10 @@ class MpiOperator(Controller):
             "--threadiness=4",
             "--kube-api-qps=50",
             "--kube-api-burst=100",
+            # one operator serves every test namespace of a session: upstream's event-queue bucket (10/s, burst
+            # 100) makes a test with a hundred jobs delay the next tests' first syncs by 40 s
+            "--controller-queue-rate-limit=50",
+            "--controller-queue-burst=500",
             "--monitoring-port=0",
             # upstream hard-codes :8080; our build makes it configurable so clusters can run side by side
             f"--health-check-port={free_loopback_port()}",
