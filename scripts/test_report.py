@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ET
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +25,8 @@ TARGETS = {"cold": 40, "partly cold": 25, "warm": 15}
 GO_BINARIES = "Go binaries"
 # pytest runs whose tests run real containers (the real node's ranks, the compose stack)
 REAL_CONTAINER_RUNS = ("real-node", "compose")
+# the unit suite's pytest runs, one per Airflow version (3.3.2, 2.11, 3.4.0b2: scripts/bootstrap's virtualenvs)
+UNIT_RUNS = ("unit", "af2-unit", "af34-unit")
 
 
 def phases(path: Path) -> list[tuple[str, int]]:
@@ -96,12 +98,12 @@ def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout) -> None:
         for run, cases in runs.items():
             say(f"  run {run}: {counts(cases)}")
         distinct = {test for cases in runs.values() for test, _ in cases}
-        twice = {t for t, _ in runs.get("af2-unit", [])} & {
-            t for r, c in runs.items() if r != "af2-unit" for t, _ in c
-        }
+        runs_of = Counter(t for r in UNIT_RUNS for t in {t for t, _ in runs.get(r, [])})
+        on_several = [t for t, n in runs_of.items() if n > 1]
         real = {t for r in REAL_CONTAINER_RUNS for t, o in runs.get(r, []) if o != "skipped"}
         say(
-            f"  {len(distinct)} distinct tests; {len(twice)} of them are the unit tests run on Airflow 2.11 and 3; "
+            f"  {len(distinct)} distinct tests; {len(on_several)} of them are unit tests run on more than one "
+            f"Airflow version (runs {', '.join(UNIT_RUNS)}); "
             f"{len(real)} ran real containers (runs {', '.join(REAL_CONTAINER_RUNS)})"
         )
     kind, now = kind_of(built)

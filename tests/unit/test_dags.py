@@ -171,6 +171,7 @@ def _rendered_manifest(dag, task_id: str, conf: dict, namespace="ns", xcom=None)
         run_id=RUN_ID,
         map_index=-1,
         try_number=1,
+        task=task,  # Airflow 3.4's XComArg.resolve asks whether the reader is in the producer's loop
         xcom_pull=lambda *a, **k: xcom,
         get_relevant_upstream_map_indexes=lambda *a, **k: None,
     )  # upstream XComs

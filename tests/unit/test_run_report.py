@@ -60,6 +60,7 @@ def test_the_report_says_the_time_against_the_target_of_the_runs_kind_and_what_t
     for run, cases in {
         "unit": [("t1", ""), ("t2", "<skipped/>")],
         "af2-unit": [("t1", ""), ("t2", "<failure/>")],
+        "af34-unit": [("t1", ""), ("t3", "")],  # t3: a unit test on one Airflow version only
         "real-node": [("r1", ""), ("r2", "<skipped/>")],
     }.items():
         body = "".join(case.format(name, child) for name, child in cases)
@@ -69,8 +70,8 @@ def test_the_report_says_the_time_against_the_target_of_the_runs_kind_and_what_t
     text = out.getvalue()
     assert "run af2-unit: 1 passed, 1 failed" in text
     assert (
-        "4 distinct tests; 2 of them are the unit tests run on Airflow 2.11 and 3; 1 ran real containers"
-        in text
+        "5 distinct tests; 2 of them are unit tests run on more than one Airflow version "
+        "(runs unit, af2-unit, af34-unit); 1 ran real containers" in text
     )
     assert "== this run was partly cold: built now: image a ==" in text
     assert "1,560 s (26.0 min): OVER the target of 25 min by 1.0 min" in text

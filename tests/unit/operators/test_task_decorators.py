@@ -179,6 +179,7 @@ def test_launcher_runs_the_function_source_with_the_rendered_upstream_argument_o
         run_id=RUN_ID,
         map_index=-1,
         try_number=1,
+        task=op,  # Airflow 3.4's XComArg.resolve asks whether the reader is in the producer's loop
         xcom_pull=lambda *a, **k: pulls.append(k) or [1, 2],
         get_relevant_upstream_map_indexes=lambda *a, **k: None,
     )
