@@ -11,7 +11,9 @@ with the same pins is a no-op.
 
 Add-ons (``ADDONS``: Kueue, the training-operator) are built only when a cluster asks for them, each into
 ``bin/<name>-<key>`` with a key of its own (its module, tools and data), so that adding or re-pinning one never
-invalidates the main build.
+invalidates the main build. What is built (tools, add-ons, data files) is listed in localcluster/build_recipes.py.
+A build prints one line when it starts and one when it ends; ``go build``'s own output goes to a log file
+(localcluster/build_log.py).
 """
 
 from __future__ import annotations
@@ -26,117 +28,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import build_ledger
+from . import build_ledger, build_log
+from .build_recipes import ADDONS, CRDS, NODE_STAGES, PINNED_MODULES, TOOLS, Addon, Tool
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 LDFLAGS = "-s -w"
 BUILD_FLAGS = ("-trimpath",)
 _COMPLETE = ".complete.json"
 RECIPE = 2  # bump when the way binaries are built changes (e.g. the -X version stamps)
-
-
-@dataclass(frozen=True)
-class Tool:
-    binary: str
-    module: str  # directory under localcluster/go
-    package: str
-
-
-TOOLS: tuple[Tool, ...] = (
-    Tool("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
-    Tool("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver"),
-    Tool("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"),
-    Tool("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"),
-    # kwokctl runs `kubectl get --raw /version` to see that the cluster is served; handy for humans too.
-    Tool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
-    # the real node (images/kube): kubelet from the same release as the control plane, CoreDNS with only the
-    # plugins cluster DNS needs (our main, see go/coredns/main.go), and the pod sandbox process (go/pause)
-    Tool("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet"),
-    Tool("coredns", "coredns", "airflow-mpi.localcluster/coredns"),
-    Tool("pause", "pause", "airflow-mpi.localcluster/pause"),
-    Tool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
-    Tool("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
-    # our 30-line main around the unmodified upstream app package (adds --health-check-port; see main.go)
-    Tool("mpi-operator", "mpi-operator", "airflow-mpi.localcluster/mpi-operator"),
-)
-
-# CRDs read from module sources (after `go mod download`), copied next to the binaries.
-CRDS: dict[str, tuple[str, str, str]] = {
-    # name: (module dir, module path, path inside the module)
-    "mpijobs-v2beta1.yaml": (
-        "mpi-operator",
-        "github.com/kubeflow/mpi-operator",
-        "manifests/base/kubeflow.org_mpijobs.yaml",
-    ),
-    "mpijobs-v1.yaml": (
-        "training-operator",
-        "github.com/kubeflow/training-operator",
-        "manifests/base/crds/kubeflow.org_mpijobs.yaml",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Addon:
-    """Tools built on demand into their own cache directory, plus data files read from their module."""
-
-    name: str
-    tools: tuple[Tool, ...]
-    # dest name -> (module dir, module path, file or directory inside the module)
-    data: tuple[tuple[str, tuple[str, str, str]], ...]
-
-
-KUEUE = Addon(
-    "kueue",
-    (Tool("kueue", "kueue", "sigs.k8s.io/kueue/cmd/kueue"),),
-    (
-        # CRDs (bases/) and the patches that turn on their conversion webhook (kustomization.yaml lists them)
-        ("crd", ("kueue", "sigs.k8s.io/kueue", "config/components/crd")),
-        (
-            "webhook-manifests.yaml",
-            ("kueue", "sigs.k8s.io/kueue", "config/components/webhook/manifests.yaml"),
-        ),
-    ),
-)
-# the kubeflow.org/v1 MPIJob controller (unmodified `cmd/training-operator.v1`, run with --enable-scheme=mpijob): the
-# v1 MPIJob CRD is part of the main build (CRDS); its validating webhook configuration (cert-controller injects its CA
-# there) is read from the module.  MPIJob itself has no webhook in v1.9.4 (pkg/webhooks: `scaffold`).
-TRAINING_OPERATOR = Addon(
-    "training-operator",
-    (
-        Tool(
-            "training-operator",
-            "training-operator",
-            "github.com/kubeflow/training-operator/cmd/training-operator.v1",
-        ),
-    ),
-    (
-        (
-            "webhook-manifests.yaml",
-            (
-                "training-operator",
-                "github.com/kubeflow/training-operator",
-                "manifests/base/webhook/manifests.yaml",
-            ),
-        ),
-    ),
-)
-ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE, TRAINING_OPERATOR)}
 _ADDON_MODULES = frozenset(t.module for a in ADDONS.values() for t in a.tools)
-
-# kwok's own node stages (node-initialize, heartbeat with lease), read from the kwok module like the CRDs.
-# (Data files: copied into the bin dir when missing; not part of the build key.)
-NODE_STAGES: dict[str, tuple[str, str, str]] = {
-    "node-initialize.yaml": ("kwok", "sigs.k8s.io/kwok", "kustomize/stage/node/fast/node-initialize.yaml"),
-    "node-heartbeat-with-lease.yaml": (
-        "kwok",
-        "sigs.k8s.io/kwok",
-        "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    ),
-}
 
 
 def cache_root() -> Path:
@@ -165,17 +67,6 @@ def modules(addons: bool = True) -> list[str]:
     """Our Go module directories (``addons=False``: those of the main build only)."""
     found = sorted(p.name for p in GO_DIR.iterdir() if (p / "go.mod").is_file())
     return found if addons else [m for m in found if m not in _ADDON_MODULES]
-
-
-PINNED_MODULES = (
-    "k8s.io/kubernetes",
-    "go.etcd.io/etcd/server/v3",
-    "sigs.k8s.io/kwok",
-    "github.com/kubeflow/mpi-operator",
-    "github.com/kubeflow/training-operator",
-    "github.com/coredns/coredns",
-    "sigs.k8s.io/kueue",
-)
 
 
 def pinned_versions(mods: list[str] | None = None) -> dict[str, str]:
@@ -336,43 +227,69 @@ def build(force: bool = False, verbose: bool = True) -> Path:
         "Go binaries (Kubernetes, etcd, kwok, mpi-operator, CoreDNS)",
         final,
         cached,
-        lambda: _build_locked(go, key, final, verbose),
-        f"building {key} (cold builds take tens of minutes on 2 cores) ..." if verbose else None,
+        lambda log: _build_locked(go, key, final, log),
+        log=build_log.log_path(cache_root(), "binaries"),
+        cold="cold builds take tens of minutes on 2 cores",
+        verbose=verbose,
     )
 
 
 def _build_once(
-    what: str, final: Path, cached: Callable[[], bool], build: Callable[[], Path], message: str | None
+    what: str,
+    final: Path,
+    cached: Callable[[], bool],
+    build: Callable[[Path], object],
+    *,
+    log: Path,
+    cold: str,
+    verbose: bool = True,
 ) -> Path:
-    """``final`` if ``cached()``, else ``build()`` under the cache's lock: parallel test sessions wait for, then
-    reuse, the first one's build (noted as cached, with the time it waited)."""
+    """``final`` if ``cached()``, else ``build(log)`` under the cache's lock: parallel test sessions wait for, then
+    reuse, the first one's build (noted as cached, with the time it waited).
+
+    On the terminal (``verbose``): a line when the build starts (what, how long a cold one takes, the log that gets
+    its whole output: ``localcluster.build_log``) and one when it ends or is found built (the build ledger's: what,
+    built now or cached, seconds); a failure prints the log's tail whatever ``verbose`` says."""
     with build_ledger.timed(what) as entry:
-        if cached():
-            return final
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with open(final.parent / ".build.lock", "w") as lock:
-            if message:
-                _log(message)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if cached():
-                return final
-            entry.built = True
-            return build()
+        if not cached():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with open(final.parent / ".build.lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if verbose:
+                        _log(f"{what}: waiting for another process's build in {final.parent}")
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                if not cached():
+                    if verbose:
+                        _log(f"building {what} ({cold}); full output: {log}")
+                    entry.built = True
+                    build(build_log.begin(log, f"{what}: build into {final}"))
+    if verbose:
+        seconds = (build_info(final).get("seconds") or {}) if entry.built else {}
+        parts = ", ".join(f"{mod} {s:.0f} s" for mod, s in seconds.items()) if len(seconds) > 1 else ""
+        _log(entry.line() + (f" ({parts})" if parts else ""))
+    return final
 
 
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
     """Build one add-on (``ADDONS``; unless cached) and return its directory: binaries and data.
 
-    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``, ``AIRFLOW_MPI_TRAINING_OPERATOR_BIN_DIR``)
-    names a directory built earlier (the node image carries them).
+    ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` (``addon_variable``: e.g. ``AIRFLOW_MPI_KUEUE_BIN_DIR``) names a directory
+    built earlier: in a node container, the host's build mounted there (``NodeCluster(addons=...)``).
     """
     addon = ADDONS[name]
-    variable = f"AIRFLOW_MPI_{name.upper().replace('-', '_')}_BIN_DIR"
+    variable = addon_variable(name)
     prebuilt = os.environ.get(variable)
     if prebuilt:
         if not is_built(Path(prebuilt), addon.tools):
             raise RuntimeError(f"{variable}={prebuilt} does not hold a complete build")
         return Path(prebuilt)
+    if os.environ.get("AIRFLOW_MPI_BIN_DIR"):  # a node container: prebuilt binaries, no Go
+        raise RuntimeError(
+            f"no build of the {name} add-on here (${variable} is not set): the node's cluster must ask for it "
+            f"when it starts (NodeCluster(addons=[{name!r}]), `node up --addon {name}`, or a controller that needs it)"
+        )
     go = go_binary()
     key = addon_key(name, go)
     final = addon_dir(name, key)
@@ -380,11 +297,18 @@ def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:
         f"Go add-on {name}",
         final,
         lambda: not force and is_built(final, addon.tools),
-        lambda: _build_locked(
-            go, final.name, final, verbose, addon.tools, lambda path: _copy_addon_data(go, addon, path)
+        lambda log: _build_locked(
+            go, final.name, final, log, addon.tools, lambda path: _copy_addon_data(go, addon, path)
         ),
-        f"building {final.name} (a cold build takes minutes) ..." if verbose else None,
+        log=build_log.log_path(cache_root(), name),
+        cold="a cold build takes a few minutes",
+        verbose=verbose,
     )
+
+
+def addon_variable(name: str) -> str:
+    """The environment variable naming a prebuilt directory of add-on ``name`` (``-`` written ``_``)."""
+    return f"AIRFLOW_MPI_{name.upper().replace('-', '_')}_BIN_DIR"
 
 
 def _copy_addon_data(go: str, addon: Addon, path: Path) -> None:
@@ -400,8 +324,9 @@ def _copy_addon_data(go: str, addon: Addon, path: Path) -> None:
 
 
 def _build_locked(
-    go: str, key: str, final: Path, verbose: bool, tools: tuple[Tool, ...] = TOOLS, add_data=None
+    go: str, key: str, final: Path, log: Path, tools: tuple[Tool, ...] = TOOLS, add_data=None
 ) -> Path:
+    """Build ``tools`` into ``final`` (through a temporary directory), the output of ``go build`` into ``log``."""
     tmp = final.parent / f".{key}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -418,16 +343,15 @@ def _build_locked(
             by_module.setdefault(tool.module, []).append(tool)
         for mod, mod_tools in by_module.items():
             t0 = time.monotonic()
-            if verbose:
-                _log(f"go build ({mod}): {', '.join(t.binary for t in mod_tools)}")
             # One `go build` per module: packages shared by its binaries are compiled once.
             # With several packages and -o <dir>/, each main package lands as <dir>/<last path element>.
             outdir = tmp / f".out-{mod}"
             outdir.mkdir()
             ldflags = f"{LDFLAGS} {_version_ldflags(go, mod)}".strip()
-            cmd = [go, "build", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(outdir) + os.sep]
+            # -v: the log names each package as it is compiled (how far along a build is: `tail -f` it)
+            cmd = [go, "build", "-v", *BUILD_FLAGS, f"-ldflags={ldflags}", "-o", str(outdir) + os.sep]
             cmd += [t.package for t in mod_tools]
-            subprocess.run(cmd, cwd=GO_DIR / mod, env=env, check=True)
+            build_log.run(cmd, log, _log, what=f"go build of {mod}", cwd=GO_DIR / mod, env=env)
             for tool in mod_tools:
                 produced = outdir / tool.package.rstrip("/").split("/")[-1]
                 if tool.package == "go.etcd.io/etcd/server/v3":
@@ -459,8 +383,6 @@ def _build_locked(
         )
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        if verbose:
-            _log(f"built in {total}s: {final}")
         return final
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,6 +28,11 @@ def steps_ran(progress: str) -> list[str]:
     return [steps[n] for n in sorted(set(re.findall(r"^#(\d+) DONE ", progress, re.M)) & steps.keys())]
 
 
+def line(what: str, built: bool, seconds: float) -> str:
+    """A build's end as a person reads it (the builders' terminal line): what, built now or cached, how long."""
+    return f"{what}: {BUILT if built else CACHED}, {seconds:.{1 if seconds < 10 else 0}f} s"
+
+
 def note(what: str, built: bool, seconds: float) -> None:
     """One build's line (appends are atomic for lines this short: parallel lanes share the file)."""
     path = os.environ.get("AIRFLOW_MPI_BUILDS")
@@ -40,11 +45,15 @@ class Timed:
     """``with timed(what) as build: ... build.built = True``: notes the block's time and whether it built."""
 
     def __init__(self, what: str) -> None:
-        self.what, self.built = what, False
+        self.what, self.built, self.seconds = what, False, 0.0
+
+    def line(self) -> str:
+        return line(self.what, self.built, self.seconds)
 
 
 @contextlib.contextmanager
 def timed(what: str) -> Iterator[Timed]:
     entry, t0 = Timed(what), time.monotonic()
     yield entry
-    note(entry.what, entry.built, time.monotonic() - t0)
+    entry.seconds = time.monotonic() - t0
+    note(entry.what, entry.built, entry.seconds)

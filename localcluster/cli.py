@@ -8,8 +8,14 @@ import sys
 import time
 
 from . import build as _build
+from .build_log import BuildFailed
 from .cluster import API_VERSIONS, DEFAULT_NAME, ClusterError, LocalCluster, list_clusters
 from .controllers import REGISTRY
+
+
+def _names(known) -> dict:
+    """A repeatable option naming one of ``known`` (controllers, add-ons) a time."""
+    return {"action": "append", "default": [], "choices": sorted(known), "metavar": "NAME"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument(
         "--addon",
-        action="append",
-        default=[],
-        choices=sorted(_build.ADDONS),
-        metavar="NAME",
+        **_names(_build.ADDONS),
         help="also build this add-on (repeatable; --kueue is --addon kueue)",
     )
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
@@ -45,10 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.add_argument(
         "--controller",
-        action="append",
-        default=[],
-        choices=sorted(REGISTRY),
-        metavar="NAME",
+        **_names(REGISTRY),
         help=f"also run this controller (repeatable; one of {', '.join(sorted(REGISTRY))}); "
         "v2beta1 clusters run the mpi-operator anyway",
     )
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sw.add_argument("--name", default=DEFAULT_NAME)
     sw.add_argument("--api-version", choices=API_VERSIONS, required=True)
-    sw.add_argument("--controller", action="append", default=[], choices=sorted(REGISTRY), metavar="NAME")
+    sw.add_argument("--controller", **_names(REGISTRY))
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
     nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
     nd.add_argument(
@@ -86,14 +86,22 @@ def main(argv: list[str] | None = None) -> int:
         help="up: v1 runs no controller unless told (--controller training-operator)",
     )
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
-    nd.add_argument("--kueue", action="store_true", help="up: also run Kueue with its queues")
+    nd.add_argument(
+        "--kueue",
+        action="store_true",
+        help="up: also run Kueue with its queues; image: the compose stack's image, Kueue's build inside "
+        "(tagged airflow-mpi/kube:local too)",
+    )
     nd.add_argument(
         "--controller",
-        action="append",
-        default=[],
-        choices=sorted(REGISTRY),
-        metavar="NAME",
-        help="up: also run this controller (repeatable; its build must be in the node image)",
+        **_names(REGISTRY),
+        help="up: also run this controller (repeatable; an add-on's build is mounted into the node for it)",
+    )
+    nd.add_argument(
+        "--addon",
+        **_names(_build.ADDONS),
+        help="up: also mount this add-on's build (repeatable; for a controller started later, e.g. by switch-api "
+        "in the container); the node gets those of its controllers anyway",
     )
     sv = sub.add_parser(
         "serve", help="inside the node container (images/kube): control plane + a real node, until SIGTERM"
@@ -110,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sv.add_argument(
         "--controller",
-        action="append",
-        default=[],
-        choices=sorted(REGISTRY),
-        metavar="NAME",
+        **_names(REGISTRY),
         help="also run this controller (repeatable; $AIRFLOW_MPI_<NAME>_BIN_DIR: its build)",
     )
     sv.add_argument(
@@ -162,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(c.kubeconfig_path)
         elif args.cmd == "node":
             from . import node_container as nc
+            from .node_image import COMPOSE_TAG
 
             node = nc.NodeCluster(
                 args.name,
@@ -169,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
                 kwok_nodes=args.kwok_nodes,
                 kueue=args.kueue,
                 controllers=args.controller,
+                addons=args.addon,
             )
             if args.action == "image":
-                print(nc.build_image())
+                tag = nc.build_image(kueue=args.kueue)
+                if args.kueue:  # what docker-compose.yaml runs (it builds its own when that name is missing)
+                    nc.docker("tag", tag, COMPOSE_TAG)
+                print(tag)
             elif args.action == "mpi-images":
                 print("\n".join(nc.build_mpi_images(args.images or nc.DEFAULT_MPI_TARGETS)))
             elif args.action == "up":
@@ -204,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()
                 print(f"{n}\t{st.get('api_version')}\t{st.get('phase')}")
-    except ClusterError as exc:
+    except (ClusterError, BuildFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -139,7 +139,7 @@ class LocalCluster(ControlPlane):
         """Build (if needed) and start the cluster; returns self. Replaces a cluster of that name."""
         t0 = time.monotonic()
         bin_dir = _build.build(verbose=self.verbose)
-        addons = [a for a in (_controllers.REGISTRY[n].addon for n in self.controllers) if a]
+        addons = _controllers.addons(self.controllers)
         addon_dirs = {f"{a}_bin_dir": str(_build.build_addon(a, verbose=self.verbose)) for a in addons}
         if self.read_state() or self.kwokctl_cluster_dir.exists():
             self.info("replacing an existing cluster of that name")

@@ -1,6 +1,6 @@
 """Kueue in the local cluster: its configuration, webhook certificates, CRDs, webhooks and queues.
 
-The controller is the real ``sigs.k8s.io/kueue/cmd/kueue`` (v0.17.0, ``localcluster.build.KUEUE``), run by
+The controller is the real ``sigs.k8s.io/kueue/cmd/kueue`` (v0.17.0, ``localcluster.build_recipes.KUEUE``), run by
 :class:`localcluster.controllers.kueue.Kueue` as a local process with the admin kubeconfig (no RBAC),
 like the mpi-operator. What a Deployment would give it, done here instead:
 

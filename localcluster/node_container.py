@@ -1,17 +1,17 @@
-"""Host side of the real-node cluster: build the node image, run it with Docker, load images into its node.
+"""Host side of the real-node cluster: run the node image with Docker, load images into its node.
 
 ``NodeCluster("name").start()`` runs images/kube (a control plane, the mpi-operator and one real node in one
-privileged container), publishes its API server on a free loopback port and writes a kubeconfig for this host
-at the same place a kwok cluster's would be (``$AIRFLOW_MPI_CACHE/clusters/<name>/kubeconfig``), so tests and
-the demo use either kind of cluster the same way. ``load_images()`` copies local Docker images into the node's
-containerd (``docker save | ctr images import``): no registry is involved.
+privileged container; the image and the add-on builds mounted into it: localcluster/node_image.py), publishes its
+API server on a free loopback port and writes a kubeconfig for this host at the same place a kwok cluster's would
+be (``$AIRFLOW_MPI_CACHE/clusters/<name>/kubeconfig``), so tests and the demo use either kind of cluster the same
+way. ``load_images()`` copies local Docker images into the node's containerd (``docker save | ctr images import``):
+no registry is involved.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -26,13 +26,12 @@ import yaml
 
 from . import build as _build
 from . import build_ledger
+from . import controllers as _controllers
 from .cluster_objects import API_V2BETA1
+from .node_image import REPO, addon_mounts, build_image, docker, ensure_docker
 from .state import ClusterPaths
 from .waiting import ClusterError
 
-REPO = Path(__file__).resolve().parent.parent
-DOCKERFILE = REPO / "images" / "kube" / "Dockerfile"
-IMAGE_REPO = "airflow-mpi/kube"
 LABEL = "airflow-mpi.localcluster"
 NODE_STATE = "/var/lib/airflow-mpi/clusters/node"  # LocalCluster("node") inside the container
 READY_LINE = "[localcluster.serve] ready in"
@@ -40,75 +39,6 @@ READY_LINE = "[localcluster.serve] ready in"
 
 def _log(msg: str) -> None:
     print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
-
-
-def docker(
-    *args: str, check: bool = True, capture: bool = True, timeout: float | None = 600, **kw
-) -> subprocess.CompletedProcess:
-    res = subprocess.run(
-        ["docker", *args], capture_output=capture, text=True, timeout=timeout, check=False, **kw
-    )
-    if check and res.returncode != 0:
-        raise ClusterError(
-            f"docker {' '.join(args[:3])} failed ({res.returncode}): {(res.stderr or '').strip()[-2000:]}"
-        )
-    return res
-
-
-def ensure_docker() -> None:
-    """Docker engine, buildx, the base image (scripts/docker-setup: idempotent, about a second when done)."""
-    subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True)
-
-
-def image_tag(bin_dir: Path, addon_dirs: dict[str, Path]) -> str:
-    """Tag from the build keys of the binaries and of the add-ons plus everything else that goes into the image."""
-    h = hashlib.sha256("\0".join([bin_dir.name, *(d.name for d in addon_dirs.values())]).encode())
-    for path in [DOCKERFILE, *sorted((REPO / "localcluster").rglob("*.py"))]:
-        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
-    return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
-
-
-def build_image(verbose: bool = True) -> str:
-    """Build images/kube from the cached binaries and add-on builds (no-op when that tag exists); returns the tag."""
-    ensure_docker()
-    bin_dir = _build.build(verbose=verbose)
-    addon_dirs = {name: _build.build_addon(name, verbose=verbose) for name in sorted(_build.ADDONS)}
-    tag = image_tag(bin_dir, addon_dirs)
-    if docker("image", "inspect", tag, check=False).returncode == 0:
-        docker("tag", tag, f"{IMAGE_REPO}:local")  # the name docker-compose.yaml runs
-        build_ledger.note("node image (images/kube)", False, 0)
-        return tag
-    context = _build.cache_root() / "images" / "kube-context"
-    shutil.rmtree(context, ignore_errors=True)
-    context.mkdir(parents=True)
-    shutil.copytree(bin_dir, context / "bin", copy_function=os.link)  # hard links: no copy of ~400 MB
-    for name, path in addon_dirs.items():  # images/kube: COPY <name>/
-        shutil.copytree(path, context / name, copy_function=os.link)
-    shutil.copytree(
-        REPO / "localcluster", context / "localcluster", ignore=shutil.ignore_patterns("__pycache__", "*.sum")
-    )
-    t0 = time.monotonic()
-    _log(f"building {tag}")
-    docker(
-        "buildx",
-        "build",
-        "--load",
-        "-q",
-        "--build-arg",
-        "BINARIES=prebuilt",
-        "-f",
-        str(DOCKERFILE),
-        "-t",
-        tag,
-        "-t",
-        f"{IMAGE_REPO}:local",
-        str(context),
-        timeout=1800,
-    )
-    shutil.rmtree(context, ignore_errors=True)
-    _log(f"built {tag} in {time.monotonic() - t0:.0f}s")
-    build_ledger.note("node image (images/kube)", True, time.monotonic() - t0)
-    return tag
 
 
 MPI_DOCKERFILE = REPO / "images" / "mpi" / "Dockerfile"
@@ -205,12 +135,20 @@ class NodeCluster(ClusterPaths):
         kueue: bool = False,
         container_log_max_size: str | None = None,
         controllers: Sequence[str] = (),
+        addons: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.api_version = api_version
         self.kwok_nodes = kwok_nodes
-        self.kueue = kueue  # serve --kueue: runs the Kueue build the image carries
-        self.controllers = tuple(controllers)  # serve --controller NAME (their builds must be in the image)
+        self.kueue = kueue  # serve --kueue
+        self.controllers = tuple(controllers)  # serve --controller NAME
+        # the add-on builds mounted into the container: those its controllers run from, and ``addons`` (for a
+        # later switch_api); a node that runs none builds none
+        unknown = sorted(set(addons) - set(_build.ADDONS))
+        if unknown:
+            raise ValueError(f"unknown add-on(s) {unknown}; known: {sorted(_build.ADDONS)}")
+        wanted = [*(["kueue"] if kueue else []), *controllers]
+        self.addons = tuple(sorted({*_controllers.addons(wanted), *addons}))
         self.container_log_max_size = container_log_max_size  # serve --container-log-max-size
         self.container = f"airflow-mpi-{name}"
         self._providing: list[Future] = []  # provide_images' loads
@@ -224,6 +162,7 @@ class NodeCluster(ClusterPaths):
 
     def start(self, timeout: float = 300) -> NodeCluster:
         tag = build_image()
+        addon_dirs, mounts = addon_mounts(self.addons)
         self.remove()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -232,7 +171,7 @@ class NodeCluster(ClusterPaths):
             "--label", f"{LABEL}={self.name}",
             *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet"))
               for arg in ("-v", f"{vol}:{path}")),
-            "-p", "127.0.0.1::6443",
+            "-p", "127.0.0.1::6443", *mounts,
             tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}",
             *(["--kueue"] if self.kueue else []),
             *([f"--container-log-max-size={self.container_log_max_size}"] if self.container_log_max_size else []),
@@ -252,6 +191,9 @@ class NodeCluster(ClusterPaths):
                     "image": tag,
                     "api_version": self.api_version,
                     "kueue": self.kueue,
+                    "addons": list(self.addons),
+                    # prune() keeps the builds a running cluster uses
+                    **{f"{name}_bin_dir": str(path) for name, path in addon_dirs.items()},
                     "phase": "running",
                 }
             )
@@ -264,6 +206,12 @@ class NodeCluster(ClusterPaths):
         container): same node, same images; every MPIJob of the old API is deleted."""
         from .serve import CLUSTER_NAME
 
+        missing = sorted(set(_controllers.addons(controllers)) - set(self.addons))
+        if missing:
+            raise ClusterError(
+                f"{self.container} has no build of {', '.join(missing)} mounted: start it with "
+                f"NodeCluster(..., addons={missing!r})"
+            )
         t0 = time.monotonic()
         res = docker(
             "exec", self.container, "python3", "-m", "localcluster", "switch-api", "--name", CLUSTER_NAME,

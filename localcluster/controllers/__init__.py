@@ -1,7 +1,7 @@
 """The controllers a local cluster can run beside its control plane, by name (``up --controller NAME``).
 
 A new controller is one class here (a ``Controller`` subclass in a module of its own, listed in ``REGISTRY``)
-plus, when its binary is not part of the main build, its recipe in ``localcluster/build.py`` (``ADDONS``).
+plus, when its binary is not part of the main build, its recipe in ``localcluster/build_recipes.py`` (``ADDONS``).
 ``REGISTRY``'s order is the start order (and reversed, the stop order).
 """
 
@@ -32,4 +32,11 @@ def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
     return tuple(n for n in REGISTRY if n in wanted)
 
 
-__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "TrainingOperator", "select"]
+def addons(names: Iterable[str]) -> tuple[str, ...]:
+    """The add-on builds (``localcluster.build.ADDONS``) that the controllers ``names`` run from, in registry
+    order, without repeats."""
+    wanted = set(names)
+    return tuple(dict.fromkeys(c.addon for n, c in REGISTRY.items() if n in wanted and c.addon))
+
+
+__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "TrainingOperator", "addons", "select"]

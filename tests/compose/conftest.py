@@ -135,7 +135,8 @@ def compose_stack():
 
     from localcluster.node_container import build_image
 
-    kube_image = build_image()  # ensures Docker (scripts/docker-setup); the node image of this worktree
+    # ensures Docker (scripts/docker-setup); this worktree's node image with Kueue inside, as compose builds it
+    kube_image = build_image(kueue=True)
     _reap_stale_projects()
     port = free_port()
     os.environ["AIRFLOW_MPI_UI_PORT"] = str(

@@ -297,12 +297,13 @@ def real_node():
     before the first test; its other images load in the background meanwhile (``BACKGROUND_IMAGES``), and a test
     waits for the one it runs (``localcluster.node_container.await_image``). Its
     kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers' streams cross rotations
-    (test_real_node_faults.py). Logs end up in .artifacts/integration/real-node/."""
+    (test_real_node_faults.py). The training-operator's build is mounted into it for ``v1_real_node``, which
+    switches it to kubeflow.org/v1 last. Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.node_container import NodeCluster, build_mpi_images
 
-    node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki")
+    node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki", addons=("training-operator",))
     yield from _node_session(
         node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES
     )

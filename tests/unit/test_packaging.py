@@ -17,6 +17,7 @@ from email import message_from_string
 from pathlib import Path
 
 import pytest
+import setuptools
 
 import airflow_mpi
 
@@ -97,6 +98,11 @@ def test_the_metadata_renders_on_the_package_index(artefacts: dict[str, Path]) -
     assert metadata["Name"] == "airflow-mpi" and metadata["Version"] == airflow_mpi.__version__
     assert metadata["Description-Content-Type"] == "text/markdown"
     assert metadata.get_all("License-File") == ["LICENSE"]
+    # PEP 639: the license is setup.cfg's SPDX expression, no classifier (setuptools >= 77 deprecates them); older
+    # setuptools (a venv's own, as --no-isolation uses here) leave the expression out
+    assert not [c for c in metadata.get_all("Classifier") if c.startswith("License ::")]
+    if int(setuptools.__version__.split(".")[0]) >= 77:
+        assert metadata["License-Expression"] == "Apache-2.0"
     html = render(metadata.get_payload(), variant="GFM")
     assert html is not None and "<h1" in html, "the long description renders as the package index renders it"
 

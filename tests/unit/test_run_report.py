@@ -84,12 +84,15 @@ def test_the_go_build_step_notes_built_now_once_and_cached_for_a_second_caller(t
     monkeypatch.setenv("AIRFLOW_MPI_BUILDS", str(tmp_path / "test-builds.tsv"))
     final = tmp_path / "bin" / "key"
 
-    def make() -> Path:
+    def make(log: Path) -> Path:
         final.mkdir(parents=True)
         return final
 
     for _ in range(2):
-        assert build._build_once("Go binaries (t)", final, final.is_dir, make, None) == final
+        built = build._build_once(
+            "Go binaries (t)", final, final.is_dir, make, log=tmp_path / "t.log", cold="", verbose=False
+        )
+        assert built == final
     lines = (tmp_path / "test-builds.tsv").read_text().splitlines()
     assert [ln.split("\t")[:2] for ln in lines] == [
         ["Go binaries (t)", "built now"],
