@@ -8,6 +8,8 @@ from a first one up to a cap (:func:`backoff`). Two budgets, and they nest (an o
 * an outage: a wait's reads (:func:`through_outage`) and the watch hub's watches (:class:`Outage`) go on through
   ``API_OUTAGE_LIMIT`` seconds of failures (1 s doubling to 30 s): a task waiting on a training run of hours must not
   fail because one read met an API server restart or a control-plane upgrade.
+
+A 401/403 is an answer, except from an API server just back (:func:`worth_retrying`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,32 @@ def backoff(failures: int, first: float, most: float) -> float:
     return min(most, first * 2 ** min(failures - 1, 32))  # the exponent's cap: no overflow whatever the count
 
 
+RECENT_FAILURE_WINDOW = 60.0  # seconds after a transient failure in which a 401/403 is still the outage's
+
+
+class _Recent:
+    """When this process last saw the API fail transiently (any call, any watch): a call whose first answer is a
+    401/403 just after a restart is the new API server refusing until its caches synced, not the answer."""
+
+    last: float | None = None
+
+    @classmethod
+    def note(cls, err: BaseException) -> None:
+        if is_transient(err):
+            cls.last = time.monotonic()
+
+    @classmethod
+    def failing(cls) -> bool:
+        return cls.last is not None and time.monotonic() - cls.last < RECENT_FAILURE_WINDOW
+
+
 def worth_retrying(err: BaseException, *, in_outage: bool) -> bool:
-    """Transient, and 401/403 once the API was seen failing (else an answer): an API server coming back refuses
-    non-admin identities until its authentication and RBAC caches synced (seen with a least-privilege account)."""
-    return is_transient(err) or (in_outage and getattr(err, "status", None) in (401, 403))
+    """Transient, and 401/403 once the API was seen failing, by this call or, within RECENT_FAILURE_WINDOW, by any
+    (else an answer): an API server coming back refuses non-admin identities until its authentication and RBAC
+    caches synced (seen with a least-privilege account), also to a call that was not sent during the outage."""
+    _Recent.note(err)
+    refused = getattr(err, "status", None) in (401, 403)
+    return is_transient(err) or (refused and (in_outage or _Recent.failing()))
 
 
 def outage_delay(err: BaseException, failures: int, seconds: float) -> float | None:
@@ -91,7 +115,7 @@ def request_retrying(attempts: int, first: float, most: float) -> dict[str, Any]
     """tenacity arguments of an idempotent request: ``attempts`` sends at most, ``first`` doubling to ``most``."""
     return {
         "stop": tenacity.stop_after_attempt(max(1, attempts)),
-        "retry": tenacity.retry_if_exception(is_transient),
+        "retry": tenacity.retry_if_exception(lambda err: worth_retrying(err, in_outage=False)),
         "wait": lambda state: backoff(state.attempt_number, first, most),
         "reraise": True,
         "before_sleep": _log_request_retry,

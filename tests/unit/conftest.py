@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -30,3 +31,12 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("unit"), max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
+
+
+@pytest.fixture(autouse=True)
+def _no_recent_api_failure(monkeypatch):
+    """Each test starts as a process that saw no API failure (hooks/retries.py remembers the last one, process-wide:
+    a 403 soon after it is retried, which would make a test's outcome depend on the tests before it)."""
+    from airflow_mpi.hooks import retries
+
+    monkeypatch.setattr(retries._Recent, "last", None)

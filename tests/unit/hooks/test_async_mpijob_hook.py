@@ -414,12 +414,19 @@ async def test_read_pod_log_closes_the_response_when_abandoned(hook, boundary):
     assert resp.closed
 
 
-async def test_a_stream_error_status_is_raised_and_retried_when_transient(hook):
+async def test_a_stream_error_status_is_raised_and_retried_when_transient(hook, monkeypatch):
+    from airflow_mpi.hooks import retries
+
     ok = FakeAioResponse([b"x"])
     failing = FakeAioResponse(status=503, body=b"unavailable")
     request = mock.AsyncMock(side_effect=[failing, ok])
     assert await hook.open_stream(request, "/path", _preload_content=False) is ok
     assert failing.released and request.await_count == 2
+    request = mock.AsyncMock(return_value=FakeAioResponse(status=403, body=b"forbidden"))
+    with pytest.raises(ApiException) as info:  # just after the 503: an API server back, its RBAC not synced
+        await hook.open_stream(request)
+    assert info.value.status == 403 and request.await_count == hook.api_retries
+    monkeypatch.setattr(retries._Recent, "last", None)  # no failure seen lately: a 403 is the answer
     request = mock.AsyncMock(return_value=FakeAioResponse(status=403, body=b"forbidden"))
     with pytest.raises(ApiException) as info:
         await hook.open_stream(request)

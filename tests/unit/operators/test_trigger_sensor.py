@@ -255,6 +255,7 @@ def test_a_poke_rides_out_an_api_server_restart_but_not_a_refusal(monkeypatch):
         jobs=with_job("Created", "Succeeded").jobs,
     )
     assert sensor(hook).poke({}) is True and hook.failures == []
+    monkeypatch.setattr(retries._Recent, "last", None)  # a minute later: no failure seen lately
     refused = Restarting([ApiException(status=403), ConnectionRefusedError(111, "refused")], jobs=hook.jobs)
     with pytest.raises(ApiException):
         sensor(refused).poke({})
