@@ -81,6 +81,9 @@ def test_the_v2beta1_launcher_job_is_read_where_its_kind_says():
     call = launcher_job_call("ns", "pi", MPIJOB_V2BETA1)
     assert (call.kwargs["group"], call.kwargs["version"], call.kwargs["plural"]) == ("batch", "v1", "jobs")
     assert call.kwargs["name"] == "pi-launcher"
+
+
+def test_v1_has_no_launcher_job_to_read():
     with pytest.raises(ValueError, match="no object between"):
         launcher_job_call("ns", "pi", MPIJOB_V1)
 
