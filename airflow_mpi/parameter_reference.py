@@ -106,8 +106,8 @@ def _path_text(path: tuple[str | int, ...]) -> str:
 def sets(name: str, row: Field) -> str:
     """Where the manifest holds the field ``name`` sets (``—``: no field of the MPIJob)."""
     if row.nested == REPLICA:
-        return _path_text(("spec", "mpiReplicaSpecs", _REPLICA_KEY[name]))
-    if row.owner == REPLICA:
+        paths = {kind.api_version: kind.replica_path(_REPLICA_KEY[name]) for kind in KINDS}
+    elif row.owner == REPLICA:
         roles = [key for role, key in _REPLICA_KEY.items() if role_parameter(row, role) == name]
         key = roles[0] if len(roles) == 1 else _BOTH_ROLES
         paths = {kind.api_version: manifest_path(row, key, kind.api_version) for kind in KINDS}

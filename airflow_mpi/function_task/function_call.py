@@ -28,7 +28,8 @@ from typing import Any
 
 from airflow_mpi.function_task import rank_runner
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
-from airflow_mpi.jobspec.vocabulary import WORKER_REPLICA
+from airflow_mpi.jobspec.layout import pod_spec, replica_spec
+from airflow_mpi.jobspec.vocabulary import ROLES, WORKER_REPLICA
 
 PICKLE_PROTOCOL = 4  # readable by any Python 3 of an image (3.4+), whatever the worker's version
 # A Secret holds at most 1 MiB of data (etcd's object limit); the call takes at most this much, encoded, leaving
@@ -159,8 +160,8 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
     volume = {"name": CALL_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
     mount = {"name": CALL_VOLUME, "mountPath": CALL_MOUNT, "readOnly": True}
     launcher_runs_ranks = manifest["spec"].get("runLauncherAsWorker") is True
-    for role, replica in manifest["spec"]["mpiReplicaSpecs"].items():
-        pod = replica["template"].setdefault("spec", {})
+    for role in ROLES:  # each role's replica spec, where the job's kind keeps it (jobspec/layout.py)
+        pod = replica_spec(manifest, role)["template"].setdefault("spec", {})
         volumes = [v for v in pod.get("volumes") or [] if v.get("name") != CALL_VOLUME]
         for container in [*(pod.get("initContainers") or []), *pod["containers"]]:
             if any(m.get("name") == CALL_VOLUME for m in container.get("volumeMounts") or []):
@@ -178,10 +179,7 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
 
 def mounted_call_secret(job: dict) -> str | None:
     """The name of the call Secret ``job``'s workers mount (a ``@task.mpi`` job's), or None."""
-    pod = (((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(WORKER_REPLICA) or {}).get(
-        "template"
-    ) or {}
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
+    for volume in pod_spec(job, WORKER_REPLICA).get("volumes") or []:
         if isinstance(volume, dict) and volume.get("name") == CALL_VOLUME:
             name = (volume.get("secret") or {}).get("secretName")
             return name if isinstance(name, str) else None

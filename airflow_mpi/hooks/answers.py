@@ -212,10 +212,12 @@ def sort_newest_first(pods: Iterable[Any]) -> list[Any]:
     return sorted(pods, key=key, reverse=True)
 
 
-def sort_workers(pods: Iterable[Any]) -> list[Any]:
+def sort_workers(pods: Iterable[Any], index_label: str = REPLICA_INDEX_LABEL) -> list[Any]:
+    """Workers by the index their kind's label tells (``PodLabels.index``), then by name."""
+
     def key(pod):
         try:
-            index = int((pod.metadata.labels or {}).get(REPLICA_INDEX_LABEL, ""))
+            index = int((pod.metadata.labels or {}).get(index_label, ""))
         except ValueError:
             index = 1 << 30
         return index, pod.metadata.name or ""

@@ -250,7 +250,10 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
     async def job_events(self, name: str, namespace: str | None = None) -> list[dict]:
         """Events of the MPIJob, oldest first, as API dicts (as are :meth:`pod_events`', merged)."""
         return sort_events(
-            await self._events(await self.resolve_namespace(namespace), job_event_selector(name))
+            await self._events(
+                await self.resolve_namespace(namespace),
+                job_event_selector(self.job_kind, name),
+            )
         )
 
     async def pod_events(self, pod_names: Iterable[str], namespace: str | None = None) -> list[dict]:

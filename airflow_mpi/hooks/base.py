@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
@@ -11,7 +12,7 @@ from airflow_mpi.hooks.live_delete import live_delete
 from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
 from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, pod_selectors, split_api_version
 from airflow_mpi.hooks.retries import request_retrying
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_or_default
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_or_default
 from airflow_mpi.jobspec.vocabulary import LAUNCHER
 
 
@@ -45,13 +46,18 @@ class MPIJobHookBase:
         self.group, self.version = split_api_version(api_version)
         self.api_version = api_version
 
+    @property
+    def job_kind(self) -> JobKind:
+        """The kind of this hook's jobs (jobspec/kinds/; an api_version no kind has: the default kind's)."""
+        return kind_or_default(self.api_version)
+
     def custom_object_args(self, namespace: str, **extra: Any) -> dict[str, Any]:
         """The CustomObjectsApi arguments naming this hook's MPIJobs in ``namespace``."""
         return {
             "group": self.group,
             "version": self.version,
             "namespace": namespace,
-            "plural": kind_or_default(self.api_version).plural,
+            "plural": self.job_kind.plural,
             **extra,
         }
 
@@ -88,14 +94,20 @@ class MPIJobHookBase:
         return self._run(namespace, lambda ns: live_delete(self.custom_object_args(ns), name, uid, self.log))
 
     def get_launcher_job(self, name: str, namespace: str | None = None) -> Any:
-        """The MPIJob's launcher batch/v1 Job ``<name>-launcher`` (v2beta1), or None (absent, or not readable):
-        whose pods are the launcher's (hooks/ownership.py)."""
-        return self._run(namespace, lambda ns: launcher_job_call(ns, name))
+        """The object between the MPIJob and its launcher pods (its kind's ``launcher_owner``: v2beta1's batch/v1
+        Job ``<name>-launcher``), or None (absent, or not readable): whose pods are the launcher's
+        (hooks/ownership.py). A kind with no such object is never asked (ValueError)."""
+        return self._run(namespace, lambda ns: launcher_job_call(ns, name, self.job_kind))
 
     def _role_pods(self, name: str, namespace: str | None, role: str) -> Any:
         """The ``role`` pods the MPIJob's controllers made (hooks/ownership.py): launchers newest first (one per
         attempt), workers by replica index. A pod that only carries its labels is named once in the log."""
-        sort = sort_newest_first if role == LAUNCHER else sort_workers
+        kind = self.job_kind
+        sort = (
+            sort_newest_first
+            if role == LAUNCHER
+            else partial(sort_workers, index_label=kind.pod_labels.index)
+        )
         return self._run(
             namespace,
             lambda ns: role_pods(
@@ -104,6 +116,7 @@ class MPIJobHookBase:
                 pod_selectors(self.api_version, name, role),
                 sort,
                 self._note_foreign,
+                kind,
             ),
         )
 

@@ -36,8 +36,9 @@ from airflow_mpi.hooks.requests import (
     prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
-from airflow_mpi.jobspec.vocabulary import LAUNCHER, MPIJOB_KIND, WORKER
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
 
 if TYPE_CHECKING:
     from kubernetes.client.models import V1Pod
@@ -209,9 +210,10 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
         (a create is not idempotent); the caller decides what a failure means."""
         metadata = owner["metadata"]
         labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k.startswith(LABEL_PREFIX)}
+        api_version = owner.get("apiVersion") or self.api_version
         owner_ref = {
-            "apiVersion": owner.get("apiVersion") or self.api_version,
-            "kind": MPIJOB_KIND,
+            "apiVersion": api_version,
+            "kind": kind_or_default(api_version).kind,
             "name": metadata["name"],
             "uid": metadata["uid"],
         }

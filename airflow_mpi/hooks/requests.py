@@ -21,14 +21,15 @@ from airflow_mpi.hooks.errors import (
     is_missing_resource_type,
     is_transient,
 )
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_for, kind_or_default
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_for, kind_or_default
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
-from airflow_mpi.jobspec.vocabulary import API_GROUP, MPIJOB_KIND, MPIJOB_PLURAL
+from airflow_mpi.jobspec.vocabulary import API_GROUP
 
 log = logging.getLogger(__name__)
 
-# the kinds the watch hub lists and watches per namespace (wait/watch_hub.py, wait/namespace_watch.py)
-MPIJOBS, PODS, EVENTS = MPIJOB_PLURAL, "pods", "events"
+# what the watch hub lists and watches per namespace besides its jobs, which go by their kind's plural
+# (wait/watch_hub.py, wait/namespace_watch.py)
+PODS, EVENTS = "pods", "events"
 # Kueue's Workloads (one per queued job), watched only where a job carries Kueue's queue label; v1beta2 is served
 # from Kueue v0.15, v1beta1 by the releases before it
 WORKLOADS, KUEUE_GROUP, KUEUE_VERSIONS = "workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1")
@@ -101,8 +102,9 @@ def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
     return kind_or_default(api_version).pod_labels.selectors(name, role)
 
 
-def job_event_selector(name: str) -> str:
-    return f"involvedObject.kind={MPIJOB_KIND},involvedObject.name={name}"
+def job_event_selector(kind: JobKind, name: str) -> str:
+    """The field selector of the events about job ``name`` of ``kind`` (``involvedObject.kind`` is the kind's)."""
+    return kind.event_selector(name)
 
 
 def pod_event_selector(pod: str) -> str:

@@ -49,6 +49,13 @@ TAG_OUTPUT_FLAGS = {OPENMPI: ("--tag-output",), INTEL: ("-prepend-rank",), MPICH
 HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
 
 
+def without_hydra_address(argv: list[str]) -> list[str]:
+    """``argv`` without Mpirun's ``connect_by_ip`` wrapper (HYDRA_CONNECT_BY_IP), for a kind whose own launcher
+    command gives Hydra the launcher's address (``JobKind.hydra_address_wired``)."""
+    wrapper = list(HYDRA_CONNECT_BY_IP)
+    return argv[len(wrapper) :] if argv[: len(wrapper)] == wrapper else argv
+
+
 def _args(errors: ErrorList, field: str, value: str | Sequence[str], *, required: bool = False) -> list[str]:
     """A list of strings from a list or a shell string (shlex.split)."""
     if isinstance(value, str):

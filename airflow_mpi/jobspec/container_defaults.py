@@ -8,6 +8,7 @@ from __future__ import annotations
 from copy import deepcopy
 
 from airflow_mpi.jobspec.fields import MPIJobSpec, ReplicaSpec
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.layout import pod_spec
 from airflow_mpi.jobspec.settings import DEFAULT, Setting
 from airflow_mpi.jobspec.spec import (
@@ -37,10 +38,15 @@ STARTUP_PROBE = {
 }
 
 
+def _base_pod(spec: MPIJobSpec, base: dict, role: str) -> dict:
+    """The base manifest's pod spec of ``role``, where the job's kind keeps it ({} if none)."""
+    return pod_spec(base, role, kind_or_default(spec.api_version))
+
+
 def _main(spec: MPIJobSpec, base: dict, role: str) -> dict:
     """The base manifest's main container of ``role`` ({} if none)."""
     name = spec.replica(role).container_name
-    containers = pod_spec(base, role).get("containers")
+    containers = _base_pod(spec, base, role).get("containers")
     containers = containers if isinstance(containers, list) else []
     return next((c for c in containers if isinstance(c, dict) and c.get("name") == name), {})
 
@@ -76,7 +82,7 @@ def container_defaults(filled: MPIJobSpec, base: dict, settings: dict[str, Setti
     _default_worker_command(filled, base, settings, MPIUSER_SSHD_COMMAND)
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         replica = filled.replica(role)
-        if not _sets_uid(replica, _main(filled, base, role), pod_spec(base, role)):
+        if not _sets_uid(replica, _main(filled, base, role), _base_pod(filled, base, role)):
             replica.security_context = {**(replica.security_context or {}), "runAsUser": MPIUSER_UID}
             settings[f"{ROLES[role]}.run_as_user"] = Setting(MPIUSER_UID, DEFAULT)
 
@@ -95,7 +101,7 @@ def launcher_dns_search(filled: MPIJobSpec, base: dict, settings: dict[str, Sett
         or namespace is None
         or not isinstance(filled.name, str)
         or launcher.dns_searches is not None
-        or pod_spec(base, LAUNCHER_REPLICA).get("dnsConfig") is not None
+        or _base_pod(filled, base, LAUNCHER_REPLICA).get("dnsConfig") is not None
     ):
         return
     launcher.dns_searches = [f"{filled.name}.{namespace.value}.svc.{CLUSTER_DOMAIN}"]

@@ -334,11 +334,15 @@ def role_parameter(row: Field, role: str) -> str | None:
     return row.param.get(role) if isinstance(row.param, dict) else (row.name if row.param else None)
 
 
-def manifest_path(row: Field, role: str | None = None, api: str | None = None) -> tuple:
-    """Where a manifest of ``api`` holds ``row`` (of the replica spec ``role``, "Launcher"/"Worker"): its kind's
-    place (jobspec/kinds/); without ``api``, the row's own ``path``."""
-    path = row.path if api is None else kind_or_default(api).row_path(row)
-    return ("spec", "mpiReplicaSpecs", role, *path) if row.owner == REPLICA else path
+def manifest_path(
+    row: Field, role: str | None = None, api: str | None = None, *, own_path: bool = False
+) -> tuple:
+    """Where a manifest of ``api`` holds ``row`` (of the replica spec of ``role``, "Launcher"/"Worker", where the
+    kind keeps that: ``JobKind.replica_path``): its kind's place (jobspec/kinds/). Without ``api`` (the default
+    kind's replica specs) or with ``own_path``, at the row's own ``path`` (where a base manifest may hold it too)."""
+    kind = kind_or_default(api)
+    path = row.path if api is None or own_path else kind.row_path(row)
+    return (*kind.replica_path(cast(str, role)), *path) if row.owner == REPLICA else path
 
 
 def holder(spec: Any, row: Field, role: str | None = None) -> Any:

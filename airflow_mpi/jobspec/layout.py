@@ -1,7 +1,9 @@
-"""Spec -> the manifest its fields make, for either API version: layout only (which value wins: precedence.py).
+"""Spec -> the manifest its fields make, for any kind: layout only (which value wins: precedence.py).
 
-Every field the spec sets is written at its row's path (fields.py), in row order: the manifest's key order. None and
-empty mappings are left out, so that merged onto a base manifest they override nothing.
+Every field the spec sets is written at its row's path (fields.py), in row order: the manifest's key order; each
+role's replica spec where the job's kind keeps it (``JobKind.replica_layout``: for both MPIJob APIs
+``spec.mpiReplicaSpecs.<Launcher|Worker>``). None and empty mappings are left out, so that merged onto a base
+manifest they override nothing. The readers below find a role's replica spec and pod spec through the kind too.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from copy import deepcopy
 from typing import Any
 
 from airflow_mpi.jobspec.fields import FIELDS, REPLICA, Field, MPIJobSpec, holder, manifest_path
-from airflow_mpi.jobspec.kinds import kind_or_default
-from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, WORKER_REPLICA
+from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
+from airflow_mpi.jobspec.vocabulary import ROLES
 
 _JOB_ROWS = tuple(f for f in FIELDS if f.owner != REPLICA and f.path and not f.nested)
 _REPLICA_ROWS = tuple(f for f in FIELDS if f.owner == REPLICA)
@@ -26,14 +28,14 @@ def render(spec: MPIJobSpec) -> dict:
         value = getattr(obj, row.name) if obj is not None and kind.has_row(row) else None
         if value is not None:
             _write(manifest, manifest_path(row, api=spec.api_version), row, value)
-    for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
+    for role in ROLES:
         replica = spec.replica(role)
         node: dict[str, Any] = {}
         for row in _REPLICA_ROWS:
             if (value := getattr(replica, row.name)) is not None:
                 _write(node, row.path, row, value)
         node["template"]["spec"]["containers"] = [node["template"]["spec"]["containers"][0]]
-        _put(manifest, ("spec", "mpiReplicaSpecs", role), node)
+        _put(manifest, kind.replica_path(role), node)
     return manifest
 
 
@@ -52,9 +54,30 @@ def _put(node: dict, path: tuple, value: Any) -> None:
     node[path[-1]] = value
 
 
-def pod_spec(manifest: Any, role: str) -> dict:
-    """``spec.mpiReplicaSpecs[role].template.spec`` or {} (never raises on malformed input)."""
-    node = manifest
-    for key in ("spec", "mpiReplicaSpecs", role, "template", "spec"):
+def _at(node: Any, path: tuple) -> Any:
+    for key in path:
         node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _kind(manifest: Any, kind: JobKind | None) -> JobKind:
+    return kind or kind_or_default(manifest.get("apiVersion") if isinstance(manifest, dict) else None)
+
+
+def replica_specs(manifest: Any, kind: JobKind | None = None) -> Any:
+    """The mapping of the replica specs (``spec.mpiReplicaSpecs``) as the manifest has it, whatever its type (None
+    when absent); ``kind``: the job's (None: the manifest's apiVersion's, else the default kind's)."""
+    return _kind(manifest, kind).replica_layout.specs_in(manifest)
+
+
+def replica_spec(manifest: Any, role: str, kind: JobKind | None = None) -> dict:
+    """The replica spec of ``role`` ("Launcher"/"Worker"), or {} (never raises on malformed input)."""
+    node = _at(manifest, _kind(manifest, kind).replica_path(role))
+    return node if isinstance(node, dict) else {}
+
+
+def pod_spec(manifest: Any, role: str, kind: JobKind | None = None) -> dict:
+    """The replica spec of ``role``'s ``template.spec`` (``spec.mpiReplicaSpecs[role].template.spec``), or {}
+    (never raises on malformed input)."""
+    node = _at(replica_spec(manifest, role, kind), ("template", "spec"))
     return node if isinstance(node, dict) else {}

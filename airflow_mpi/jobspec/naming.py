@@ -52,15 +52,19 @@ def job_name(
     max_workers: int = 1,
     deployment: str | None = None,
     prefix: str | None = None,
+    longest_suffix: int | None = None,
 ) -> str:
     """A DNS-1035 name unique to the task instance (not the try) of one deployment, short enough for its pods.
 
-    The mpi-operator names worker pods ``<name>-worker-<index>`` and the launcher Job ``<name>-launcher``; both must
-    stay within 63 characters, so the name leaves room for the longest of them. The hash covers the raw identity, so
-    different runs never collide even when their slugs are truncated to the same text. ``prefix`` (a valid DNS-1035
-    label the user gave) replaces the dag/task slug, truncated as it is.
+    A job's controller derives names from it (its kind's ``longest_name``: the mpi-operator names worker pods
+    ``<name>-worker-<index>`` and the launcher Job ``<name>-launcher``); they must stay within 63 characters, so the
+    name leaves ``longest_suffix`` characters for the longest of them (None: the MPIJob kinds' suffixes for
+    ``max_workers``). The hash covers the raw identity, so different runs never collide even when their slugs are
+    truncated to the same text. ``prefix`` (a valid DNS-1035 label the user gave) replaces the dag/task slug,
+    truncated as it is.
     """
-    longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
+    if longest_suffix is None:
+        longest_suffix = max(len(f"-worker-{max(max_workers, 1) - 1}"), len("-launcher"))
     budget = MAX_NAME_LENGTH - longest_suffix - _HASH_LENGTH - 1
     if budget < 1:
         raise ValueError(f"max_workers={max_workers!r}: too many workers to name pods within 63 characters")
@@ -153,7 +157,9 @@ class TaskIdentity:
             self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.task_instance_id
         )
 
-    def job_name(self, max_workers: int = 1, prefix: str | None = None) -> str:
+    def job_name(
+        self, max_workers: int = 1, prefix: str | None = None, longest_suffix: int | None = None
+    ) -> str:
         return job_name(
             self.dag_id,
             self.task_id,
@@ -162,6 +168,7 @@ class TaskIdentity:
             max_workers=max_workers,
             deployment=self.deployment,
             prefix=prefix,
+            longest_suffix=longest_suffix,
         )
 
 

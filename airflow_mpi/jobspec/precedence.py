@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from airflow_mpi.jobspec import rules
+from airflow_mpi.jobspec.commands import without_hydra_address
 from airflow_mpi.jobspec.container_defaults import (
     container_defaults,
     idle_workers,
@@ -35,7 +36,7 @@ from airflow_mpi.jobspec.fields import (
     manifest_path,
 )
 from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
-from airflow_mpi.jobspec.layout import pod_spec, render
+from airflow_mpi.jobspec.layout import pod_spec, render, replica_spec, replica_specs
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.settings import BASE_MANIFEST, CONTROLLER_DEFAULT, DEFAULT, PARAMETER, Setting
 from airflow_mpi.jobspec.spec import (
@@ -139,7 +140,7 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
     )
     role: str | None  # a role's name, then None for the rows of no role (_DEFAULTS)
     for role in ROLES:
-        filled.replica(role).container_name = _main_container_name(spec, role, base)
+        filled.replica(role).container_name = _main_container_name(spec, role, base, kind)
     settings: dict[str, Setting] = {}
     for name, row, role, default in _DEFAULTS:
         given, in_base = (
@@ -159,13 +160,13 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
         container_defaults(filled, base, settings)
     if spec.defaults is not None and kind.idle_worker_command:
         idle_workers(filled, base, settings, kind.idle_worker_command)
-    _name(filled, spec, base, settings)
+    _name(filled, spec, base, settings, kind)
     if spec.defaults is not None and kind.launcher_dns_search:
         launcher_dns_search(filled, base, settings)
     if spec.identity is not None:
         filled.labels = {**(spec.labels or {}), **spec.identity.labels()}
         filled.annotations = {**(spec.annotations or {}), **spec.identity.annotations()}
-    manifest = _merged(filled, base)
+    manifest = _merged(filled, base, kind)
     errors = ErrorList()
     check_manifest(errors, manifest)
     errors.raise_if_any()
@@ -186,7 +187,7 @@ def base_value(base: Any, path: tuple) -> Any:
 
 def _in_base(base: dict, row: Field, role: str | None, api: str) -> Any:
     """The base manifest's value of ``row``: at the row's path, or where the kind holds it (v1: ``v1_path``)."""
-    paths = dict.fromkeys((manifest_path(row, role), manifest_path(row, role, api)))
+    paths = dict.fromkeys((manifest_path(row, role, api, own_path=True), manifest_path(row, role, api)))
     return next((v for p in paths if (v := base_value(base, p)) is not None), None)
 
 
@@ -195,7 +196,9 @@ def is_name(name: Any) -> bool:
     return isinstance(name, str) and not rules.dns1035_label(name)
 
 
-def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, Setting]) -> None:
+def _name(
+    filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, Setting], kind: JobKind
+) -> None:
     """The job's name: derived from the task instance; a given one (parameter or base manifest) is its prefix,
     unless ``unique_name_suffix`` is False: upstream's examples all say ``name: pi``, and a second run, a
     concurrent one or a retry beside a failed job kept for debugging would each find the first one's job."""
@@ -209,47 +212,49 @@ def _name(filled: MPIJobSpec, spec: MPIJobSpec, base: dict, settings: dict[str, 
         if name is not None:  # used as given (validation names an invalid one)
             settings["name"] = Setting(name, source)
         return
-    filled.name = spec.identity.job_name(max_workers=workers if valid else 1, prefix=name)
+    workers = workers if valid else 1
+    filled.name = spec.identity.job_name(
+        max_workers=workers, prefix=name, longest_suffix=len(kind.longest_name("", workers))
+    )
     settings["name"] = Setting(
         filled.name, DEFAULT if name is None else f"{source}, suffixed per task instance"
     )
 
 
-def _main_container_name(spec: MPIJobSpec, role: str, base: dict) -> str:
+def _main_container_name(spec: MPIJobSpec, role: str, base: dict, kind: JobKind) -> str:
     """container_name, else the base manifest's first container, else the version's default (for v1
     ``main_container`` when set: kubexec.sh runs in the container of that name)."""
     if name := spec.replica(role).container_name:
         return name
-    containers = pod_spec(base, role).get("containers")
+    containers = pod_spec(base, role, kind).get("containers")
     first = containers[0] if isinstance(containers, list) and containers else None
     if isinstance(first, dict) and isinstance(first.get("name"), str):
         return first["name"]
-    kind = kind_or_default(spec.api_version)
     if kind.main_container_field and spec.main_container:
         return spec.main_container
     return kind.container_names[role]
 
 
-def _merged(filled: MPIJobSpec, base: dict) -> dict:
+def _merged(filled: MPIJobSpec, base: dict, kind: JobKind) -> dict:
     """The parameters (with the defaults filled in) deep-merged onto the base manifest, the main containers first."""
     override = render(filled)
-    merged = deep_merge(_without_replaced(base, override), override)
-    replicas = merged["spec"]["mpiReplicaSpecs"]
-    launcher = replicas.get(LAUNCHER_REPLICA)
+    merged = deep_merge(_without_replaced(base, override, kind), override)
+    replicas, key = replica_specs(merged, kind), kind.replica_path(LAUNCHER_REPLICA)[-1]
+    launcher = replicas.get(key)
     if isinstance(launcher, dict) and "replicas" not in launcher:
-        replicas[LAUNCHER_REPLICA] = {
+        replicas[key] = {
             "replicas": 1,
             **launcher,
         }  # the only valid count; first, as written by hand
     for role in ROLES:
         name = filled.replica(role).container_name
-        containers = pod_spec(merged, role).get("containers")
+        containers = pod_spec(merged, role, kind).get("containers")
         if isinstance(containers, list):
             containers.sort(key=lambda c: not (isinstance(c, dict) and c.get("name") == name))
     clean = filled.run_policy.clean_pod_policy
     base_policy = base_value(base, ("spec", "runPolicy"))
     if (
-        kind_or_default(filled.api_version).top_level_clean_pod_policy
+        kind.top_level_clean_pod_policy
         and clean is not None
         and isinstance(base_policy, dict)
         and "cleanPodPolicy" in (base_policy)
@@ -259,12 +264,12 @@ def _merged(filled: MPIJobSpec, base: dict) -> dict:
     return merged
 
 
-def _without_replaced(base: dict, override: dict) -> dict:
+def _without_replaced(base: dict, override: dict, kind: JobKind) -> dict:
     """A copy of ``base`` whose named items that ``override`` replaces wholesale are already replaced, in place:
     the base's order matters for env vars that refer to earlier ones with $(NAME)."""
     base = deepcopy(base)
     for role in ROLES:
-        new_pod, old_pod = pod_spec(override, role), pod_spec(base, role)
+        new_pod, old_pod = pod_spec(override, role, kind), pod_spec(base, role, kind)
         _replace_named(old_pod, new_pod, _REPLACED_POD_LISTS)
         new_main = new_pod["containers"][0]
         old_containers = old_pod.get("containers")
@@ -294,14 +299,16 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     # v1 has no mpiImplementation field: there the parameter only picks the command's flags
     implementation = job.get("mpiImplementation") or spec.mpi_implementation
     launch = cast(LauncherCommand, spec.launch)  # the caller checked it is set
+    kind: JobKind | None = kind_for(manifest["apiVersion"])
     command = launch.command(
-        workers=job["mpiReplicaSpecs"][WORKER_REPLICA]["replicas"],
+        workers=replica_spec(manifest, WORKER_REPLICA, kind)["replicas"],
         slots_per_worker=job.get("slotsPerWorker", CONTROLLER_DEFAULTS["slots_per_worker"]),
         implementation=implementation or CONTROLLER_DEFAULTS["mpi_implementation"],
         run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
     )
-    container = pod_spec(manifest, LAUNCHER_REPLICA)["containers"][0]
-    kind: JobKind | None = kind_for(manifest["apiVersion"])
+    container = pod_spec(manifest, LAUNCHER_REPLICA, kind)["containers"][0]
+    if kind is not None and kind.hydra_address_wired:
+        command = without_hydra_address(command)
     if kind is not None:
         command = kind.launcher_command(implementation or CONTROLLER_DEFAULTS["mpi_implementation"], command)
     if kind is not None and kind.launcher_command_in_args and implementation in launch.in_args:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.shell_scan import Unparsable, scan, split_on_blanks
 
 MASK = "***"
@@ -278,7 +279,8 @@ def redact_manifest(manifest: dict) -> dict:
     """A copy of ``manifest`` safe to print (see the module docstring): name-based rules, then ``redact_text``."""
     safe = copy.deepcopy(manifest)
     _redact_metadata(safe.get("metadata") or {})
-    for replica in ((safe.get("spec") or {}).get("mpiReplicaSpecs") or {}).values():
+    specs = kind_or_default(safe.get("apiVersion")).replica_layout.specs_in(safe)  # its kind's replica specs
+    for replica in (specs if isinstance(specs, dict) else {}).values():
         template = (replica or {}).get("template") or {}
         _redact_metadata(template.get("metadata") or {})
         pod_spec = template.get("spec") or {}

@@ -4,9 +4,10 @@ Neither operator has an admission webhook. mpi-operator v0.8.2 validates in its 
 (pkg/apis/kubeflow/validation/validation.go, after the v2beta1 defaults) and answers an invalid MPIJob only with a
 Warning event (reason ValidationError): no status, no requeue, so a waiter would hang. training-operator v1
 (ValidateV1MpiJobSpec) also answers with events only. On top of their rules come the Kubernetes rules for what they
-derive from the MPIJob: the service and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``) and the pod
-templates. check_manifest runs on the manifest *after* merging with the base manifest, so the base's content is
-checked too; every check collects all violations into one MPIJobValidationError.
+derive from the MPIJob: the service and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``: its kind's)
+and the pod templates; the replica specs are read where the kind keeps them (``JobKind.replica_layout``). check_manifest
+runs on the manifest *after* merging with the base manifest, so the base's content is checked too; every check
+collects all violations into one MPIJobValidationError.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from airflow_mpi.jobspec.fields import (
     field_of,
     rows,
 )
-from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for
-from airflow_mpi.jobspec.layout import pod_spec
+from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for, kind_or_default
+from airflow_mpi.jobspec.layout import pod_spec, replica_spec, replica_specs
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
@@ -39,14 +40,7 @@ from airflow_mpi.jobspec.spec import (
     WAIT_FOR_WORKERS_READY,
     Defaults,
 )
-from airflow_mpi.jobspec.vocabulary import (
-    LAUNCHER,
-    LAUNCHER_REPLICA,
-    MPIJOB_KIND,
-    ROLES,
-    WORKER,
-    WORKER_REPLICA,
-)
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, ROLES, WORKER, WORKER_REPLICA
 
 _PREFIXES = {JOB: "", RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}
 # The keys of spec, spec.runPolicy and spec.runPolicy.schedulingPolicy -> their rows (fields.py)
@@ -57,10 +51,9 @@ _SPEC, _RUN_POLICY, _SCHEDULING = (
 _CLEAN_POD_POLICY = field_of("clean_pod_policy", RUN_POLICY)
 # rows held in one label each (Kueue's): their values are checked under the parameter's name
 _LABEL_ROWS = tuple(f for f in FIELDS if f.path[:2] == ("metadata", "labels") and len(f.path) == 3)
-# spec keys -> (the name errors use, the one API version that has it)
+# spec keys -> (the name errors use, the one API version that has it); the replica specs' key is the kind's
 _SPEC_KEYS = {
     "runPolicy": ("run_policy", None),
-    "mpiReplicaSpecs": ("mpi_replica_specs", None),
     **{key: (f.name, f.api) for key, f in _SPEC.items()},
     **{f.v1_path[1]: (f"spec.{f.v1_path[1]}", MPIJOB_V1.api_version) for f in FIELDS if len(f.v1_path) == 2},
 }
@@ -175,18 +168,19 @@ def _check_replica_parameters(errors: ErrorList, role: str, rs: ReplicaSpec) -> 
 
 
 def check_base_manifest(errors: ErrorList, spec: MPIJobSpec, base: dict) -> None:
-    """The base manifest is an MPIJob of the chosen version, with the containers parameters refer to."""
-    for key, expected in (("apiVersion", spec.api_version), ("kind", MPIJOB_KIND)):
+    """The base manifest is a job of the chosen kind and version, with the containers parameters refer to."""
+    kind = kind_or_default(spec.api_version)
+    for key, expected in (("apiVersion", spec.api_version), ("kind", kind.kind)):
         if key in base and base[key] != expected:
             hint = (
                 "set api_version to the base manifest's version"
                 if key == "apiVersion"
-                else "must be an MPIJob"
+                else f"must be {'an' if kind.kind[:1] in 'AEIOU' else 'a'} {kind.kind}"
             )
             errors.add(f"base_manifest.{key}", base[key], f"differs from {expected!r}: {hint}")
     for role, name in ROLES.items():
         wanted = spec.replica(role).container_name
-        containers = pod_spec(base, role).get("containers")
+        containers = pod_spec(base, role, kind).get("containers")
         if wanted is None or not isinstance(containers, list) or not containers:
             continue
         names = [c.get("name") for c in containers if isinstance(c, dict)]
@@ -212,7 +206,7 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     if not isinstance(job, dict):
         errors.add("spec", job, "must be a mapping")
         return
-    workers = _worker_count(job.get("mpiReplicaSpecs"))
+    workers = _worker_count(replica_spec(manifest, WORKER_REPLICA, kind))
     _check_name(errors, metadata.get("name"), workers, kind)
     if metadata.get("namespace") is not None:
         _passes(errors, field_of("namespace"), metadata["namespace"])
@@ -244,7 +238,7 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
                 "is not a schedulingPolicy field",
                 {"minAvailable": rules.integer(1, workers + 1)},
             )
-    _check_replica_specs(errors, job, kind)
+    _check_replica_specs(errors, manifest, kind)
 
 
 def _launcher_ttl(kind: JobKind) -> rules.Rule:
@@ -303,10 +297,9 @@ def _check_keys(
             )
 
 
-def _worker_count(replica_specs: Any) -> int:
+def _worker_count(worker: dict) -> int:
     """Worker replicas as the operator counts them for pod names (1 when unset or invalid)."""
-    worker = replica_specs.get(WORKER_REPLICA) if isinstance(replica_specs, dict) else None
-    replicas = worker.get("replicas") if isinstance(worker, dict) else None
+    replicas = worker.get("replicas")
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else 1
 
 
@@ -317,9 +310,9 @@ def _check_name(errors: ErrorList, name: Any, workers: int, kind: JobKind) -> No
     if problem := rules.dns1035_label(name):
         errors.add("name", name, f"{problem} (the operator uses it as a Service name)")
         return
-    # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label. It is never shorter than
-    # "<name>-launcher" (v2beta1 launcher Job, its pods' hostname and job-name label), so this also covers the launcher.
-    host = kind.worker_name(name, workers - 1)
+    # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label; the longest name the
+    # controller derives (the last worker's, else "<name>-launcher": the v2beta1 launcher Job, its pods' hostname)
+    host = kind.longest_name(name, workers)
     if len(host) > rules.LABEL_MAX:
         reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
         errors.add("name", name, reason)
@@ -327,15 +320,16 @@ def _check_name(errors: ErrorList, name: Any, workers: int, kind: JobKind) -> No
 
 def _check_spec_fields(errors: ErrorList, manifest: dict, kind: JobKind) -> None:
     api, job = kind.api_version, manifest["spec"]
+    known = {**_SPEC_KEYS, kind.replica_layout.specs[-1]: (kind.replica_layout.field, None)}
     for key, value in job.items():
-        name, only = _SPEC_KEYS.get(key, (None, None))
+        name, only = known.get(key, (None, None))
         if name is None:
-            errors.add(f"spec.{key}", value, f"is not a field of {api} MPIJob")
+            errors.add(f"spec.{key}", value, f"is not a field of {api} {kind.kind}")
         elif only not in (None, api):
             errors.add(name, value, f"is not supported by {api}: spec.{key} exists only in {only}")
         elif key in _SPEC and _SPEC[key].check is not None:
             _passes(errors, _SPEC[key], value)
-    containers = pod_spec(manifest, WORKER_REPLICA).get("containers")
+    containers = pod_spec(manifest, WORKER_REPLICA, kind).get("containers")
     worker = (
         containers[0]
         if isinstance(containers, list) and containers and isinstance(containers[0], dict)
@@ -375,15 +369,16 @@ def _check_spec_fields(errors: ErrorList, manifest: dict, kind: JobKind) -> None
         )
 
 
-def _check_replica_specs(errors: ErrorList, job: dict, kind: JobKind) -> None:
-    specs = job.get("mpiReplicaSpecs")
+def _check_replica_specs(errors: ErrorList, manifest: dict, kind: JobKind) -> None:
+    job, layout = manifest["spec"], kind.replica_layout
+    specs, keys = replica_specs(manifest, kind), [layout.keys[role] for role in ROLES]
     if not isinstance(specs, dict):
-        errors.add("mpi_replica_specs", specs, "must be a mapping with Launcher and Worker")
+        errors.add(layout.field, specs, f"must be a mapping with {' and '.join(keys)}")
         return
     for key in specs:
-        if key not in ROLES:
+        if layout.role_of(key) is None:
             errors.add(
-                f"mpi_replica_specs.{key}", specs[key], "unknown replica type (expected Launcher, Worker)"
+                f"{layout.field}.{key}", specs[key], f"unknown replica type (expected {', '.join(keys)})"
             )
     ssh_path = (
         job["sshAuthMountPath"]
@@ -391,13 +386,15 @@ def _check_replica_specs(errors: ErrorList, job: dict, kind: JobKind) -> None:
         else DEFAULT_SSH_AUTH_MOUNT_PATH
     )
     for role, name in ROLES.items():
-        replica = specs.get(role)
+        replica = specs.get(layout.keys[role])
         if not isinstance(replica, dict):
-            errors.add(name, replica, f"the {role} replica spec is required")
+            errors.add(name, replica, f"the {layout.keys[role]} replica spec is required")
             continue
         for key in replica:
             if key not in _REPLICA_FIELDS:
-                errors.add(f"mpi_replica_specs.{role}.{key}", replica[key], "is not a replica spec field")
+                errors.add(
+                    f"{layout.field}.{layout.keys[role]}.{key}", replica[key], "is not a replica spec field"
+                )
         replicas = replica.get("replicas")
         if role == LAUNCHER_REPLICA:
             if replicas is not None and (

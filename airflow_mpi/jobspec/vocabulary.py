@@ -15,9 +15,13 @@ from enum import StrEnum
 API_GROUP = "kubeflow.org"
 MPIJOB_KIND = "MPIJob"
 MPIJOB_PLURAL = "mpijobs"
+MPI_REPLICA_SPECS = (
+    "mpiReplicaSpecs"  # spec.mpiReplicaSpecs: the MPIJob kinds' replica specs (kinds/ ReplicaLayout)
+)
 
-# The keys of spec.mpiReplicaSpecs, and the role names: the controllers' pod label values (lowercase), the
-# operator parameters' role prefixes (``launcher.restart_policy``), the spec's attributes (MPIJobSpec.worker).
+# The model's roles, the keys of spec.mpiReplicaSpecs (other kinds map them to their own keys: kinds/ ReplicaLayout),
+# and the role names: the controllers' pod label values (lowercase), the operator parameters' role prefixes
+# (``launcher.restart_policy``), the spec's attributes (MPIJobSpec.worker).
 LAUNCHER_REPLICA, WORKER_REPLICA = "Launcher", "Worker"
 LAUNCHER, WORKER = "launcher", "worker"
 ROLES = {LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER}
@@ -25,7 +29,7 @@ ROLES = {LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER}
 # Pod labels the controllers set
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # LAUNCHER | WORKER (v1: V1_LAUNCHER_ROLE on the launcher)
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # a worker's index
 
 
 # ---------------------------------------------------------------- status

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_mpi.jobspec.kinds import kind_or_default
+from airflow_mpi.jobspec.layout import pod_spec, replica_spec
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
-from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, MPIJOB_KIND, WORKER_REPLICA
+from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, WORKER_REPLICA
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -22,21 +24,19 @@ if TYPE_CHECKING:
 FACET_KEY = "mpiJob"  # the run facet's name in the event
 
 
-def _image(replicas: dict[str, Any], replica: str) -> str | None:
-    containers = (((replicas.get(replica) or {}).get("template") or {}).get("spec") or {}).get(
-        "containers"
-    ) or []
+def _image(manifest: dict[str, Any], role: str) -> str | None:
+    containers = pod_spec(manifest, role).get("containers") or []
     return containers[0].get("image") if containers else None
 
 
 def facts_of(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What the facet says of the submitted spec (plain JSON: a deferral carries it to the resumed try)."""
+    """What the facet says of the submitted spec (plain JSON: a deferral carries it to the resumed try); each
+    role's replica spec where the job's kind keeps it."""
     spec = manifest.get("spec") or {}
-    replicas = spec.get("mpiReplicaSpecs") or {}
     return {
-        "image": _image(replicas, LAUNCHER_REPLICA),
-        "workerImage": _image(replicas, WORKER_REPLICA),
-        "workers": (replicas.get(WORKER_REPLICA) or {}).get("replicas"),
+        "image": _image(manifest, LAUNCHER_REPLICA),
+        "workerImage": _image(manifest, WORKER_REPLICA),
+        "workers": replica_spec(manifest, WORKER_REPLICA).get("replicas"),
         "slotsPerWorker": spec.get("slotsPerWorker"),
         "queue": ((manifest.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL),
     }
@@ -65,7 +65,7 @@ def facet_fields(
     return {
         "cluster": cluster,
         "namespace": (result.namespace if result else None) or namespace,
-        "kind": MPIJOB_KIND,
+        "kind": kind_or_default(api_version).kind,
         "apiVersion": api_version,
         "name": (result.name if result else None) or name,
         "uid": (result.uid if result else None) or uid,

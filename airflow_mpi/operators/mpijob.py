@@ -29,6 +29,7 @@ from airflow_mpi import deployment_identity
 from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
 from airflow_mpi.jobspec.kinds import kind_or_default
+from airflow_mpi.jobspec.layout import replica_spec
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.status import job_state
@@ -207,7 +208,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         """Launcher attempts the job may make, as its kind counts them (jobspec/kinds/; v2beta1: backoffLimit + 1)."""
         kind, policy = kind_or_default(self.api_version), None
         if self._resolved is not None or self._carried_backoff is None:  # the manifest is this try's
-            launcher = self._resolution().manifest["spec"]["mpiReplicaSpecs"][LAUNCHER_REPLICA]
+            launcher = replica_spec(self._resolution().manifest, LAUNCHER_REPLICA, kind)
             policy = launcher.get("restartPolicy", kind.launcher_restart_policy)
         return kind.attempts_allowed(self.effective_backoff_limit(), policy)
 

@@ -1,6 +1,6 @@
-"""List and watch all MPIJobs, MPIJob pods, MPIJob events or Kueue Workloads of a namespace: the requests behind the
-watch hub, sent by :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`'s ``list_objects`` and
-``watch_objects``.
+"""List and watch all MPIJobs (the hook's kind's: by its plural), MPIJob pods, MPIJob events or Kueue Workloads of a
+namespace: the requests behind the watch hub, sent by :class:`~airflow_mpi.hooks.async_mpijob.AsyncMPIJobHook`'s
+``list_objects`` and ``watch_objects``.
 
 What comes back is what the hub keeps, hundreds of each per triggerer, so it is cut to what its readers read:
 MPIJobs to their metadata and status (``summaries.slim_mpijob``, dicts as the hooks return them), pods to the
@@ -23,7 +23,6 @@ from airflow_mpi.hooks.requests import (
     EVENTS,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
-    MPIJOBS,
     PODS,
     WORKLOADS,
     watch_request_timeout,
@@ -49,7 +48,8 @@ def _request(
     version: str | None = None,
     **kwargs: Any,
 ) -> tuple[Any, dict]:
-    if kind == MPIJOBS:
+    jobs = hook.job_kind.plural  # the hook's jobs
+    if kind == jobs:
         api = async_client.CustomObjectsApi(api_client)
         return api.list_namespaced_custom_object, hook.custom_object_args(namespace, **kwargs)
     if kind == WORKLOADS:
@@ -64,7 +64,7 @@ def _request(
         return async_client.CoreV1Api(api_client).list_namespaced_pod, {"namespace": namespace, **kwargs}
     if kind == EVENTS:
         return async_client.CoreV1Api(api_client).list_namespaced_event, {"namespace": namespace, **kwargs}
-    raise ValueError(f"kind={kind!r}: expected {MPIJOBS!r}, {PODS!r}, {EVENTS!r} or {WORKLOADS!r}")
+    raise ValueError(f"kind={kind!r}: expected {jobs!r}, {PODS!r}, {EVENTS!r} or {WORKLOADS!r}")
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
@@ -75,10 +75,10 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
     }
 
 
-def _model(api_client: Any, kind: str, obj: dict) -> Any:
+def _model(api_client: Any, kind: str, obj: dict, jobs: str) -> Any:
     if kind == PODS:
         return api_client.deserialize(_Body(json.dumps(slim_pod(obj))), "V1Pod")
-    if kind == MPIJOBS:
+    if kind == jobs:
         return slim_mpijob(obj)
     return slim_workload(obj) if kind == WORKLOADS else obj
 
@@ -96,7 +96,8 @@ async def list_objects(
             hook, api_client, kind, namespace, version, **_selectors(label_selector, field_selector)
         )
         data = await hook.read_json(await hook.open_stream(method, _preload_content=False, **kwargs))
-        items = [_model(api_client, kind, obj) for obj in data.get("items") or []]
+        jobs = hook.job_kind.plural
+        items = [_model(api_client, kind, obj, jobs) for obj in data.get("items") or []]
         return items, cast(str, (data.get("metadata") or {}).get("resourceVersion"))  # a list answer has one
 
 
@@ -138,7 +139,7 @@ async def watch_objects(
                 event_type, obj = event
                 yield (
                     event_type,
-                    None if event_type == "BOOKMARK" else _model(api_client, kind, obj),
+                    None if event_type == "BOOKMARK" else _model(api_client, kind, obj, hook.job_kind.plural),
                     decoder.last_rv,
                 )
         finally:

@@ -117,7 +117,8 @@ class Subscription:
         live = self.pods()
         names = {p.metadata.name for p in live}
         gone = self._owned(p for name, p in self.gone_pods.items() if name not in names) if with_gone else []
-        return sort_workers(p for p in live + gone if pod_role(p) == WORKER)
+        index = self.hub.job_kind.pod_labels.index
+        return sort_workers((p for p in live + gone if pod_role(p) == WORKER), index)
 
     async def watch_workloads(self) -> bool:
         """Have the hub watch Kueue Workloads (once listed, or refused); whether it does."""

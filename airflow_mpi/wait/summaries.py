@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_mpi.jobspec.kinds import kinds
-from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL, MPIJOB_KIND, WORKER
+from airflow_mpi.jobspec.vocabulary import WORKER
 from airflow_mpi.wait.failure_causes import MAX_TEXT, clip
 from airflow_mpi.wait.progress import EventSummary, PodSummary
 
@@ -250,11 +250,12 @@ def without_managed_fields(obj: Any) -> Any:
     return obj
 
 
-def job_of_pod(pod: Any) -> str | None:
-    return object_meta(pod)[2].get(JOB_NAME_LABEL) if pod is not None else None
+def job_of_pod(pod: Any, label: str) -> str | None:
+    """The job a pod's ``label`` (its kind's ``PodLabels.job_name``) names."""
+    return object_meta(pod)[2].get(label) if pod is not None else None
 
 
-def owner_mpijob(workload: dict | None) -> dict:
-    """The MPIJob owning a Workload (its ownerReference), or {}."""
+def owner_job(workload: dict | None, kind: str) -> dict:
+    """The job of ``kind`` (its kind's ``kind``: ``MPIJob``) owning a Workload (its ownerReference), or {}."""
     refs = ((workload or {}).get("metadata") or {}).get("ownerReferences") or []
-    return next((r for r in refs if r.get("kind") == MPIJOB_KIND), {})
+    return next((r for r in refs if r.get("kind") == kind), {})

@@ -6,15 +6,15 @@ resourceVersion with bookmarks (a renewal resumes without a re-list), re-lists o
 resumes after a dropped connection. Every wait subscribes to its job's name and awaits changes of that job or its pods;
 nobody polls. The hub closes its watches when the last subscriber leaves.
 
-MPIJobs are watched unfiltered (a sensor may wait for a job this provider did not create), pods by the existence of the
-operators' job-name label (the pods of any MPIJob, v2beta1 and v1 from training-operator 1.5, not every pod of the
-namespace; a label is anyone's to set, so a wait counts only those its job's controllers made: hooks/ownership.py,
-the launcher Job behind a v2beta1 launcher pod read once per job, by the hub, for all its waits), events by
-field selector: only the ValidationError events of MPIJobs, the one event that ends a wait before its job
-is Created (1,000 jobs queued for the mpi-operator would otherwise each list their events). Where the identity
-may not watch events (RBAC of an older release), that watch stops and the waits list events themselves. Kueue's
-Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py); where they may not be (RBAC,
-no Kueue), that watch stops and the waits go on without them.
+A hub follows one kind's jobs (jobspec/kinds/: by its plural), unfiltered (a sensor may wait for a job this provider
+did not create), pods by the existence of the kind's job-name label (the pods of any MPIJob, v2beta1 and v1 from
+training-operator 1.5, not every pod of the namespace; a label is anyone's to set, so a wait counts only those its
+job's controllers made: hooks/ownership.py, the launcher Job behind a v2beta1 launcher pod read once per job, by the
+hub, for all its waits), events by field selector: only the kind's invalid events (ValidationError), the one event
+that ends a wait before its job is Created (1,000 jobs queued for the mpi-operator would otherwise each list their
+events). Where the identity may not watch events (RBAC of an older release), that watch stops and the waits list
+events themselves. Kueue's Workloads are watched once a wait's job carries Kueue's queue label (wait/queueing.py);
+where they may not be (RBAC, no Kueue), that watch stops and the waits go on without them.
 """
 
 from __future__ import annotations
@@ -30,33 +30,34 @@ from airflow_mpi.hooks.errors import WatchExpired, describe_error
 from airflow_mpi.hooks.loop_registry import live_key, of_running_loop
 from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.hooks.protocols import WatchRequests
-from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, MPIJOBS, PODS, WORKLOADS
+from airflow_mpi.hooks.requests import EVENTS, KUEUE_VERSIONS, PODS, WORKLOADS
 from airflow_mpi.hooks.retries import Outage, through_outage
 from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
-from airflow_mpi.jobspec.vocabulary import JOB_NAME_LABEL
 from airflow_mpi.wait.subscription import Subscription
 from airflow_mpi.wait.summaries import (
     involved_object,
     job_of_pod,
     object_meta,
-    owner_mpijob,
+    owner_job,
     without_managed_fields,
 )
 
 log = logging.getLogger(__name__)
 
-KINDS = (MPIJOBS, PODS, EVENTS)
-SELECTORS: dict[str, dict[str, str]] = {
-    PODS: {"label_selector": JOB_NAME_LABEL},  # the label exists
-}
+
+def watched(job_kind: JobKind) -> tuple[str, str, str]:
+    """What a hub lists and watches from its start: the kind's jobs (its plural), pods, events (Workloads: later)."""
+    return (job_kind.plural, PODS, EVENTS)
 
 
 def watch_selector(kind: str, job_kind: JobKind) -> dict[str, str]:
-    """The list/watch selector of ``kind``: a job kind's pods, or its events that say a job is invalid (a field
-    selector cannot OR: the kind's first reason, the only one of each built-in kind)."""
+    """The list/watch selector of ``kind``: a job kind's pods (its job-name label exists), or its events that say
+    a job is invalid (a field selector cannot OR: the kind's first reason, the only one of each built-in kind)."""
     if kind == EVENTS:
         return {"field_selector": f"involvedObject.kind={job_kind.kind},reason={job_kind.invalid_reasons[0]}"}
-    return SELECTORS.get(kind, {})
+    if kind == PODS:
+        return {"label_selector": job_kind.pod_labels.job_name}  # the label exists
+    return {}
 
 
 WATCH_SECONDS = 290  # one watch request's lifetime; renewed from the last resourceVersion (no re-list)
@@ -68,9 +69,8 @@ class WatchHub:
     def __init__(self, hook: WatchRequests, namespace: str) -> None:
         self.hook = hook
         self.namespace = namespace
-        self.job_kind = kind_or_default(
-            getattr(hook, "api_version", None)
-        )  # whose invalid events are watched
+        self.job_kind = kind_or_default(getattr(hook, "api_version", None))  # whose jobs, pods, events
+        self.kinds = watched(self.job_kind)
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Any] = {}
         self.pods_by_job: dict[str, set[str]] = {}
@@ -90,8 +90,8 @@ class WatchHub:
         self._checks: dict[str, asyncio.Task] = {}
         self.error: BaseException | None = None
         self.stats: Counter = Counter()  # lists, watches, relists (410), bookmarks, events per kind
-        self.synced = {kind: asyncio.Event() for kind in (*KINDS, WORKLOADS)}
-        self.resource_versions: dict[str, str | None] = dict.fromkeys((*KINDS, WORKLOADS))
+        self.synced = {kind: asyncio.Event() for kind in (*self.kinds, WORKLOADS)}
+        self.resource_versions: dict[str, str | None] = dict.fromkeys((*self.kinds, WORKLOADS))
         self._ready = asyncio.Event()
         self._tick = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -101,7 +101,7 @@ class WatchHub:
     async def start(self) -> None:
         await self.hook.__aenter__()  # keep the hook's API client (one session) while the hub lives
         self._entered = True
-        self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in KINDS]
+        self._tasks = [asyncio.create_task(self._run(kind), name=f"watch-hub-{kind}") for kind in self.kinds]
 
     async def close(self) -> None:
         tasks = [*self._tasks, *self._checks.values()]
@@ -120,7 +120,7 @@ class WatchHub:
             raise self.error
 
     def _check_ready(self) -> None:
-        if self.error is not None or all(self.synced[kind].is_set() for kind in KINDS):
+        if self.error is not None or all(self.synced[kind].is_set() for kind in self.kinds):
             self._ready.set()
 
     def _bump(self, key: str) -> None:
@@ -161,7 +161,7 @@ class WatchHub:
     # ------------------------------------------------------------------ whose pods
     def owner(self, name: str, uid: str | None) -> Owner:
         """What is known of the MPIJob ``name`` (incarnation ``uid``) and its launcher Job."""
-        return self.owners.get(uid or "") or Owner(name, uid)
+        return self.owners.get(uid or "") or Owner(name, uid, job_kind=self.job_kind)
 
     def check_launcher_job(self, owner: Owner, uids: set[str]) -> None:
         """Have one GET of the launcher Job tell whether the Job uids ``uids``, which pods name as their controller,
@@ -216,7 +216,7 @@ class WatchHub:
             else:
                 self.invalid_events.setdefault(job, {})[name] = obj
         elif kind == WORKLOADS:
-            owner = owner_mpijob(obj if not deleted else self.workloads.get(name))
+            owner = owner_job(obj if not deleted else self.workloads.get(name), self.job_kind.kind)
             job = owner.get("name")
             if deleted:
                 self.workloads.pop(name, None)
@@ -224,7 +224,7 @@ class WatchHub:
             elif owner:
                 self.workloads[name] = obj
                 self.workload_of[owner.get("uid") or ""] = name
-        elif kind == MPIJOBS:
+        elif kind == self.job_kind.plural:
             job = name
             if not deleted:
                 self.jobs[name] = obj
@@ -235,7 +235,8 @@ class WatchHub:
                 for sub in self.subscribers.get(name or "", ()):
                     sub.deleted_uids.add(uid or "")
         else:
-            job = job_of_pod(obj) or job_of_pod(self.pods.get(name))
+            label = self.job_kind.pod_labels.job_name
+            job = job_of_pod(obj, label) or job_of_pod(self.pods.get(name), label)
             for sub in self.subscribers.get(job or "", ()):  # kept while the wait lasts
                 sub.observe_pod(obj, deleted)
             if not deleted:
@@ -254,7 +255,7 @@ class WatchHub:
         elif kind == WORKLOADS:
             cached = dict(self.workloads)
         else:
-            cached = dict(self.jobs if kind == MPIJOBS else self.pods)
+            cached = dict(self.jobs if kind == self.job_kind.plural else self.pods)
         listed = {object_meta(obj)[0] for obj in items}
         for name, obj in cached.items():
             if name not in listed:

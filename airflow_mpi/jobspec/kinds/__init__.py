@@ -6,8 +6,11 @@ See docs/DESIGN.md ("Job kinds") for what a kind is and how to add one.
 from airflow_mpi.jobspec.kinds.kind import (
     ATTEMPT_IS_CONTAINER_RESTART,
     ATTEMPT_IS_POD,
+    MPIJOB_REPLICAS,
     JobKind,
+    LauncherOwner,
     PodLabels,
+    ReplicaLayout,
     RetriesMapping,
 )
 from airflow_mpi.jobspec.kinds.mpijob_v1 import MPIJOB_V1
@@ -23,7 +26,7 @@ from airflow_mpi.jobspec.kinds.registry import (
 )
 
 __all__ = [
-    "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_V1",
-    "MPIJOB_V2BETA1", "JobKind", "PodLabels", "RetriesMapping", "api_versions", "kind_for", "kind_or_default",
-    "kinds", "register",
+    "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_REPLICAS",
+    "MPIJOB_V1", "MPIJOB_V2BETA1", "JobKind", "LauncherOwner", "PodLabels", "ReplicaLayout", "RetriesMapping",
+    "api_versions", "kind_for", "kind_or_default", "kinds", "register",
 ]  # fmt: skip

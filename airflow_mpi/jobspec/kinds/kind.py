@@ -2,19 +2,30 @@
 of branching on the API version.
 
 A JobKind says which resource it is (group, version, kind, plural), which field-table rows it has and where its
-manifest holds them (the rows themselves stay in fields.py), its defaults (the retries mapping included), its own
-validation rules, the names its controller derives, how its state and its "invalid" verdict are read, how its pods
-are selected and their roles told, and what one launcher attempt is. Instances: mpijob_v2beta1.py, mpijob_v1.py;
-the registry (registry.py) finds them, and others registered through an entry point. Pure: data and pure functions.
+manifest holds them (its replica specs: ReplicaLayout; the rows themselves stay in fields.py), its defaults (the
+retries mapping included), its own validation rules, the names its controller derives, how its state and its
+"invalid" verdict are read, how its pods are selected and their roles told, what stands between the job and its
+launcher pods (LauncherOwner), and what one launcher attempt is. Instances: mpijob_v2beta1.py, mpijob_v1.py; the
+registry (registry.py) finds them, and others registered through an entry point. Pure: data and pure functions.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
+from airflow_mpi.jobspec.vocabulary import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    LAUNCHER,
+    LAUNCHER_REPLICA,
+    MPI_REPLICA_SPECS,
+    REPLICA_INDEX_LABEL,
+    WORKER,
+    WORKER_REPLICA,
+)
 
 
 class Row(Protocol):
@@ -48,15 +59,71 @@ ATTEMPT_IS_POD, ATTEMPT_IS_CONTAINER_RESTART = "pod", "container restart"
 
 
 @dataclass(frozen=True)
+class ReplicaLayout:
+    """Where a kind's manifest holds its replica specs: one mapping at ``specs`` with a key per role of the model
+    (LAUNCHER_REPLICA, WORKER_REPLICA -> ``keys``). Inside a replica spec the field table's replica rows hold their
+    ``path``s (``replicas``, ``restartPolicy``, ``template``...). Both MPIJob APIs: ``spec.mpiReplicaSpecs``
+    keyed ``Launcher``/``Worker``; the training-operator's other v1 jobs have the same shape under other names."""
+
+    specs: tuple[str, ...] = ("spec", MPI_REPLICA_SPECS)
+    keys: Mapping[str, str] = field(
+        default_factory=lambda: {LAUNCHER_REPLICA: LAUNCHER_REPLICA, WORKER_REPLICA: WORKER_REPLICA}
+    )
+
+    def path(self, role: str) -> tuple[str, ...]:
+        """Where the replica spec of ``role`` is (a role it has no key for is kept as given: the reference's
+        ``*``, both roles)."""
+        return (*self.specs, self.keys.get(role, role))
+
+    def specs_in(self, manifest: Any) -> Any:
+        """The replica specs' mapping as ``manifest`` has it, whatever its type (None when absent)."""
+        node = manifest
+        for key in self.specs:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    def role_of(self, key: Any) -> str | None:
+        """The model's role of a replica spec key, or None when the kind has no such replica."""
+        return next((role for role, k in self.keys.items() if k == key), None)
+
+    @property
+    def field(self) -> str:
+        """The name errors give the replica specs (``mpi_replica_specs``), from the manifest's key."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.specs[-1]).lower()
+
+
+MPIJOB_REPLICAS = ReplicaLayout()  # spec.mpiReplicaSpecs.{Launcher,Worker}: both MPIJob APIs
+
+
+@dataclass(frozen=True)
+class LauncherOwner:
+    """The object a kind's controller puts between the job and its launcher pods: the pods' controller, itself
+    controlled by the job, named ``JobKind.launcher_name(job)`` (mpi-operator v2beta1: the batch/v1 Job
+    ``<job>-launcher``). hooks/ownership.py reads it once to tell whether a pod naming it is the job's."""
+
+    kind: str  # its kind, as a pod's controller reference names it
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def resource(self) -> str:
+        """``<plural>.<group>``, as RBAC names it."""
+        return f"{self.plural}.{self.group}"
+
+
+@dataclass(frozen=True)
 class PodLabels:
     """How a kind's controller labels the pods of a job: the selectors of a role's pods (tried in order, the
-    next only when the one before finds nothing), and the labels whose value tells a pod's role."""
+    next only when the one before finds nothing), the labels whose value tells a pod's role, and the one that
+    tells a worker's index."""
 
-    job_name: str  # label holding the job's name
+    job_name: str  # label holding the job's name (the watch hub watches the pods that have it)
     role: str  # label holding the role (launcher/worker)
     role_values: Mapping[str, str] = field(default_factory=dict)  # a role label value -> LAUNCHER/WORKER
     fallbacks: tuple[tuple[str, str], ...] = ()  # older controllers' (job-name label, role label)
     role_keys: tuple[str, ...] = ()  # every label that may tell the role, in the order to read them
+    index: str = REPLICA_INDEX_LABEL  # label holding a worker's index (workers are listed in its order)
 
     def selectors(self, name: str, role: str) -> list[str]:
         """Label selectors of the ``role`` (``launcher``/``worker``) pods of job ``name``."""
@@ -92,7 +159,9 @@ class JobKind:
     # ------------------------------------------------------------------ fields
     restart_policies: tuple[str, ...]  # the replicas' restartPolicy values the controller handles
     managed_by: tuple[str, ...]  # runPolicy.managedBy values it accepts
-    container_names: Mapping[str, str]  # replica key -> its main container's default name
+    # role (LAUNCHER_REPLICA/WORKER_REPLICA) -> its main container's default name
+    container_names: Mapping[str, str]
+    replica_layout: ReplicaLayout = MPIJOB_REPLICAS  # where the manifest holds each role's replica spec
     launcher_restart_policy: str = "Never"  # the controller's default for the launcher replica
     reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
     main_container_field: bool = False  # spec.mainContainer names the container the ranks run in
@@ -101,6 +170,9 @@ class JobKind:
     )
     # (MPI implementation, the launcher command ``program`` built) -> the command this kind's launcher runs
     launcher_command: Callable[[str, list[str]], list[str]] = field(default=lambda implementation, argv: argv)
+    # its launcher_command gives MPICH's Hydra proxies the launcher's address itself (v1: ``-localhost``), so a
+    # launch's own way to do it (@task.mpi's commands.HYDRA_CONNECT_BY_IP) is taken off first
+    hydra_address_wired: bool = False
     # ------------------------------------------------------------------ defaults
     retries_mapping: Callable[[int], RetriesMapping] = field(
         default=lambda retries: RetriesMapping(retries, "Never")
@@ -126,9 +198,11 @@ class JobKind:
     # ------------------------------------------------------------------ names, state, events, pods
     launcher_suffix: str = "-launcher"
     worker_infix: str = "-worker-"
+    # the launcher pods' controller between them and the job (None: the job controls them itself, as the workers)
+    launcher_owner: LauncherOwner | None = None
     conditions: tuple[str, ...] = ()  # the status.conditions[].type values it writes
     invalid_reasons: tuple[str, ...] = ()  # Warning event reasons meaning "this job will never be created"
-    pod_labels: PodLabels = field(default_factory=lambda: PodLabels("", ""))
+    pod_labels: PodLabels = field(default_factory=lambda: PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL))
     launcher_attempt: str = ATTEMPT_IS_POD
     # how many launcher attempts a job of (backoffLimit, launcher restartPolicy or None: unknown) may make (None:
     # unknown); the task log numbers attempts "n of N"
@@ -147,6 +221,10 @@ class JobKind:
         """Where this kind's manifest holds ``row`` (from the replica spec for replica rows)."""
         return row.v1_path if self.reads_v1_paths and row.v1_path else row.path
 
+    def replica_path(self, role: str) -> tuple[str, ...]:
+        """Where this kind's manifest holds the replica spec of ``role`` (LAUNCHER_REPLICA/WORKER_REPLICA)."""
+        return self.replica_layout.path(role)
+
     def launcher_name(self, job: str) -> str:
         """The launcher's name (v2beta1: its Job; v1: its bare Pod)."""
         return job + self.launcher_suffix
@@ -154,6 +232,15 @@ class JobKind:
     def worker_name(self, job: str, index: int) -> str:
         """Worker ``index``'s pod name (and host name)."""
         return f"{job}{self.worker_infix}{index}"
+
+    def longest_name(self, job: str, workers: int) -> str:
+        """The longest name the controller derives from ``job`` with ``workers`` workers (the last worker's,
+        else the launcher's): it must stay a DNS label."""
+        return max((self.worker_name(job, max(workers, 1) - 1), self.launcher_name(job)), key=len)
+
+    def event_selector(self, name: str) -> str:
+        """The field selector of the events about the job ``name``."""
+        return f"involvedObject.kind={self.kind},involvedObject.name={name}"
 
     def is_invalid_event(self, reason: Any) -> bool:
         """The event's reason says the controller rejected the job's spec (it will never run)."""

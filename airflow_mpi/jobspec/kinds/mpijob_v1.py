@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
-from airflow_mpi.jobspec.kinds.kind import ATTEMPT_IS_CONTAINER_RESTART, JobKind, PodLabels, RetriesMapping
+from airflow_mpi.jobspec.kinds.kind import (
+    ATTEMPT_IS_CONTAINER_RESTART,
+    MPIJOB_REPLICAS,
+    JobKind,
+    PodLabels,
+    RetriesMapping,
+)
 from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, HOSTFILE, INTEL, MPICH
 from airflow_mpi.jobspec.vocabulary import (
     API_GROUP,
@@ -78,13 +83,10 @@ def _launcher_command(implementation: str, argv: list[str]) -> list[str]:
     the launcher's host name, which nothing resolves (v1 makes no Service: "unable to connect to server
     <job>-launcher"). So the hostfile is rewritten in Hydra's ``host:N`` syntax, the proxies are given the address
     of the pod's network interface (Intel: ``-iface eth0``, the interface every CNI gives a pod; MPICH: ``-localhost``
-    its IP), and MPICH is told to start them through kubexec.sh as the controller does for Intel."""
+    its IP), and MPICH is told to start them through kubexec.sh as the controller does for Intel (hence
+    ``hydra_address_wired``: a launch's own ``-localhost`` wrapper is taken off before)."""
     if implementation not in (INTEL, MPICH) or not argv:
         return argv
-    if argv[: len(HYDRA_CONNECT_BY_IP)] == list(
-        HYDRA_CONNECT_BY_IP
-    ):  # @task.mpi's MPICH: -localhost comes below
-        argv = argv[len(HYDRA_CONNECT_BY_IP) :]
     mpirun, rest = argv[0], list(argv[1:])
     if HOSTFILE in rest:  # Intel's default flags name it: drop, it is given below
         at = rest.index(HOSTFILE)
@@ -115,17 +117,22 @@ MPIJOB_V1 = JobKind(
     restart_policies=("Always", "OnFailure", "Never", "ExitCode"),  # ExitCode -> pod Never + retryable codes
     managed_by=("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"),
     container_names={LAUNCHER_REPLICA: MAIN_CONTAINER, WORKER_REPLICA: MAIN_CONTAINER},
+    replica_layout=MPIJOB_REPLICAS,
     launcher_restart_policy="Never",  # MPIJobDefaultRestartPolicy (mpi_types.go)
     reads_v1_paths=True,
     main_container_field=True,
     retries_mapping=_retries,
     launcher_command=_launcher_command,
+    hydra_address_wired=True,
     # the controller's ``sleep 365d`` (newWorker), ended by SIGTERM: jobspec/container_defaults.idle_workers
     idle_worker_command=("sh", "-c", 'trap "exit 0" TERM; sleep 365d & wait'),
     implementation_field=False,
     top_level_clean_pod_policy=True,
     injected_volumes=_injected,
     conditions=tuple(JobCondition),
+    launcher_suffix="-launcher",  # the bare launcher Pod (mpijob_controller.go launcherSuffix)
+    worker_infix="-worker-",
+    launcher_owner=None,  # the MPIJob controls its launcher Pod itself
     invalid_reasons=(V1_INVALID_REASON,),
     pod_labels=PodLabels(
         JOB_NAME_LABEL,

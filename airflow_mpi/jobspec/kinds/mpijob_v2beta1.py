@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from airflow_mpi.jobspec.kinds.kind import ATTEMPT_IS_POD, JobKind, PodLabels, RetriesMapping
+from airflow_mpi.jobspec.kinds.kind import (
+    ATTEMPT_IS_POD,
+    MPIJOB_REPLICAS,
+    JobKind,
+    LauncherOwner,
+    PodLabels,
+    RetriesMapping,
+)
 from airflow_mpi.jobspec.spec import CONFIG_MOUNT_PATH, CONFIG_VOLUME, WAIT_FOR_WORKERS_READY
 from airflow_mpi.jobspec.vocabulary import (
     API_GROUP,
@@ -26,6 +33,8 @@ from airflow_mpi.jobspec.vocabulary import (
 
 API_V2BETA1 = f"{API_GROUP}/v2beta1"  # a role's pods: JOB_NAME_LABEL + JOB_ROLE_LABEL
 V2BETA1_INVALID_REASON = "ValidationError"  # its Warning event for an MPIJob it will never create
+# the launcher's batch/v1 Job <name>-launcher (newLauncherJob), the controller of the launcher pods
+LAUNCHER_JOB = LauncherOwner(kind="Job", group="batch", version="v1", plural="jobs")
 
 
 def _retries(retries: int) -> RetriesMapping:
@@ -54,6 +63,7 @@ MPIJOB_V2BETA1 = JobKind(
     restart_policies=("Never", "OnFailure"),  # validation.go accepts only these two
     managed_by=("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"),
     container_names={LAUNCHER_REPLICA: LAUNCHER, WORKER_REPLICA: WORKER},  # each named after its role
+    replica_layout=MPIJOB_REPLICAS,
     launcher_restart_policy="OnFailure",  # v2beta1 DefaultLauncherRestartPolicy (constants.go)
     launcher_command_in_args=True,
     retries_mapping=_retries,
@@ -65,6 +75,9 @@ MPIJOB_V2BETA1 = JobKind(
     creation_policy_needs_probe=True,
     injected_volumes=_injected,
     conditions=tuple(JobCondition),
+    launcher_suffix="-launcher",  # launcherSuffix (v0.8.2)
+    worker_infix="-worker-",
+    launcher_owner=LAUNCHER_JOB,
     invalid_reasons=(V2BETA1_INVALID_REASON,),
     pod_labels=PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL),
     launcher_attempt=ATTEMPT_IS_POD,

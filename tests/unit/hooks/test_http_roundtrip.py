@@ -20,7 +20,7 @@ from kubernetes.client import V1ObjectMeta, V1Pod
 
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook, WatchExpired
 from airflow_mpi.hooks.errors import PodLogUnavailable
-from airflow_mpi.hooks.requests import MPIJOBS
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.wait.namespace_watch import watch_objects
 
 LOG_CHUNKS = [
@@ -308,7 +308,7 @@ async def test_async_hook_over_the_wire(wire_connection):
 
         events = [
             rv
-            async for kind, _, rv in watch_objects(hook, MPIJOBS, "ns", resource_version="7")
+            async for kind, _, rv in watch_objects(hook, DEFAULT_KIND.plural, "ns", resource_version="7")
             if kind != "OPEN"
         ]
         assert events == ["8", "9"]
@@ -317,7 +317,7 @@ async def test_async_hook_over_the_wire(wire_connection):
             "7"
         ]
         with pytest.raises(WatchExpired):
-            async for _ in watch_objects(hook, MPIJOBS, "ns", resource_version="1"):
+            async for _ in watch_objects(hook, DEFAULT_KIND.plural, "ns", resource_version="1"):
                 pass
 
         assert await hook.delete_mpijob("job", propagation_policy="Background") is True

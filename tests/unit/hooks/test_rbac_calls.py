@@ -23,6 +23,7 @@ from k8s_fakes import manifest, mpijob
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook, identity_claims
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.requests import WORKLOADS
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.wait import watch_hub
 from tests.integration.least_privilege import WORKER_CALLS
 from tests.unit.hooks.test_async_mpijob_hook import kubeconfig
@@ -166,7 +167,7 @@ async def send_all_async() -> set[str]:
         await hook.job_events("job")
         await hook.pod_events(["job-launcher"])
         await hook.get_launcher_job("job", "ns")
-        for kind in (*watch_hub.KINDS, WORKLOADS):  # the watch hub's requests
+        for kind in (*watch_hub.watched(DEFAULT_KIND), WORKLOADS):  # the watch hub's requests
             await hook.list_objects(kind, "ns")
             _ = [event async for event in hook.watch_objects(kind, "ns", resource_version="1")]
     return {

@@ -289,7 +289,16 @@ def test_v1_runs_open_mpi_as_given_and_v2beta1_every_implementation_as_given():
 
 
 def test_v1_drops_the_task_decorators_mpich_address_wrapper_for_its_own():
-    from airflow_mpi.jobspec.commands import HYDRA_CONNECT_BY_IP
+    """@task.mpi's MPICH launch (connect_by_ip) wraps mpirun to give Hydra the launcher's IP; v1's launcher command
+    does that itself (``hydra_address_wired``), so the resolved command carries one ``-localhost``, not two."""
+    from airflow_mpi.jobspec.commands import Mpirun
+    from airflow_mpi.jobspec.parameters import resolve_parameters
 
-    command = MPIJOB_V1.launcher_command("MPICH", [*HYDRA_CONNECT_BY_IP, "mpirun", "-n", "2", "/pi"])
-    assert command[3:] == ["mpirun", "-n", "2", "/pi"] and command[2].count("-localhost") == 1
+    assert MPIJOB_V1.hydra_address_wired
+    values = {"api_version": MPIJOB_V1.api_version, "name": "pi", "image": "img", "program": ["/pi"], "workers": 1,
+              "mpi_implementation": "MPICH"}  # fmt: skip
+    manifest = resolve_parameters(
+        values, launch=lambda errors, v: Mpirun(v["program"], connect_by_ip=True)
+    ).manifest
+    command = _launcher(manifest)["template"]["spec"]["containers"][0]["command"]
+    assert command[3:] == ["mpirun", "-n", "1", "-ppn", "1", "/pi"] and command[2].count("-localhost") == 1

@@ -187,7 +187,7 @@ def test_flavors_are_named_per_pod_set_and_resource_only_where_they_differ():
 
 
 def test_the_hubs_slim_workload_keeps_everything_the_lines_are_made_of():
-    from airflow_mpi.wait.summaries import owner_mpijob, slim_workload
+    from airflow_mpi.wait.summaries import owner_job, slim_workload
 
     raw = admitted_wl(75, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 75))
     raw["metadata"].update(
@@ -207,7 +207,7 @@ def test_the_hubs_slim_workload_keeps_everything_the_lines_are_made_of():
     raw["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {"cpu": "500m"}
     slim = slim_workload(raw)
     assert "managedFields" not in slim["metadata"] and "podSets" not in slim["spec"]
-    assert owner_mpijob(slim) == {
+    assert owner_job(slim, "MPIJob") == {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
         "name": "job",
