@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, watch
 
 from airflow_mpi.hooks import AsyncMPIJobHook
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 from airflow_mpi.wait import namespace_watch, watch_hub
 from airflow_mpi.wait.monitor import JobMonitor
 from localcluster import behaviour as bh
@@ -191,7 +192,7 @@ def test_a_hundred_waits_share_three_watches(k8s, namespace, kubernetes_default_
                 "pods_watches": 1,
                 "events_watches": 1,
             }
-            await hub.until(lambda hb: all(hb.stats[f"{kind}_opened"] for kind in watch_hub.KINDS))
+            await hub.until(lambda hb: all(hb.stats[f"{kind}_opened"] for kind in watch_hub.watched(DEFAULT_KIND)))
             watches = await asyncio.to_thread(namespaced_watches, k8s)
             assert watches.get("mpijobs") == 1 and watches.get("pods") == 1 and watches.get("events") == 1
             assert hub.watches_events  # the shipped role grants it (the connection is its service account)
@@ -232,7 +233,7 @@ def test_410_gone_is_one_relist_for_every_subscriber(k8s, namespace, kubernetes_
         # older than the watch cache of the MPIJobs: 410 Gone. Only that kind: a pod or event watch from "1" falls
         # through to etcd, which serves it until it compacts (5 min into a cluster's life), so it would hang there
         # (the test passed only when run late in the session)
-        hub.resource_versions[watch_hub.MPIJOBS] = "1"
+        hub.resource_versions[DEFAULT_KIND.plural] = "1"
         await hub.start()
         try:
             await hub.ready()
@@ -368,13 +369,13 @@ def test_a_watch_lasts_until_the_api_server_ends_it_not_the_clients_default_time
 
     async def body():
         async with watch_hub.subscription(hook(), namespace, "none") as sub:
-            await sub.hub.until(lambda hb: all(hb.stats[f"{kind}_watches"] >= 3 for kind in watch_hub.KINDS))
+            await sub.hub.until(lambda hb: all(hb.stats[f"{kind}_watches"] >= 3 for kind in watch_hub.watched(DEFAULT_KIND)))
             return dict(sub.hub.stats)
 
     with caplog.at_level(logging.INFO, logger=watch_hub.__name__):
         stats = asyncio.run(body())
     assert [r.getMessage() for r in caplog.records] == []  # no interruption, no re-list
-    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.KINDS), (
+    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.watched(DEFAULT_KIND)), (
         stats
     )
 
