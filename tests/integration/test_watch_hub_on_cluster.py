@@ -192,7 +192,9 @@ def test_a_hundred_waits_share_three_watches(k8s, namespace, kubernetes_default_
                 "pods_watches": 1,
                 "events_watches": 1,
             }
-            await hub.until(lambda hb: all(hb.stats[f"{kind}_opened"] for kind in watch_hub.watched(DEFAULT_KIND)))
+            await hub.until(
+                lambda hb: all(hb.stats[f"{kind}_opened"] for kind in watch_hub.watched(DEFAULT_KIND))
+            )
             watches = await asyncio.to_thread(namespaced_watches, k8s)
             assert watches.get("mpijobs") == 1 and watches.get("pods") == 1 and watches.get("events") == 1
             assert hub.watches_events  # the shipped role grants it (the connection is its service account)
@@ -369,15 +371,18 @@ def test_a_watch_lasts_until_the_api_server_ends_it_not_the_clients_default_time
 
     async def body():
         async with watch_hub.subscription(hook(), namespace, "none") as sub:
-            await sub.hub.until(lambda hb: all(hb.stats[f"{kind}_watches"] >= 3 for kind in watch_hub.watched(DEFAULT_KIND)))
+            await sub.hub.until(
+                lambda hb: all(hb.stats[f"{kind}_watches"] >= 3 for kind in watch_hub.watched(DEFAULT_KIND))
+            )
             return dict(sub.hub.stats)
 
     with caplog.at_level(logging.INFO, logger=watch_hub.__name__):
         stats = asyncio.run(body())
     assert [r.getMessage() for r in caplog.records] == []  # no interruption, no re-list
-    assert all(stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2 for kind in watch_hub.watched(DEFAULT_KIND)), (
-        stats
-    )
+    assert all(
+        stats[f"{kind}_lists"] == 1 and stats[f"{kind}_opened"] >= 2
+        for kind in watch_hub.watched(DEFAULT_KIND)
+    ), stats
 
 
 @pytest.mark.needs_simulation
