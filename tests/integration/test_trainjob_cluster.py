@@ -16,6 +16,7 @@ Run them with ``pytest tests/integration/test_trainjob_cluster.py -m trainjob``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -186,10 +187,13 @@ def test_the_api_server_refuses_a_runtime_asking_for_intel_mpi(trainjob_cluster)
     with pytest.raises(client.exceptions.ApiException) as refused:
         co.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)
     assert refused.value.status == 422
-    assert (
-        'spec.mlPolicy.mpi.mpiImplementation: Unsupported value: "Intel": supported values: "OpenMPI", ""'
-        in refused.value.body
-    )
+    status = json.loads(refused.value.body)
+    assert status["reason"] == "Invalid"
+    assert {
+        "reason": "FieldValueNotSupported",
+        "message": 'Unsupported value: "Intel": supported values: "OpenMPI", ""',
+        "field": "spec.mlPolicy.mpi.mpiImplementation",
+    } in status["details"]["causes"]
 
 
 @pytest.fixture

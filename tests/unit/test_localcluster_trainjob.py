@@ -120,6 +120,13 @@ def test_the_mpi_runtime_is_valid_against_the_trainer_crd_and_follows_the_mpiuse
     }
     jobs = {j["name"]: j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
     assert set(jobs) == {"launcher", "node"}
+    # v2.3.0 sizes the trainer-ancestor job (the launcher) from mlPolicy.numNodes: one launcher pod; two node pods
+    # unless the TrainJob says (trainer.numNodes)
+    assert runtime["spec"]["mlPolicy"]["numNodes"] == 1
+    assert jobs["launcher"]["template"]["metadata"]["labels"] == {
+        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+    }
+    assert jobs["node"]["template"]["spec"]["parallelism"] == 2
     for job in jobs.values():
         pod = job["template"]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
