@@ -10,8 +10,9 @@ Defaults (nothing set):
 
 * a launcher pod (owned by a batch/v1 Job, or labelled ``training.kubeflow.org/job-role=launcher`` or
   ``training.kubeflow.org/replica-type=launcher``) runs for ``DEFAULT_RUN_DURATION`` then Succeeds
-  (container terminated, exit code 0, reason Completed);
-* every other pod (workers, ...) stays Running until it is deleted;
+  (container terminated, exit code 0, reason Completed). A JobSet's pods (a TrainJob's) are owned by Jobs too: only
+  those of its replicated job ``launcher`` (label ``jobset.sigs.k8s.io/replicatedjob-name``) count as launchers;
+* every other pod (workers, a TrainJob's ``node`` pods, ...) stays Running until it is deleted;
 * a deleted pod first turns Failed (exit code 137, like a killed container), then kwok removes it once its
   finalizers are gone (the Job controller removes its tracking finalizer as on a real cluster).
 
@@ -69,6 +70,10 @@ NODE_GPUS = 8
 NODE_NAME_PREFIX = "kwok-node-"
 NODE_LABEL = "type"  # every simulated node carries type=kwok (+ the usual kubernetes.io/hostname etc.)
 NODE_LABEL_VALUE = "kwok"
+
+# a JobSet's pods carry the name of their replicated job; a TrainJob of an MPI runtime has `launcher` and `node`
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_LAUNCHER = "launcher"
 
 LAUNCHER_CONTAINER = "launcher"
 WORKER_CONTAINER = "worker"

@@ -9,11 +9,11 @@ upstream release builds set) into ``$AIRFLOW_MPI_CACHE/bin/<key>`` (default ``~/
 ``<key>`` hashes the Go version, the build recipe and every ``go.mod``/``go.sum``/``*.go`` of ours: a second build
 with the same pins is a no-op.
 
-Add-ons (``ADDONS``: Kueue, the training-operator) are built only when a cluster asks for them, each into
-``bin/<name>-<key>`` with a key of its own (its module, tools and data), so that adding or re-pinning one never
-invalidates the main build. What is built (tools, add-ons, data files) is listed in localcluster/build_recipes.py.
-A build prints one line when it starts and one when it ends; ``go build``'s own output goes to a log file
-(localcluster/build_log.py).
+Add-ons (``ADDONS``: Kueue, the training-operator, JobSet, Kubeflow Trainer) are built only when a cluster asks for
+them, each into ``bin/<name>-<key>`` with a key of its own (its module, tools and data), so that adding or re-pinning
+one never invalidates the main build. What is built (tools, add-ons, data files) is listed in
+localcluster/build_recipes.py. A build prints one line when it starts and one when it ends; ``go build``'s own output
+goes to a log file (localcluster/build_log.py).
 """
 
 from __future__ import annotations
@@ -126,9 +126,10 @@ def _version_ldflags(go: str, mod: str) -> str:
         if kube:
             flags.append(f"-X sigs.k8s.io/kwok/pkg/consts.KubeVersion={kube.lstrip('v')}")
         return " ".join(flags)
-    if mod == "kueue":  # what upstream's Makefile stamps (the commit is not known from the module)
+    if mod in _VERSION_STAMPS:  # what upstream's Makefile stamps (the commit is not known from the module)
+        module_path, pkg, with_date = _VERSION_STAMPS[mod]
         res = subprocess.run(
-            [go, "list", "-m", "-json", "sigs.k8s.io/kueue"],
+            [go, "list", "-m", "-json", module_path],
             cwd=GO_DIR / mod,
             check=True,
             capture_output=True,
@@ -136,9 +137,15 @@ def _version_ldflags(go: str, mod: str) -> str:
         )
         info = json.loads(res.stdout)
         date = (info.get("Time") or "1970-01-01T00:00:00Z")[:19] + "Z"
-        pkg = "sigs.k8s.io/kueue/pkg/version"
-        return f"-X {pkg}.GitVersion={info['Version']} -X {pkg}.BuildDate={date}"
+        return f"-X {pkg}.GitVersion={info['Version']}" + (f" -X {pkg}.BuildDate={date}" if with_date else "")
     return ""
+
+
+# module dir -> (module path, its version package, whether it has BuildDate): `-X <package>.GitVersion=<version>`
+_VERSION_STAMPS = {
+    "kueue": ("sigs.k8s.io/kueue", "sigs.k8s.io/kueue/pkg/version", True),
+    "jobset": ("sigs.k8s.io/jobset", "sigs.k8s.io/jobset/pkg/version", False),
+}
 
 
 def build_key(go: str | None = None) -> str:

@@ -96,7 +96,34 @@ TRAINING_OPERATOR = Addon(
         ),
     ),
 )
-ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE, TRAINING_OPERATOR)}
+# JobSet (unmodified: its manager is the module's root package, main.go), which Kubeflow Trainer creates for a TrainJob:
+# the CRD (one version, v1alpha2: no conversion webhook needed) and the webhook manifests with the kustomize patches
+# that limit its Pod webhooks to JobSet's pods (config/components/webhook: manifests.yaml, patches/, kustomization.yaml)
+JOBSET = Addon(
+    "jobset",
+    (Tool("jobset", "jobset", "sigs.k8s.io/jobset"),),
+    (
+        ("crd", ("jobset", "sigs.k8s.io/jobset", "config/components/crd/bases")),
+        ("webhook", ("jobset", "sigs.k8s.io/jobset", "config/components/webhook")),
+    ),
+)
+# Kubeflow Trainer v2 (trainer.kubeflow.org/v1alpha1: TrainJob, TrainingRuntime, ClusterTrainingRuntime): its
+# controller manager only (unmodified), its CRDs and its webhook manifests with their kustomize patches
+TRAINER = Addon(
+    "trainer",
+    (
+        Tool(
+            "trainer-controller-manager",
+            "trainer",
+            "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
+        ),
+    ),
+    (
+        ("crd", ("trainer", "github.com/kubeflow/trainer/v2", "manifests/base/crds")),
+        ("webhook", ("trainer", "github.com/kubeflow/trainer/v2", "manifests/base/webhook")),
+    ),
+)
+ADDONS: dict[str, Addon] = {a.name: a for a in (KUEUE, TRAINING_OPERATOR, JOBSET, TRAINER)}
 
 # kwok's own node stages (node-initialize, heartbeat with lease), read from the kwok module like the CRDs.
 # (Data files: copied into the bin dir when missing; not part of the build key.)
@@ -118,4 +145,6 @@ PINNED_MODULES = (
     "github.com/kubeflow/training-operator",
     "github.com/coredns/coredns",
     "sigs.k8s.io/kueue",
+    "sigs.k8s.io/jobset",
+    "github.com/kubeflow/trainer/v2",
 )

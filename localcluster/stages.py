@@ -14,8 +14,12 @@ from . import behaviour as b
 
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 
+# a pod owned by a Job (not one of a JobSet's other replicated jobs: a TrainJob's `node` pods run sshd until the
+# JobSet ends), or labelled launcher by the mpi-operator / training-operator
 _LAUNCHER_JQ = (
-    '(((.metadata.ownerReferences // []) | any(.kind == "Job"))'
+    '((((.metadata.ownerReferences // []) | any(.kind == "Job"))'
+    f' and (((.metadata.labels // {{}})["{b.JOBSET_REPLICATED_JOB}"] // "{b.JOBSET_LAUNCHER}")'
+    f' == "{b.JOBSET_LAUNCHER}"))'
     ' or ((.metadata.labels // {})["training.kubeflow.org/job-role"] == "launcher")'
     ' or ((.metadata.labels // {})["training.kubeflow.org/replica-type"] == "launcher"))'
 )

@@ -2,7 +2,8 @@
 
 A new controller is one class here (a ``Controller`` subclass in a module of its own, listed in ``REGISTRY``)
 plus, when its binary is not part of the main build, its recipe in ``localcluster/build_recipes.py`` (``ADDONS``).
-``REGISTRY``'s order is the start order (and reversed, the stop order).
+``REGISTRY``'s order is the start order (and reversed, the stop order); a controller that ``requires`` others
+comes after them, and choosing it chooses them too (``trainer``: ``jobset``).
 """
 
 from __future__ import annotations
@@ -10,16 +11,33 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .base import Controller
+from .jobset import JobSet
 from .kueue import Kueue
 from .mpi_operator import MpiOperator
+from .trainer import Trainer
 from .training_operator import TrainingOperator
 
-REGISTRY: dict[str, type[Controller]] = {c.name: c for c in (MpiOperator, Kueue, TrainingOperator)}
+REGISTRY: dict[str, type[Controller]] = {
+    c.name: c for c in (MpiOperator, Kueue, TrainingOperator, JobSet, Trainer)
+}
+
+
+def _with_requirements(names: Iterable[str]) -> set[str]:
+    """``names`` and the controllers they require, transitively (unknown names kept, for the caller to refuse)."""
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += REGISTRY[name].requires if name in REGISTRY else ()
+    return wanted
 
 
 def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
-    """``names`` checked against the registry and ``api_version``, without repeats, in start order."""
-    wanted = set(names)
+    """``names`` and what they require, checked against the registry and ``api_version``, without repeats, in
+    start order."""
+    wanted = _with_requirements(names)
     unknown = sorted(wanted - set(REGISTRY))
     if unknown:
         raise ValueError(f"unknown controller(s) {unknown}; known: {sorted(REGISTRY)}")
@@ -33,10 +51,20 @@ def select(names: Iterable[str], api_version: str) -> tuple[str, ...]:
 
 
 def addons(names: Iterable[str]) -> tuple[str, ...]:
-    """The add-on builds (``localcluster.build.ADDONS``) that the controllers ``names`` run from, in registry
-    order, without repeats."""
-    wanted = set(names)
+    """The add-on builds (``localcluster.build.ADDONS``) that the controllers ``names`` (and those they require)
+    run from, in registry order, without repeats."""
+    wanted = _with_requirements(names)
     return tuple(dict.fromkeys(c.addon for n, c in REGISTRY.items() if n in wanted and c.addon))
 
 
-__all__ = ["REGISTRY", "Controller", "Kueue", "MpiOperator", "TrainingOperator", "addons", "select"]
+__all__ = [
+    "REGISTRY",
+    "Controller",
+    "JobSet",
+    "Kueue",
+    "MpiOperator",
+    "Trainer",
+    "TrainingOperator",
+    "addons",
+    "select",
+]

@@ -27,6 +27,8 @@ class Controller:
     name: ClassVar[str]  # the registry key: `up --controller NAME`, the log and pid file names
     addon: ClassVar[str | None] = None  # build.ADDONS entry its binary comes from (None: the main build)
     api_versions: ClassVar[tuple[str, ...] | None] = None  # MPIJob API versions it works with (None: any)
+    # controllers it needs running (started before it: earlier in the registry); choosing it chooses them too
+    requires: ClassVar[tuple[str, ...]] = ()
     # its prepare() installs CRDs: restart kube-controller-manager after it, so that its garbage collector
     # watches their kinds at once (it discovers new CRDs every 30 s, hard-coded)
     restarts_controller_manager: ClassVar[bool] = False

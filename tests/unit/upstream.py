@@ -66,12 +66,16 @@ def _closed(schema: Any) -> Any:
     return closed
 
 
+def crd_validator(crd: dict, version: str) -> Draft4Validator:
+    """A validator of the ``openAPIV3Schema`` of version ``version`` of ``crd`` (any CRD), closed as above."""
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    return Draft4Validator(_closed(schema), format_checker=_FORMATS)
+
+
 @cache
 def _validator(api_version: str) -> Draft4Validator:
     crd = _load(_module(api_version) / CRDS[CRD_FILES[api_version]][2])
-    version = api_version.split("/", 1)[1]
-    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
-    return Draft4Validator(_closed(schema), format_checker=_FORMATS)
+    return crd_validator(crd, api_version.split("/", 1)[1])
 
 
 def _pruned(value: Any) -> Any:
@@ -88,7 +92,12 @@ def schema_errors(manifest: dict) -> list[str]:
     api_version = manifest.get("apiVersion")
     if api_version not in CRD_FILES:
         return [f"apiVersion {api_version!r} is no MPIJob CRD version"]
-    errors = _validator(api_version).iter_errors(_pruned(manifest))
+    return validation_errors(_validator(api_version), manifest)
+
+
+def validation_errors(validator: Draft4Validator, manifest: dict) -> list[str]:
+    """What ``validator`` finds wrong with ``manifest`` once pruned of null fields, as ``path: message`` lines."""
+    errors = validator.iter_errors(_pruned(manifest))
     return sorted(f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in errors)
 
 
