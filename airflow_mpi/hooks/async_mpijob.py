@@ -35,7 +35,6 @@ from airflow_mpi.hooks.requests import (
     Plan,
     Steps,
     items_of,
-    job_event_selector,
     pod_event_selector,
 )
 from airflow_mpi.jobspec.vocabulary import LAUNCHER
@@ -252,7 +251,7 @@ class AsyncMPIJobHook(MPIJobHookBase, AsyncKubernetesHook):
         return sort_events(
             await self._events(
                 await self.resolve_namespace(namespace),
-                job_event_selector(self.job_kind, name),
+                self.job_kind.event_selector(name),
             )
         )
 

@@ -10,7 +10,7 @@ from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.live_delete import live_delete
 from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
-from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, pod_selectors, split_api_version
+from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, split_api_version
 from airflow_mpi.hooks.retries import request_retrying
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_or_default
 from airflow_mpi.jobspec.vocabulary import LAUNCHER
@@ -113,7 +113,7 @@ class MPIJobHookBase:
             lambda ns: role_pods(
                 self.custom_object_args(ns),
                 name,
-                pod_selectors(self.api_version, name, role),
+                kind.pod_labels.selectors(name, role),
                 sort,
                 self._note_foreign,
                 kind,

@@ -21,7 +21,7 @@ from airflow_mpi.hooks.errors import (
     is_missing_resource_type,
     is_transient,
 )
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_for, kind_or_default
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_for, kind_or_default
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.vocabulary import API_GROUP
 
@@ -100,11 +100,6 @@ def pod_selectors(api_version: str, name: str, role: str) -> list[str]:
     finds nothing): its kind's (kinds/ PodLabels; v1 also tries the labels of training-operator <= 1.4)."""
     split_api_version(api_version)
     return kind_or_default(api_version).pod_labels.selectors(name, role)
-
-
-def job_event_selector(kind: JobKind, name: str) -> str:
-    """The field selector of the events about job ``name`` of ``kind`` (``involvedObject.kind`` is the kind's)."""
-    return kind.event_selector(name)
 
 
 def pod_event_selector(pod: str) -> str:

@@ -17,7 +17,7 @@ from kubernetes.client import V1ObjectMeta, V1OwnerReference, V1Pod
 from airflow_mpi.function_task.function_call import mount_call_secret, mounted_call_secret
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
 from airflow_mpi.hooks.ownership import Owner, launcher_job_call
-from airflow_mpi.hooks.requests import EVENTS, PODS, job_event_selector, pod_selectors
+from airflow_mpi.hooks.requests import EVENTS, PODS, pod_selectors
 from airflow_mpi.jobspec import MPIJobSpec, ReplicaSpec, resolve
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.kinds import (
@@ -91,7 +91,6 @@ def test_v1_has_no_launcher_job_to_read():
 @pytest.mark.parametrize("kind", KINDS, ids=IDS)
 def test_event_selector_names_and_worker_index_are_the_kinds(kind):
     assert kind.event_selector("pi") == "involvedObject.kind=MPIJob,involvedObject.name=pi"
-    assert job_event_selector(kind, "pi") == kind.event_selector("pi")
     assert kind.longest_name("pi", 10) == "pi-worker-9"
     assert kind.longest_name("pi", 1) == "pi-worker-0"  # as long as pi-launcher: the worker's is named
     assert kind.pod_labels.index == "training.kubeflow.org/replica-index"
