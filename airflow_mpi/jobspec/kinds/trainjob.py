@@ -1,0 +1,69 @@
+"""Kubeflow Trainer v2's TrainJob (``trainer.kubeflow.org/v1alpha1``; read against Trainer v2.3.0 and JobSet v0.12.0).
+
+A TrainJob names a runtime (``spec.runtimeRef``: a ClusterTrainingRuntime or TrainingRuntime with ``mlPolicy.mpi``)
+and gives its ``trainer`` (image, command, args, env, numNodes, numProcPerNode, resourcesPerNode). The Trainer makes
+a JobSet of the TrainJob's name from the runtime's template; the JobSet makes one batch Job per replicated job
+(``<job>-launcher-0``, ``<job>-node-0``), whose pods are ``<job>-launcher-0-0-<x>`` and ``<job>-node-0-<i>-<x>``
+(host names ``<job>-launcher-0-0``, ``<job>-node-0-<i>`` in the JobSet's headless Service ``<job>``), labelled
+``jobset.sigs.k8s.io/jobset-name`` and ``jobset.sigs.k8s.io/replicatedjob-name`` (``launcher``, ``node``). Its
+status has the conditions ``Suspended``, ``Complete`` and ``Failed`` only (no Created or Running: those are derived
+from ``status.jobsStatus`` and the pods) and ``jobsStatus`` (per replicated job: ready, succeeded, failed, active,
+suspended). Open MPI only (v2.3.0's CRD refuses Intel and MPICH). Kueue queues it (``trainer.kubeflow.org/trainjob``).
+"""
+
+from __future__ import annotations
+
+from airflow_mpi.jobspec.kinds.kind import ATTEMPT_IS_POD, JobKind, LauncherOwner, PodLabels, RetriesMapping
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA
+
+TRAINER_GROUP = "trainer.kubeflow.org"
+API_TRAINJOB = f"{TRAINER_GROUP}/v1alpha1"
+TRAINJOB_KIND, TRAINJOB_PLURAL = "TrainJob", "trainjobs"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on the JobSet's Jobs and pods: the TrainJob's name
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"  # the replicated job: LAUNCHER_JOB_NAME, NODE_JOB_NAME
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # a node pod's index in its indexed Job
+LAUNCHER_JOB_NAME, NODE_JOB_NAME = "launcher", "node"  # the MPI plugin's replicated jobs (constants.Launcher, Node)
+NODE_CONTAINER = "node"  # the container the MPI plugin mounts the SSH keys and hostfile into
+# the JobSet between the TrainJob and its batch Jobs (the Trainer's jobset plugin builds it, named as the TrainJob)
+JOBSET = LauncherOwner(kind="JobSet", group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
+# the batch Job of each replicated job (<job>-<replicatedjob>-<index>), the controller of that job's pods
+BATCH_JOB = LauncherOwner(kind="Job", group="batch", version="v1", plural="jobs")
+
+
+class TrainJobCondition:
+    """The ``status.conditions[].type`` values a TrainJob has (trainjob_types.go)."""
+
+    SUSPENDED = "Suspended"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+
+
+def _retries(retries: int) -> RetriesMapping:
+    """A TrainJob has no backoff limit of its own (the runtime's launcher Job has one: deploy/trainjob-mpi-runtime.yaml
+    keeps it 0), so the job runs its launcher as the runtime says and each Airflow retry submits a fresh TrainJob."""
+    return RetriesMapping(backoff_limit=0, launcher_restart_policy="Never", mapped=False)
+
+
+TRAINJOB = JobKind(
+    group=TRAINER_GROUP,
+    version=API_TRAINJOB.rpartition("/")[2],
+    kind=TRAINJOB_KIND,
+    plural=TRAINJOB_PLURAL,
+    controller="Kubeflow Trainer",
+    restart_policies=("Never", "OnFailure"),
+    managed_by=("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"),
+    container_names={LAUNCHER_REPLICA: NODE_CONTAINER, WORKER_REPLICA: NODE_CONTAINER},
+    retries_mapping=_retries,
+    implementation_field=False,
+    conditions=(TrainJobCondition.SUSPENDED, TrainJobCondition.COMPLETE, TrainJobCondition.FAILED),
+    launcher_suffix=f"-{LAUNCHER_JOB_NAME}-0",  # the launcher's batch Job (its pods: <job>-launcher-0-0-<x>)
+    worker_infix=f"-{NODE_JOB_NAME}-0-",  # a node pod's host name <job>-node-0-<i>
+    launcher_owner=BATCH_JOB,
+    pod_labels=PodLabels(
+        JOBSET_NAME_LABEL,
+        REPLICATED_JOB_LABEL,
+        role_values={NODE_JOB_NAME: WORKER, LAUNCHER_JOB_NAME: LAUNCHER},
+        index=COMPLETION_INDEX_LABEL,
+    ),
+    launcher_attempt=ATTEMPT_IS_POD,
+)
