@@ -260,7 +260,7 @@ def _build_once(
     with build_ledger.timed(what) as entry:
         if not cached():
             final.parent.mkdir(parents=True, exist_ok=True)
-            with open(final.parent / ".build.lock", "w") as lock:
+            with open(lock_path(final), "w") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -277,6 +277,12 @@ def _build_once(
         parts = ", ".join(f"{mod} {s:.0f} s" for mod, s in seconds.items()) if len(seconds) > 1 else ""
         _log(entry.line() + (f" ({parts})" if parts else ""))
     return final
+
+
+def lock_path(final: Path) -> Path:
+    """The lock of the build into ``final``: one per build, so sessions building the same thing wait for each other
+    while the main build and the add-ons' (scripts/test starts those beside it) go side by side."""
+    return final.parent / f".{final.name}.lock"
 
 
 def build_addon(name: str, force: bool = False, verbose: bool = True) -> Path:

@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         **_names(_build.ADDONS),
         help="also build this add-on (repeatable; --kueue is --addon kueue)",
     )
+    b.add_argument(
+        "--addons-only",
+        action="store_true",
+        help="build only the add-ons named (the main build is another process's: scripts/test builds them beside it)",
+    )
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
     up.add_argument("--api-version", choices=API_VERSIONS, default="v2beta1")
@@ -139,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "build":
             t0 = time.monotonic()
-            path = _build.build(force=args.force)
-            print(path)
             addons = sorted({*args.addon, *(["kueue"] if args.kueue else [])})
+            if args.addons_only and not addons:
+                p.error("--addons-only needs --kueue or --addon")
+            if not args.addons_only:
+                print(_build.build(force=args.force))
             for addon in addons:
                 print(_build.build_addon(addon, force=args.force))
             versions = _build.pinned_versions(_build.modules(addons=bool(addons)))

@@ -94,7 +94,8 @@ def test_a_failed_build_prints_its_log_s_tail_and_path_and_raises(fake_go, capsy
     assert len(_lines(err)) <= 40 + 3
     assert "example.com/dep0 v0.0.0" in log.read_text()
     assert not build.is_built(build.addon_dir("fake"), build.ADDONS["fake"].tools)
-    assert [p.name for p in (fake_go / "bin").iterdir()] == [".build.lock"]  # no half-built directory left
+    # no half-built directory left: only its lock
+    assert [p.name for p in (fake_go / "bin").iterdir()] == [build.lock_path(build.addon_dir("fake")).name]
 
 
 def test_an_add_on_missing_from_a_node_container_is_named_not_built(fake_go, monkeypatch):
@@ -209,3 +210,35 @@ def test_the_compose_image_has_kueue_inside(fake_docker, monkeypatch, tmp_path):
     (docker_build,) = [c for c in _calls(fake_docker) if c[:2] == ["buildx", "build"]]
     assert docker_build[docker_build.index("--target") + 1] == "with-kueue"
     assert "kueue/kueue" in json.loads(Path(f"{fake_docker}.built").read_text())
+
+
+def test_add_ons_build_beside_the_main_build(fake_go, monkeypatch, capsys):
+    """scripts/test starts `build --addons-only` beside the main build: it builds only the add-ons, and the main
+    build's lock (held here as that other process would hold it) does not make it wait."""
+    import fcntl
+
+    monkeypatch.setattr(build, "build", lambda **kw: pytest.fail("the main build ran"))
+    (fake_go / "bin").mkdir(parents=True)
+    with open(build.lock_path(fake_go / "bin" / "mainkey"), "w") as main_lock:
+        fcntl.flock(main_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        monkeypatch.setattr(fcntl, "flock", _refuse_waiting(fcntl.flock))
+        assert cli.main(["build", "--addons-only", "--addon", "fake"]) == 0
+    assert build.is_built(build.addon_dir("fake"), build.ADDONS["fake"].tools)
+    assert capsys.readouterr().out.splitlines()[0] == str(build.addon_dir("fake"))
+
+
+def _refuse_waiting(flock):
+    """``fcntl.flock`` that fails where a build would wait for a lock another process holds."""
+
+    def flock_without_waiting(fd, operation):
+        if not operation & 4:  # LOCK_NB
+            pytest.fail("a build waited for another build's lock")
+        return flock(fd, operation)
+
+    return flock_without_waiting
+
+
+def test_addons_only_needs_an_add_on(fake_go, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["build", "--addons-only"])
+    assert "--addons-only needs --kueue or --addon" in capsys.readouterr().err

@@ -20,9 +20,14 @@ TRAINER_GROUP = "trainer.kubeflow.org"
 API_TRAINJOB = f"{TRAINER_GROUP}/v1alpha1"
 TRAINJOB_KIND, TRAINJOB_PLURAL = "TrainJob", "trainjobs"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on the JobSet's Jobs and pods: the TrainJob's name
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"  # the replicated job: LAUNCHER_JOB_NAME, NODE_JOB_NAME
+REPLICATED_JOB_LABEL = (
+    "jobset.sigs.k8s.io/replicatedjob-name"  # the replicated job: LAUNCHER_JOB_NAME, NODE_JOB_NAME
+)
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # a node pod's index in its indexed Job
-LAUNCHER_JOB_NAME, NODE_JOB_NAME = "launcher", "node"  # the MPI plugin's replicated jobs (constants.Launcher, Node)
+LAUNCHER_JOB_NAME, NODE_JOB_NAME = (
+    "launcher",
+    "node",
+)  # the MPI plugin's replicated jobs (constants.Launcher, Node)
 NODE_CONTAINER = "node"  # the container the MPI plugin mounts the SSH keys and hostfile into
 # the JobSet between the TrainJob and its batch Jobs (the Trainer's jobset plugin builds it, named as the TrainJob)
 JOBSET = LauncherOwner(kind="JobSet", group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
