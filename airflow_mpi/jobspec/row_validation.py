@@ -9,6 +9,7 @@ validation.py; both call here for the job's name, which every kind derives its p
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from airflow_mpi.jobspec import rules
@@ -92,6 +93,8 @@ def _check_own_rows(errors: ErrorList, spec: MPIJobSpec, kind: JobKind) -> None:
             value, key = getattr(holder(spec, row, role), row.name), row.key(role)
             if value is None:
                 continue
+            if is_dataclass(value):  # scheduling_policy: as given
+                value, key = {k: v for k, v in asdict(value).items() if v is not None}, row.name
             if row.name == "mpi_implementation":
                 _check_implementation(errors, spec, kind, row, value)
             elif not kind.has_row(row, role):

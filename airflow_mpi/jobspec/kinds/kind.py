@@ -190,6 +190,8 @@ class JobKind:
     # field_paths kinds: a row's rule where the kind's differs from the row's (row key -> rule: value -> problem)
     field_rules: Mapping[str, Callable[[Any], str | None]] = field(default_factory=dict)
     reserved_env: tuple[str, ...] = ()  # environment variables its controller sets, refused in the job's env
+    # container-like objects outside replica specs (TrainJob: spec.trainer), redacted as containers are
+    container_paths: tuple[tuple[str, ...], ...] = ()
     launcher_restart_policy: str = "Never"  # the controller's default for the launcher replica
     reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
     main_container_field: bool = False  # spec.mainContainer names the container the ranks run in

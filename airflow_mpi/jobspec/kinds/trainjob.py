@@ -118,6 +118,7 @@ TRAINJOB = JobKind(
     # runtimePatches (v2.3.0: per-manager patches of the runtime's pod templates), initializer: written as given
     verbatim_spec_keys=("runtimePatches", "initializer"),
     instead=INSTEAD,
+    container_paths=(_TRAINER,),
     implementations=(OPENMPI,),  # v2.3.0's CRD: mlPolicy.mpi.mpiImplementation enum OpenMPI
     field_rules={
         "worker.replicas": integer(1),  # numNodes: no minimum in the CRD; 0 node pods run no rank
