@@ -33,7 +33,8 @@ FLATJOB = JobKind(
     },
     field_defaults={"run_policy.suspend": False}, field_rules={"worker.replicas": integer(1, 8)},
     verbatim_spec_keys=("extras",), instead="set it in the FlatJob's class", container_paths=(("spec", "main"),),
-    launcher_suffix="-flat", worker_infix="-flat-", pod_labels=PodLabels("flat.example.com/job", "flat.example.com/role"),
+    launcher_suffix="-flat", worker_infix="-flat-",
+    pod_labels=PodLabels("flat.example.com/job", "flat.example.com/role"),
 )  # fmt: skip
 IDENTITY = TaskIdentity("dag", "flat", "run", -1, 1)
 
