@@ -133,8 +133,13 @@ def test_retries_write_nothing_and_each_retry_is_a_fresh_trainjob():
 
 def test_no_mpijob_default_reaches_a_trainjob():
     """The runtime owns the pods: no sshd, probes, mpiuser convention, DNS searches or launcher creation policy."""
-    manifest = build(image=IMAGE, program="/home/mpiuser/pi", workers=2).manifest
+    resolved = build(image=IMAGE, program="/home/mpiuser/pi", workers=2)
+    manifest = resolved.manifest
     assert set(manifest["spec"]) == {"runtimeRef", "trainer"}
+    assert set(resolved.settings) == {  # nothing the task log would report as filled in but the TrainJob's own
+        "workers", "slots_per_worker", "backoff_limit", "launcher.restart_policy", "name",
+        "runtime", "runtime_kind", "runtime_api_group",
+    }  # fmt: skip
     assert set(manifest["spec"]["trainer"]) == {"image", "numNodes", "command"}
     text = str(manifest)
     for mpijob_default in (
