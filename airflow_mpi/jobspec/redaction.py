@@ -281,7 +281,7 @@ def redact_manifest(manifest: dict) -> dict:
     _redact_metadata(safe.get("metadata") or {})
     kind = kind_or_default(safe.get("apiVersion"))
     for path in kind.container_paths:  # a kind's containers outside replica specs (TrainJob: its trainer)
-        node = safe
+        node: Any = safe
         for key in path:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict):

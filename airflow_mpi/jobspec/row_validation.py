@@ -93,7 +93,7 @@ def _check_own_rows(errors: ErrorList, spec: MPIJobSpec, kind: JobKind) -> None:
             value, key = getattr(holder(spec, row, role), row.name), row.key(role)
             if value is None:
                 continue
-            if is_dataclass(value):  # scheduling_policy: as given
+            if is_dataclass(value) and not isinstance(value, type):  # scheduling_policy: as given
                 value, key = {k: v for k, v in asdict(value).items() if v is not None}, row.name
             if row.name == "mpi_implementation":
                 _check_implementation(errors, spec, kind, row, value)

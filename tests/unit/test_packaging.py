@@ -87,7 +87,9 @@ def test_the_artefacts_carry_the_one_version(artefacts: dict[str, Path]) -> None
     assert artefacts["sdist"].name.replace("-", "_") == f"airflow_mpi_{version}.tar.gz"
     changelog = (ROOT / "CHANGELOG.md").read_text()
     # an "Unreleased" section above it collects what the next version will change
-    newest = next(line for line in changelog.splitlines() if line.startswith("## ") and line != "## Unreleased")
+    newest = next(
+        line for line in changelog.splitlines() if line.startswith("## ") and line != "## Unreleased"
+    )
     assert newest == f"## {version}", "CHANGELOG.md's newest released section is the package's version"
 
 
