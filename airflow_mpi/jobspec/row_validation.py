@@ -121,7 +121,8 @@ def _check_implementation(errors: ErrorList, spec: MPIJobSpec, kind: JobKind, ro
         errors.add(
             row.name,
             value,
-            f"is not supported by {kind.api_version} ({kind.controller}): it runs {runs} only",
+            f"is not supported by {kind.api_version} ({kind.controller}): it runs {runs} only "
+            "(the mpiImplementation its CRD accepts)",
         )
     elif spec.launch is None:
         errors.add(
