@@ -56,9 +56,8 @@ CONTROLLER_DEFAULTS: dict[str, Any] = {"slots_per_worker": 1, "mpi_implementatio
 # parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
 _REPLACED_CONTAINER_LISTS = ("env", "volumeMounts")
-_REPLACED_ROWS = (
-    field_of("env", REPLICA),
-)  # the same, for a kind without replica specs: rows replaced by name
+# the same, for a kind without replica specs (TrainJob): the rows whose named lists are replaced at its own paths
+_REPLACED_ROWS = (field_of("env", REPLICA),)
 # what the launcher command is sized from, and where it goes
 _IMPLEMENTATION, _SLOTS, _LAUNCHER_RUNS = (
     field_of(n) for n in ("mpi_implementation", "slots_per_worker", "run_launcher_as_worker")
@@ -173,8 +172,8 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
             settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
     for key, value in kind.field_defaults.items():  # the kind's own (TrainJob: its runtimeRef)
         row, role = ROW_KEYS[key]
-        if getattr(holder(spec, row, role), row.name) is not None:
-            settings[key] = Setting(getattr(holder(spec, row, role), row.name), PARAMETER)
+        if (given := getattr(holder(spec, row, role), row.name)) is not None:
+            settings[key] = Setting(given, PARAMETER)
         elif (in_base := _in_base(base, row, role, spec.api_version)) is not None:
             settings[key] = Setting(in_base, BASE_MANIFEST)
         else:

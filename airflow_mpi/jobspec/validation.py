@@ -7,7 +7,8 @@ Warning event (reason ValidationError): no status, no requeue, so a waiter would
 derive from the MPIJob: the service and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``: its kind's)
 and the pod templates; the replica specs are read where the kind keeps them (``JobKind.replica_layout``). check_manifest
 runs on the manifest *after* merging with the base manifest, so the base's content is checked too; every check
-collects all violations into one MPIJobValidationError.
+collects all violations into one MPIJobValidationError. Which fields a kind has at all, and the checks of a kind not
+shaped like an MPIJob (TrainJob), are row_validation.py's.
 """
 
 from __future__ import annotations
