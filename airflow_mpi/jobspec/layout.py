@@ -71,6 +71,13 @@ def value_at(node: Any, path: tuple) -> Any:
     return node
 
 
+def row_value(manifest: Any, row: Field, role: str | None = None) -> Any:
+    """The value of ``row`` (of ``role``'s replica spec) where the manifest's kind holds it: None when absent, or
+    when the kind has no such field."""
+    kind = _kind(manifest, None)
+    return value_at(manifest, manifest_path(row, role, kind.api_version)) if kind.has_row(row, role) else None
+
+
 def _kind(manifest: Any, kind: JobKind | None) -> JobKind:
     return kind or kind_or_default(manifest.get("apiVersion") if isinstance(manifest, dict) else None)
 

@@ -37,7 +37,7 @@ from airflow_mpi.jobspec.fields import (
     manifest_path,
 )
 from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
-from airflow_mpi.jobspec.layout import pod_spec, render, replica_specs
+from airflow_mpi.jobspec.layout import pod_spec, render, replica_specs, row_value
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.settings import BASE_MANIFEST, CONTROLLER_DEFAULT, DEFAULT, PARAMETER, Setting
 from airflow_mpi.jobspec.spec import (
@@ -332,23 +332,18 @@ def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     kind holds it (a TrainJob: its trainer's numNodes, numProcPerNode, command)."""
     kind = kind_or_default(manifest["apiVersion"])  # valid: its kind is known
 
-    def at(row: Field, role: str | None = None) -> Any:
-        return (
-            base_value(manifest, manifest_path(row, role, kind.api_version))
-            if kind.has_row(row, role)
-            else None
-        )
-
     # v1, TrainJob have no mpiImplementation field: there the parameter only picks the command's flags
     implementation = (
-        at(_IMPLEMENTATION) or spec.mpi_implementation or CONTROLLER_DEFAULTS["mpi_implementation"]
+        row_value(manifest, _IMPLEMENTATION)
+        or spec.mpi_implementation
+        or CONTROLLER_DEFAULTS["mpi_implementation"]
     )
     launch = cast(LauncherCommand, spec.launch)  # the caller checked it is set
     command = launch.command(
-        workers=at(_WORKERS, WORKER_REPLICA),
-        slots_per_worker=at(_SLOTS) or CONTROLLER_DEFAULTS["slots_per_worker"],
+        workers=row_value(manifest, _WORKERS, WORKER_REPLICA),
+        slots_per_worker=row_value(manifest, _SLOTS) or CONTROLLER_DEFAULTS["slots_per_worker"],
         implementation=implementation,
-        run_launcher_as_worker=at(_LAUNCHER_RUNS) is True,
+        run_launcher_as_worker=row_value(manifest, _LAUNCHER_RUNS) is True,
     )
     path = manifest_path(_COMMAND, LAUNCHER_REPLICA, kind.api_version)
     container = _container_at(manifest, path[:-1])

@@ -13,6 +13,7 @@ from airflow_mpi.get_provider_info import get_provider_info
 from airflow_mpi.jobspec import MPIJobValidationError
 from airflow_mpi.jobspec.kinds import API_TRAINJOB
 from airflow_mpi.operators import MPIJobOperator, TrainJobOperator
+from airflow_mpi.operators.lineage import facts_of
 from airflow_mpi.render import main
 from tests.unit.upstream import trainjob_schema_errors
 
@@ -89,3 +90,11 @@ def test_the_render_command_prints_the_trainjob(tmp_path, capsys):
     manifest = yaml.safe_load(capsys.readouterr().out)
     assert manifest["kind"] == "TrainJob" and manifest["spec"]["trainer"]["numNodes"] == 3
     assert trainjob_schema_errors(manifest) == []
+
+
+def test_the_lineage_facts_are_read_where_a_trainjob_keeps_them():
+    op = TrainJobOperator(
+        task_id="pi", image=IMAGE, workers=2, slots_per_worker=2, queue_name="q", namespace="ml"
+    )
+    facts = facts_of(op.build_manifest())
+    assert facts == {"image": IMAGE, "workerImage": IMAGE, "workers": 2, "slotsPerWorker": 2, "queue": "q"}
