@@ -21,7 +21,11 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "Kubeflow MPIJob",
-                "python-modules": ["airflow_mpi.operators.mpijob", "airflow_mpi.operators.horovod"],
+                "python-modules": [
+                    "airflow_mpi.operators.mpijob",
+                    "airflow_mpi.operators.horovod",
+                    "airflow_mpi.operators.trainjob",
+                ],
             }
         ],
         "sensors": [

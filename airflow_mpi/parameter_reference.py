@@ -21,6 +21,7 @@ from airflow_mpi.jobspec.fields import (
     REPLICA,
     SCHEDULING,
     Field,
+    kind_parameters,
     manifest_path,
     parameters,
     role_parameter,
@@ -29,6 +30,7 @@ from airflow_mpi.jobspec.fields import (
 from airflow_mpi.jobspec.kinds.kind import JobKind
 from airflow_mpi.jobspec.kinds.mpijob_v1 import MPIJOB_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import MPIJOB_V2BETA1
+from airflow_mpi.jobspec.kinds.trainjob import DEFAULT_RUNTIME, TRAINJOB
 from airflow_mpi.jobspec.precedence import CONTROLLER_DEFAULTS
 from airflow_mpi.jobspec.spec import MPIUSER_SSH_AUTH_MOUNT_PATH, Defaults
 from airflow_mpi.jobspec.vocabulary import ROLES
@@ -37,7 +39,7 @@ from airflow_mpi.signature_writer import CONFIGURED_DEFAULTS, default_text, para
 
 REFERENCE = Path(__file__).parent.parent / "docs" / "parameters.md"
 # The built-in kinds (a plug-in's kinds are the plug-in's to document), the default first
-KINDS: tuple[JobKind, ...] = (MPIJOB_V2BETA1, MPIJOB_V1)
+KINDS: tuple[JobKind, ...] = (MPIJOB_V2BETA1, MPIJOB_V1, TRAINJOB)
 _REPLICA_KEY = {role: key for key, role in ROLES.items()}  # "launcher" -> "Launcher"
 _BOTH_ROLES = "*"
 _DOC_LINK = re.compile(r"docs/([\w-]+\.md)")
@@ -60,8 +62,8 @@ value rule and the line below. How the values combine with a base manifest: [the
   returns exactly what would be submitted.
 * **templated**: a template field (json/yaml: the UI renders it so).
 * **API**: the API versions that have the field; a parameter given for another is refused, naming it.
-* **sets**: where the `{MPIJOB_V2BETA1.api_version}` manifest holds it (and `{MPIJOB_V1.api_version}`'s where it
-  differs); `{_BOTH_ROLES}` stands for both roles' replica specs.
+* **sets**: where the `{MPIJOB_V2BETA1.api_version}` manifest holds it (and `{MPIJOB_V1.api_version}`'s or the
+  TrainJob's where it differs); `{_BOTH_ROLES}` stands for both roles' replica specs.
 """
 
 
@@ -84,6 +86,8 @@ def filled_defaults() -> dict[str, str]:
             f"`{MPIUSER_SSH_AUTH_MOUNT_PATH}` (filled in on v2beta1 for a job without a base manifest)"
         ),
         "launcher_creation_policy": f"`{MPIJOB_V2BETA1.launcher_creation_policy}` (filled in)",
+        "runtime": f"`{DEFAULT_RUNTIME}` (filled in)",
+        "runtime_kind": f"`{TRAINJOB.field_defaults['runtime_kind']}` (filled in)",
     }
 
 
@@ -103,21 +107,34 @@ def _path_text(path: tuple[str | int, ...]) -> str:
     return f"`{parts}`"
 
 
-def sets(name: str, row: Field) -> str:
-    """Where the manifest holds the field ``name`` sets (``—``: no field of the MPIJob)."""
+def _label(kind: JobKind) -> str:
+    """The MPIJob APIs by version, another kind by its name (TrainJob)."""
+    return kind.version if kind.kind == MPIJOB_V2BETA1.kind else kind.kind
+
+
+def _kind_path(kind: JobKind, name: str, row: Field) -> tuple[str | int, ...]:
+    """Where ``kind``'s manifest holds the field parameter ``name`` sets."""
     if row.nested == REPLICA:
-        paths = {kind.api_version: kind.replica_path(_REPLICA_KEY[name]) for kind in KINDS}
-    elif row.owner == REPLICA:
-        roles = [key for role, key in _REPLICA_KEY.items() if role_parameter(row, role) == name]
-        key = roles[0] if len(roles) == 1 else _BOTH_ROLES
-        paths = {kind.api_version: manifest_path(row, key, kind.api_version) for kind in KINDS}
-    elif row.path:
-        paths = {kind.api_version: manifest_path(row, api=kind.api_version) for kind in KINDS}
-    else:
+        return kind.replica_path(_REPLICA_KEY[name])
+    if row.owner != REPLICA:
+        return manifest_path(row, api=kind.api_version)
+    roles = [key for role, key in _REPLICA_KEY.items() if role_parameter(row, role) == name]
+    if kind.field_paths is not None:  # the path of a role it has (TrainJob: both roles' are its trainer's)
+        return manifest_path(row, next(r for r in roles if kind.has_row(row, r)), kind.api_version)
+    return manifest_path(row, roles[0] if len(roles) == 1 else _BOTH_ROLES, kind.api_version)
+
+
+def sets(name: str, row: Field) -> str:
+    """Where the manifest holds the field ``name`` sets (``—``: no field of the job), in the first kind that has it
+    and in each other one where it differs."""
+    if not (row.path or row.nested or row.owner == REPLICA):
         return "the launcher's command" if row.owner == LAUNCH else "—"
-    text = _path_text(paths[MPIJOB_V2BETA1.api_version])
-    v1 = paths[MPIJOB_V1.api_version]
-    return text if v1 == paths[MPIJOB_V2BETA1.api_version] else f"{text} (v1: {_path_text(v1)})"
+    paths = {_label(k): _kind_path(k, name, row) for k in KINDS if name in kind_parameters(k, {name: row})}
+    first = next(iter(paths.values()), None)
+    if first is None:
+        return "—"
+    others = "".join(f" ({label}: {_path_text(p)})" for label, p in list(paths.items())[1:] if p != first)
+    return _path_text(first) + others
 
 
 def default_cell(name: str, row: Field, required: bool = False) -> str:
@@ -130,8 +147,8 @@ def default_cell(name: str, row: Field, required: bool = False) -> str:
     return f"`{default_text(name, row)}`"
 
 
-def kinds_cell(row: Field) -> str:
-    return ", ".join(kind.version for kind in KINDS if kind.has_row(row))
+def kinds_cell(name: str, row: Field) -> str:
+    return ", ".join(_label(kind) for kind in KINDS if name in kind_parameters(kind, {name: row}))
 
 
 def templated_cell(row: Field) -> str:
@@ -149,7 +166,7 @@ def parameter_table(named: dict[str, Field], required: tuple[str, ...] = (), fir
             _cell(f"`{parameter_annotation(row, name in required)}`"),
             _cell(default_cell(name, row, name in required)),
             templated_cell(row),
-            kinds_cell(row),
+            kinds_cell(name, row),
             _cell(sets(name, row)),
             _cell(row.doc),
         ]
@@ -171,6 +188,22 @@ def replica_table() -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+_TRAINJOB_SECTION = f"""## TrainJobOperator
+
+MPIJobOperator's parameters that a Kubeflow Trainer TrainJob (`{TRAINJOB.api_version}`, Trainer v2.3.0) has, below,
+and how the task waits (as above); the others are refused by name (its pods come from the runtime: set them there,
+or in `runtimePatches` of a base manifest). `program` (with `mpirun_args`) becomes `spec.trainer.command`: `mpirun`
+with `-np` = numNodes x numProcPerNode (the Trainer's MPI plugin names its hostfile in `OMPI_MCA_*` variables).
+What the Trainer applies where, for a runtime whose `mlPolicy.mpi.runLauncherAsNode` is false (`{DEFAULT_RUNTIME}`,
+deploy/trainjob-mpi-runtime.yaml): `trainer.image`, `command`, `args`, `env` and `resourcesPerNode` go to the `node`
+container of the replicated job labelled `trainer.kubeflow.org/trainjob-ancestor-step: trainer` (the launcher, one
+pod); so `image`, `env`, `worker_resources` and `gpus_per_worker` set the launcher's, and the node pods (the ranks,
+sshd) keep the runtime's image and resources. `workers` (`trainer.numNodes`) is the number of node pods and
+`slots_per_worker` (`trainer.numProcPerNode`) their hostfile slots. `mpi_implementation` may be `OpenMPI` only (the
+CRD's enum), with `program`. Each Airflow retry submits a fresh TrainJob (nothing is written for `retries`).
+"""
 
 
 def render_reference() -> str:
@@ -198,6 +231,10 @@ def render_reference() -> str:
         "## HorovodJobOperator\n\nIts own parameters, then every parameter of MPIJobOperator; `program` is "
         "the training program\n`horovodrun` runs.\n",
         parameter_table(horovod, required=("program",)),
+        _TRAINJOB_SECTION,
+        parameter_table(
+            kind_parameters(TRAINJOB, {n: r for n, r in PARAMETERS.items() if r.owner != LAUNCH})
+        ),
         "## `@task.mpi` and `@task.horovod`\n\nMPIJobOperator's and HorovodJobOperator's parameters but "
         f"{replaced} (the decorated\nfunction is the program) and `get_logs` (always on: rank 0's value is read "
         "from the launcher's log), plus\n`python`, the ranks' interpreter (default `python3`).\n",

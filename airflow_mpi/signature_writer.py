@@ -138,7 +138,7 @@ def signature_class(
             continue
         ignore = f"  # type: ignore[assignment]  # {SHADOWED[name]}" if name in SHADOWED else ""
         lines.append(f"        {name}: {parameter_annotation(row, name in required)}{ignore}")
-    lines += ["", "        def __init__(", "            self,", "            *,"]
+    lines += ([""] if lines[-1] else []) + ["        def __init__(", "            self,", "            *,"]
     for name, row in fields.items():
         text = f"            {name}: {parameter_annotation(row, name in required)}"
         if name not in required:
@@ -151,6 +151,10 @@ def signature_class(
 
 def render_signatures() -> str:
     """operators/signatures.py's text, from the rows as imported now."""
+    from airflow_mpi.operators.trainjob import (
+        TRAINJOB_PARAMETERS,  # (imports the operators: not at module level)
+    )
+
     mpijob = {**PARAMETERS, **TASK_PARAMETERS}
     horovod = {"program": PARAMETERS["program"], **parameters(HOROVOD_FIELDS)}
     horovod.update({name: row for name, row in mpijob.items() if name not in horovod})
@@ -162,6 +166,13 @@ def render_signatures() -> str:
             "HorovodJobOperator's parameters: its own, then MPIJobOperator's.",
             horovod,
             required=("program",),
+            inherited=tuple(mpijob),
+        ),
+        signature_class(
+            "TrainJobOperatorSignature",
+            "MPIJobOperator",
+            "TrainJobOperator's parameters: MPIJobOperator's that a TrainJob has (jobspec/kinds/trainjob.py).",
+            TRAINJOB_PARAMETERS,
             inherited=tuple(mpijob),
         ),
     ]

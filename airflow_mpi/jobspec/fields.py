@@ -12,17 +12,17 @@ Row order is the manifest's key order (the golden tests pin it).
 from __future__ import annotations
 
 import os
-import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_mpi.jobspec import rules
+from airflow_mpi.jobspec.coerce import as_argv, as_bool, as_int
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.kinds.mpijob_v1 import API_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import API_V2BETA1
+from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB, TRAINING_RUNTIMES
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.spec import (
     CLEAN_POD_POLICIES,
@@ -37,7 +37,7 @@ from airflow_mpi.jobspec.spec import (
     Defaults,
     LauncherCommand,
 )
-from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, ROLES, WORKER
 
 # The class holding a row's field. LAUNCH rows build the launcher command and TASK rows (operators/task_params.py)
 # say how the task waits: neither is part of the MPIJob.
@@ -45,45 +45,6 @@ JOB, REPLICA, RUN_POLICY, SCHEDULING = "MPIJobSpec", "ReplicaSpec", "RunPolicy",
 LAUNCH, TASK = "launch", "task"
 NEW = object()  # a default: a new instance of the nested class
 Coerce = Callable[[ErrorList, str, Any], Any]
-
-_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-
-
-def as_int(errors: ErrorList, name: str, value: Any) -> int | None:
-    """``value`` as an int: an int, or a string of digits as a template renders it (None stays None)."""
-    if isinstance(value, str) and _INTEGER.fullmatch(value):
-        return int(value)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    errors.add(
-        name, value, f"must be an integer, not {type(value).__name__} (no fraction or rounding is applied)"
-    )
-    return None
-
-
-def as_argv(errors: ErrorList, name: str, value: Any) -> Any:
-    """A shell string split with shlex (lists and anything else are left for validation)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return shlex.split(value)
-    except ValueError as exc:
-        errors.add(name, value, f"is not a valid shell string: {exc}")
-        return None
-
-
-def as_bool(errors: ErrorList, name: str, value: Any) -> Any:
-    """ "True"/"false" (any case), as a template renders a boolean, as a bool; anything else is left for the rule."""
-    text = value.strip().lower() if isinstance(value, str) else None
-    return text == "true" if text in ("true", "false") else value
-
-
-def as_number(errors: ErrorList, name: str, value: Any) -> Any:
-    """A rendered number as an int or a float; anything else is left for the rule."""
-    if isinstance(value, str) and _NUMBER.fullmatch(value):
-        return int(value) if _INTEGER.fullmatch(value) else float(value)
-    return value
 
 
 def _ssh_path(value: object) -> str | None:
@@ -124,6 +85,15 @@ class Field:
     nested: str | None = None  # a dict parameter for the spec class of that name
     doc: str = ""  # one line for users: docs/parameters.md (parameter_reference.py) shows it
 
+    def key(self, role: str | None = None) -> str:
+        """The model's name of the row (errors', JobKind.field_paths'): ``slots_per_worker``, ``run_policy.suspend``,
+        ``worker.image`` (a replica row without ``role``: "")."""
+        if self.owner == REPLICA:
+            return f"{ROLES[role]}.{self.name}" if role else ""
+        return {RUN_POLICY: "run_policy.", SCHEDULING: "run_policy.scheduling_policy."}.get(
+            self.owner, ""
+        ) + self.name
+
     @property
     def parameter_default(self) -> Any:
         """The operator parameter's default: a nested class's row is "not given" (None), not a new instance."""
@@ -134,7 +104,7 @@ _RP = ("spec", "runPolicy")
 _SP = (*_RP, "schedulingPolicy")
 POD = ("template", "spec")
 MAIN = (*POD, "containers", 0)  # the main container
-V2, V1 = API_V2BETA1, API_V1
+V2, V1, TJ = API_V2BETA1, API_V1, API_TRAINJOB
 
 FIELDS: tuple[Field, ...] = (
     Field("api_version", JOB, str, default=API_V2BETA1,
@@ -154,6 +124,14 @@ FIELDS: tuple[Field, ...] = (
     Field("workload_priority_class", JOB, str, ("metadata", "labels", KUEUE_PRIORITY_LABEL), V2, templated=True,
           check=_label_named_object,
           doc="Kueue's WorkloadPriorityClass: the label `kueue.x-k8s.io/priority-class`"),
+    # Kubeflow Trainer's runtimeRef (the TrainJob's own rows: jobspec/kinds/trainjob.py says where its others are)
+    Field("runtime", JOB, str, ("spec", "runtimeRef", "name"), TJ, templated=True, check=rules.dns1123_subdomain,
+          doc="TrainJob: the runtime it runs from (`spec.runtimeRef.name`; default `openmpi-mpiuser`, "
+              "deploy/trainjob-mpi-runtime.yaml)"),
+    Field("runtime_kind", JOB, str, ("spec", "runtimeRef", "kind"), TJ, check=rules.one_of(TRAINING_RUNTIMES),
+          doc="TrainJob: `ClusterTrainingRuntime` (default) or `TrainingRuntime` (in the job's namespace)"),
+    Field("runtime_api_group", JOB, str, ("spec", "runtimeRef", "apiGroup"), TJ, param=False,
+          doc="TrainJob: the runtime's API group, `trainer.kubeflow.org`"),
     Field("unique_name_suffix", JOB, bool, default=True, coerce=as_bool,
           doc="`False`: the job is named exactly `name` (one job of that name at a time)"),
     Field("base_manifest", JOB, dict | str | os.PathLike, templated="yaml",
@@ -327,11 +305,27 @@ def parameters(fields: tuple[Field, ...]) -> dict[str, Field]:
 
 
 PARAMETERS = parameters(FIELDS)
+# Each row by its key (Field.key; a replica row once per role): what a kind's field_paths name -> (row, role)
+ROW_KEYS = {
+    row.key(r): (row, r) for row in FIELDS for r in (tuple(ROLES) if row.owner == REPLICA else (None,))
+}
 
 
 def role_parameter(row: Field, role: str) -> str | None:
     """The parameter setting ``row`` of ``role`` ("launcher"/"worker"): its own, the shared one, or none."""
     return row.param.get(role) if isinstance(row.param, dict) else (row.name if row.param else None)
+
+
+def kind_parameters(kind: Any, named: dict[str, Field]) -> dict[str, Field]:
+    """The parameters of ``named`` that set a field ``kind`` has (a JobKind), and those that set no field (the task's:
+    api_version, base_manifest, program...): an operator of that kind takes these (operators/trainjob.py)."""
+
+    def has(name: str, row: Field) -> bool:
+        if row.owner == REPLICA:
+            return any(kind.has_row(row, r) for r, role in ROLES.items() if role_parameter(row, role) == name)
+        return kind.has_row(row) if row.path or row.nested else True
+
+    return {name: row for name, row in named.items() if has(name, row)}
 
 
 def manifest_path(
@@ -341,6 +335,8 @@ def manifest_path(
     kind keeps that: ``JobKind.replica_path``): its kind's place (jobspec/kinds/). Without ``api`` (the default
     kind's replica specs) or with ``own_path``, at the row's own ``path`` (where a base manifest may hold it too)."""
     kind = kind_or_default(api)
+    if api is not None and kind.field_paths is not None:  # its paths are from the root (own_path: the same)
+        return kind.row_path(row, role)
     path = row.path if api is None or own_path else kind.row_path(row)
     return (*kind.replica_path(cast(str, role)), *path) if row.owner == REPLICA else path
 

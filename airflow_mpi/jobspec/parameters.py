@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_mpi.jobspec.coerce import as_int
 from airflow_mpi.jobspec.commands import Mpirun
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
 from airflow_mpi.jobspec.fields import (
@@ -26,14 +27,16 @@ from airflow_mpi.jobspec.fields import (
     ReplicaSpec,
     RunPolicy,
     SchedulingPolicy,
-    as_int,
+    field_of,
     parameters,
     role_parameter,
     rows,
 )
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.precedence import Resolved, resolve
 from airflow_mpi.jobspec.redaction import redact_value
+from airflow_mpi.jobspec.row_validation import check_role_overrides
 from airflow_mpi.jobspec.spec import Defaults, LauncherCommand
 from airflow_mpi.jobspec.vocabulary import ROLES
 
@@ -149,6 +152,9 @@ def spec_from_parameters(
     errors = ErrorList()
     given = _given(values, errors)
     launcher_command = _launch(errors, given, launch)
+    check_role_overrides(
+        errors, given, kind_or_default(given.get("api_version", field_of("api_version").default))
+    )
     roles: dict[str, Any] = {}
     for role in ROLES.values():
         overrides, params = given.get(role), {}

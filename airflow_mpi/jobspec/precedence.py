@@ -28,6 +28,7 @@ from airflow_mpi.jobspec.container_defaults import (
 from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import (
     REPLICA,
+    ROW_KEYS,
     RUN_POLICY,
     Field,
     MPIJobSpec,
@@ -35,8 +36,8 @@ from airflow_mpi.jobspec.fields import (
     holder,
     manifest_path,
 )
-from airflow_mpi.jobspec.kinds import JobKind, kind_for, kind_or_default
-from airflow_mpi.jobspec.layout import pod_spec, render, replica_spec, replica_specs
+from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
+from airflow_mpi.jobspec.layout import pod_spec, render, replica_specs, row_value
 from airflow_mpi.jobspec.merge import deep_merge, load_base_manifest
 from airflow_mpi.jobspec.settings import BASE_MANIFEST, CONTROLLER_DEFAULT, DEFAULT, PARAMETER, Setting
 from airflow_mpi.jobspec.spec import (
@@ -55,6 +56,13 @@ CONTROLLER_DEFAULTS: dict[str, Any] = {"slots_per_worker": 1, "mpi_implementatio
 # parameter with "value" does not keep the base's "valueFrom" of the same name.
 _REPLACED_POD_LISTS = ("volumes",)
 _REPLACED_CONTAINER_LISTS = ("env", "volumeMounts")
+# the same, for a kind without replica specs (TrainJob): the rows whose named lists are replaced at its own paths
+_REPLACED_ROWS = (field_of("env", REPLICA),)
+# what the launcher command is sized from, and where it goes
+_IMPLEMENTATION, _SLOTS, _LAUNCHER_RUNS = (
+    field_of(n) for n in ("mpi_implementation", "slots_per_worker", "run_launcher_as_worker")
+)
+_WORKERS, _COMMAND = field_of("replicas", REPLICA), field_of("command", REPLICA)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,9 @@ def _retries_restart_policy(spec: MPIJobSpec, defaults: Defaults) -> str | None:
     return kind_or_default(spec.api_version).retries_mapping(defaults.retries).launcher_restart_policy
 
 
+# The retries mapping's fields: a kind without them reports the mapping as what its launcher does (TrainJob: the
+# runtime's launcher Job, one run), and each Airflow retry submits a fresh job (RetriesMapping.mapped False).
+_RETRIES_MAPPING = ("backoff_limit", "launcher.restart_policy")
 # The defaultable fields: (setting name, field, role, default); in this order in the task log.
 _DEFAULTS: tuple[tuple[str, Field, str | None, Callable[[MPIJobSpec, Defaults], Any] | None], ...] = (
     ("workers", field_of("replicas", REPLICA), WORKER_REPLICA, lambda s, d: d.workers),
@@ -152,10 +163,22 @@ def apply(spec: MPIJobSpec, base: dict) -> Resolved:
         elif in_base is not None:
             settings[name] = Setting(in_base, BASE_MANIFEST)
         elif default and spec.defaults is not None and (value := default(spec, spec.defaults)) is not None:
-            setattr(holder(filled, row, role), row.name, value)
-            settings[name] = Setting(value, DEFAULT)
-        elif name in CONTROLLER_DEFAULTS and (name != "mpi_implementation" or kind.implementation_field):
+            if kind.has_row(row, role):
+                setattr(holder(filled, row, role), row.name, value)
+                settings[name] = Setting(value, DEFAULT)
+            elif name in _RETRIES_MAPPING:  # a kind without the fields: what its launcher does (not written)
+                settings[name] = Setting(value, CONTROLLER_DEFAULT)
+        elif name in CONTROLLER_DEFAULTS and kind.has_row(row, role):
             settings[name] = Setting(CONTROLLER_DEFAULTS[name], CONTROLLER_DEFAULT)
+    for key, value in kind.field_defaults.items():  # the kind's own (TrainJob: its runtimeRef)
+        row, role = ROW_KEYS[key]
+        if (given := getattr(holder(spec, row, role), row.name)) is not None:
+            settings[key] = Setting(given, PARAMETER)
+        elif (in_base := _in_base(base, row, role, spec.api_version)) is not None:
+            settings[key] = Setting(in_base, BASE_MANIFEST)
+        else:
+            setattr(holder(filled, row, role), row.name, value)
+            settings[key] = Setting(value, DEFAULT)
     if spec.defaults is not None and kind.container_defaults:
         container_defaults(filled, base, settings)
     if spec.defaults is not None and kind.idle_worker_command:
@@ -239,6 +262,8 @@ def _merged(filled: MPIJobSpec, base: dict, kind: JobKind) -> dict:
     """The parameters (with the defaults filled in) deep-merged onto the base manifest, the main containers first."""
     override = render(filled)
     merged = deep_merge(_without_replaced(base, override, kind), override)
+    if not kind.replica_layout.present:  # no replica specs: nothing of the MPIJob's below applies
+        return merged
     replicas, key = replica_specs(merged, kind), kind.replica_path(LAUNCHER_REPLICA)[-1]
     launcher = replicas.get(key)
     if isinstance(launcher, dict) and "replicas" not in launcher:
@@ -268,6 +293,15 @@ def _without_replaced(base: dict, override: dict, kind: JobKind) -> dict:
     """A copy of ``base`` whose named items that ``override`` replaces wholesale are already replaced, in place:
     the base's order matters for env vars that refer to earlier ones with $(NAME)."""
     base = deepcopy(base)
+    if not kind.replica_layout.present:  # the named lists at the kind's own paths (TrainJob: trainer.env)
+        for role in ROLES:
+            for row in _REPLACED_ROWS:
+                if kind.has_row(row, role):
+                    path = manifest_path(row, role, kind.api_version)
+                    old, new = base_value(base, path[:-1]), base_value(override, path[:-1])
+                    if isinstance(old, dict) and isinstance(new, dict):
+                        _replace_named(old, new, (path[-1],))
+        return base
     for role in ROLES:
         new_pod, old_pod = pod_spec(override, role, kind), pod_spec(base, role, kind)
         _replace_named(old_pod, new_pod, _REPLACED_POD_LISTS)
@@ -294,27 +328,40 @@ def _name_of(item: Any) -> str | None:
 
 def _put_launcher_command(manifest: dict, spec: MPIJobSpec) -> None:
     """Set the main launcher container's command from ``spec.launch``, sized from the valid manifest: it replaces
-    the base manifest's command and args, which belonged to its own command line."""
-    job = manifest["spec"]
-    # v1 has no mpiImplementation field: there the parameter only picks the command's flags
-    implementation = job.get("mpiImplementation") or spec.mpi_implementation
-    launch = cast(LauncherCommand, spec.launch)  # the caller checked it is set
-    kind: JobKind | None = kind_for(manifest["apiVersion"])
-    command = launch.command(
-        workers=replica_spec(manifest, WORKER_REPLICA, kind)["replicas"],
-        slots_per_worker=job.get("slotsPerWorker", CONTROLLER_DEFAULTS["slots_per_worker"]),
-        implementation=implementation or CONTROLLER_DEFAULTS["mpi_implementation"],
-        run_launcher_as_worker=job.get("runLauncherAsWorker") is True,
+    the base manifest's command and args, which belonged to its own command line. Each field is read where the job's
+    kind holds it (a TrainJob: its trainer's numNodes, numProcPerNode, command)."""
+    kind = kind_or_default(manifest["apiVersion"])  # valid: its kind is known
+
+    # v1, TrainJob have no mpiImplementation field: there the parameter only picks the command's flags
+    implementation = (
+        row_value(manifest, _IMPLEMENTATION)
+        or spec.mpi_implementation
+        or CONTROLLER_DEFAULTS["mpi_implementation"]
     )
-    container = pod_spec(manifest, LAUNCHER_REPLICA, kind)["containers"][0]
-    if kind is not None and kind.hydra_address_wired:
+    launch = cast(LauncherCommand, spec.launch)  # the caller checked it is set
+    command = launch.command(
+        workers=row_value(manifest, _WORKERS, WORKER_REPLICA),
+        slots_per_worker=row_value(manifest, _SLOTS) or CONTROLLER_DEFAULTS["slots_per_worker"],
+        implementation=implementation,
+        run_launcher_as_worker=row_value(manifest, _LAUNCHER_RUNS) is True,
+    )
+    path = manifest_path(_COMMAND, LAUNCHER_REPLICA, kind.api_version)
+    container = _container_at(manifest, path[:-1])
+    if kind.hydra_address_wired:
         command = without_hydra_address(command)
-    if kind is not None:
-        command = kind.launcher_command(implementation or CONTROLLER_DEFAULTS["mpi_implementation"], command)
-    if kind is not None and kind.launcher_command_in_args and implementation in launch.in_args:
+    command = kind.launcher_command(implementation, command)
+    if kind.launcher_command_in_args and implementation in launch.in_args:
         container.pop("command", None)  # the image's entrypoint runs it
         container["args"] = [*command, *(spec.launcher.args or [])]
         return
     container["command"] = command
     if spec.launcher.args is None:
         container.pop("args", None)
+
+
+def _container_at(manifest: dict, path: tuple) -> dict:
+    """The container (a TrainJob: its trainer) at ``path``, made where absent."""
+    node: Any = manifest
+    for key in path:
+        node = node[key] if isinstance(node, list) else node.setdefault(key, {})
+    return cast(dict, node)

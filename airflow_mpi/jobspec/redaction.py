@@ -279,7 +279,14 @@ def redact_manifest(manifest: dict) -> dict:
     """A copy of ``manifest`` safe to print (see the module docstring): name-based rules, then ``redact_text``."""
     safe = copy.deepcopy(manifest)
     _redact_metadata(safe.get("metadata") or {})
-    specs = kind_or_default(safe.get("apiVersion")).replica_layout.specs_in(safe)  # its kind's replica specs
+    kind = kind_or_default(safe.get("apiVersion"))
+    for path in kind.container_paths:  # a kind's containers outside replica specs (TrainJob: its trainer)
+        node: Any = safe
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            _redact_container(node)
+    specs = kind.replica_layout.specs_in(safe)  # its kind's replica specs
     for replica in (specs if isinstance(specs, dict) else {}).values():
         template = (replica or {}).get("template") or {}
         _redact_metadata(template.get("metadata") or {})

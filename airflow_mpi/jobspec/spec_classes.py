@@ -79,6 +79,9 @@ if TYPE_CHECKING:
         annotations: dict[str, str] | None = None
         queue_name: str | None = None
         workload_priority_class: str | None = None
+        runtime: str | None = None
+        runtime_kind: str | None = None
+        runtime_api_group: str | None = None
         unique_name_suffix: bool = True
         base_manifest: dict | str | os.PathLike | None = None
         slots_per_worker: int | None = None

@@ -7,7 +7,8 @@ Warning event (reason ValidationError): no status, no requeue, so a waiter would
 derive from the MPIJob: the service and pod names (``<name>``, ``<name>-launcher``, ``<name>-worker-<i>``: its kind's)
 and the pod templates; the replica specs are read where the kind keeps them (``JobKind.replica_layout``). check_manifest
 runs on the manifest *after* merging with the base manifest, so the base's content is checked too; every check
-collects all violations into one MPIJobValidationError.
+collects all violations into one MPIJobValidationError. Which fields a kind has at all, and the checks of a kind not
+shaped like an MPIJob (TrainJob), are row_validation.py's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from airflow_mpi.jobspec.errors import ErrorList
 from airflow_mpi.jobspec.fields import (
     FIELDS,
     JOB,
+    REPLICA,
     RUN_POLICY,
     SCHEDULING,
     Field,
@@ -27,13 +29,14 @@ from airflow_mpi.jobspec.fields import (
     RunPolicy,
     SchedulingPolicy,
     field_of,
-    rows,
+    manifest_path,
 )
 from airflow_mpi.jobspec.kinds import MPIJOB_V1, JobKind, api_versions, kind_for, kind_or_default
-from airflow_mpi.jobspec.layout import pod_spec, replica_spec, replica_specs
+from airflow_mpi.jobspec.layout import pod_spec, replica_specs, value_at
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.pod_validation import check_annotations, check_labels, check_pod_template
 from airflow_mpi.jobspec.quantity import QuantityError, parse_quantity, quantity_problem
+from airflow_mpi.jobspec.row_validation import check_job_name, check_kind_rows, check_rows_manifest
 from airflow_mpi.jobspec.spec import (
     DEFAULT_SSH_AUTH_MOUNT_PATH,
     GPU_RESOURCE,
@@ -49,6 +52,7 @@ _SPEC, _RUN_POLICY, _SCHEDULING = (
     for parent in (("spec",), ("spec", "runPolicy"), ("spec", "runPolicy", "schedulingPolicy"))
 )
 _CLEAN_POD_POLICY = field_of("clean_pod_policy", RUN_POLICY)
+_WORKERS = field_of("replicas", REPLICA)
 # rows held in one label each (Kueue's): their values are checked under the parameter's name
 _LABEL_ROWS = tuple(f for f in FIELDS if f.path[:2] == ("metadata", "labels") and len(f.path) == 3)
 # spec keys -> (the name errors use, the one API version that has it); the replica specs' key is the kind's
@@ -107,30 +111,7 @@ def check_parameters(errors: ErrorList, spec: Any) -> None:
             errors.add(
                 "command", spec.launcher.command, "cannot be combined with program (which builds the command)"
             )
-    kind = cast(JobKind, kind_for(spec.api_version))  # checked above
-    for row in rows(JOB):
-        value = getattr(spec, row.name) if not kind.has_row(row) else None
-        if value is None:
-            continue
-        if row.name == "main_container":
-            errors.add(
-                row.name,
-                value,
-                f"is a {row.api} field; in {kind.api_version} the first container is the main one",
-            )
-        elif row.name == "mpi_implementation" and spec.launch is not None:
-            _passes(errors, row, value)  # not written: it picks the launch flags
-        else:
-            hint = (
-                " without program (with program it picks mpirun's flags)"
-                if row.name == "mpi_implementation"
-                else ""
-            )
-            errors.add(
-                row.name,
-                value,
-                f"is not supported by {kind.api_version} ({kind.controller}){hint}: {row.api} only",
-            )
+    check_kind_rows(errors, spec, cast(JobKind, kind_for(spec.api_version)))  # api_version: checked above
     for role in (LAUNCHER_REPLICA, WORKER_REPLICA):
         _check_replica_parameters(errors, ROLES[role], spec.replica(role))
 
@@ -206,8 +187,8 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
     if not isinstance(job, dict):
         errors.add("spec", job, "must be a mapping")
         return
-    workers = _worker_count(replica_spec(manifest, WORKER_REPLICA, kind))
-    _check_name(errors, metadata.get("name"), workers, kind)
+    workers = _worker_count(value_at(manifest, manifest_path(_WORKERS, WORKER_REPLICA, api)))
+    check_job_name(errors, metadata.get("name"), workers, kind)
     if metadata.get("namespace") is not None:
         _passes(errors, field_of("namespace"), metadata["namespace"])
     check_labels(errors, "labels", metadata.get("labels"))
@@ -216,6 +197,9 @@ def check_manifest(errors: ErrorList, manifest: dict) -> None:
         if labels.get(row.path[-1]) is not None:
             _passes(errors, row, labels[row.path[-1]])
     check_annotations(errors, "annotations", metadata.get("annotations"))
+    if kind.field_paths is not None:  # not shaped like an MPIJob: its rows where it keeps them
+        check_rows_manifest(errors, manifest, kind)
+        return
     _check_spec_fields(errors, manifest, kind)
     policy: Any = job.get("runPolicy")
     if _is_mapping(errors, "run_policy", policy):
@@ -297,25 +281,9 @@ def _check_keys(
             )
 
 
-def _worker_count(worker: dict) -> int:
+def _worker_count(replicas: Any) -> int:
     """Worker replicas as the operator counts them for pod names (1 when unset or invalid)."""
-    replicas = worker.get("replicas")
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else 1
-
-
-def _check_name(errors: ErrorList, name: Any, workers: int, kind: JobKind) -> None:
-    if name is None:
-        errors.add("name", None, "is required (set name, or metadata.name in the base manifest)")
-        return
-    if problem := rules.dns1035_label(name):
-        errors.add("name", name, f"{problem} (the operator uses it as a Service name)")
-        return
-    # mpi-operator validateMPIJobName: the last worker's hostname must be a DNS-1035 label; the longest name the
-    # controller derives (the last worker's, else "<name>-launcher": the v2beta1 launcher Job, its pods' hostname)
-    host = kind.longest_name(name, workers)
-    if len(host) > rules.LABEL_MAX:
-        reason = f"is too long: the operator derives {host!r} ({len(host)} characters, max {rules.LABEL_MAX})"
-        errors.add("name", name, reason)
 
 
 def _check_spec_fields(errors: ErrorList, manifest: dict, kind: JobKind) -> None:

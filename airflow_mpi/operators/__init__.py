@@ -3,5 +3,6 @@
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
 from airflow_mpi.operators.horovod import HorovodCallbacks, HorovodJobOperator
 from airflow_mpi.operators.mpijob import MPIJobOperator
+from airflow_mpi.operators.trainjob import TrainJobOperator
 
-__all__ = ["HorovodCallbacks", "HorovodJobOperator", "MPIJobCallbacks", "MPIJobOperator"]
+__all__ = ["HorovodCallbacks", "HorovodJobOperator", "MPIJobCallbacks", "MPIJobOperator", "TrainJobOperator"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_mpi.jobspec.fields import REPLICA, field_of
 from airflow_mpi.jobspec.kinds import kind_or_default
-from airflow_mpi.jobspec.layout import pod_spec, replica_spec
+from airflow_mpi.jobspec.layout import row_value
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA, WORKER_REPLICA
 
@@ -24,20 +25,19 @@ if TYPE_CHECKING:
 FACET_KEY = "mpiJob"  # the run facet's name in the event
 
 
-def _image(manifest: dict[str, Any], role: str) -> str | None:
-    containers = pod_spec(manifest, role).get("containers") or []
-    return containers[0].get("image") if containers else None
+_IMAGE, _WORKERS, _SLOTS = (
+    field_of(*r) for r in (("image", REPLICA), ("replicas", REPLICA), ("slots_per_worker",))
+)
 
 
 def facts_of(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What the facet says of the submitted spec (plain JSON: a deferral carries it to the resumed try); each
-    role's replica spec where the job's kind keeps it."""
-    spec = manifest.get("spec") or {}
+    """What the facet says of the submitted spec (plain JSON: a deferral carries it to the resumed try); each field
+    where the job's kind keeps it (a TrainJob's one image is its trainer's, the launcher's)."""
     return {
-        "image": _image(manifest, LAUNCHER_REPLICA),
-        "workerImage": _image(manifest, WORKER_REPLICA),
-        "workers": replica_spec(manifest, WORKER_REPLICA).get("replicas"),
-        "slotsPerWorker": spec.get("slotsPerWorker"),
+        "image": row_value(manifest, _IMAGE, LAUNCHER_REPLICA),
+        "workerImage": row_value(manifest, _IMAGE, WORKER_REPLICA),
+        "workers": row_value(manifest, _WORKERS, WORKER_REPLICA),
+        "slotsPerWorker": row_value(manifest, _SLOTS),
         "queue": ((manifest.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL),
     }
 

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
         annotations: dict[str, str] | None
         queue_name: str | None
         workload_priority_class: str | None
+        runtime: str | None
+        runtime_kind: str | None
         unique_name_suffix: bool | str
         base_manifest: dict | str | os.PathLike | None
         slots_per_worker: int | str | None
@@ -95,6 +97,8 @@ if TYPE_CHECKING:
             annotations: dict[str, str] | None = None,
             queue_name: str | None = None,
             workload_priority_class: str | None = None,
+            runtime: str | None = None,
+            runtime_kind: str | None = None,
             unique_name_suffix: bool | str = True,
             base_manifest: dict | str | os.PathLike | None = None,
             slots_per_worker: int | str | None = None,
@@ -176,6 +180,8 @@ if TYPE_CHECKING:
             annotations: dict[str, str] | None = None,
             queue_name: str | None = None,
             workload_priority_class: str | None = None,
+            runtime: str | None = None,
+            runtime_kind: str | None = None,
             unique_name_suffix: bool | str = True,
             base_manifest: dict | str | os.PathLike | None = None,
             slots_per_worker: int | str | None = None,
@@ -213,6 +219,48 @@ if TYPE_CHECKING:
             image_pull_secrets: list[str] | None = None,
             priority_class_name: str | None = None,
             scheduler_name: str | None = None,
+            kubernetes_conn_id: str = "kubernetes_default",
+            deferrable: bool | str = ...,  # [operators] default_deferrable
+            get_logs: bool | str = True,
+            poll_interval: float | str = 10.0,
+            startup_timeout: float | str | None = 120.0,
+            schedule_timeout: float | str | None = 300.0,
+            queue_timeout: float | str | None = None,
+            on_finish_action: str = "delete_succeeded",
+            worker_log_tail_lines: int | str = 20,
+            **kwargs: Any,
+        ) -> None: ...
+
+    class TrainJobOperatorSignature(MPIJobOperator):
+        """TrainJobOperator's parameters: MPIJobOperator's that a TrainJob has (jobspec/kinds/trainjob.py)."""
+
+        def __init__(
+            self,
+            *,
+            api_version: str = "trainer.kubeflow.org/v1alpha1",
+            name: str | None = None,
+            namespace: str | None = None,
+            labels: dict[str, str] | None = None,
+            annotations: dict[str, str] | None = None,
+            queue_name: str | None = None,
+            workload_priority_class: str | None = None,
+            runtime: str | None = None,
+            runtime_kind: str | None = None,
+            unique_name_suffix: bool | str = True,
+            base_manifest: dict | str | os.PathLike | None = None,
+            slots_per_worker: int | str | None = None,
+            active_deadline_seconds: int | str | None = None,
+            suspend: bool | str | None = None,
+            managed_by: str | None = None,
+            program: list[str] | str | None = None,
+            mpirun_args: list[str] | str | None = None,
+            workers: int | str | None = None,
+            image: str | None = None,
+            command: list[str] | str | None = None,
+            args: list[str] | None = None,
+            env: dict[str, str] | list[dict] | None = None,
+            worker_resources: dict | None = None,
+            gpus_per_worker: int | str | None = None,
             kubernetes_conn_id: str = "kubernetes_default",
             deferrable: bool | str = ...,  # [operators] default_deferrable
             get_logs: bool | str = True,

@@ -12,8 +12,9 @@ import inspect
 from numbers import Real
 from typing import Any
 
+from airflow_mpi.jobspec.coerce import as_bool, as_number
 from airflow_mpi.jobspec.errors import ErrorList
-from airflow_mpi.jobspec.fields import TASK, Field, as_bool, as_number, parameters
+from airflow_mpi.jobspec.fields import TASK, Field, parameters
 from airflow_mpi.jobspec.naming import TaskIdentity
 from airflow_mpi.jobspec.rules import Rule, one_of
 from airflow_mpi.operators.finish_action import ACCEPTED, OnFinishAction, as_on_finish_action

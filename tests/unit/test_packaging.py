@@ -86,8 +86,11 @@ def test_the_artefacts_carry_the_one_version(artefacts: dict[str, Path]) -> None
     # setuptools >= 69.3 names the sdist as the wheel (PEP 625), older ones after the project's name
     assert artefacts["sdist"].name.replace("-", "_") == f"airflow_mpi_{version}.tar.gz"
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    newest = next(line for line in changelog.splitlines() if line.startswith("## "))
-    assert newest == f"## {version}", "CHANGELOG.md's newest section is the package's version"
+    # an "Unreleased" section above it collects what the next version will change
+    newest = next(
+        line for line in changelog.splitlines() if line.startswith("## ") and line != "## Unreleased"
+    )
+    assert newest == f"## {version}", "CHANGELOG.md's newest released section is the package's version"
 
 
 def test_the_metadata_renders_on_the_package_index(artefacts: dict[str, Path]) -> None:

@@ -61,7 +61,7 @@ def test_the_filled_in_defaults_name_parameters():
         ),
         ("image", ["`spec.mpiReplicaSpecs.*.template.spec.containers[0].image`"]),
         ("clean_pod_policy", ["`spec.runPolicy.cleanPodPolicy` (v1: `spec.cleanPodPolicy`)"]),
-        ("queue_name", ['`metadata.labels["kueue.x-k8s.io/queue-name"]`', " v2beta1 |"]),
+        ("queue_name", ['`metadata.labels["kueue.x-k8s.io/queue-name"]`', " v2beta1, TrainJob |"]),
         ("main_container", [" v1 |"]),
         ("deferrable", ["`[operators] default_deferrable`"]),
         ("on_finish_action", ['`"delete_succeeded"`', "cncf.kubernetes' `keep_pod`"]),

@@ -116,3 +116,19 @@ def example_texts() -> dict[str, tuple[str, str]]:
 def example(name: str) -> dict:
     """One published example, parsed."""
     return yaml.safe_load(example_texts()[name][1])
+
+
+@cache
+def _trainjob_validator() -> Draft4Validator:
+    """The Kubeflow Trainer module's TrainJob CRD (v1alpha1), as localcluster installs it."""
+    from localcluster.build_recipes import ADDONS
+    from localcluster.controllers.webhook_manager import load_crds
+
+    moddir, module_path, rel = dict(ADDONS["trainer"].data)["crd"]
+    crds = {c["metadata"]["name"]: c for c in load_crds(module_dir(moddir, module_path) / rel)}
+    return crd_validator(crds["trainjobs.trainer.kubeflow.org"], "v1alpha1")
+
+
+def trainjob_schema_errors(manifest: dict) -> list[str]:
+    """Why the API server would reject or silently prune part of a TrainJob ``manifest`` (empty: it would not)."""
+    return validation_errors(_trainjob_validator(), manifest)

@@ -7,6 +7,7 @@ from airflow_mpi.jobspec.kinds.kind import (
     ATTEMPT_IS_CONTAINER_RESTART,
     ATTEMPT_IS_POD,
     MPIJOB_REPLICAS,
+    NO_REPLICAS,
     JobKind,
     LauncherOwner,
     PodLabels,
@@ -24,9 +25,27 @@ from airflow_mpi.jobspec.kinds.registry import (
     kinds,
     register,
 )
+from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB, TRAINJOB
 
 __all__ = [
-    "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_REPLICAS",
-    "MPIJOB_V1", "MPIJOB_V2BETA1", "JobKind", "LauncherOwner", "PodLabels", "ReplicaLayout", "RetriesMapping",
-    "api_versions", "kind_for", "kind_or_default", "kinds", "register",
+    "API_TRAINJOB",
+    "ATTEMPT_IS_CONTAINER_RESTART",
+    "ATTEMPT_IS_POD",
+    "DEFAULT_KIND",
+    "ENTRY_POINT_GROUP",
+    "MPIJOB_REPLICAS",
+    "MPIJOB_V1",
+    "MPIJOB_V2BETA1",
+    "NO_REPLICAS",
+    "TRAINJOB",
+    "JobKind",
+    "LauncherOwner",
+    "PodLabels",
+    "ReplicaLayout",
+    "RetriesMapping",
+    "api_versions",
+    "kind_for",
+    "kind_or_default",
+    "kinds",
+    "register",
 ]  # fmt: skip

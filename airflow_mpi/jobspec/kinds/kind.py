@@ -40,6 +40,10 @@ class Row(Protocol):
     @property
     def v1_path(self) -> tuple: ...
 
+    def key(self, role: str | None = None) -> str:
+        """The model's name of the row (of ``role``'s replica spec): ``worker.image``, ``run_policy.suspend``."""
+        ...
+
 
 @dataclass(frozen=True)
 class RetriesMapping:
@@ -77,6 +81,8 @@ class ReplicaLayout:
 
     def specs_in(self, manifest: Any) -> Any:
         """The replica specs' mapping as ``manifest`` has it, whatever its type (None when absent)."""
+        if not self.present:
+            return None
         node = manifest
         for key in self.specs:
             node = node.get(key) if isinstance(node, dict) else None
@@ -87,12 +93,20 @@ class ReplicaLayout:
         return next((role for role, k in self.keys.items() if k == key), None)
 
     @property
+    def present(self) -> bool:
+        """The kind's manifest has replica specs at all (NO_REPLICAS: a TrainJob's pods come from its runtime)."""
+        return bool(self.specs)
+
+    @property
     def field(self) -> str:
         """The name errors give the replica specs (``mpi_replica_specs``), from the manifest's key."""
         return re.sub(r"(?<!^)(?=[A-Z])", "_", self.specs[-1]).lower()
 
 
 MPIJOB_REPLICAS = ReplicaLayout()  # spec.mpiReplicaSpecs.{Launcher,Worker}: both MPIJob APIs
+NO_REPLICAS = ReplicaLayout(
+    specs=(), keys={}
+)  # a kind whose manifest has no replica specs (its field_paths say all)
 
 
 @dataclass(frozen=True)
@@ -162,6 +176,22 @@ class JobKind:
     # role (LAUNCHER_REPLICA/WORKER_REPLICA) -> its main container's default name
     container_names: Mapping[str, str]
     replica_layout: ReplicaLayout = MPIJOB_REPLICAS  # where the manifest holds each role's replica spec
+    # A kind not shaped like an MPIJob: the only rows it has, by the model's name (Row.key: ``worker.image``), and
+    # where its manifest holds each (from the root), in the manifest's key order. None: the MPIJob's shape (every
+    # row without ``api``, at its ``path``, replica rows in the replica specs).
+    field_paths: Mapping[str, tuple[str, ...]] | None = None
+    # values of its own rows written where neither a parameter nor the base manifest sets them (row key -> value)
+    field_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # spec keys a base manifest may hold that no row sets, kept verbatim (field_paths kinds)
+    verbatim_spec_keys: tuple[str, ...] = ()
+    # what to do instead of a parameter the kind does not have (field_paths kinds: in the refusal)
+    instead: str = ""
+    implementations: tuple[str, ...] | None = None  # the MPI implementations it runs (None: every one)
+    # field_paths kinds: a row's rule where the kind's differs from the row's (row key -> rule: value -> problem)
+    field_rules: Mapping[str, Callable[[Any], str | None]] = field(default_factory=dict)
+    reserved_env: tuple[str, ...] = ()  # environment variables its controller sets, refused in the job's env
+    # container-like objects outside replica specs (TrainJob: spec.trainer), redacted as containers are
+    container_paths: tuple[tuple[str, ...], ...] = ()
     launcher_restart_policy: str = "Never"  # the controller's default for the launcher replica
     reads_v1_paths: bool = False  # a row's v1_path is where this kind's manifest holds it
     main_container_field: bool = False  # spec.mainContainer names the container the ranks run in
@@ -213,12 +243,19 @@ class JobKind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
-    def has_row(self, row: Row) -> bool:
-        """The kind has the field of ``row`` (a row naming one API belongs to that API only)."""
-        return row.api in (None, self.api_version)
+    def has_row(self, row: Row, role: str | None = None) -> bool:
+        """The kind has the field of ``row`` (a row naming one API belongs to that API only; a ``field_paths``
+        kind has the rows it lists; a replica row without ``role``: of either role)."""
+        if self.field_paths is None:
+            return row.api in (None, self.api_version)
+        roles = (role,) if role is not None or row.key() else tuple(self.container_names)
+        return any(row.key(r) in self.field_paths for r in roles)
 
-    def row_path(self, row: Row) -> tuple:
-        """Where this kind's manifest holds ``row`` (from the replica spec for replica rows)."""
+    def row_path(self, row: Row, role: str | None = None) -> tuple:
+        """Where this kind's manifest holds ``row`` (from the replica spec for replica rows; for a ``field_paths``
+        kind from the root, or the row's own path where it has no such row)."""
+        if self.field_paths is not None:
+            return self.field_paths.get(row.key(role), row.path)
         return row.v1_path if self.reads_v1_paths and row.v1_path else row.path
 
     def replica_path(self, role: str) -> tuple[str, ...]:

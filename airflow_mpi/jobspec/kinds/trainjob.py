@@ -13,8 +13,17 @@ suspended). Open MPI only (v2.3.0's CRD refuses Intel and MPICH). Kueue queues i
 
 from __future__ import annotations
 
-from airflow_mpi.jobspec.kinds.kind import ATTEMPT_IS_POD, JobKind, LauncherOwner, PodLabels, RetriesMapping
-from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA
+from airflow_mpi.jobspec.kinds.kind import (
+    ATTEMPT_IS_POD,
+    NO_REPLICAS,
+    JobKind,
+    LauncherOwner,
+    PodLabels,
+    RetriesMapping,
+)
+from airflow_mpi.jobspec.rules import INT64_MAX, integer, one_of
+from airflow_mpi.jobspec.spec import GPU_RESOURCE, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, OPENMPI
+from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA, JobCondition
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 API_TRAINJOB = f"{TRAINER_GROUP}/v1alpha1"
@@ -25,7 +34,7 @@ REPLICATED_JOB_LABEL = (
 )
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # a node pod's index in its indexed Job
 LAUNCHER_JOB_NAME, NODE_JOB_NAME = (
-    "launcher",
+    LAUNCHER,
     "node",
 )  # the MPI plugin's replicated jobs (constants.Launcher, Node)
 NODE_CONTAINER = "node"  # the container the MPI plugin mounts the SSH keys and hostfile into
@@ -35,12 +44,53 @@ JOBSET = LauncherOwner(kind="JobSet", group="jobset.x-k8s.io", version="v1alpha2
 BATCH_JOB = LauncherOwner(kind="Job", group="batch", version="v1", plural="jobs")
 
 
+CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME = "ClusterTrainingRuntime", "TrainingRuntime"  # runtimeRef.kind
+TRAINING_RUNTIMES = (CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME)  # the runtime kinds v2.3.0 registers
+DEFAULT_RUNTIME = "openmpi-mpiuser"  # the ClusterTrainingRuntime deploy/trainjob-mpi-runtime.yaml installs
+
+_TRAINER = ("spec", "trainer")
+_RESOURCES = (*_TRAINER, "resourcesPerNode")
+# The rows a TrainJob has and where (trainjob_types.go), in its manifest's key order. ``image`` and ``env`` set both
+# roles' (one trainer: the same path); v2.3.0 applies trainer image, command, args, env and resourcesPerNode to the
+# `node` container of the runtime's replicated job labelled trainjob-ancestor-step: trainer (the launcher, in a
+# runtime with runLauncherAsNode false: jobset/builder.go Trainer, core/trainingruntime.go), numNodes to the `node`
+# replicated job's pod count and numProcPerNode to the hostfile's slots (mpi/mpi.go).
+FIELD_PATHS = {
+    "name": ("metadata", "name"),
+    "namespace": ("metadata", "namespace"),
+    "labels": ("metadata", "labels"),
+    "queue_name": ("metadata", "labels", KUEUE_QUEUE_LABEL),
+    "workload_priority_class": ("metadata", "labels", KUEUE_PRIORITY_LABEL),
+    "annotations": ("metadata", "annotations"),
+    "runtime": ("spec", "runtimeRef", "name"),
+    "runtime_kind": ("spec", "runtimeRef", "kind"),
+    "runtime_api_group": ("spec", "runtimeRef", "apiGroup"),
+    "launcher.image": (*_TRAINER, "image"),
+    "worker.image": (*_TRAINER, "image"),
+    "launcher.command": (*_TRAINER, "command"),
+    "launcher.args": (*_TRAINER, "args"),
+    "launcher.env": (*_TRAINER, "env"),
+    "worker.env": (*_TRAINER, "env"),
+    "worker.replicas": (*_TRAINER, "numNodes"),
+    "slots_per_worker": (*_TRAINER, "numProcPerNode"),
+    "worker.resources": _RESOURCES,
+    "worker.gpus": (*_RESOURCES, "limits", GPU_RESOURCE),
+    "run_policy.suspend": ("spec", "suspend"),
+    "run_policy.active_deadline_seconds": ("spec", "activeDeadlineSeconds"),
+    "run_policy.managed_by": ("spec", "managedBy"),
+}
+INSTEAD = (
+    "its pods come from the runtime it names (`runtime`): set this in that runtime's pod templates, or for one "
+    "job in `runtimePatches` of a base manifest"
+)
+
+
 class TrainJobCondition:
     """The ``status.conditions[].type`` values a TrainJob has (trainjob_types.go)."""
 
-    SUSPENDED = "Suspended"
+    SUSPENDED = JobCondition.SUSPENDED.value
     COMPLETE = "Complete"
-    FAILED = "Failed"
+    FAILED = JobCondition.FAILED.value
 
 
 def _retries(retries: int) -> RetriesMapping:
@@ -58,6 +108,30 @@ TRAINJOB = JobKind(
     restart_policies=("Never", "OnFailure"),
     managed_by=("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"),
     container_names={LAUNCHER_REPLICA: NODE_CONTAINER, WORKER_REPLICA: NODE_CONTAINER},
+    replica_layout=NO_REPLICAS,
+    field_paths=FIELD_PATHS,
+    field_defaults={
+        "runtime": DEFAULT_RUNTIME,
+        "runtime_kind": CLUSTER_TRAINING_RUNTIME,
+        "runtime_api_group": TRAINER_GROUP,
+    },
+    # runtimePatches (v2.3.0: per-manager patches of the runtime's pod templates), initializer: written as given
+    verbatim_spec_keys=("runtimePatches", "initializer"),
+    instead=INSTEAD,
+    container_paths=(_TRAINER,),
+    implementations=(OPENMPI,),  # v2.3.0's CRD: mlPolicy.mpi.mpiImplementation enum OpenMPI
+    field_rules={
+        "worker.replicas": integer(1),  # numNodes: no minimum in the CRD; 0 node pods run no rank
+        "run_policy.active_deadline_seconds": integer(1, INT64_MAX),  # the CRD's minimum: 1
+        "runtime_api_group": one_of((TRAINER_GROUP,)),  # the runtimes v2.3.0 registers are its own
+    },
+    # constants.MPIReservedEnvNames: what the MPI plugin sets on the launcher (its webhook refuses them)
+    reserved_env=(
+        "OMPI_MCA_orte_default_hostfile",
+        "OMPI_MCA_plm_rsh_args",
+        "OMPI_MCA_orte_keep_fqdn_hostnames",
+        "OMPI_MCA_orte_set_default_slots",
+    ),
     retries_mapping=_retries,
     implementation_field=False,
     conditions=(TrainJobCondition.SUSPENDED, TrainJobCondition.COMPLETE, TrainJobCondition.FAILED),
