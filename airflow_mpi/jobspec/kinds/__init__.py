@@ -12,6 +12,7 @@ from airflow_mpi.jobspec.kinds.kind import (
     PodLabels,
     ReplicaLayout,
     RetriesMapping,
+    StateReading,
 )
 from airflow_mpi.jobspec.kinds.mpijob_v1 import MPIJOB_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import MPIJOB_V2BETA1
@@ -28,5 +29,5 @@ from airflow_mpi.jobspec.kinds.registry import (
 __all__ = [
     "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_REPLICAS",
     "MPIJOB_V1", "MPIJOB_V2BETA1", "JobKind", "LauncherOwner", "PodLabels", "ReplicaLayout", "RetriesMapping",
-    "api_versions", "kind_for", "kind_or_default", "kinds", "register",
+    "StateReading", "api_versions", "kind_for", "kind_or_default", "kinds", "register",
 ]  # fmt: skip

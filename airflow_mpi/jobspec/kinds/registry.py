@@ -1,4 +1,4 @@
-"""The kinds by api_version: the two built in, and any a distribution registers under the entry point group
+"""The kinds by api_version: the three built in, and any a distribution registers under the entry point group
 ``airflow_mpi.job_kinds`` (each entry point names a JobKind; an in-house operator's CRD becomes a plug-in).
 
 Entry points are read once, the first time an api_version is asked for that is not built in (reading installed
@@ -12,11 +12,12 @@ from importlib.metadata import entry_points
 from airflow_mpi.jobspec.kinds.kind import JobKind
 from airflow_mpi.jobspec.kinds.mpijob_v1 import MPIJOB_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import MPIJOB_V2BETA1
+from airflow_mpi.jobspec.kinds.trainjob import TRAINJOB
 
 ENTRY_POINT_GROUP = "airflow_mpi.job_kinds"
 DEFAULT_KIND = MPIJOB_V2BETA1  # what a task gets without api_version
 
-_KINDS: dict[str, JobKind] = {k.api_version: k for k in (MPIJOB_V2BETA1, MPIJOB_V1)}
+_KINDS: dict[str, JobKind] = {k.api_version: k for k in (MPIJOB_V2BETA1, MPIJOB_V1, TRAINJOB)}
 _loaded = False
 
 

@@ -232,7 +232,7 @@ def test_pod_selectors_per_api_version():
 
 def test_split_api_version():
     assert split_api_version("kubeflow.org/v2beta1") == ("kubeflow.org", "v2beta1")
-    for bad in ("", "kubeflow.org", "kubeflow.org/", "trainer.kubeflow.org/v1alpha1"):
+    for bad in ("", "kubeflow.org", "kubeflow.org/", "example.org/v1alpha1"):
         with pytest.raises(ValueError):
             split_api_version(bad)
 
