@@ -269,14 +269,9 @@ def test_the_wait_follows_a_trainjob_through_its_owner_chain_and_a_delete_by_uid
 def test_the_sensor_deferred_follows_a_trainjob_to_complete(trainjob_cluster, tj_namespace, tj_conn):
     co = client.CustomObjectsApi(trainjob_cluster.api_client())
     co.create_namespaced_custom_object(*TRAINER, tj_namespace, "trainjobs", _trainjob("pi"))
+    waits = {"deferrable": True, "poke_interval": 2, "timeout": 180}
     sensor = MPIJobSensor(
-        task_id="tj_sensor",
-        job_name="pi",
-        namespace=tj_namespace,
-        api_version=API_TRAINJOB,
-        deferrable=True,
-        poke_interval=2,
-        timeout=180,
+        task_id="tj_sensor", job_name="pi", namespace=tj_namespace, api_version=API_TRAINJOB, **waits
     )
     with pytest.raises(TaskDeferred) as deferred:  # not Complete yet: the sensor defers
         sensor.execute(ctx("tj_sensor"))
