@@ -9,7 +9,7 @@ from typing import Any
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE
 from airflow_mpi.hooks.live_delete import live_delete
-from airflow_mpi.hooks.ownership import launcher_job_call, role_pods
+from airflow_mpi.hooks.ownership import owner_objects, role_pods
 from airflow_mpi.hooks.requests import Call, Steps, delete_call, get_call, split_api_version
 from airflow_mpi.hooks.retries import request_retrying
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_or_default
@@ -94,10 +94,10 @@ class MPIJobHookBase:
         return self._run(namespace, lambda ns: live_delete(self.custom_object_args(ns), name, uid, self.log))
 
     def get_launcher_job(self, name: str, namespace: str | None = None) -> Any:
-        """The object between the MPIJob and its launcher pods (its kind's ``launcher_owner``: v2beta1's batch/v1
-        Job ``<name>-launcher``), or None (absent, or not readable): whose pods are the launcher's
-        (hooks/ownership.py). A kind with no such object is never asked (ValueError)."""
-        return self._run(namespace, lambda ns: launcher_job_call(ns, name, self.job_kind))
+        """The objects between the job and its pods (hooks/ownership.owner_objects: v2beta1's batch/v1 Job
+        ``<name>-launcher`` or None when absent or not readable; a TrainJob's JobSet and batch Jobs found): whose
+        pods are the job's. A kind with no such object is never asked (ValueError)."""
+        return self._run(namespace, lambda ns: owner_objects(ns, name, self.job_kind))
 
     def _role_pods(self, name: str, namespace: str | None, role: str) -> Any:
         """The ``role`` pods the MPIJob's controllers made (hooks/ownership.py): launchers newest first (one per
@@ -126,7 +126,9 @@ class MPIJobHookBase:
             if pod.metadata.name not in noted:
                 noted.add(pod.metadata.name)
                 self.log.info(
-                    "Ignoring pod %s: it carries the MPIJob's labels, but the MPIJob's controllers did not "
+                    "Ignoring pod %s: it carries the %s's labels, but the %s's controllers did not "
                     "make it (someone else's pod: not read, not counted)",
                     pod.metadata.name,
+                    self.job_kind.kind,
+                    self.job_kind.kind,
                 )

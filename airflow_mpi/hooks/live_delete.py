@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
-from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call
+from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call, kind_of
 from airflow_mpi.jobspec.status import job_state
 
 # outcomes of delete_live_mpijob
@@ -53,7 +53,7 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
         return outcome
 
     def deleted(_: Any) -> str:
-        hook_log.info("Deleted live MPIJob %s/%s", metadata["namespace"], name)
+        hook_log.info("Deleted live %s %s/%s", kind_of(where), metadata["namespace"], name)
         return DELETED
 
     kwargs = {**where, "name": name, "body": body}

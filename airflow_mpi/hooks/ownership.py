@@ -10,7 +10,10 @@ pod counts only when its controller reference leads to the followed MPIJob's uid
   the launcher pod's is the batch/v1 Job ``<name>-launcher`` (the Job controller's pod), whose controller is the MPIJob
   (``newLauncherJob``, checked by ``getLauncherJob``). That Job's uid comes from one GET of it;
 * training-operator (jobspec/kinds/mpijob_v1.py): the pods of both roles are controlled by the MPIJob (no object
-  between: a pod controlled by anything else is not the job's).
+  between: a pod controlled by anything else is not the job's);
+* Kubeflow Trainer (jobspec/kinds/trainjob.py): a pod of either role is controlled by its batch Job
+  (``<name>-launcher-0``, ``<name>-node-0``), controlled by the JobSet ``<name>`` (``JobKind.owner_parent``),
+  controlled by the TrainJob. One check GETs the JobSet and both Jobs (3 GETs), cached per job as above.
 
 Not stopped: a controller reference is a field whoever creates a pod writes. A co-tenant who can read the uids (get
 on pods, MPIJobs or Jobs) can forge one, and the controllers then count that pod as theirs too; only an admission
@@ -29,7 +32,7 @@ from typing import Any
 
 from airflow_mpi.hooks.errors import describe_error
 from airflow_mpi.hooks.requests import CORE_V1, CUSTOM_OBJECTS, Call, Steps, get_call
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, LauncherOwner
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +59,16 @@ def _uid(obj: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Owner:
-    """The followed MPIJob (``uid`` None: not known yet) of ``job_kind``, and what is known of its launcher Job (the
-    kind's ``launcher_owner``): its uid once a GET showed the MPIJob controls it, and the Job uids that pods named
-    as their controller but are not that Job."""
+    """The followed job (``uid`` None: not known yet) of ``job_kind``, and what is known of the objects between it
+    and its pods (the kind's ``launcher_owner``, e.g. its launcher Job): the uids GETs showed lead to the job
+    (``launcher_job``, ``verified``), and the uids that pods named as their controller but do not."""
 
     name: str
     uid: str | None
     launcher_job: str | None = None
     refuted: frozenset[str] = field(default_factory=frozenset)
     job_kind: JobKind = DEFAULT_KIND
+    verified: frozenset[str] = field(default_factory=frozenset)
 
     def owns(self, pod: Any) -> bool | None:
         """True: made by the job's controllers; False: not; None: controlled by a Job of the launcher Job's name
@@ -77,23 +81,37 @@ class Owner:
         if kind == self.job_kind.kind:
             return uid == self.uid
         between = self.job_kind.launcher_owner
-        if between is None or kind != between.kind or name != self.job_kind.launcher_name(self.name):
+        if between is None or kind != between.kind or name not in self.job_kind.owner_names(self.name):
             return False
         if uid in self.refuted:
             return False
-        return True if uid == self.launcher_job else None
+        return True if uid == self.launcher_job or uid in self.verified else None
 
     def unchecked(self, pods: Iterable[Any]) -> set[str]:
         """The Job uids that pods name as their controller and a GET of the launcher Job must check."""
         return {(controller(p) or (None, None, ""))[2] or "" for p in pods if self.owns(p) is None} - {""}
 
-    def learn(self, job: dict | None, checked: Iterable[str]) -> Owner:
-        """What a GET of ``<name>-launcher`` (None: not found, or not readable) tells about the Job uids
-        ``checked``: the Job is the launcher's when the MPIJob controls it; the other uids are nobody's."""
-        kind, _, owner_uid = controller(job) or (None, None, None)
-        launcher = _uid(job) if kind == self.job_kind.kind and owner_uid == self.uid else None
-        refuted = self.refuted | {uid for uid in checked if uid != launcher}
-        return replace(self, launcher_job=launcher or self.launcher_job, refuted=frozenset(refuted))
+    def learn(self, found: dict | list | None, checked: Iterable[str]) -> Owner:
+        """What GETs of the objects between the job and its pods (:func:`owner_objects`: one dict, a list, None when
+        not found or not readable) tell about the uids ``checked``: an object leads to the job when the job controls
+        it, or an object found leading to it does (a TrainJob's JobSet, then its batch Jobs); the others are
+        nobody's."""
+        objects = [o for o in (found if isinstance(found, list) else [found]) if isinstance(o, dict)]
+        ours = set(self.verified) | ({self.launcher_job} if self.launcher_job else set())
+        parent = self.job_kind.owner_parent
+        grown = True
+        while grown:
+            grown = False
+            for obj in objects:
+                kind, _, owner_uid = controller(obj) or (None, None, None)
+                uid = _uid(obj)
+                by_job = kind == self.job_kind.kind and owner_uid == self.uid
+                by_parent = parent is not None and kind == parent.kind and owner_uid in ours
+                if uid and uid not in ours and (by_job or by_parent):
+                    ours.add(uid)
+                    grown = True
+        refuted = self.refuted | {uid for uid in checked if uid not in ours}
+        return replace(self, verified=frozenset(ours), refuted=frozenset(refuted))
 
     def split(self, pods: Iterable[Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """``(owned, foreign, undecided)``: undecided are the pods :meth:`owns` cannot tell yet."""
@@ -110,7 +128,24 @@ def launcher_job_call(namespace: str, name: str, job_kind: JobKind = DEFAULT_KIN
     between = job_kind.launcher_owner
     if between is None:
         raise ValueError(f"{job_kind.api_version} has no object between a job and its launcher pods")
-    job = job_kind.launcher_name(name)
+    return owned_object_call(namespace, between, job_kind.launcher_name(name), job_kind)
+
+
+def owner_objects(namespace: str, name: str, job_kind: JobKind = DEFAULT_KIND) -> Steps:
+    """The objects between the job ``name`` and its pods, for :meth:`Owner.learn`: the launcher Job (one GET), or,
+    for a kind with an ``owner_parent``, that parent (named as the job) and each object of ``owner_names`` (a
+    TrainJob: its JobSet and its two batch Jobs, 3 GETs), the ones found."""
+    parent, between = job_kind.owner_parent, job_kind.launcher_owner
+    if parent is None or between is None:
+        return (yield launcher_job_call(namespace, name, job_kind))
+    found = [(yield owned_object_call(namespace, parent, name, job_kind))]
+    for owner_name in job_kind.owner_names(name):
+        found.append((yield owned_object_call(namespace, between, owner_name, job_kind)))
+    return [obj for obj in found if obj is not None]
+
+
+def owned_object_call(namespace: str, between: LauncherOwner, job: str, job_kind: JobKind) -> Call:
+    """GET ``between``'s object ``job`` as a dict; None when absent or not readable (the warning names the grant)."""
 
     def on_error(exc: BaseException) -> Any:
         status = getattr(exc, "status", None)
@@ -118,12 +153,13 @@ def launcher_job_call(namespace: str, name: str, job_kind: JobKind = DEFAULT_KIN
             raise exc
         if status == 403:
             log.warning(
-                "may not read %s %s/%s (%s): its launcher pods are not followed, as any pod that only carries "
-                "the MPIJob's labels; grant get on %s (deploy/rbac.yaml)",
+                "may not read %s %s/%s (%s): the pods it controls are not followed, as any pod that only carries "
+                "the %s's labels; grant get on %s (deploy/rbac.yaml)",
                 between.kind,
                 namespace,
                 job,
                 describe_error(exc),
+                job_kind.kind,
                 between.resource,
             )
         return None
@@ -165,7 +201,7 @@ def role_pods(
             ).items
         )
         if unchecked := owner.unchecked(pods):
-            owner = owner.learn((yield launcher_job_call(where["namespace"], name, job_kind)), unchecked)
+            owner = owner.learn((yield from owner_objects(where["namespace"], name, job_kind)), unchecked)
         owned, others, _ = owner.split(pods)  # undecided: no MPIJob (uid unknown), no pod is its
         if others:
             foreign(others)

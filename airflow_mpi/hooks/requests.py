@@ -176,6 +176,11 @@ def get_call(where: dict[str, Any], name: str) -> Call:
     )
 
 
+def kind_of(where: dict[str, Any]) -> str:
+    """The kind of the jobs ``where`` names (by group, version), as messages spell it (``MPIJob``, ``TrainJob``)."""
+    return kind_or_default(f"{where.get('group')}/{where.get('version')}").kind
+
+
 def delete_call(
     where: dict[str, Any],
     name: str,
@@ -201,13 +206,19 @@ def delete_call(
     def on_error(exc: BaseException) -> Any:
         if uid is not None and getattr(exc, "status", None) == 409:
             hook_log.warning(
-                "Not deleting MPIJob %s/%s: it is another object now (not uid %s)", namespace, name, uid
+                "Not deleting %s %s/%s: it is another object now (not uid %s)",
+                kind_of(where),
+                namespace,
+                name,
+                uid,
             )
             return False
         return _absent(False)(exc)
 
     def deleted(_: Any) -> bool:
-        hook_log.info("Deleted MPIJob %s/%s (propagationPolicy=%s)", namespace, name, propagation_policy)
+        hook_log.info(
+            "Deleted %s %s/%s (propagationPolicy=%s)", kind_of(where), namespace, name, propagation_policy
+        )
         return True
 
     kwargs = {**where, "name": name, "body": body}

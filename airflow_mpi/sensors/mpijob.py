@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_mpi.jobspec.errors import MPIJobValidationError
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_or_default
 from airflow_mpi.jobspec.status import KNOWN_CONDITIONS, job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
 from airflow_mpi.operators.finish_action import OnFinishAction
@@ -54,10 +54,9 @@ class MPIJobSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.job_name, self.namespace = job_name, namespace
-        if "{{" not in target_condition and target_condition not in KNOWN_CONDITIONS:
-            raise MPIJobValidationError(
-                "target_condition", target_condition, f"must be one of {KNOWN_CONDITIONS}"
-            )
+        known = tuple(dict.fromkeys((*KNOWN_CONDITIONS, *kind_or_default(api_version).conditions)))
+        if "{{" not in target_condition and target_condition not in known:
+            raise MPIJobValidationError("target_condition", target_condition, f"must be one of {known}")
         self.target_condition = target_condition
         self.attach_logs = attach_logs
         self.kubernetes_conn_id, self.api_version = kubernetes_conn_id, api_version
@@ -68,6 +67,11 @@ class MPIJobSensor(BaseSensorOperator):
         from airflow_mpi.hooks import MPIJobHook
 
         return MPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version)
+
+    @property
+    def _kind(self) -> str:
+        """The job's kind, as messages name it (``MPIJob``, ``TrainJob``)."""
+        return kind_or_default(self.api_version).kind
 
     def _namespace(self) -> str:
         return self.hook.resolve_namespace(self.namespace)
@@ -113,12 +117,12 @@ class MPIJobSensor(BaseSensorOperator):
         namespace = self._namespace()
         obj = through_outage_sync(self.hook.get_mpijob, self.job_name, namespace)  # a restart is no failure
         if obj is None:
-            raise AirflowException(f"MPIJob {namespace}/{self.job_name} does not exist")
+            raise AirflowException(f"{self._kind} {namespace}/{self.job_name} does not exist")
         state = job_state(obj)
-        self.log.info("MPIJob %s/%s: %s", namespace, self.job_name, state.describe())
+        self.log.info("%s %s/%s: %s", self._kind, namespace, self.job_name, state.describe())
         if state.terminal and not state.succeeded:
             self._attach_logs(namespace)
-            raise AirflowFailException(f"MPIJob {namespace}/{self.job_name} failed: {state.describe()}")
+            raise AirflowFailException(f"{self._kind} {namespace}/{self.job_name} failed: {state.describe()}")
         if self.target_condition in true_condition_types(obj) or state.succeeded:
             self._attach_logs(namespace)
             return True
@@ -131,7 +135,7 @@ class MPIJobSensor(BaseSensorOperator):
             assert result.namespace is not None, "a trigger's success names its job's namespace"
             self._attach_logs(result.namespace)
         elif result.outcome is Outcome.TIMEOUT:
-            raise AirflowException(f"MPIJob {result.namespace}/{self.job_name}: sensor timed out")
+            raise AirflowException(f"{self._kind} {result.namespace}/{self.job_name}: sensor timed out")
         return finish(
             self,
             result,

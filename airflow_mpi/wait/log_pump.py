@@ -28,7 +28,7 @@ from typing import Any, Protocol, cast
 
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.errors import PodLogUnavailable
-from airflow_mpi.hooks.protocols import PodLogReader
+from airflow_mpi.hooks.protocols import JobReads, PodLogReader
 from airflow_mpi.wait.log_groups import escape
 from airflow_mpi.wait.log_ledger import header_mark, line_mark
 from airflow_mpi.wait.logs import LogCursor, LogPass, LogStream, attempt_header, format_stamp
@@ -344,3 +344,20 @@ class LogPump:
             async for raw in lines:
                 return raw
         return ""
+
+
+class ListedPods:
+    """Drain only (nothing is followed): one listing per pass, no watch. A drain runs with its finish flag set, so
+    the pump never awaits :meth:`wait_change`: it is there for wait/log_pump.py ``PodSource``."""
+
+    version = 0
+
+    def __init__(self, hook: JobReads, name: str, namespace: str) -> None:
+        self.hook, self.name, self.namespace = hook, name, namespace
+
+    async def launchers(self) -> list[Any]:
+        return await self.hook.launcher_pods(self.name, self.namespace)
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        await asyncio.sleep(timeout)
+        return 0

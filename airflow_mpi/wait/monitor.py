@@ -20,18 +20,18 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_mpi.hooks.protocols import JobReads, WaitHook
+from airflow_mpi.hooks.protocols import WaitHook
 from airflow_mpi.hooks.retries import through_outage
-from airflow_mpi.jobspec.kinds import kind_or_default
+from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.status import JobState, clean_pod_policy, job_state, true_condition_types
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.wait.contract import DEFAULT_TAIL_LINES, Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.failure_report import FailureReport
 from airflow_mpi.wait.log_groups import escape
-from airflow_mpi.wait.log_pump import LogPump, LogState
+from airflow_mpi.wait.log_pump import ListedPods, LogPump, LogState
 from airflow_mpi.wait.logs import LogStream, launcher_streams
-from airflow_mpi.wait.progress import EXPLAINED, Timeouts, Verdict, assess
+from airflow_mpi.wait.progress import EXPLAINED, Timeouts, Verdict, assess, derived_state
 from airflow_mpi.wait.queueing import QueueTracker
 from airflow_mpi.wait.summaries import event_summary, pod_summary
 
@@ -46,23 +46,6 @@ UNCREATED_EVENTS_GAP = (10.0, 300.0)  # seconds between event listings of a job 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class _ListedPods:
-    """Drain only (nothing is followed): one listing per pass, no watch. A drain runs with its finish flag set, so
-    the pump never awaits :meth:`wait_change`: it is there for wait/log_pump.py ``PodSource``."""
-
-    version = 0
-
-    def __init__(self, hook: JobReads, name: str, namespace: str) -> None:
-        self.hook, self.name, self.namespace = hook, name, namespace
-
-    async def launchers(self) -> list[Any]:
-        return await self.hook.launcher_pods(self.name, self.namespace)
-
-    async def wait_change(self, seen: int, timeout: float) -> int:
-        await asyncio.sleep(timeout)
-        return 0
 
 
 @dataclass(eq=False)
@@ -99,6 +82,7 @@ class JobMonitor:
     launcher_exit_codes: list[int] = field(
         default_factory=list, init=False
     )  # of ended launchers, oldest first
+    job_kind: JobKind = field(init=False)  # the hook's (its messages name the job's kind)
     queue: QueueTracker = field(init=False)  # its time in a Kueue queue (wait/queueing.py)
     _log_pump: LogPump | None = field(default=None, init=False)
     _uncreated_events: list = field(default_factory=list, init=False)
@@ -108,6 +92,7 @@ class JobMonitor:
     def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
         self.queue = QueueTracker(self.name, self.timeouts.queue_timeout)
+        self.job_kind = kind_or_default(getattr(self.hook, "api_version", None))
         if self.emit_marked is None:
             self.emit_marked = lambda message, _mark: self.emit(message)
 
@@ -166,13 +151,13 @@ class JobMonitor:
         """Print whatever the launcher logged that was not printed yet (no following, no watch)."""
         finished = asyncio.Event()
         finished.set()
-        await self._pump(_ListedPods(self.hook, self.name, self.namespace)).run(finished)
+        await self._pump(ListedPods(self.hook, self.name, self.namespace)).run(finished)
 
     def _ignored(self, pod: str) -> None:
         """A pod with the job's labels that its controllers did not make (hooks/ownership.py): said once, by name."""
         self.emit(
-            f"(ignoring pod {pod}: it carries MPIJob {self.name}'s labels, but the job's controllers did not "
-            "make it: not followed, not counted)"
+            f"(ignoring pod {pod}: it carries {self.job_kind.kind} {self.name}'s labels, but the job's controllers "
+            "did not make it: not followed, not counted)"
         )
 
     def _marked_sink(self) -> Callable[[str, str], None]:
@@ -234,7 +219,13 @@ class JobMonitor:
                 deadline=self.deadline,
             ).gather()
         except Exception:
-            log.warning("could not tell why MPIJob %s/%s failed", self.namespace, self.name, exc_info=True)
+            log.warning(
+                "could not tell why %s %s/%s failed",
+                self.job_kind.kind,
+                self.namespace,
+                self.name,
+                exc_info=True,
+            )
             return None
 
     def _count_attempts(self, launchers: list) -> None:
@@ -269,7 +260,7 @@ class JobMonitor:
         if self.uid and job_uid != self.uid:
             return Verdict(
                 Outcome.DELETED,
-                f"it was replaced by another MPIJob of the same name (uid "
+                f"it was replaced by another {self.job_kind.kind} of the same name (uid "
                 f"{job_uid}; this task's was {self.uid}): not following it",
             )
         seen = sub.version
@@ -282,7 +273,8 @@ class JobMonitor:
                 return verdict
             if self.deadline is not None and utcnow() >= self.deadline:
                 return Verdict(
-                    Outcome.TIMEOUT, f"execution_timeout reached while waiting for MPIJob {self.name}"
+                    Outcome.TIMEOUT,
+                    f"execution_timeout reached while waiting for {self.job_kind.kind} {self.name}",
                 )
             seen = await sub.wait_change(seen, self._wait_timeout())
 
@@ -310,13 +302,16 @@ class JobMonitor:
     async def _assess(self, obj: dict, sub: watch_hub.Subscription, uid: str | None = None) -> Verdict:
         """Events are listed only when they can change the verdict: ValidationError before Created, the
         messages of a stuck pod (a namespace of Pending jobs would otherwise cost 2 LISTs per job and check)."""
-        state = job_state(obj)
-        self.last_state = state
-        conditions = true_condition_types(obj)
+        kind = kind_or_default(obj.get("apiVersion"))
+        state = job_state(obj, kind)
+        conditions = true_condition_types(obj, kind)
         pods = []
         if not (state.terminal or (self.target_condition and self.target_condition in conditions)):
             await sub.settle()
             pods = [pod_summary(p) for p in sub.launcher_pods() + sub.worker_pods()]
+            state = derived_state(state, kind, pods)
+            conditions |= {state.condition} if state.condition else set()
+        self.last_state = state
 
         def verdict(events: list) -> Verdict:
             return assess(
@@ -328,7 +323,7 @@ class JobMonitor:
                 timeouts=self.timeouts,
                 target_condition=self.target_condition,
                 current_conditions=conditions,
-                kind=kind_or_default(obj.get("apiVersion")),
+                kind=kind,
             )
 
         if not state.created and not state.terminal:
@@ -372,7 +367,7 @@ class JobMonitor:
         try:
             await self.hook.delete_mpijob(self.name, self.namespace)
         except Exception:
-            log.exception("could not delete MPIJob %s/%s", self.namespace, self.name)
+            log.exception("could not delete %s %s/%s", self.job_kind.kind, self.namespace, self.name)
 
 
 async def monitor_with(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind
-from airflow_mpi.jobspec.status import JobState
+from airflow_mpi.jobspec.status import JobState, running
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER, PodPhase
 from airflow_mpi.wait.contract import Outcome
 
@@ -137,6 +137,11 @@ def _failed_before_launch(pods: list[PodSummary]) -> str | None:
     return None
 
 
+def derived_state(state: JobState, kind: JobKind, pods: list[PodSummary]) -> JobState:
+    """``state`` with what its kind derives from the pods (a TrainJob is Running while its launcher pod runs)."""
+    return running(state, kind, any(p.role == LAUNCHER and p.phase == PodPhase.RUNNING for p in pods))
+
+
 def assess(
     state: JobState,
     pods: list[PodSummary],
@@ -164,12 +169,12 @@ def assess(
         ):
             return Verdict(
                 Outcome.STARTUP_TIMEOUT,
-                f"MPIJob {state.name} got no Created condition within "
+                f"{kind.kind} {state.name} got no {kind.state.created_text} within "
                 f"{timeouts.startup_timeout:g}s: is the {kind.controller} running and watching this namespace?",
                 warnings,
             )
         return Verdict(None, state.describe(), warnings)
-    failed_worker = _failed_before_launch(pods)
+    failed_worker = None if kind.state.fails_on_failed_worker else _failed_before_launch(pods)
     if failed_worker:
         return Verdict(Outcome.WORKER_FAILED, failed_worker, warnings)
     stuck = [reason for reason in (_stuck_pod(p, now, timeouts) for p in pods) if reason]

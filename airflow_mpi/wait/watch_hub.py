@@ -53,8 +53,9 @@ def watched(job_kind: JobKind) -> tuple[str, str, str]:
 def watch_selector(kind: str, job_kind: JobKind) -> dict[str, str]:
     """The list/watch selector of ``kind``: a job kind's pods (its job-name label exists), or its events that say
     a job is invalid (a field selector cannot OR: the kind's first reason, the only one of each built-in kind)."""
-    if kind == EVENTS:
-        return {"field_selector": f"involvedObject.kind={job_kind.kind},reason={job_kind.invalid_reasons[0]}"}
+    if kind == EVENTS:  # a kind with no invalid reason (TrainJob): all its jobs' events (few: its warnings)
+        reasons = "".join(f",reason={r}" for r in job_kind.invalid_reasons[:1])
+        return {"field_selector": f"involvedObject.kind={job_kind.kind}{reasons}"}
     if kind == PODS:
         return {"label_selector": job_kind.pod_labels.job_name}  # the label exists
     return {}
@@ -164,8 +165,8 @@ class WatchHub:
         return self.owners.get(uid or "") or Owner(name, uid, job_kind=self.job_kind)
 
     def check_launcher_job(self, owner: Owner, uids: set[str]) -> None:
-        """Have one GET of the launcher Job tell whether the Job uids ``uids``, which pods name as their controller,
-        are the launcher Job of ``owner`` (one GET at a time per job; its waits are told when it is known)."""
+        """Have GETs of the objects between ``owner`` and its pods tell whether the uids ``uids`` pods name as their
+        controller lead to it (hooks/ownership.owner_objects: one check at a time per job; its waits are told)."""
         if owner.uid and uids and owner.uid not in self._checks:
             self._checks[owner.uid] = asyncio.create_task(
                 self._check_launcher_job(owner.name, owner.uid, uids), name=f"launcher-job-{owner.name}"
@@ -182,9 +183,8 @@ class WatchHub:
             raise
         except Exception as err:  # an outage too long: those pods are not followed (a later pod asks again)
             log.warning(
-                "could not read the launcher Job of MPIJob %s/%s (%s): the pods naming it are not followed",
-                self.namespace,
-                name,
+                "could not read the owners of %s's pods (%s): the pods naming them are not followed",
+                f"{self.job_kind.kind} {self.namespace}/{name}",
                 describe_error(err),
             )
             job = None

@@ -52,6 +52,16 @@ WORKER_CALLS = frozenset(
         ("", "pods", "watch"),  # the watch hub
         ("batch", "jobs", "get"),  # get_launcher_job: whose pods are the launcher's (hooks/ownership.py)
         (
+            "jobset.x-k8s.io",
+            "jobsets",
+            "get",
+        ),  # get_launcher_job of a TrainJob: its JobSet (hooks/ownership.py)
+        ("trainer.kubeflow.org", "trainjobs", "create"),  # the same hook calls for a TrainJob (api_version)
+        ("trainer.kubeflow.org", "trainjobs", "get"),
+        ("trainer.kubeflow.org", "trainjobs", "list"),
+        ("trainer.kubeflow.org", "trainjobs", "watch"),
+        ("trainer.kubeflow.org", "trainjobs", "delete"),
+        (
             "",
             "pods/log",
             "get",

@@ -9,6 +9,10 @@ Run them with ``pytest tests/integration/test_trainjob_cluster.py -m trainjob``.
   hostfile ConfigMap, node pods then (once they are Ready) the launcher pod, with the documented names, labels,
   hostnames, mounts and Open MPI environment; kwok ends the launcher (behaviour.py: only a JobSet's ``launcher``
   pods succeed on their own), the TrainJob turns Complete and the JobSet deletes the node Jobs.
+* The provider's wait follows a hand-written TrainJob of that runtime (as the shipped role's service account): the
+  hook and wait engine (JobMonitor) to Complete, the launcher's log once, its launcher pod found through the owner
+  chain pod -> Job -> JobSet -> TrainJob and a co-tenant's pod with the same labels ignored; then a delete by uid
+  cascades to every pod. MPIJobSensor, deferred, follows another to Complete.
 * The API server refuses a runtime asking for Intel MPI (the CRD's enum; v2.3.0 knows Open MPI only).
 * On the real node: the same TrainJob runs pi with real ranks on the project's Open MPI image, one rank on each of
   the two node pods, and ends Complete.
@@ -16,9 +20,11 @@ Run them with ``pytest tests/integration/test_trainjob_cluster.py -m trainjob``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,8 +32,21 @@ import yaml
 from kubernetes import client
 from kubernetes import config as kconfig
 
+from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
+from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB
+from airflow_mpi.sensors import MPIJobSensor
+from airflow_mpi.triggers import MPIJobTrigger
+from airflow_mpi.version_compat import TaskDeferred
+from airflow_mpi.wait.monitor import JobMonitor
+from localcluster import behaviour as bh
 from localcluster.waiting import wait_until
 from tests.integration.conftest import ARTIFACTS, REAL_KUBECONFIG, _local, _namespace_in, _node_session
+from tests.integration.least_privilege import (
+    apply_role,
+    bound_service_account_kubeconfig,
+    use_as_kubernetes_default,
+)
+from tests.integration.test_operator import ctx, run_trigger
 
 pytestmark = pytest.mark.trainjob
 
@@ -177,6 +196,90 @@ def test_a_trainjob_becomes_a_jobset_of_node_pods_then_a_launcher_and_completes(
         "the JobSet to delete its node Job once done",
         interval=0.5,
     )
+
+
+LINES = ["rank 0 of 2 on pi-node-0-0", "pi is approximately 3.14"]  # the launcher's log (kwok's ClusterLogs)
+
+
+@pytest.fixture
+def tj_conn(trainjob_cluster, tj_namespace, monkeypatch, tmp_path) -> str:
+    """``kubernetes_default``: a service account of the namespace bound only to the shipped role."""
+    api = trainjob_cluster.api_client()
+    path = bound_service_account_kubeconfig(
+        api, str(trainjob_cluster.kubeconfig_path), tj_namespace, apply_role(api), tmp_path / "sa"
+    )
+    return use_as_kubernetes_default(monkeypatch, path, tj_namespace)
+
+
+def _forged_pod(name: str, job: str, replicated_job: str) -> dict:
+    """A co-tenant's pod with the labels the JobSet gives the TrainJob ``job``'s pods, no controller."""
+    behaviour = bh.pod_metadata(run_duration=1)
+    labels = {
+        f"{JOBSET[0]}/jobset-name": job,
+        f"{JOBSET[0]}/replicatedjob-name": replicated_job,
+        **behaviour["labels"],
+    }
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": behaviour["annotations"]},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "intruder", "image": "busybox"}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+
+
+def test_the_wait_follows_a_trainjob_through_its_owner_chain_and_a_delete_by_uid_cascades(
+    trainjob_cluster, tj_namespace, tj_conn
+):
+    api, ns = trainjob_cluster.api_client(), tj_namespace
+    co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    trainjob_cluster.set_launcher_logs(ns, LINES, containers=("node",))
+    forged = "pi-launcher-0-0-forged"
+    core.create_namespaced_pod(ns, _forged_pod(forged, "pi", "launcher"))
+    uid = co.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", _trainjob("pi"))["metadata"]["uid"]
+    lines: list[str] = []
+
+    async def wait():
+        hook = AsyncMPIJobHook(conn_id=tj_conn, api_version=API_TRAINJOB)
+        monitor = JobMonitor(
+            hook, "pi", ns, emit=lines.append, submitted_at=datetime.now(UTC), poll_interval=2, uid=uid
+        )
+        return await monitor.run()
+
+    result = asyncio.run(asyncio.wait_for(wait(), 180))
+    assert (result.outcome, result.condition) == ("success", "Complete"), (result, lines)
+    (launcher,) = result.launcher_pods
+    assert re.fullmatch(r"pi-launcher-0-0-[a-z0-9]{5}", launcher) and result.launcher_attempts == 1
+    assert [ln for ln in lines if ln in LINES] == LINES, lines
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("(ignoring pod")] == [f"(ignoring pod {forged}"]
+
+    hook = MPIJobHook(conn_id=tj_conn, api_version=API_TRAINJOB)
+    assert hook.delete_mpijob("pi", ns, uid="not-" + uid) is False  # another incarnation's uid: kept
+    assert hook.delete_mpijob("pi", ns, uid=uid) is True
+    assert hook.wait_for_deleted("pi", ns, timeout=120)
+    wait_until(
+        lambda: [p.metadata.name for p in core.list_namespaced_pod(ns).items] == [forged],
+        120,
+        "the TrainJob's pods gone with it (TrainJob -> JobSet -> Jobs -> pods)",
+        interval=0.5,
+    )
+
+
+def test_the_sensor_deferred_follows_a_trainjob_to_complete(trainjob_cluster, tj_namespace, tj_conn):
+    co = client.CustomObjectsApi(trainjob_cluster.api_client())
+    co.create_namespaced_custom_object(*TRAINER, tj_namespace, "trainjobs", _trainjob("pi"))
+    waits = {"deferrable": True, "poke_interval": 2, "timeout": 180}
+    sensor = MPIJobSensor(
+        task_id="tj_sensor", job_name="pi", namespace=tj_namespace, api_version=API_TRAINJOB, **waits
+    )
+    with pytest.raises(TaskDeferred) as deferred:  # not Complete yet: the sensor defers
+        sensor.execute(ctx("tj_sensor"))
+    event = run_trigger(MPIJobTrigger(**deferred.value.trigger.serialize()[1]))
+    assert (event["status"], event["condition"]) == ("success", "Complete"), event
+    assert re.fullmatch(r"pi-launcher-0-0-[a-z0-9]{5}", *event["launcher_pods"]), event
+    sensor.execute_complete(ctx("tj_sensor"), event)
+    assert sensor.poke(ctx("tj_sensor"))  # poke mode reads the TrainJob's Complete as success
 
 
 def test_the_api_server_refuses_a_runtime_asking_for_intel_mpi(trainjob_cluster):

@@ -13,6 +13,7 @@ from airflow_mpi.jobspec.kinds.kind import (
     PodLabels,
     ReplicaLayout,
     RetriesMapping,
+    StateReading,
 )
 from airflow_mpi.jobspec.kinds.mpijob_v1 import MPIJOB_V1
 from airflow_mpi.jobspec.kinds.mpijob_v2beta1 import MPIJOB_V2BETA1
@@ -28,6 +29,7 @@ from airflow_mpi.jobspec.kinds.registry import (
 from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB, TRAINJOB
 
 __all__ = [
+<<<<<<< HEAD
     "API_TRAINJOB",
     "ATTEMPT_IS_CONTAINER_RESTART",
     "ATTEMPT_IS_POD",
@@ -48,4 +50,9 @@ __all__ = [
     "kind_or_default",
     "kinds",
     "register",
+=======
+    "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_REPLICAS",
+    "MPIJOB_V1", "MPIJOB_V2BETA1", "JobKind", "LauncherOwner", "PodLabels", "ReplicaLayout", "RetriesMapping",
+    "StateReading", "api_versions", "kind_for", "kind_or_default", "kinds", "register",
+>>>>>>> i35-wait
 ]  # fmt: skip

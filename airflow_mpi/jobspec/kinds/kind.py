@@ -25,6 +25,7 @@ from airflow_mpi.jobspec.vocabulary import (
     REPLICA_INDEX_LABEL,
     WORKER,
     WORKER_REPLICA,
+    JobCondition,
 )
 
 
@@ -127,6 +128,26 @@ class LauncherOwner:
 
 
 @dataclass(frozen=True)
+class StateReading:
+    """How a kind's status tells its state (jobspec/status.job_state): the condition types meaning succeeded and
+    failed (terminal), the one meaning Created (None: a controller that writes none, whose acknowledgement is
+    ``acknowledged``, a status field it fills once it made the job's objects, or any condition), whether Running
+    comes from the launcher pod (a job without a Running condition), and which pods its controller deletes once
+    the job finished (``clean_pod_policy``: None reads the MPIJob's ``runPolicy.cleanPodPolicy``)."""
+
+    succeeded: str = JobCondition.SUCCEEDED
+    failed: str = JobCondition.FAILED
+    created: str | None = JobCondition.CREATED
+    acknowledged: str | None = None
+    running_from_pods: bool = False
+    created_text: str = "Created condition"  # what a startup timeout says the job never got
+    # a worker failing before the launcher fails the job (TrainJob: its node Job's failure fails the JobSet); the
+    # mpi-operator neither replaces such a worker nor fails the job (wait/progress.py gives up on it itself)
+    fails_on_failed_worker: bool = False
+    clean_pod_policy: str | None = None
+
+
+@dataclass(frozen=True)
 class PodLabels:
     """How a kind's controller labels the pods of a job: the selectors of a role's pods (tried in order, the
     next only when the one before finds nothing), the labels whose value tells a pod's role, and the one that
@@ -138,11 +159,15 @@ class PodLabels:
     fallbacks: tuple[tuple[str, str], ...] = ()  # older controllers' (job-name label, role label)
     role_keys: tuple[str, ...] = ()  # every label that may tell the role, in the order to read them
     index: str = REPLICA_INDEX_LABEL  # label holding a worker's index (workers are listed in its order)
+    selector_values: Mapping[str, str] = field(
+        default_factory=dict
+    )  # LAUNCHER/WORKER -> the role label's value
 
     def selectors(self, name: str, role: str) -> list[str]:
         """Label selectors of the ``role`` (``launcher``/``worker``) pods of job ``name``."""
+        value = self.selector_values.get(role, role)
         return [
-            f"{job}={name},{label}={role}" for job, label in ((self.job_name, self.role), *self.fallbacks)
+            f"{job}={name},{label}={value}" for job, label in ((self.job_name, self.role), *self.fallbacks)
         ]
 
     def told_role(self, labels: Mapping[str, str]) -> str | None:
@@ -230,6 +255,12 @@ class JobKind:
     worker_infix: str = "-worker-"
     # the launcher pods' controller between them and the job (None: the job controls them itself, as the workers)
     launcher_owner: LauncherOwner | None = None
+    # the names a pod's launcher_owner-kind controller may have (None: launcher_name(job) only; TrainJob: the batch
+    # Jobs of its launcher and of its nodes)
+    owner_suffixes: tuple[str, ...] | None = None
+    # the object between those and the job, named as the job (TrainJob: its JobSet; None: they name the job itself)
+    owner_parent: LauncherOwner | None = None
+    state: StateReading = StateReading()
     conditions: tuple[str, ...] = ()  # the status.conditions[].type values it writes
     invalid_reasons: tuple[str, ...] = ()  # Warning event reasons meaning "this job will never be created"
     pod_labels: PodLabels = field(default_factory=lambda: PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL))
@@ -274,6 +305,12 @@ class JobKind:
         """The longest name the controller derives from ``job`` with ``workers`` workers (the last worker's,
         else the launcher's): it must stay a DNS label."""
         return max((self.worker_name(job, max(workers, 1) - 1), self.launcher_name(job)), key=len)
+
+    def owner_names(self, job: str) -> tuple[str, ...]:
+        """The names a pod's controller of the ``launcher_owner`` kind may have to be the job's."""
+        if self.owner_suffixes is None:
+            return (self.launcher_name(job),)
+        return tuple(job + suffix for suffix in self.owner_suffixes)
 
     def event_selector(self, name: str) -> str:
         """The field selector of the events about the job ``name``."""

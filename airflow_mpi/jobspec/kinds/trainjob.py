@@ -20,23 +20,28 @@ from airflow_mpi.jobspec.kinds.kind import (
     LauncherOwner,
     PodLabels,
     RetriesMapping,
+    StateReading,
 )
 from airflow_mpi.jobspec.rules import INT64_MAX, integer, one_of
-from airflow_mpi.jobspec.spec import GPU_RESOURCE, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, OPENMPI
+from airflow_mpi.jobspec.spec import (
+    CLEAN_RUNNING,
+    GPU_RESOURCE,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    OPENMPI,
+)
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, LAUNCHER_REPLICA, WORKER, WORKER_REPLICA, JobCondition
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 API_TRAINJOB = f"{TRAINER_GROUP}/v1alpha1"
 TRAINJOB_KIND, TRAINJOB_PLURAL = "TrainJob", "trainjobs"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on the JobSet's Jobs and pods: the TrainJob's name
-REPLICATED_JOB_LABEL = (
-    "jobset.sigs.k8s.io/replicatedjob-name"  # the replicated job: LAUNCHER_JOB_NAME, NODE_JOB_NAME
-)
+# the replicated job of a Job or pod: LAUNCHER_JOB_NAME, NODE_JOB_NAME
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBS_STATUS = "jobsStatus"  # status.jobsStatus: the JobSet's replicated jobs, once the Trainer made it
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # a node pod's index in its indexed Job
-LAUNCHER_JOB_NAME, NODE_JOB_NAME = (
-    LAUNCHER,
-    "node",
-)  # the MPI plugin's replicated jobs (constants.Launcher, Node)
+# the MPI plugin's replicated jobs (constants.Launcher, Node)
+LAUNCHER_JOB_NAME, NODE_JOB_NAME = LAUNCHER, "node"
 NODE_CONTAINER = "node"  # the container the MPI plugin mounts the SSH keys and hostfile into
 # the JobSet between the TrainJob and its batch Jobs (the Trainer's jobset plugin builds it, named as the TrainJob)
 JOBSET = LauncherOwner(kind="JobSet", group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
@@ -93,6 +98,29 @@ class TrainJobCondition:
     FAILED = JobCondition.FAILED.value
 
 
+# Complete/Failed are the JobSet's Completed/Failed copied (trainjob_controller.go setTrainJobStatus); there is no
+# Created condition: the Trainer has acknowledged the job once it reports its JobSet's jobs (or any condition, e.g.
+# Failed for an unsupported runtime), and no Running one: the launcher pod tells. Once the JobSet finished,
+# successfully or not, it deletes its active Jobs (jobset_controller.go reconcile -> deleteJobs, Foreground): the
+# running nodes' pods go, as an MPIJob's cleanPodPolicy Running does.
+STATE = StateReading(
+    succeeded=TrainJobCondition.COMPLETE,
+    failed=TrainJobCondition.FAILED,
+    created=None,
+    acknowledged=JOBS_STATUS,
+    running_from_pods=True,
+    created_text="status from the Kubeflow Trainer (no JobSet)",
+    fails_on_failed_worker=True,
+    clean_pod_policy=CLEAN_RUNNING,
+)
+
+
+def _attempts(backoff_limit: int, launcher_restart_policy: str | None) -> int | None:
+    """Unknown: the launcher Job's backoffLimit is the runtime's (its JobSet template), which the TrainJob does not
+    carry."""
+    return None
+
+
 def _retries(retries: int) -> RetriesMapping:
     """A TrainJob has no backoff limit of its own (the runtime's launcher Job has one: deploy/trainjob-mpi-runtime.yaml
     keeps it 0), so the job runs its launcher as the runtime says and each Airflow retry submits a fresh TrainJob."""
@@ -138,11 +166,17 @@ TRAINJOB = JobKind(
     launcher_suffix=f"-{LAUNCHER_JOB_NAME}-0",  # the launcher's batch Job (its pods: <job>-launcher-0-0-<x>)
     worker_infix=f"-{NODE_JOB_NAME}-0-",  # a node pod's host name <job>-node-0-<i>
     launcher_owner=BATCH_JOB,
+    # pod -> its batch Job (either replicated job's) -> the JobSet <job> -> the TrainJob (hooks/ownership.py)
+    owner_suffixes=(f"-{LAUNCHER_JOB_NAME}-0", f"-{NODE_JOB_NAME}-0"),
+    owner_parent=JOBSET,
+    state=STATE,
     pod_labels=PodLabels(
         JOBSET_NAME_LABEL,
         REPLICATED_JOB_LABEL,
         role_values={NODE_JOB_NAME: WORKER, LAUNCHER_JOB_NAME: LAUNCHER},
         index=COMPLETION_INDEX_LABEL,
+        selector_values={WORKER: NODE_JOB_NAME, LAUNCHER: LAUNCHER_JOB_NAME},
     ),
     launcher_attempt=ATTEMPT_IS_POD,
+    attempts_allowed=_attempts,
 )

@@ -24,6 +24,7 @@ from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook, identity_claims
 from airflow_mpi.hooks.base import MPIJobHookBase
 from airflow_mpi.hooks.requests import WORKLOADS
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND
+from airflow_mpi.jobspec.kinds.trainjob import TRAINJOB
 from airflow_mpi.wait import watch_hub
 from tests.integration.least_privilege import WORKER_CALLS
 from tests.unit.hooks.test_async_mpijob_hook import kubeconfig
@@ -143,6 +144,14 @@ def send_all_sync() -> set[str]:
     hook.create_owned_secret(
         "job-function", "ns", {"call": "x"}, mpijob() | {"metadata": {"name": "job", "uid": "u"}}
     )
+    train = MPIJobHook(
+        api_version=TRAINJOB.api_version
+    )  # a TrainJob's: the same calls on trainjobs, + its JobSet
+    train.create_mpijob({"kind": TRAINJOB.kind, "metadata": {"name": "job"}})
+    train.get_mpijob("job")
+    train.list_mpijobs()
+    train.delete_mpijob("job")
+    train.get_launcher_job("job")
     return {
         "create_mpijob",
         "get_mpijob",
@@ -170,6 +179,9 @@ async def send_all_async() -> set[str]:
         for kind in (*watch_hub.watched(DEFAULT_KIND), WORKLOADS):  # the watch hub's requests
             await hook.list_objects(kind, "ns")
             _ = [event async for event in hook.watch_objects(kind, "ns", resource_version="1")]
+    async with AsyncMPIJobHook(api_version=TRAINJOB.api_version) as train:  # a TrainJob hub's
+        await train.list_objects(TRAINJOB.plural, "ns")
+        _ = [event async for event in train.watch_objects(TRAINJOB.plural, "ns", resource_version="1")]
     return {
         "get_mpijob",
         "delete_mpijob",
