@@ -1,4 +1,4 @@
-"""python -m localcluster {build,up,down,status,kubeconfig,list}"""
+"""python -m localcluster {build,up,down,status,kubeconfig,list,switch-api,add-controller,node,serve}"""
 
 from __future__ import annotations
 
@@ -73,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--name", default=DEFAULT_NAME)
     sw.add_argument("--api-version", choices=API_VERSIONS, required=True)
     sw.add_argument("--controller", **_names(REGISTRY))
+    ad = sub.add_parser(
+        "add-controller",
+        help="a running cluster starts these controllers too (and those they require), as a start would have",
+    )
+    ad.add_argument("--name", default=DEFAULT_NAME)
+    ad.add_argument("--controller", **_names(REGISTRY), required=True)
     nd = sub.add_parser("node", help="a cluster with a REAL node, in a Docker container (images/kube)")
     nd.add_argument("action", choices=["up", "load", "down", "image", "mpi-images"])
     nd.add_argument(
@@ -217,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.cmd == "switch-api":
             LocalCluster.existing(args.name).switch_api(args.api_version, args.controller)
+        elif args.cmd == "add-controller":
+            LocalCluster.existing(args.name).add_controllers(args.controller)
         elif args.cmd == "list":
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()

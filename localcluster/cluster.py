@@ -212,9 +212,34 @@ class LocalCluster(ControlPlane):
             f"{time.monotonic() - t0:.1f}s)"
         )
 
-    def _prepare_controllers(self, timeout: float, crd_replaced: bool = False) -> None:
-        """What the chosen controllers need before they start (CRDs, certificates)."""
-        prepared = [self.controller(n) for n in self.controllers]
+    def add_controllers(self, controllers: Sequence[str], timeout: float = 300) -> tuple[str, ...]:
+        """Start the controllers ``controllers`` (and those they require) on the running cluster, as a start would
+        have (prepared, the controller manager restarted for their CRDs, started in registry order); those already
+        running are left alone. Returns the names started (a test session's cluster takes on Trainer only when a
+        TrainJob test asks for it)."""
+        chosen = _controllers.select([*self.controllers, *controllers], self.api_version)
+        added = tuple(n for n in chosen if n not in self.controllers)
+        if not added:
+            return added
+        t0 = time.monotonic()
+        addons = _controllers.addons(added)
+        self.write_state(
+            controllers=list(chosen),
+            **{f"{a}_bin_dir": str(_build.build_addon(a, verbose=self.verbose)) for a in addons},
+        )
+        self.controllers = chosen
+        self._prepare_controllers(timeout, names=added)
+        for name in added:
+            ctl = self.controller(name)
+            ctl.start(ctl.start_timeout)
+        self.info(f"added {', '.join(added)} ({time.monotonic() - t0:.1f}s)")
+        return added
+
+    def _prepare_controllers(
+        self, timeout: float, crd_replaced: bool = False, names: Sequence[str] | None = None
+    ) -> None:
+        """What the chosen controllers (or those of ``names``) need before they start (CRDs, certificates)."""
+        prepared = [self.controller(n) for n in (self.controllers if names is None else names)]
         for ctl in prepared:
             ctl.prepare(timeout)
         if crd_replaced or any(ctl.restarts_controller_manager for ctl in prepared):

@@ -206,12 +206,7 @@ class NodeCluster(ClusterPaths):
         container): same node, same images; every MPIJob of the old API is deleted."""
         from .serve import CLUSTER_NAME
 
-        missing = sorted(set(_controllers.addons(controllers)) - set(self.addons))
-        if missing:
-            raise ClusterError(
-                f"{self.container} has no build of {', '.join(missing)} mounted: start it with "
-                f"NodeCluster(..., addons={missing!r})"
-            )
+        self._check_mounted(controllers)
         t0 = time.monotonic()
         res = docker(
             "exec", self.container, "python3", "-m", "localcluster", "switch-api", "--name", CLUSTER_NAME,
@@ -223,6 +218,30 @@ class NodeCluster(ClusterPaths):
         state = self.state_dir / "state.json"
         state.write_text(json.dumps({**json.loads(state.read_text()), "api_version": api_version}))
         _log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now ({time.monotonic() - t0:.1f}s)")
+
+    def add_controllers(self, controllers: Sequence[str]) -> None:
+        """The node's cluster runs the controllers ``controllers`` too from now on (``LocalCluster.add_controllers``
+        in the container); their builds must be mounted (``addons``)."""
+        from .serve import CLUSTER_NAME
+
+        self._check_mounted(controllers)
+        t0 = time.monotonic()
+        res = docker(
+            "exec", self.container, "python3", "-m", "localcluster", "add-controller", "--name", CLUSTER_NAME,
+            *(f"--controller={name}" for name in controllers),
+        )  # fmt: skip
+        for line in res.stderr.splitlines():
+            _log(f"{self.name}: {line}")
+        self.controllers = tuple(dict.fromkeys([*self.controllers, *controllers]))
+        _log(f"{self.name}: runs {', '.join(controllers)} now ({time.monotonic() - t0:.1f}s)")
+
+    def _check_mounted(self, controllers: Sequence[str]) -> None:
+        missing = sorted(set(_controllers.addons(controllers)) - set(self.addons))
+        if missing:
+            raise ClusterError(
+                f"{self.container} has no build of {', '.join(missing)} mounted: start it with "
+                f"NodeCluster(..., addons={missing!r})"
+            )
 
     def _await_ready(self, timeout: float) -> None:
         """Follow the container's output until serve reports ready (or the container ends)."""

@@ -103,13 +103,26 @@ def supervisor_pid(pid_file: Path) -> int | None:
 
 
 def _pgroup_alive(pgid: int) -> bool:
+    """A process of the group still runs. Zombies do not count: a restart loop started by another process (``serve``
+    in a node container, stopped by ``switch-api`` run beside it) stays a zombie until that process reaps it, and
+    ``killpg(pgid, 0)`` still finds it (each stop then waited out its whole grace)."""
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child (a zombie still counts for killpg)
+        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    return True
+    return any(_running_in_group(entry.name, pgid) for entry in os.scandir("/proc") if entry.name.isdigit())
+
+
+def _running_in_group(pid: str, pgid: int) -> bool:
+    """Process ``pid`` is in process group ``pgid`` and not a zombie (``/proc/<pid>/stat``: state, ppid, pgrp)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, _ppid, pgrp = f.read().rsplit(")", 1)[-1].split()[:3]
+    except (OSError, ValueError):
+        return False
+    return int(pgrp) == pgid and state != "Z"
 
 
 def stop_supervised(pid_file: Path, grace: float = STOP_GRACE) -> None:
@@ -125,6 +138,8 @@ def stop_supervised(pid_file: Path, grace: float = STOP_GRACE) -> None:
             os.killpg(pid, signal.SIGKILL)
         while pid_alive(pid):
             time.sleep(0.05)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # our child: reaped (it has ended: this returns at once)
     with contextlib.suppress(FileNotFoundError):
         pid_file.unlink()
 

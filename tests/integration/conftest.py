@@ -14,7 +14,9 @@ Environment:
 * ``AIRFLOW_MPI_CACHE``: where binaries and cluster state live (default ``~/.cache/airflow-mpi``).
 
 ``kueue_cluster`` (session scope, started only when a test asks for it) is a third local cluster that runs Kueue too
-(localcluster/kueue.py); it is not available against ``AIRFLOW_MPI_KUBECONFIG``.
+(localcluster/kueue.py); it is not available against ``AIRFLOW_MPI_KUBECONFIG``. ``trainjob_cluster`` and
+``trainjob_real_node`` are the session's ``cluster`` and ``real_node`` running Kubeflow Trainer and JobSet too, added
+when a test first asks, with the MPI runtime applied (tests/integration/trainjob_runtime.py).
 """
 
 from __future__ import annotations
@@ -79,13 +81,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.real_node)
             if REAL_KUBECONFIG and item.get_closest_marker("needs_simulation"):
                 item.add_marker(skip_sim)
-    # Kubeflow Trainer's tests (test_trainjob_cluster.py) run only when a -m expression names them: the product has
-    # no TrainJob kind yet, so scripts/test and a plain `pytest tests/integration` leave them out
-    if "trainjob" not in (config.getoption("markexpr", "") or ""):
-        trainjob = [item for item in items if item.get_closest_marker("trainjob")]
-        if trainjob:
-            config.hook.pytest_deselected(items=trainjob)
-            items[:] = [item for item in items if not item.get_closest_marker("trainjob")]
     # the real node's tests in REAL_NODE_ORDER (a stable sort: each module's own order stays), in their places
     real = [i for i, item in enumerate(items) if item.get_closest_marker("real_node")]
     for i, item in zip(real, sorted((items[i] for i in real), key=_real_node_rank)):
@@ -148,6 +143,23 @@ def cluster():
         yield RealCluster(REAL_KUBECONFIG)
         return
     yield from _local(SESSION_V2_NAME, "v2beta1")
+
+
+@pytest.fixture(scope="session")
+def trainjob_cluster(cluster):
+    """The session's simulated cluster (``cluster``) running JobSet and Kubeflow Trainer too, beside the
+    mpi-operator (other CRDs), added on first use (``LocalCluster.add_controllers``: the sessions that run no
+    TrainJob test never start them), with the MPI runtime ``openmpi-mpiuser`` applied. Its tests take the
+    ``namespace`` fixture's namespaces."""
+    from tests.integration.trainjob_runtime import TRAINER_CONTROLLERS, apply_runtime
+
+    if not getattr(cluster, "simulated", False):
+        pytest.skip(
+            "needs the local cluster's Trainer and JobSet; AIRFLOW_MPI_KUBECONFIG points to another cluster"
+        )
+    cluster.add_controllers(TRAINER_CONTROLLERS)
+    apply_runtime(cluster.api_client())
+    return cluster
 
 
 @pytest.fixture(scope="session")
@@ -285,6 +297,9 @@ REAL_NODE_ORDER = (
     "test_real_horovod",
     # after Horovod: its node-process kills wait for the background image loads (a killed containerd cuts one short)
     "test_real_node_faults",
+    # Kubeflow Trainer's: their fixture starts JobSet and Trainer on the node (trainjob_real_node), which the v1
+    # switch stops again
+    "test_trainjob_cluster",
     # last: their fixture switches the session's node to kubeflow.org/v1 (v1_real_node)
     "test_v1_real_node",
     "test_v1_operator",
@@ -307,12 +322,19 @@ def real_node():
     waits for the one it runs (``localcluster.node_container.await_image``). Its
     kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers' streams cross rotations
     (test_real_node_faults.py). The training-operator's build is mounted into it for ``v1_real_node``, which
-    switches it to kubeflow.org/v1 last. Logs end up in .artifacts/integration/real-node/."""
+    switches it to kubeflow.org/v1 last, and JobSet's and Trainer's for ``trainjob_real_node``, which starts them
+    before. Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
+    from localcluster.controllers import addons
     from localcluster.node_container import NodeCluster, build_mpi_images
+    from tests.integration.trainjob_runtime import TRAINER_CONTROLLERS
 
-    node = NodeCluster(SESSION_REAL_NAME, container_log_max_size="64Ki", addons=("training-operator",))
+    node = NodeCluster(
+        SESSION_REAL_NAME,
+        container_log_max_size="64Ki",
+        addons=("training-operator", *addons(TRAINER_CONTROLLERS)),
+    )
     yield from _node_session(
         node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES
     )
@@ -354,6 +376,19 @@ def kueue_real_node():
     images = build_mpi_images(["openmpi-upstream"])
     node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True)
     yield from _node_session(node, images, ARTIFACTS / "real-node-kueue")
+
+
+@pytest.fixture(scope="session")
+def trainjob_real_node(real_node):
+    """The session's real node (``real_node``) running JobSet and Kubeflow Trainer too from now on (their builds are
+    mounted from its start; ``NodeCluster.add_controllers``), with the MPI runtime ``openmpi-mpiuser`` applied: no
+    second node boots and imports the images. The v1 switch (``v1_real_node``) stops them, so its modules come
+    after the TrainJob ones (REAL_NODE_ORDER). Its tests take ``real_namespace`` and ``real_conn``."""
+    from tests.integration.trainjob_runtime import TRAINER_CONTROLLERS, apply_runtime
+
+    real_node.add_controllers(TRAINER_CONTROLLERS)
+    apply_runtime(_client_of(real_node))
+    return real_node
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """Kubeflow Trainer v2.3.0 and JobSet v0.12.0 in the local clusters, with this project's MPI runtime
-(deploy/trainjob-mpi-runtime.yaml): the harness side of issue 35 item 4, first step.
+(deploy/trainjob-mpi-runtime.yaml): the harness side of issue 35 item 4.
 
-Marked ``trainjob`` and deselected unless a ``-m`` expression names it (tests/integration/conftest.py): the product
-has no TrainJob kind yet (a later step of issue 35), so scripts/test and the README's test command leave these out.
-Run them with ``pytest tests/integration/test_trainjob_cluster.py -m trainjob``.
+On the sessions' clusters (tests/integration/conftest.py): the kwok tests on the simulated lane's ``cluster`` with
+Trainer and JobSet added (``trainjob_cluster``), the real-node one on the session's ``real_node`` with them added
+(``trainjob_real_node``, before its v1 switch: REAL_NODE_ORDER). Marked ``trainjob``: ``-m trainjob`` selects them.
 
 * On simulated nodes (kwok): a TrainJob of the runtime becomes a JobSet of its name, the MPI plugin's Secret and
   hostfile ConfigMap, node pods then (once they are Ready) the launcher pod, with the documented names, labels,
@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
-from kubernetes import config as kconfig
 
 from airflow_mpi.hooks import AsyncMPIJobHook, MPIJobHook
 from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB
@@ -40,58 +36,17 @@ from airflow_mpi.version_compat import TaskDeferred
 from airflow_mpi.wait.monitor import JobMonitor
 from localcluster import behaviour as bh
 from localcluster.waiting import wait_until
-from tests.integration.conftest import ARTIFACTS, REAL_KUBECONFIG, _local, _namespace_in, _node_session
 from tests.integration.least_privilege import (
     apply_role,
     bound_service_account_kubeconfig,
     use_as_kubernetes_default,
 )
 from tests.integration.test_operator import ctx, run_trigger
+from tests.integration.trainjob_runtime import RUNTIME, TRAINER, runtime_manifest
 
 pytestmark = pytest.mark.trainjob
 
-RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "trainjob-mpi-runtime.yaml"
-RUNTIME = "openmpi-mpiuser"
-TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 JOBSET = ("jobset.sigs.k8s.io", "jobset.x-k8s.io", "v1alpha2")  # label prefix, group, version
-NEEDS_LOCAL = "AIRFLOW_MPI_KUBECONFIG is set: these tests start their own clusters with Trainer and JobSet"
-
-
-@pytest.fixture(scope="module")
-def trainjob_cluster():
-    """A kwok cluster with JobSet and Trainer (no mpi-operator), and the MPI runtime applied."""
-    if REAL_KUBECONFIG:
-        pytest.skip(NEEDS_LOCAL)
-    for cluster in _local(
-        f"it-trainjob-{os.getpid()}",
-        "v2beta1",
-        run_operator=False,
-        controllers=("trainer",),
-        artifacts="trainjob",
-    ):
-        _apply_runtime(cluster.api_client())
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def trainjob_real_node():
-    """A real-node cluster with JobSet and Trainer (their builds mounted), images/mpi's Open MPI image loaded and the
-    MPI runtime applied; logs in .artifacts/integration/real-node-trainjob/."""
-    if REAL_KUBECONFIG:
-        pytest.skip(NEEDS_LOCAL)
-    from localcluster.node_container import NodeCluster, build_mpi_images
-
-    node = NodeCluster(f"it-realtrainjob-{os.getpid()}", controllers=("trainer",))
-    for started in _node_session(node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node-trainjob"):
-        _apply_runtime(kconfig.new_client_from_config(config_file=str(started.kubeconfig_path)))
-        yield started
-
-
-def _apply_runtime(api) -> dict:
-    runtime = yaml.safe_load(RUNTIME_FILE.read_text())
-    return client.CustomObjectsApi(api).create_cluster_custom_object(
-        *TRAINER, "clustertrainingruntimes", runtime
-    )
 
 
 def _trainjob(name: str, **trainer) -> dict:
@@ -129,8 +84,9 @@ def _pods(core, namespace: str, rjob: str) -> list:
 
 
 @pytest.fixture
-def tj_namespace(trainjob_cluster, request):
-    yield from _namespace_in(trainjob_cluster.api_client(), request)
+def tj_namespace(trainjob_cluster, namespace):
+    """A fresh namespace of the session's cluster, Trainer running (``namespace``: deleted at teardown)."""
+    return namespace
 
 
 def test_a_trainjob_becomes_a_jobset_of_node_pods_then_a_launcher_and_completes(
@@ -283,7 +239,7 @@ def test_the_sensor_deferred_follows_a_trainjob_to_complete(trainjob_cluster, tj
 
 
 def test_the_api_server_refuses_a_runtime_asking_for_intel_mpi(trainjob_cluster):
-    runtime = yaml.safe_load(RUNTIME_FILE.read_text())
+    runtime = runtime_manifest()
     runtime["metadata"]["name"] = "intel-mpiuser"
     runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "Intel"
     co = client.CustomObjectsApi(trainjob_cluster.api_client())
@@ -299,19 +255,9 @@ def test_the_api_server_refuses_a_runtime_asking_for_intel_mpi(trainjob_cluster)
     } in status["details"]["causes"]
 
 
-@pytest.fixture
-def real_trainjob_api(trainjob_real_node):
-    return kconfig.new_client_from_config(config_file=str(trainjob_real_node.kubeconfig_path))
-
-
-@pytest.fixture
-def real_tj_namespace(real_trainjob_api, request):
-    yield from _namespace_in(real_trainjob_api, request)
-
-
 @pytest.mark.real_node
-def test_a_trainjob_runs_pi_with_real_ranks_on_two_node_pods(real_trainjob_api, real_tj_namespace):
-    api, ns = real_trainjob_api, real_tj_namespace
+def test_a_trainjob_runs_pi_with_real_ranks_on_two_node_pods(trainjob_real_node, real_k8s, real_namespace):
+    api, ns = real_k8s, real_namespace
     co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     co.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", _trainjob("pi"))
     job = _finished(co, ns, "pi", 300)

@@ -19,7 +19,7 @@ from airflow_mpi.sensors import MPIJobSensor
 from tests.unit.fakes import FakeSyncHook
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
-EXPECTED = {"mpi_pi", "mpi_pi_queued", "horovod_train", "mpi_job_sensor", "mpi_function"}
+EXPECTED = {"mpi_pi", "mpi_pi_queued", "horovod_train", "mpi_job_sensor", "mpi_function", "trainjob_pi"}
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 
 
@@ -144,6 +144,10 @@ def _resolve(dag, conf: dict) -> dict:
         ("mpi_pi_queued", "queue_timeout", 0, [-1, 86_401]),
         ("mpi_function", "workers", 16, [0, 17]),
         ("mpi_function", "mpi_implementation", "MPICH", ["Intel"]),
+        ("trainjob_pi", "workers", 16, [0, 17]),
+        ("trainjob_pi", "slots_per_worker", 8, [0, 9]),
+        ("trainjob_pi", "deferrable", True, ["yes"]),
+        ("trainjob_pi", "runtime", "torch-distributed", ["", "Open_MPI", "-a"]),
     ],
 )
 def test_param_schema_bounds(dagbag, dag_id, name, good, bad):
@@ -238,6 +242,39 @@ def test_mpi_pi_defaults_are_synchronous_open_mpi(dagbag):
 def test_mpi_pi_report_consumes_the_pi_xcom(dagbag):
     dag = dagbag.dags["mpi_pi"]
     assert dag.get_task("report").upstream_task_ids == {"pi"}
+
+
+def test_trainjob_pi_params_render_into_the_trainjob(dagbag):
+    from airflow_mpi.operators import TrainJobOperator
+
+    task, manifest = _rendered_manifest(
+        dagbag.dags["trainjob_pi"],
+        "pi",
+        {"workers": 3, "slots_per_worker": 2, "deferrable": True, "runtime": "openmpi-other"},
+    )
+    assert isinstance(task, TrainJobOperator) and task.deferrable is True
+    assert (manifest["apiVersion"], manifest["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    spec = manifest["spec"]
+    assert spec["runtimeRef"]["name"] == "openmpi-other"
+    trainer = spec["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 2)
+    argv = trainer["command"]
+    assert argv[0] == "mpirun" and argv[-3:] == ["-np", "6", "/home/mpiuser/pi"]  # workers x slots ranks
+    # launcher and node pods run the runtime's image: the DAG sets neither image nor resources (v2.3.0 would
+    # apply both to the launcher alone)
+    assert "image" not in trainer and "resourcesPerNode" not in trainer
+
+
+def test_trainjob_pi_defaults_name_the_shipped_runtime_and_wait_synchronously(dagbag):
+    task, manifest = _rendered_manifest(dagbag.dags["trainjob_pi"], "pi", {})
+    assert task.deferrable is False
+    assert manifest["spec"]["runtimeRef"] == {
+        "name": "openmpi-mpiuser",
+        "kind": "ClusterTrainingRuntime",
+        "apiGroup": "trainer.kubeflow.org",
+    }
+    assert manifest["spec"]["trainer"]["numNodes"] == 2 and manifest["metadata"]["namespace"] == "ns"
+    assert dagbag.dags["trainjob_pi"].get_task("report").upstream_task_ids == {"pi"}
 
 
 def test_horovod_params_render_into_the_mpijob(dagbag):

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +53,31 @@ def test_the_restart_loop_runs_its_prelude_once_restarts_the_command_and_stop_en
         stop_supervised(pid_file)
     assert not pid_alive(pid) and not _group_alive(pid)
     assert not pid_file.exists() and supervisor_pid(pid_file) is None
+
+
+def test_stop_returns_once_the_group_is_gone_though_a_parent_elsewhere_has_not_reaped_its_leader(tmp_path):
+    """The restart loops of a node's cluster are children of its ``serve``; ``switch-api`` stops them from another
+    process, where the stopped loop stays a zombie until ``serve`` reaps it: the stop must not wait out its grace."""
+    pid_file, started = tmp_path / "ctl.pid", tmp_path / "started"
+    command = ["/bin/sh", "-c", 'touch "$0"; exec sleep 300', str(started)]
+    holder_code = (
+        "import os, sys; from pathlib import Path; from localcluster.processes import Launch, start_supervised; "
+        f"start_supervised('held', Launch({command!r}, dict(os.environ)), Path({str(tmp_path / 'ctl.log')!r}), "
+        f"Path({str(pid_file)!r})); sys.stdin.read()"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    holder = subprocess.Popen([sys.executable, "-c", holder_code], stdin=subprocess.PIPE, cwd=repo, text=True)
+    try:
+        wait_until(started.exists, 20, "the held restart loop to run its command")
+        pid = supervisor_pid(pid_file)
+        assert pid is not None
+        t0 = time.monotonic()
+        stop_supervised(pid_file, grace=60)
+        assert time.monotonic() - t0 < 10, "the stop waited for the unreaped leader"
+        assert not pid_alive(pid) and _group_alive(pid)  # gone, though its zombie still answers killpg
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
 
 
 def test_controllers_are_chosen_by_name_checked_and_started_in_registry_order():
@@ -111,6 +139,30 @@ def test_a_new_controller_is_one_class_that_the_cluster_starts_awaits_reports_an
     assert (cluster.state_dir / "stand-in.pid").read_text() == str(pid)
     cluster.stop()  # stops every registered controller
     assert ctl.pid() is None and not _group_alive(pid)
+
+
+def test_a_running_cluster_adds_a_controller_with_what_it_requires_once(cache, monkeypatch):
+    class Needed(StandIn):
+        name = "needed"
+
+    class Needing(StandIn):
+        name = "needing"
+        requires = ("needed",)
+
+    for cls in (Needed, Needing):
+        monkeypatch.setitem(controllers.REGISTRY, cls.name, cls)
+    cluster = LocalCluster("adding", verbose=False)
+    cluster.state_dir.mkdir(parents=True)
+    cluster.write_state(controllers=list(cluster.controllers))
+    try:
+        assert cluster.add_controllers(["needing"], timeout=20) == ("needed", "needing")
+        assert cluster.controllers == ("mpi-operator", "needed", "needing")
+        # recorded: a later switch_api (another process) stops them too
+        assert LocalCluster.existing("adding", verbose=False).controllers == cluster.controllers
+        assert cluster.controller("needed").ready() and cluster.controller("needing").ready()
+        assert cluster.add_controllers(["needing"], timeout=20) == ()  # running already
+    finally:
+        cluster.stop()
 
 
 def test_a_controller_that_never_gets_ready_times_out_naming_its_log_and_stops(cache, monkeypatch):
