@@ -29,30 +29,8 @@ from airflow_mpi.jobspec.kinds.registry import (
 from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB, TRAINJOB
 
 __all__ = [
-<<<<<<< HEAD
-    "API_TRAINJOB",
-    "ATTEMPT_IS_CONTAINER_RESTART",
-    "ATTEMPT_IS_POD",
-    "DEFAULT_KIND",
-    "ENTRY_POINT_GROUP",
-    "MPIJOB_REPLICAS",
-    "MPIJOB_V1",
-    "MPIJOB_V2BETA1",
-    "NO_REPLICAS",
-    "TRAINJOB",
-    "JobKind",
-    "LauncherOwner",
-    "PodLabels",
-    "ReplicaLayout",
-    "RetriesMapping",
-    "api_versions",
-    "kind_for",
-    "kind_or_default",
-    "kinds",
-    "register",
-=======
-    "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP", "MPIJOB_REPLICAS",
-    "MPIJOB_V1", "MPIJOB_V2BETA1", "JobKind", "LauncherOwner", "PodLabels", "ReplicaLayout", "RetriesMapping",
-    "StateReading", "api_versions", "kind_for", "kind_or_default", "kinds", "register",
->>>>>>> i35-wait
+    "API_TRAINJOB", "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP",
+    "MPIJOB_REPLICAS", "MPIJOB_V1", "MPIJOB_V2BETA1", "NO_REPLICAS", "TRAINJOB", "JobKind", "LauncherOwner",
+    "PodLabels", "ReplicaLayout", "RetriesMapping", "StateReading", "api_versions", "kind_for", "kind_or_default",
+    "kinds", "register",
 ]  # fmt: skip
