@@ -199,8 +199,9 @@ with `-np` = numNodes x numProcPerNode (the Trainer's MPI plugin names its hostf
 What the Trainer applies where, for a runtime whose `mlPolicy.mpi.runLauncherAsNode` is false (`{DEFAULT_RUNTIME}`,
 deploy/trainjob-mpi-runtime.yaml): `trainer.image`, `command`, `args`, `env` and `resourcesPerNode` go to the `node`
 container of the replicated job labelled `trainer.kubeflow.org/trainjob-ancestor-step: trainer` (the launcher, one
-pod); so `image`, `env`, `worker_resources` and `gpus_per_worker` set the launcher's, and the node pods (the ranks,
-sshd) keep the runtime's image and resources. `workers` (`trainer.numNodes`) is the number of node pods and
+pod); so `image`, `env` and `resources_per_node` set the launcher's, and the node pods (the ranks, sshd) keep the
+runtime's image and resources (`worker_resources`, `launcher_resources` and `gpus_per_worker` are refused, saying
+so). `workers` (`trainer.numNodes`) is the number of node pods and
 `slots_per_worker` (`trainer.numProcPerNode`) their hostfile slots. `mpi_implementation` may be `OpenMPI` only (the
 CRD's enum), with `program`. Each Airflow retry submits a fresh TrainJob (nothing is written for `retries`).
 """

@@ -132,6 +132,12 @@ FIELDS: tuple[Field, ...] = (
           doc="TrainJob: `ClusterTrainingRuntime` (default) or `TrainingRuntime` (in the job's namespace)"),
     Field("runtime_api_group", JOB, str, ("spec", "runtimeRef", "apiGroup"), TJ, param=False,
           doc="TrainJob: the runtime's API group, `trainer.kubeflow.org`"),
+    # not worker_resources: Trainer v2.3.0 gives resourcesPerNode to the trainer step's pods (the launcher of a runtime
+    # whose launcher is no node) and to the node pods only with runLauncherAsNode (core/trainingruntime.go)
+    Field("resources_per_node", JOB, dict, ("spec", "trainer", "resourcesPerNode"), TJ, templated="json",
+          doc="TrainJob: `spec.trainer.resourcesPerNode`, requests and limits the Trainer gives the trainer step's "
+              "`node` container (the launcher of `openmpi-mpiuser`), and the node pods too only where the runtime "
+              "runs its launcher as a node (`runLauncherAsNode`); size node pods in the runtime otherwise"),
     Field("unique_name_suffix", JOB, bool, default=True, coerce=as_bool,
           doc="`False`: the job is named exactly `name` (one job of that name at a time)"),
     Field("base_manifest", JOB, dict | str | os.PathLike, templated="yaml",

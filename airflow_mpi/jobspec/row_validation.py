@@ -101,7 +101,8 @@ def _check_own_rows(errors: ErrorList, spec: MPIJobSpec, kind: JobKind) -> None:
                 errors.add(
                     key,
                     value,
-                    f"is not a field of {kind.api_version} {kind.kind} ({kind.controller}): {kind.instead}",
+                    f"is not a field of {kind.api_version} {kind.kind} ({kind.controller}): "
+                    + kind.instead_of.get(key, kind.instead),
                 )
             elif (path := kind.row_path(row, role)) in written and written[path][1] != value:
                 other = written[path][0]
@@ -153,7 +154,7 @@ def check_rows_manifest(errors: ErrorList, manifest: dict, kind: JobKind) -> Non
         if value is None or path[0] == "metadata":  # metadata: validation.check_manifest's
             continue
         rule = kind.field_rules.get(key, row.check)
-        if key.endswith(".resources"):
+        if key.endswith(".resources") or key == "resources_per_node":
             check_resources(errors, key, value)
         elif key == "run_policy.managed_by":
             _check(errors, key, value, rules.one_of(kind.managed_by))

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
         runtime: str | None = None
         runtime_kind: str | None = None
         runtime_api_group: str | None = None
+        resources_per_node: dict | None = None
         unique_name_suffix: bool = True
         base_manifest: dict | str | os.PathLike | None = None
         slots_per_worker: int | None = None

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         workload_priority_class: str | None
         runtime: str | None
         runtime_kind: str | None
+        resources_per_node: dict | None
         unique_name_suffix: bool | str
         base_manifest: dict | str | os.PathLike | None
         slots_per_worker: int | str | None
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
             workload_priority_class: str | None = None,
             runtime: str | None = None,
             runtime_kind: str | None = None,
+            resources_per_node: dict | None = None,
             unique_name_suffix: bool | str = True,
             base_manifest: dict | str | os.PathLike | None = None,
             slots_per_worker: int | str | None = None,
@@ -182,6 +184,7 @@ if TYPE_CHECKING:
             workload_priority_class: str | None = None,
             runtime: str | None = None,
             runtime_kind: str | None = None,
+            resources_per_node: dict | None = None,
             unique_name_suffix: bool | str = True,
             base_manifest: dict | str | os.PathLike | None = None,
             slots_per_worker: int | str | None = None,
@@ -246,6 +249,7 @@ if TYPE_CHECKING:
             workload_priority_class: str | None = None,
             runtime: str | None = None,
             runtime_kind: str | None = None,
+            resources_per_node: dict | None = None,
             unique_name_suffix: bool | str = True,
             base_manifest: dict | str | os.PathLike | None = None,
             slots_per_worker: int | str | None = None,
@@ -259,8 +263,6 @@ if TYPE_CHECKING:
             command: list[str] | str | None = None,
             args: list[str] | None = None,
             env: dict[str, str] | list[dict] | None = None,
-            worker_resources: dict | None = None,
-            gpus_per_worker: int | str | None = None,
             kubernetes_conn_id: str = "kubernetes_default",
             deferrable: bool | str = ...,  # [operators] default_deferrable
             get_logs: bool | str = True,

@@ -211,6 +211,9 @@ class JobKind:
     verbatim_spec_keys: tuple[str, ...] = ()
     # what to do instead of a parameter the kind does not have (field_paths kinds: in the refusal)
     instead: str = ""
+    instead_of: Mapping[str, str] = field(
+        default_factory=dict
+    )  # a row key's own ``instead`` (its refusal says it)
     implementations: tuple[str, ...] | None = None  # the MPI implementations it runs (None: every one)
     # field_paths kinds: a row's rule where the kind's differs from the row's (row key -> rule: value -> problem)
     field_rules: Mapping[str, Callable[[Any], str | None]] = field(default_factory=dict)

@@ -25,7 +25,6 @@ from airflow_mpi.jobspec.kinds.kind import (
 from airflow_mpi.jobspec.rules import INT64_MAX, integer, one_of
 from airflow_mpi.jobspec.spec import (
     CLEAN_RUNNING,
-    GPU_RESOURCE,
     KUEUE_PRIORITY_LABEL,
     KUEUE_QUEUE_LABEL,
     OPENMPI,
@@ -78,8 +77,7 @@ FIELD_PATHS = {
     "worker.env": (*_TRAINER, "env"),
     "worker.replicas": (*_TRAINER, "numNodes"),
     "slots_per_worker": (*_TRAINER, "numProcPerNode"),
-    "worker.resources": _RESOURCES,
-    "worker.gpus": (*_RESOURCES, "limits", GPU_RESOURCE),
+    "resources_per_node": _RESOURCES,
     "run_policy.suspend": ("spec", "suspend"),
     "run_policy.active_deadline_seconds": ("spec", "activeDeadlineSeconds"),
     "run_policy.managed_by": ("spec", "managedBy"),
@@ -87,6 +85,14 @@ FIELD_PATHS = {
 INSTEAD = (
     "its pods come from the runtime it names (`runtime`): set this in that runtime's pod templates, or for one "
     "job in `runtimePatches` of a base manifest"
+)
+
+# Trainer v2.3.0 gives resourcesPerNode to the trainer step's pods, and to the node pods only with runLauncherAsNode
+RESOURCES_INSTEAD = (
+    "a TrainJob sizes pods by `resources_per_node` (spec.trainer.resourcesPerNode), which the Trainer gives the "
+    "trainer step (the launcher of a runtime whose launcher is no node, as `openmpi-mpiuser`) and the node pods only "
+    "where the runtime has runLauncherAsNode: set the node pods' resources and GPUs in the runtime, or for one job in "
+    "`runtimePatches` of a base manifest"
 )
 
 
@@ -146,6 +152,7 @@ TRAINJOB = JobKind(
     # runtimePatches (v2.3.0: per-manager patches of the runtime's pod templates), initializer: written as given
     verbatim_spec_keys=("runtimePatches", "initializer"),
     instead=INSTEAD,
+    instead_of=dict.fromkeys(("worker.resources", "worker.gpus", "launcher.resources"), RESOURCES_INSTEAD),
     container_paths=(_TRAINER,),
     implementations=(OPENMPI,),  # v2.3.0's CRD: mlPolicy.mpi.mpiImplementation enum OpenMPI
     field_rules={

@@ -74,7 +74,8 @@ def test_trainjob_is_registered_under_its_api_version():
 def test_golden_trainjob_of_parameters_only():
     resolved = build(
         image=IMAGE, program=["/home/mpiuser/pi"], mpirun_args=["--tag-output"], workers=2, slots_per_worker=2,
-        env={"PI_DIGITS": "12"}, worker_resources={"requests": {"cpu": "1", "memory": "1Gi"}}, gpus_per_worker=1,
+        env={"PI_DIGITS": "12"},
+        resources_per_node={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": 1}},
         queue_name="team-queue", workload_priority_class="high", namespace="ml", labels={"team": "hpc"},
         annotations={"example.com/owner": "hpc"}, suspend=True, active_deadline_seconds=3600,
         managed_by="kueue.x-k8s.io/multikueue",
@@ -176,7 +177,13 @@ REFUSED = [
     (dict(env_from=[{"secretRef": {"name": "s"}}]), "env_from", [{"secretRef": {"name": "s"}}], INSTEAD),
     (dict(worker_readiness_probe={"tcpSocket": {"port": 2222}}), "worker_readiness_probe",
      {"tcpSocket": {"port": 2222}}, INSTEAD),
-    (dict(launcher_resources={"limits": {"cpu": "1"}}), "launcher_resources", {"limits": {"cpu": "1"}}, INSTEAD),
+    # resources and GPUs would reach the launcher only (Trainer v2.3.0): the refusal names what sizes a TrainJob
+    (dict(launcher_resources={"limits": {"cpu": "1"}}), "launcher_resources", {"limits": {"cpu": "1"}},
+     "`resources_per_node`"),
+    (dict(worker_resources={"limits": {"cpu": "1"}}), "worker_resources", {"limits": {"cpu": "1"}},
+     "node pods only where the runtime has runLauncherAsNode"),
+    (dict(gpus_per_worker=1), "gpus_per_worker", 1, "`resources_per_node`"),
+    (dict(resources_per_node={"limits": {"memory": "2 GB"}}), "resources_per_node.limits.memory", "2 GB", "quantity"),
     (dict(clean_pod_policy="All"), "clean_pod_policy", "All", INSTEAD),
     (dict(ttl_seconds_after_finished=60), "ttl_seconds_after_finished", 60, INSTEAD),
     (dict(backoff_limit=2), "backoff_limit", 2, INSTEAD),

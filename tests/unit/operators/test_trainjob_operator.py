@@ -49,11 +49,12 @@ def test_its_signature_has_the_runtime_and_not_what_a_trainjob_refuses():
         "image",
         "program",
         "workers",
-        "worker_resources",
+        "resources_per_node",
         "deferrable",
     } <= names
     refused = {"node_selector", "tolerations", "launcher", "worker", "backoff_limit", "scheduling_policy",
-               "launcher_resources", "ssh_auth_mount_path", "mpi_implementation", "clean_pod_policy"}  # fmt: skip
+               "launcher_resources", "worker_resources", "gpus_per_worker",
+               "ssh_auth_mount_path", "mpi_implementation", "clean_pod_policy"}  # fmt: skip
     assert not refused & names
     assert inspect.signature(TrainJobOperator.__init__).parameters["api_version"].default == API_TRAINJOB
     assert refused <= set(inspect.signature(MPIJobOperator.__init__).parameters)
