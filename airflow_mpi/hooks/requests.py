@@ -84,14 +84,16 @@ def adopt_or_raise(existing: dict, desired: dict) -> dict:
             meta.get("annotations"),
             desired_meta.get("annotations"),
         )
+    kind = kind_or_default(existing.get("apiVersion")).kind
     log.info(
-        "MPIJob %s/%s already exists and belongs to this task instance (try %s); adopting it",
+        "%s %s/%s already exists and belongs to this task instance (try %s); adopting it",
+        kind,
         namespace,
         name,
         (meta.get("labels") or {}).get(TRY_NUMBER_LABEL, "?"),
     )
     if meta.get("deletionTimestamp"):
-        log.warning("The adopted MPIJob %s/%s is being deleted (deletionTimestamp set)", namespace, name)
+        log.warning("The adopted %s %s/%s is being deleted (deletionTimestamp set)", kind, namespace, name)
     return existing
 
 
@@ -256,9 +258,10 @@ class Create:
             "namespace": self.namespace,
             "plural": kind_or_default(body["apiVersion"]).plural,
         }
+        self.kind = kind_or_default(body["apiVersion"]).kind
 
     def created(self, obj: dict) -> dict:
-        self.log.info("Created MPIJob %s/%s (%s)", self.namespace, self.name, self.body["apiVersion"])
+        self.log.info("Created %s %s/%s (%s)", self.kind, self.namespace, self.name, self.body["apiVersion"])
         return obj
 
     def failed(self, exc: BaseException) -> None:
@@ -271,7 +274,8 @@ class Create:
             if exc.status != 409 and not is_transient(exc):  # type: ignore[attr-defined]
                 raise exc
         self.log.warning(
-            "Create of MPIJob %s/%s failed (%s); looking it up",
+            "Create of %s %s/%s failed (%s); looking it up",
+            self.kind,
             self.namespace,
             self.name,
             describe_error(exc),

@@ -227,7 +227,8 @@ class MPIJobOperator(_Base, MPIJobLineage):
         self._supervisor = supervisor_pid()
         manifest = self.build_manifest(context)
         meta = manifest["metadata"]
-        with log_group(self.log, f"MPIJob {meta['namespace']}/{meta['name']}: settings and manifest"):
+        job_ref = f"{manifest['kind']} {meta['namespace']}/{meta['name']}"
+        with log_group(self.log, f"{job_ref}: settings and manifest"):
             self._log_settings()
             self._log_manifest(manifest)
         self._job_facts = facts_of(manifest)  # the OpenLineage facet's (operators/lineage.py)
@@ -260,7 +261,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         persist_links(context, self.hook, LinkValues(namespace, name, uid, start=submitted_at), self.log)
         if self.deferrable and job_state(job).terminal:
             # A trigger would fire at once, inside Airflow's deferral race (wait/deferral.py): finish here.
-            self.log.info("MPIJob %s already finished: not deferring", name)
+            self.log.info("%s %s already finished: not deferring", job.get("kind"), name)
         elif self.deferrable:
             self._defer(context, name, namespace, submitted_at, job_try, uid)
         result = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
@@ -349,7 +350,8 @@ class MPIJobOperator(_Base, MPIJobLineage):
         if orphaned(self._supervisor):
             with contextlib.suppress(OSError):  # the log's socket died with the supervisor
                 self.log.warning(
-                    "Task killed after its Airflow supervisor died: MPIJob %s/%s kept for the next try",
+                    "Task killed after its Airflow supervisor died: %s %s/%s kept for the next try",
+                    kind_or_default(self.api_version).kind,
                     namespace,
                     name,
                 )

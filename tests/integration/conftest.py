@@ -300,6 +300,7 @@ REAL_NODE_ORDER = (
     # Kubeflow Trainer's: their fixture starts JobSet and Trainer on the node (trainjob_real_node), which the v1
     # switch stops again
     "test_trainjob_cluster",
+    "test_trainjob_operator",
     # last: their fixture switches the session's node to kubeflow.org/v1 (v1_real_node)
     "test_v1_real_node",
     "test_v1_operator",
