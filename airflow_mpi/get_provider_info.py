@@ -43,6 +43,9 @@ def get_provider_info() -> dict:
             "airflow_mpi.operators.links.MPIJobLink",
             "airflow_mpi.operators.links.MPIJobLauncherPodLink",
             "airflow_mpi.operators.links.MPIJobLogsLink",
+            "airflow_mpi.operators.links.TrainJobLink",
+            "airflow_mpi.operators.links.TrainJobLauncherPodLink",
+            "airflow_mpi.operators.links.TrainJobLogsLink",
         ],
         "connection-types": [
             {"hook-class-name": "airflow_mpi.hooks.mpijob.MPIJobHook", "connection-type": "kubernetes_mpijob"}

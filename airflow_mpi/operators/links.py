@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
+from airflow_mpi.jobspec.kinds.trainjob import TRAINJOB_KIND
 from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND
 
 if TYPE_CHECKING:
@@ -155,9 +156,25 @@ class MPIJobLogsLink(_MPIJobConsoleLink):
     kind = "logs"
 
 
+class TrainJobLink(MPIJobLink):
+    """The TrainJob in the cluster's console (the same extra: only the button's label names the kind)."""
+
+    name = TRAINJOB_KIND
+
+
+class TrainJobLauncherPodLink(MPIJobLauncherPodLink):
+    name = f"{TRAINJOB_KIND} launcher pod"
+
+
+class TrainJobLogsLink(MPIJobLogsLink):
+    name = f"{TRAINJOB_KIND} logs"
+
+
 LINKS = (MPIJobLink, MPIJobLauncherPodLink, MPIJobLogsLink)
+TRAINJOB_LINKS = (TrainJobLink, TrainJobLauncherPodLink, TrainJobLogsLink)
 
 
-def extra_links() -> tuple[BaseOperatorLink, ...]:
-    """The links of every task class of the provider (a fresh tuple of instances: Airflow keeps them per class)."""
-    return tuple(link() for link in LINKS)
+def extra_links(links: tuple[type[_MPIJobConsoleLink], ...] = LINKS) -> tuple[BaseOperatorLink, ...]:
+    """The links of a task class of the provider (a fresh tuple of instances: Airflow keeps them per class); the
+    buttons' labels name the job's kind (TRAINJOB_LINKS: TrainJobOperator's)."""
+    return tuple(link() for link in links)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_mpi.jobspec.errors import MPIJobValidationError
 from airflow_mpi.jobspec.fields import Field, kind_parameters
 from airflow_mpi.jobspec.kinds import API_TRAINJOB, TRAINJOB
+from airflow_mpi.operators.links import TRAINJOB_LINKS, extra_links
 from airflow_mpi.operators.mpijob import MPIJobOperator
 from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.task_params import init_signature
@@ -42,6 +43,7 @@ class TrainJobOperator(_Base):
     parameters: ClassVar[dict[str, Field]] = (
         MPIJobOperator.parameters
     )  # every one: the refused ones are named
+    operator_extra_links = extra_links(TRAINJOB_LINKS)  # MPIJobOperator's, labelled TrainJob
 
     @typed_init(_Base.__init__)
     def __init__(self, *, api_version: str = API_TRAINJOB, **kwargs: Any) -> None:

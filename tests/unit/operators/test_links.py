@@ -9,9 +9,11 @@ from types import SimpleNamespace as NS
 import pytest
 
 from airflow_mpi.get_provider_info import get_provider_info
-from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator
+from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator, TrainJobOperator
 from airflow_mpi.operators.links import (
+    LINKS,
     LINKS_XCOM_KEY,
+    TRAINJOB_LINKS,
     LinkValues,
     MPIJobLauncherPodLink,
     MPIJobLink,
@@ -138,10 +140,17 @@ def test_the_links_are_registered_and_on_every_task_class():
         getattr(importlib.import_module(path.rpartition(".")[0]), path.rpartition(".")[2])
         for path in get_provider_info()["extra-links"]
     ]
-    assert registered == [MPIJobLink, MPIJobLauncherPodLink, MPIJobLogsLink]
-    assert len({cls.name for cls in registered}) == 3  # the UI's buttons
+    assert registered == [MPIJobLink, MPIJobLauncherPodLink, MPIJobLogsLink, *TRAINJOB_LINKS]
+    assert len({cls.name for cls in registered}) == 6  # the UI's buttons
     for task_class in (MPIJobOperator, HorovodJobOperator, MPIJobSensor):
-        assert [type(link) for link in task_class.operator_extra_links] == registered
+        assert [type(link) for link in task_class.operator_extra_links] == list(LINKS)
+    # a TrainJob's buttons name it, reading the same URLs
+    assert [link.name for link in TrainJobOperator.operator_extra_links] == [
+        "TrainJob",
+        "TrainJob launcher pod",
+        "TrainJob logs",
+    ]
+    assert [link.kind for link in TrainJobOperator.operator_extra_links] == [link.kind for link in LINKS]
 
 
 def test_the_decorated_tasks_carry_the_links():
