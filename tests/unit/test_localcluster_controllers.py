@@ -118,11 +118,13 @@ class StandIn(controllers.Controller):
     name = "stand-in"
 
     def launch(self, timeout: float) -> Launch:
+        # its directory before its process: made by the first readiness probe instead, it raced the command's touch
+        # (a loaded machine ran the probe after the touch had failed: never ready, the start timed out)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         ready = self.work_dir / "ready"
-        return Launch(["/bin/sh", "-c", 'touch "$0"; exec sleep 300', str(ready)], self.environment())
+        return Launch(["/bin/sh", "-c", 'touch "$0" && exec sleep 300', str(ready)], self.environment())
 
     def ready(self) -> bool:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         return (self.work_dir / "ready").exists()
 
 
