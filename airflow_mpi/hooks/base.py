@@ -76,12 +76,13 @@ class MPIJobHookBase:
         name: str,
         namespace: str | None = None,
         *,
-        propagation_policy: str | None = "Foreground",
+        propagation_policy: str | None = None,
         grace_period_seconds: int | None = None,
         uid: str | None = None,
     ) -> Any:
         """Delete the MPIJob; False when it was already gone (given ``uid``: or is another object of that name now).
-        ``Foreground`` (default) keeps the MPIJob visible until the launcher and worker pods are gone."""
+        ``propagation_policy`` by default the kind's (``JobKind.delete_propagation``): the MPIJobs' Foreground keeps
+        the job visible until the launcher and worker pods are gone."""
         return self._run(
             namespace,
             lambda ns: delete_call(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
-from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call, kind_of
+from airflow_mpi.hooks.requests import CUSTOM_OBJECTS, Call, Steps, get_call, job_kind_at, kind_of
 from airflow_mpi.jobspec.status import job_state
 
 # outcomes of delete_live_mpijob
@@ -43,7 +43,7 @@ def live_delete_call(where: dict[str, Any], obj: dict, hook_log: logging.Logger)
     body = {
         "apiVersion": "v1",
         "kind": "DeleteOptions",
-        "propagationPolicy": "Foreground",
+        "propagationPolicy": job_kind_at(where).delete_propagation,
         "preconditions": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
     }
 

@@ -32,6 +32,7 @@ from airflow_mpi.hooks.requests import (
     Steps,
     adopt_or_raise,
     get_call,
+    leftover_call,
     list_call,
     prepare_body,
 )
@@ -151,13 +152,19 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
     def wait_for_deleted(
         self, name: str, namespace: str | None = None, timeout: float = 300, *, poll_interval: float = 2.0
     ) -> bool:
-        """Poll until the MPIJob is gone; False when it still exists after ``timeout`` seconds."""
+        """Poll until the MPIJob is gone (and what its kind's background deletion leaves for a while: a TrainJob's
+        JobSet, ``requests.leftover_call``); False when either still exists after ``timeout`` seconds."""
         ns = self.resolve_namespace(namespace)
         end = time.monotonic() + timeout
-        while self.get_mpijob(name, ns) is not None:
-            if (remaining := end - time.monotonic()) <= 0:
-                return False
-            time.sleep(min(poll_interval, remaining))
+        leftover = leftover_call(self.custom_object_args(ns), name)
+        reads = [lambda: self.get_mpijob(name, ns)]
+        if leftover is not None:
+            reads.append(lambda: self._run(ns, lambda _: leftover))
+        for read in reads:
+            while read() is not None:
+                if (remaining := end - time.monotonic()) <= 0:
+                    return False
+                time.sleep(min(poll_interval, remaining))
         return True
 
     # ------------------------------------------------------------------------------- logs

@@ -21,7 +21,7 @@ from airflow_mpi.hooks.errors import (
     is_missing_resource_type,
     is_transient,
 )
-from airflow_mpi.jobspec.kinds import DEFAULT_KIND, kind_for, kind_or_default
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, kind_for, kind_or_default
 from airflow_mpi.jobspec.naming import TRY_NUMBER_LABEL, same_task
 from airflow_mpi.jobspec.vocabulary import API_GROUP
 
@@ -180,7 +180,24 @@ def get_call(where: dict[str, Any], name: str) -> Call:
 
 def kind_of(where: dict[str, Any]) -> str:
     """The kind of the jobs ``where`` names (by group, version), as messages spell it (``MPIJob``, ``TrainJob``)."""
-    return kind_or_default(f"{where.get('group')}/{where.get('version')}").kind
+    return job_kind_at(where).kind
+
+
+def job_kind_at(where: dict[str, Any]) -> JobKind:
+    """The JobKind of the jobs ``where`` names (by group, version)."""
+    return kind_or_default(f"{where.get('group')}/{where.get('version')}")
+
+
+def leftover_call(where: dict[str, Any], name: str) -> Call | None:
+    """GET what may outlive the job ``name`` once it is deleted (its kind's ``owner_parent``, named as the job, when
+    the kind deletes in the background: a TrainJob's JobSet) as a dict, None when gone; None: nothing to wait for."""
+    kind = job_kind_at(where)
+    parent = kind.owner_parent
+    if parent is None or kind.delete_propagation != "Background":
+        return None
+    return get_call(
+        {**where, "group": parent.group, "version": parent.version, "plural": parent.plural}, name
+    )
 
 
 def delete_call(
@@ -193,8 +210,9 @@ def delete_call(
 ) -> Call:
     """DELETE one MPIJob; True when deleted, False when it was already gone (or, given ``uid``, is another object
     of the same name now: the API server checks the precondition and answers 409)."""
+    propagation_policy = propagation_policy or job_kind_at(where).delete_propagation
     options = {
-        "propagationPolicy": propagation_policy or None,
+        "propagationPolicy": propagation_policy,
         "gracePeriodSeconds": grace_period_seconds,
         "preconditions": None if uid is None else {"uid": uid},
     }

@@ -264,6 +264,10 @@ class JobKind:
     # the object between those and the job, named as the job (TrainJob: its JobSet; None: they name the job itself)
     owner_parent: LauncherOwner | None = None
     state: StateReading = StateReading()
+    # how its deletions propagate: Foreground keeps the job visible until its pods are gone (waiting for the job
+    # waits for them); Background removes it at once, its dependents after (then owner_parent, named as the job, is
+    # what a wait for the deletion waits for too: the next job of that name must not meet the old one's)
+    delete_propagation: str = "Foreground"
     conditions: tuple[str, ...] = ()  # the status.conditions[].type values it writes
     invalid_reasons: tuple[str, ...] = ()  # Warning event reasons meaning "this job will never be created"
     pod_labels: PodLabels = field(default_factory=lambda: PodLabels(JOB_NAME_LABEL, JOB_ROLE_LABEL))

@@ -176,6 +176,12 @@ TRAINJOB = JobKind(
     # pod -> its batch Job (either replicated job's) -> the JobSet <job> -> the TrainJob (hooks/ownership.py)
     owner_suffixes=(f"-{LAUNCHER_JOB_NAME}-0", f"-{NODE_JOB_NAME}-0"),
     owner_parent=JOBSET,
+    # Trainer v2.3.0 re-creates the JobSet of a TrainJob being deleted in the foreground: its reconciler checks no
+    # deletionTimestamp, drops the Failed condition first (removeFailedCondition) and, the JobSet found gone (the
+    # garbage collector's first step), applies a new one, which the foreground deletion then waits for again (seen
+    # on the real node under load: 2 minutes, a retry adopting the dying job). Background: the TrainJob goes at once,
+    # then its JobSet, Jobs and pods; a wait for the deletion waits for the JobSet too.
+    delete_propagation="Background",
     state=STATE,
     pod_labels=PodLabels(
         JOBSET_NAME_LABEL,

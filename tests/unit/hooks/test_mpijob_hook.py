@@ -660,3 +660,56 @@ def test_create_409_of_a_run_whose_id_is_another_runs_sanitised_label_is_a_confl
         )
     assert info.value.differences == {"annotation airflow-mpi.io/run-id": (raw, crafted)}
     assert f"run_id={raw}" in str(info.value)
+
+
+# --------------------------------------------------------------------------- a TrainJob's deletion
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
+
+
+def test_a_trainjob_is_deleted_in_the_background_and_live_ones_too():
+    """Trainer v2.3.0 re-creates the JobSet of a TrainJob being deleted in the foreground (jobspec/kinds/trainjob.py):
+    the TrainJob goes at once instead, its JobSet after it."""
+    hook = make_hook(TRAINJOB_API)
+    assert hook.delete_mpijob("pi", "ns") is True
+    kwargs = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs
+    assert (kwargs["group"], kwargs["plural"], kwargs["body"]["propagationPolicy"]) == (
+        "trainer.kubeflow.org",
+        "trainjobs",
+        "Background",
+    )
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob("pi"), rv="8")
+    assert hook.delete_live_mpijob("pi", "ns") == "deleted"
+    body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
+    assert body["propagationPolicy"] == "Background"
+
+
+def test_waiting_for_a_trainjob_s_deletion_waits_for_its_jobset_too():
+    """The next TrainJob of the name must not meet the old one's JobSet (the Trainer would apply onto it)."""
+    hook = make_hook(TRAINJOB_API)
+    gets = hook.custom_object_client.get_namespaced_custom_object
+    gets.side_effect = [
+        mpijob("pi"),  # the TrainJob, still there
+        api_error(404, NOT_FOUND_OBJECT),  # gone
+        {"metadata": {"name": "pi"}},  # its JobSet, still there
+        api_error(404, NOT_FOUND_OBJECT),  # gone
+    ]
+    assert hook.wait_for_deleted("pi", "ns", timeout=5, poll_interval=0) is True
+    assert [(c.kwargs["plural"], c.kwargs["name"]) for c in gets.call_args_list] == [
+        ("trainjobs", "pi"),
+        ("trainjobs", "pi"),
+        ("jobsets", "pi"),
+        ("jobsets", "pi"),
+    ]
+    gets.side_effect = [api_error(404, NOT_FOUND_OBJECT), {"metadata": {"name": "pi"}}]
+    assert hook.wait_for_deleted("pi", "ns", timeout=0, poll_interval=0) is False  # the JobSet outlived it
+
+
+def test_an_mpijob_s_deletion_stays_foreground_and_waits_for_the_job_only(hook):
+    gets = hook.custom_object_client.get_namespaced_custom_object
+    gets.side_effect = [api_error(404, NOT_FOUND_OBJECT)]
+    assert hook.wait_for_deleted("job", "ns", timeout=5, poll_interval=0) is True
+    assert gets.call_count == 1
+    gets.side_effect, gets.return_value = None, _with_conditions(mpijob(), "Created", rv="8")
+    assert hook.delete_live_mpijob("job", "ns") == "deleted"
+    body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
+    assert body["propagationPolicy"] == "Foreground"
