@@ -44,6 +44,7 @@ from airflow_mpi.function_task.function_call import (
 )
 from airflow_mpi.function_task.rank_result import RESULT_NONCE_ANNOTATION, nonce_digest, result_digest_of
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
+from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.spec import LauncherCommand
 from airflow_mpi.jobspec.status import job_state
 from airflow_mpi.operators.callbacks import LogSink, MPIJobCallbacks
@@ -66,7 +67,7 @@ Launch = Callable[[ErrorList, Mapping[str, Any]], LauncherCommand]
 # Parameters of the operators that the decorated function replaces.
 REPLACED = ("program", "command", "args")
 UNVERIFIABLE = (
-    "this try cannot verify rank 0's return value: MPIJob {} is an earlier try's submission, and the key its rank 0 "
+    "this try cannot verify rank 0's return value: {} {} is an earlier try's submission, and the key its rank 0 "
     "signs the value with (that try's nonce) is held only by that try and the job's call Secret"
 )
 NEVER_STARTED = (
@@ -188,14 +189,19 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
             self.operator.hook.delete_mpijob(name, namespace, uid=job["metadata"].get("uid"))
         except Exception as delete_err:
             raise AirflowException(
-                f"{failure}; deleting MPIJob {namespace}/{name} again failed too ({failure_text(delete_err)}). Its "
-                "pods cannot start; it is recorded as this task instance's job: the next try replaces it, and the "
-                "orphan sweep deletes it once the task instance has ended"
+                f"{failure}; deleting {self.kind} {namespace}/{name} again failed too "
+                f"({failure_text(delete_err)}). Its pods cannot start; it is recorded as this task instance's job: "
+                "the next try replaces it, and the orphan sweep deletes it once the task instance has ended"
             ) from err
         raise AirflowFailException(
-            f"{failure}; MPIJob {name} was deleted again. The workers' role needs `create` on secrets "
+            f"{failure}; {self.kind} {name} was deleted again. The workers' role needs `create` on secrets "
             "(deploy/rbac.yaml)"
         ) from err
+
+    @property
+    def kind(self) -> str:
+        """The job's kind, as messages name it (MPIJob, TrainJob)."""
+        return kind_or_default(getattr(self.operator, "api_version", None)).kind
 
     def key_of(self, job: dict) -> str | None:
         """The key ``job``'s rank 0 signs its value with, when this try holds it: this try's nonce for its own
@@ -261,7 +267,7 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
         if payload.outcome is not Outcome.SUCCESS or self.collector.complete:
             return result
         if self.key is None:
-            unverifiable = UNVERIFIABLE.format(payload.name) if self.adopted else None
+            unverifiable = UNVERIFIABLE.format(self.kind, payload.name) if self.adopted else None
             return RankResult(started=result.started, error=unverifiable)
         log, hook = self.operator.log, self.operator.hook
         log.info("Rank 0's return value was not among the lines this wait read: reading the launcher log")
@@ -284,7 +290,7 @@ class FunctionTaskCallbacks(MPIJobCallbacks):
                 raise
             text = f"{err}. {NEVER_STARTED.format(python=self.python)}"
             raise (err.reworded(text) if isinstance(err, MPIJobError) else type(err)(text)) from err
-        job = f"MPIJob {payload.namespace}/{payload.name} succeeded, but"
+        job = f"{self.kind} {payload.namespace}/{payload.name} succeeded, but"
         if result.error:
             raise AirflowFailException(f"{job} {result.error} (rank 0's log is above)")
         if not result.has_value:

@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow_mpi.function_task import rank_runner
 from airflow_mpi.jobspec.errors import ErrorList, MPIJobValidationError
+from airflow_mpi.jobspec.kinds import JobKind, kind_or_default
 from airflow_mpi.jobspec.layout import pod_spec, replica_spec
 from airflow_mpi.jobspec.vocabulary import ROLES, WORKER_REPLICA
 
@@ -38,6 +39,9 @@ MAX_CALL_BYTES = 768 * 1024
 CALL_MOUNT = "/etc/airflow-mpi/call"  # where the call's Secret is mounted in the containers that run ranks
 CALL_KEY, RUNNER_KEY = "call", "runner.py"  # the Secret's keys: the encoded call, the ranks' program
 CALL_VOLUME = "airflow-mpi-call"
+# the manager of the runtimePatch that mounts the Secret into a runtime's pods (Trainer v2.3.0 wants a domain-prefixed
+# path, unique in the list: a re-mount replaces it)
+CALL_PATCH_MANAGER = "airflow-mpi.io/call-secret"
 # Module names that exist only where the DAG is parsed: the DAG file itself (Airflow imports it under an
 # "unusual_prefix_..." name) or a script run directly. Objects of their classes cannot be unpickled on a rank.
 DAG_LOCAL_MODULE_PREFIXES = ("unusual_prefix_", "__main__")
@@ -156,9 +160,20 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
     container of the workers (mpirun reaches a worker through its sshd, training-operator v1 through ``kubectl exec``
     into its first container: both the main one) and, when the launcher runs ranks too (``runLauncherAsWorker``),
     the launcher's main container. mpirun, mpiexec and horovodrun only pass the file names on; sidecars, init
-    containers and a launcher that runs no rank never see the function or its arguments."""
+    containers and a launcher that runs no rank never see the function or its arguments. A kind whose pods come from a
+    runtime (``rank_pods_patch``: TrainJob) gets it through a patch of the runtime's rank pods instead."""
     volume = {"name": CALL_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
     mount = {"name": CALL_VOLUME, "mountPath": CALL_MOUNT, "readOnly": True}
+    kind = kind_or_default(manifest.get("apiVersion"))
+    if kind.rank_pods_patch is not None:
+        return _patch_call_secret(manifest, kind, volume, mount)
+    if not kind.replica_layout.present:
+        raise MPIJobValidationError(
+            "api_version",
+            kind.api_version,
+            f"a {kind.kind} has neither replica specs nor runtime patches to mount the call's Secret into the pods "
+            "that run ranks",
+        )
     launcher_runs_ranks = manifest["spec"].get("runLauncherAsWorker") is True
     for role in ROLES:  # each role's replica spec, where the job's kind keeps it (jobspec/layout.py)
         pod = replica_spec(manifest, role)["template"].setdefault("spec", {})
@@ -177,13 +192,51 @@ def mount_call_secret(manifest: dict, secret_name: str) -> dict:
     return manifest
 
 
+def _patch_call_secret(manifest: dict, kind: JobKind, volume: dict, mount: dict) -> dict:
+    """``manifest`` (a kind whose pods come from a runtime) with its one CALL_PATCH_MANAGER patch mounting the Secret
+    into the container of the replicated job that runs ranks (``kind.rank_pods_patch``); other managers' kept."""
+    rank_pods = kind.rank_pods_patch
+    assert rank_pods is not None  # mount_call_secret's caller checked
+    kept = [
+        p
+        for p in rank_pods.entries(manifest)
+        if not (isinstance(p, dict) and p.get("manager") == CALL_PATCH_MANAGER)
+    ]
+    node = manifest
+    for key in rank_pods.patches[:-1]:
+        node = node.setdefault(key, {})
+    node[rank_pods.patches[-1]] = [*kept, rank_pods.entry(CALL_PATCH_MANAGER, volume, mount)]
+    return manifest
+
+
 def mounted_call_secret(job: dict) -> str | None:
     """The name of the call Secret ``job``'s workers mount (a ``@task.mpi`` job's), or None."""
-    for volume in pod_spec(job, WORKER_REPLICA).get("volumes") or []:
+    kind = kind_or_default(job.get("apiVersion") if isinstance(job, dict) else None)
+    rank_pods = kind.rank_pods_patch
+    volumes = (
+        rank_pods.volumes(job, CALL_PATCH_MANAGER)
+        if rank_pods
+        else pod_spec(job, WORKER_REPLICA).get("volumes")
+    )
+    for volume in volumes or []:
         if isinstance(volume, dict) and volume.get("name") == CALL_VOLUME:
             name = (volume.get("secret") or {}).get("secretName")
             return name if isinstance(name, str) else None
     return None
+
+
+def call_patch_refusal(manifest: dict, why: str) -> str:
+    """What the call's patch needs of the runtime, for a create of ``manifest`` refused over its runtime patches
+    (``why``: the API server's causes), or "": the Trainer's webhook refuses a patch of a replicated job or container
+    its runtime lacks, in words that do not say the patch is the decorator's."""
+    rank_pods = kind_or_default(manifest.get("apiVersion")).rank_pods_patch
+    if rank_pods is None or mounted_call_secret(manifest) is None or rank_pods.patches[-1] not in why:
+        return ""
+    return (
+        f". The function's call Secret is mounted through {'.'.join(rank_pods.patches)} (manager "
+        f"{CALL_PATCH_MANAGER}) into the runtime's replicated job {rank_pods.replicated_job!r} and its container "
+        f"{rank_pods.container!r}, where the ranks run: the runtime must have both (docs/kubeflow-trainer.md)"
+    )
 
 
 def lost_call_data() -> dict[str, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from airflow_mpi.exceptions import MPIJobInvalidSpecError
-from airflow_mpi.function_task.function_call import lost_call_data, mounted_call_secret
+from airflow_mpi.function_task.function_call import call_patch_refusal, lost_call_data, mounted_call_secret
 from airflow_mpi.hooks.protocols import MPIJobRequests
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.jobspec.status import job_state, true_condition_types
@@ -180,6 +180,7 @@ def create(hook: MPIJobRequests, manifest: dict) -> dict:
         if err.status in (400, 403, 404, 422):
             name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
             why = error_message(err, causes=True)
+            why += call_patch_refusal(manifest, why)  # what a TrainJob's runtime must have for @task.mpi
             text = f"The API server rejected MPIJob {name} ({err.status} {err.reason}): {why}"
             if err.status in (400, 422):  # the spec itself (403: the role, 404: the CRD)
                 invalid = Cause.INVALID.value

@@ -11,16 +11,20 @@ as the kubelet serves it (every line once), the failed TrainJob's launcher conta
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from kubernetes import client, watch
 
+from airflow_mpi.function_task.function_call import mounted_call_secret
+from airflow_mpi.jobspec.kinds import TRAINJOB
 from airflow_mpi.operators import TrainJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
 from tests.integration.test_cluster_smoke import watch_pods
 from tests.integration.test_operator import Background, ctx, record, run_trigger  # noqa: F401
 from tests.integration.test_real_mpi import PI_LINE, RANK_LINE, pod_log
+from tests.integration.test_task_mpi import UPSTREAM, decorated, ranks_report, run
 from tests.integration.trainjob_runtime import RUNTIME, TRAINER
 
 pytestmark = pytest.mark.trainjob
@@ -132,6 +136,44 @@ def test_killing_the_task_deletes_the_trainjob_its_jobset_and_pods(
     await_none(co, real_namespace, TRAINER, "trainjobs")
     assert not co.list_namespaced_custom_object(*JOBSET, real_namespace, "jobsets")["items"]
     assert isinstance(worker.result(120), AirflowException)
+
+
+def test_task_mpi_runs_the_function_on_every_node_pods_ranks_and_rank_zeros_value_is_the_xcom(
+    trainjob_real_node, real_k8s, real_namespace, real_conn, record
+):
+    """``@task.mpi`` on a TrainJob: the call Secret reaches the node pods through the TrainJob's runtimePatch (the
+    launcher, mpirun only, never mounts it); every rank runs the function with the upstream XCom."""
+    op = decorated(
+        ranks_report, real_namespace, "openmpi", UPSTREAM, api_version=TRAINJOB.api_version,
+        on_finish_action="keep", call_kwargs={"scale": 2},
+    )  # fmt: skip
+    value = run(op, deferrable=False)
+    n = 2 * 2  # workers x slots of decorated(): node pods x numProcPerNode
+    assert value == {"rank": 0, "size": n, "sum_of_ranks": n * (n - 1) // 2, "label": "from upstream",
+                     "scaled": [6, 8, 10]}  # fmt: skip
+    said = sorted(
+        int(m[1]) for m in (re.search(r"rank (\d+) of 4 got from upstream$", ln) for ln in record.lines) if m
+    )
+    assert said == list(range(n))
+    name = op.build_manifest(ctx(op.task_id))["metadata"]["name"]
+    job = trainjob(real_k8s, real_namespace, name)
+    secret = mounted_call_secret(job)
+    # the JobSet the Trainer made: the runtime's node pods mount the Secret, its launcher does not
+    jobset = client.CustomObjectsApi(real_k8s).get_namespaced_custom_object(
+        *JOBSET, real_namespace, "jobsets", name
+    )
+    mounting = {
+        rj["name"]: [v["name"] for v in rj["template"]["spec"]["template"]["spec"].get("volumes") or []
+                     if (v.get("secret") or {}).get("secretName") == secret]
+        for rj in jobset["spec"]["replicatedJobs"]
+    }  # fmt: skip
+    assert mounting == {"node": ["airflow-mpi-call"], "launcher": []}, mounting
+    owners = (
+        client.CoreV1Api(real_k8s).read_namespaced_secret(secret, real_namespace).metadata.owner_references
+    )
+    assert [(o.kind, o.uid) for o in owners] == [
+        ("TrainJob", job["metadata"]["uid"])
+    ]  # deleted with the TrainJob
 
 
 def await_none(co: client.CustomObjectsApi, namespace: str, group_version: tuple, plural: str) -> None:

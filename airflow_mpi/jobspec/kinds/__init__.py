@@ -11,6 +11,7 @@ from airflow_mpi.jobspec.kinds.kind import (
     JobKind,
     LauncherOwner,
     PodLabels,
+    RankPodsPatch,
     ReplicaLayout,
     RetriesMapping,
     StateReading,
@@ -31,6 +32,6 @@ from airflow_mpi.jobspec.kinds.trainjob import API_TRAINJOB, TRAINJOB
 __all__ = [
     "API_TRAINJOB", "ATTEMPT_IS_CONTAINER_RESTART", "ATTEMPT_IS_POD", "DEFAULT_KIND", "ENTRY_POINT_GROUP",
     "MPIJOB_REPLICAS", "MPIJOB_V1", "MPIJOB_V2BETA1", "NO_REPLICAS", "TRAINJOB", "JobKind", "LauncherOwner",
-    "PodLabels", "ReplicaLayout", "RetriesMapping", "StateReading", "api_versions", "kind_for", "kind_or_default",
-    "kinds", "register",
+    "PodLabels", "RankPodsPatch", "ReplicaLayout", "RetriesMapping", "StateReading", "api_versions", "kind_for",
+    "kind_or_default", "kinds", "register",
 ]  # fmt: skip

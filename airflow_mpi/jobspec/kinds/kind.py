@@ -110,6 +110,54 @@ NO_REPLICAS = ReplicaLayout(
 )  # a kind whose manifest has no replica specs (its field_paths say all)
 
 
+def _at(node: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` in nested mappings, or None where one is missing or no mapping."""
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+@dataclass(frozen=True)
+class RankPodsPatch:
+    """Where a kind whose pods come from a runtime (no replica specs) adds a volume to the pods that run ranks: one
+    entry of the manifest's ``patches`` list per ``manager`` (Trainer v2.3.0's ``spec.runtimePatches``, keyed by
+    manager), patching the runtime's replicated job ``replicated_job`` (its pod spec's volumes) and its container
+    ``container`` (the mount). Only that job: a launcher that runs no rank is another replicated job."""
+
+    replicated_job: str
+    container: str
+    patches: tuple[str, ...] = ("spec", "runtimePatches")
+    jobs: tuple[str, ...] = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")  # in one entry
+    pod_spec: tuple[str, ...] = ("template", "spec", "template", "spec")  # in one replicated job's patch
+
+    def entries(self, manifest: Any) -> list:
+        """The manifest's patch entries (a list, or [] when absent or malformed)."""
+        node = _at(manifest, self.patches)
+        return node if isinstance(node, list) else []
+
+    def entry(self, manager: str, volume: Mapping[str, Any], mount: Mapping[str, Any]) -> dict:
+        """The patch of ``manager`` adding ``volume`` to the replicated job's pods and ``mount`` to its container."""
+        pod: dict[str, Any] = {
+            "volumes": [dict(volume)],
+            "containers": [{"name": self.container, "volumeMounts": [dict(mount)]}],
+        }
+        for key in reversed(self.pod_spec):
+            pod = {key: pod}
+        patch: dict[str, Any] = {self.jobs[-1]: [{"name": self.replicated_job, **pod}]}
+        for key in reversed(self.jobs[:-1]):
+            patch = {key: patch}
+        return {"manager": manager, **patch}
+
+    def volumes(self, manifest: Any, manager: str) -> list:
+        """The volumes ``manager``'s patch adds to the replicated job's pods ([] when it has none)."""
+        for patch in self.entries(manifest):
+            if isinstance(patch, dict) and patch.get("manager") == manager:
+                for job in _at(patch, self.jobs) or []:
+                    if isinstance(job, dict) and job.get("name") == self.replicated_job:
+                        return list(_at(job, (*self.pod_spec, "volumes")) or [])
+        return []
+
+
 @dataclass(frozen=True)
 class LauncherOwner:
     """The object a kind's controller puts between the job and its launcher pods: the pods' controller, itself
@@ -231,6 +279,8 @@ class JobKind:
     # its launcher_command gives MPICH's Hydra proxies the launcher's address itself (v1: ``-localhost``), so a
     # launch's own way to do it (@task.mpi's commands.HYDRA_CONNECT_BY_IP) is taken off first
     hydra_address_wired: bool = False
+    # a kind without replica specs: how a volume reaches the pods that run ranks (None: through the replica specs)
+    rank_pods_patch: RankPodsPatch | None = None
     # ------------------------------------------------------------------ defaults
     retries_mapping: Callable[[int], RetriesMapping] = field(
         default=lambda retries: RetriesMapping(retries, "Never")

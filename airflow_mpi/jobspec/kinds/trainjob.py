@@ -19,6 +19,7 @@ from airflow_mpi.jobspec.kinds.kind import (
     JobKind,
     LauncherOwner,
     PodLabels,
+    RankPodsPatch,
     RetriesMapping,
     StateReading,
 )
@@ -154,6 +155,9 @@ TRAINJOB = JobKind(
     instead=INSTEAD,
     instead_of=dict.fromkeys(("worker.resources", "worker.gpus", "launcher.resources"), RESOURCES_INSTEAD),
     container_paths=(_TRAINER,),
+    # @task.mpi's call Secret reaches the ranks through a runtimePatch of the `node` replicated job's `node` container
+    # (the MPI plugin's names): the launcher of a runtime with runLauncherAsNode false runs only mpirun
+    rank_pods_patch=RankPodsPatch(replicated_job=NODE_JOB_NAME, container=NODE_CONTAINER),
     implementations=(OPENMPI,),  # v2.3.0's CRD: mlPolicy.mpi.mpiImplementation enum OpenMPI
     field_rules={
         "worker.replicas": integer(1),  # numNodes: no minimum in the CRD; 0 node pods run no rank
