@@ -89,17 +89,19 @@ def test_a_real_orphan_exits_within_a_check(tmp_path):
     within one check, with the exit code, and it does not wait for its 60 s job."""
     marker = tmp_path / "exited"
     script = f"""
-import asyncio, os, sys, time
+import asyncio, os, sys
 from airflow_mpi.operators.supervision import until_orphaned
+read_end, write_end = os.pipe()
 if os.fork() == 0:  # the task process
     supervisor = os.getppid()
+    os.write(write_end, b"1")  # it knows its supervisor (a loaded machine may run it after the parent died)
     def exit(code):
         open({str(marker)!r}, "w").write(str(code))
         os._exit(code)
     asyncio.run(until_orphaned(asyncio.sleep(60), supervisor, interval=0.05, exit=exit))
     os._exit(0)
-time.sleep(0.5)  # the supervisor dies, its task process does not
-os._exit(0)
+os.read(read_end, 1)
+os._exit(0)  # the supervisor dies, its task process does not
 """
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=30)
