@@ -19,10 +19,9 @@ from kubernetes import client, watch
 from airflow_mpi.function_task.function_call import mounted_call_secret
 from airflow_mpi.jobspec.kinds import TRAINJOB
 from airflow_mpi.operators import TrainJobOperator
-from airflow_mpi.triggers import MPIJobTrigger
-from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
+from airflow_mpi.version_compat import AirflowException, AirflowFailException
 from tests.integration.test_cluster_smoke import watch_pods
-from tests.integration.test_operator import Background, ctx, record, run_trigger  # noqa: F401
+from tests.integration.test_operator import Background, ctx, record  # noqa: F401
 from tests.integration.test_real_mpi import PI_LINE, RANK_LINE, pod_log
 from tests.integration.test_task_mpi import UPSTREAM, decorated, ranks_report, run
 from tests.integration.trainjob_runtime import RUNTIME, TRAINER
@@ -81,12 +80,7 @@ def test_pi_runs_deferred_through_the_trigger(
     trainjob_real_node, real_k8s, real_namespace, real_conn, record
 ):
     op = pi_operator("tj_deferred", real_namespace, deferrable=True, on_finish_action="keep")
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx(op.task_id))
-    event = run_trigger(
-        MPIJobTrigger(**deferred.value.trigger.serialize()[1])
-    )  # as the triggerer rebuilds it
-    xcom = op.execute_complete(ctx(op.task_id), event)
+    xcom = run(op, deferrable=True)  # execute, the trigger rebuilt as the triggerer does, the resume
     assert xcom["condition"] == "Complete"
     assert_real_ranks(real_k8s, real_namespace, xcom["name"], record.lines, workers=2, slots=1)
 
