@@ -1,4 +1,5 @@
-"""What the task log says about an MPIJob waiting in a Kueue queue, and when the wait gives up on it (pure).
+"""What the task log says about a job (an MPIJob, a TrainJob) waiting in a Kueue queue, and when the wait gives up on
+it (pure). The lines name the job's kind and its controller (``QueueTracker.kind``, ``controller``).
 
 Kueue's webhook stores a job that has the ``kueue.x-k8s.io/queue-name`` label suspended; the mpi-operator then
 reports it Created and Suspended and makes no pods, until Kueue admits its Workload (``status.admission``: the
@@ -63,6 +64,9 @@ class QueueTracker:
 
     name: str
     queue_timeout: float | None = None
+    kind: str = "MPIJob"  # the job's kind, and the controller that stops its pods on an eviction
+    controller: str = "mpi-operator"
+    suspend_field: str = "runPolicy.suspend"  # where the job says it is suspended (the kind's field)
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
     evictions: int = 0
     queued_before: float = 0.0  # seconds of the stretches in the queue that an admission ended
@@ -86,7 +90,8 @@ class QueueTracker:
             if suspended and not self._suspended_said:
                 self._suspended_said = True
                 return [
-                    f"MPIJob {self.name} is suspended (runPolicy.suspend is true): waiting until it is resumed"
+                    f"{self.kind} {self.name} is suspended ({self.suspend_field} is true): waiting until it is "
+                    "resumed"
                 ], None
             return [], None
         lines = self._eviction(workload)
@@ -127,7 +132,7 @@ class QueueTracker:
         self._said, self._requeued = None, True
         reason = evicted.get("reason") if _true(evicted) else "Evicted"
         return [
-            f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
+            f"{self.kind} {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the {self.controller} "
             "stops its launcher and workers, and the program starts over once Kueue admits the job again"
         ]
 
@@ -151,7 +156,7 @@ class QueueTracker:
         if (local_queue, why) == self._said:
             return []
         self._said = (local_queue, why)
-        return [f"MPIJob {self.name} is queued by Kueue in LocalQueue {local_queue}: {why}"]
+        return [f"{self.kind} {self.name} is queued by Kueue in LocalQueue {local_queue}: {why}"]
 
     def _admission(self, job: dict, workload: dict | None, now: datetime) -> list[str]:
         reserved = _condition(workload, "QuotaReserved")
@@ -167,10 +172,10 @@ class QueueTracker:
         self.queued_before += stretch
         queued = f" after {_seconds(stretch)} in the queue" if since else ""
         if workload is None:
-            return [f"MPIJob {self.name} was admitted (resumed){queued}"]
+            return [f"{self.kind} {self.name} was admitted (resumed){queued}"]
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
         return [
-            f"MPIJob {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
+            f"{self.kind} {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
             f"{flavors(workload)}{queued}"
         ]
 
@@ -185,7 +190,7 @@ class QueueTracker:
             return None
         why = (self._said or (None, "not admitted"))[1]
         message = (
-            f"MPIJob {self.name} was not admitted by Kueue within "
+            f"{self.kind} {self.name} was not admitted by Kueue within "
             f"queue_timeout={self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted"
         )
         return Verdict(Outcome.QUEUE_TIMEOUT, message)
