@@ -20,7 +20,7 @@ from datetime import datetime
 
 from airflow_mpi.hooks.answers import parse_api_time
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
-from airflow_mpi.jobspec.vocabulary import JobCondition
+from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND, JobCondition
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.progress import Verdict
 
@@ -64,7 +64,7 @@ class QueueTracker:
 
     name: str
     queue_timeout: float | None = None
-    kind: str = "MPIJob"  # the job's kind, and the controller that stops its pods on an eviction
+    kind: str = MPIJOB_KIND  # the job's kind, and the controller that stops its pods on an eviction
     controller: str = "mpi-operator"
     suspend_field: str = "runPolicy.suspend"  # where the job says it is suspended (the kind's field)
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
