@@ -92,14 +92,7 @@ class JobMonitor:
     def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
         self.job_kind = kind_or_default(getattr(self.hook, "api_version", None))
-        suspend = (self.job_kind.field_paths or {}).get("run_policy.suspend")
-        self.queue = QueueTracker(
-            self.name,
-            self.timeouts.queue_timeout,
-            kind=self.job_kind.kind,
-            controller=self.job_kind.controller,
-            suspend_field=".".join(suspend) if suspend else QueueTracker.suspend_field,
-        )
+        self.queue = QueueTracker.of_kind(self.job_kind, self.name, self.timeouts.queue_timeout)
         if self.emit_marked is None:
             self.emit_marked = lambda message, _mark: self.emit(message)
 

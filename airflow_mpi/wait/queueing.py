@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_mpi.hooks.answers import parse_api_time
+from airflow_mpi.jobspec.kinds import JobKind
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND, JobCondition
 from airflow_mpi.wait.contract import Outcome
@@ -77,6 +78,18 @@ class QueueTracker:
     _requeued: bool = field(default=False, init=False)  # an eviction was reported since the last admission
     _evicted_messages: set = field(default_factory=set, init=False)
     _suspended_said: bool = field(default=False, init=False)
+
+    @classmethod
+    def of_kind(cls, kind: JobKind, name: str, queue_timeout: float | None = None) -> QueueTracker:
+        """A tracker whose lines name ``kind``, its controller and its suspend field."""
+        suspend = (kind.field_paths or {}).get("run_policy.suspend")
+        return cls(
+            name,
+            queue_timeout,
+            kind=kind.kind,
+            controller=kind.controller,
+            suspend_field=".".join(suspend) if suspend else cls.suspend_field,
+        )
 
     def observe(
         self, job: dict, workload: dict | None, now: datetime, *, visible: bool = True
