@@ -677,7 +677,9 @@ def test_a_trainjob_is_deleted_in_the_background_and_live_ones_too():
         "trainjobs",
         "Background",
     )
-    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(mpijob("pi"), rv="8")
+    hook.custom_object_client.get_namespaced_custom_object.return_value = _with_conditions(
+        mpijob("pi"), rv="8"
+    )
     assert hook.delete_live_mpijob("pi", "ns") == "deleted"
     body = hook.custom_object_client.delete_namespaced_custom_object.call_args.kwargs["body"]
     assert body["propagationPolicy"] == "Background"
