@@ -232,6 +232,9 @@ class LocalCluster(ControlPlane):
         for name in added:
             ctl = self.controller(name)
             ctl.start(ctl.start_timeout)
+        for name in chosen:
+            if name not in added:
+                self.controller(name).controllers_added(added, timeout)
         self.info(f"added {', '.join(added)} ({time.monotonic() - t0:.1f}s)")
         return added
 

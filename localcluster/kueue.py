@@ -11,6 +11,12 @@ like the mpi-operator. What a Deployment would give it, done here instead:
   Kueue's own objects and of MPIJobs (the others, Pods, Jobs, Deployments..., belong to integrations not enabled
   here and would add a webhook call to every pod of the cluster); the CRDs (``config/components/crd/bases``) get
   the conversion webhook its kustomization patches in (v1beta1 <-> v1beta2);
+* a cluster that also runs Kubeflow Trainer (controller ``trainer``) gets Kueue's TrainJob integration too
+  (``frameworks``: ``trainer.kubeflow.org/trainjob``, and the webhooks of ``trainjobs``); one that does not keeps
+  the MPIJob integration alone. The integration needs no other framework: Kueue builds a TrainJob's PodSets from its
+  runtime itself (the JobSet the Trainer would make), suspends it by ``spec.suspend`` and, on admission, writes the
+  flavor's node selector into a ``runtimePatches`` entry of its own (manager ``kueue.x-k8s.io/manager``, added by
+  its mutating webhook);
 * v0.17.0 reads its metrics certificate from the hard-coded ``/etc/kueue/metrics/certs`` whenever internal cert
   management is off (and exits when it is missing), even with metrics disabled: it runs in a private mount
   namespace where a tmpfs-backed overlay on ``/etc`` holds that directory (nothing is written to the host's /etc).
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -34,6 +41,8 @@ GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 NAMESPACE = "kueue-system"  # Kueue's own namespace (its Configuration's default); nothing runs in it here
 FRAMEWORKS = ("kubeflow.org/mpijob",)
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+TRAINER_CONTROLLER = "trainer"  # the localcluster controller that runs TrainJobs (localcluster.controllers)
 FLAVOR = "default-flavor"
 CLUSTER_QUEUE = "cluster-queue"
 LOCAL_QUEUE = "user-queue"
@@ -45,9 +54,23 @@ JOB_UID_LABEL = f"{GROUP}/job-uid"  # on a Workload: the uid of the job it stand
 METRICS_CERT_DIR = "/etc/kueue/metrics/certs"  # hard-coded in cmd/kueue v0.17.0
 # webhooks kept from manifests.yaml: (API group, resource)
 WEBHOOK_RESOURCES = {(GROUP, "*"), ("kubeflow.org", "mpijobs")}
+TRAINJOB_WEBHOOK_RESOURCES = {("trainer.kubeflow.org", "trainjobs")}
 
 
-def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dict:
+def frameworks(controllers: Iterable[str]) -> tuple[str, ...]:
+    """The integrations Kueue runs beside the cluster's ``controllers``: MPIJobs, and TrainJobs where Trainer runs."""
+    return (*FRAMEWORKS, TRAINJOB_FRAMEWORK) if TRAINER_CONTROLLER in controllers else FRAMEWORKS
+
+
+def webhook_resources(controllers: Iterable[str]) -> set[tuple[str, str]]:
+    """(API group, resource) of the webhooks kept for ``frameworks(controllers)``."""
+    trainer = TRAINER_CONTROLLER in controllers
+    return WEBHOOK_RESOURCES | TRAINJOB_WEBHOOK_RESOURCES if trainer else set(WEBHOOK_RESOURCES)
+
+
+def configuration(
+    *, webhook_port: int, health_port: int, cert_dir: Path, integrations: Iterable[str] = FRAMEWORKS
+) -> dict:
     """Kueue's ``config.kueue.x-k8s.io/v1beta2`` Configuration for a single local process."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -60,7 +83,7 @@ def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dic
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 50, "burst": 100},
-        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "integrations": {"frameworks": list(integrations)},
         # the visibility API server (on by default) needs an APIService and certificates of its own
         "featureGates": {"VisibilityOnDemand": False},
     }
@@ -90,8 +113,10 @@ def crds(data_dir: Path, url: str, ca: bytes) -> list[dict]:
     return out
 
 
-def webhook_configurations(data_dir: Path, url: str, ca: bytes) -> list[dict]:
-    """Kueue's Mutating/ValidatingWebhookConfigurations, pointed at ``url`` (the webhooks of ``WEBHOOK_RESOURCES``)."""
+def webhook_configurations(
+    data_dir: Path, url: str, ca: bytes, resources: set[tuple[str, str]] = WEBHOOK_RESOURCES
+) -> list[dict]:
+    """Kueue's Mutating/ValidatingWebhookConfigurations, pointed at ``url`` (the webhooks of ``resources``)."""
     out = []
     for doc in yaml.safe_load_all((data_dir / "webhook-manifests.yaml").read_text()):
         if not doc:
@@ -102,7 +127,7 @@ def webhook_configurations(data_dir: Path, url: str, ca: bytes) -> list[dict]:
         for hook in doc.get("webhooks") or []:
             rules = hook.get("rules") or []
             if not any(
-                (g, r) in WEBHOOK_RESOURCES or (g, "*") in WEBHOOK_RESOURCES
+                (g, r) in resources or (g, "*") in resources
                 for rule in rules
                 for g in rule.get("apiGroups", [])
                 for r in rule.get("resources", [])

@@ -91,8 +91,8 @@ class JobMonitor:
 
     def __post_init__(self, log_state: dict | None) -> None:
         self.logs = LogState.from_dict(log_state)
-        self.queue = QueueTracker(self.name, self.timeouts.queue_timeout)
         self.job_kind = kind_or_default(getattr(self.hook, "api_version", None))
+        self.queue = QueueTracker.of_kind(self.job_kind, self.name, self.timeouts.queue_timeout)
         if self.emit_marked is None:
             self.emit_marked = lambda message, _mark: self.emit(message)
 

@@ -1,4 +1,5 @@
-"""What the task log says about an MPIJob waiting in a Kueue queue, and when the wait gives up on it (pure).
+"""What the task log says about a job (an MPIJob, a TrainJob) waiting in a Kueue queue, and when the wait gives up on
+it (pure). The lines name the job's kind and its controller (``QueueTracker.kind``, ``controller``).
 
 Kueue's webhook stores a job that has the ``kueue.x-k8s.io/queue-name`` label suspended; the mpi-operator then
 reports it Created and Suspended and makes no pods, until Kueue admits its Workload (``status.admission``: the
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_mpi.hooks.answers import parse_api_time
+from airflow_mpi.jobspec.kinds import JobKind
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
-from airflow_mpi.jobspec.vocabulary import JobCondition
+from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND, JobCondition
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.progress import Verdict
 
@@ -63,6 +65,9 @@ class QueueTracker:
 
     name: str
     queue_timeout: float | None = None
+    kind: str = MPIJOB_KIND  # the job's kind, and the controller that stops its pods on an eviction
+    controller: str = "mpi-operator"
+    suspend_field: str = "runPolicy.suspend"  # where the job says it is suspended (the kind's field)
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
     evictions: int = 0
     queued_before: float = 0.0  # seconds of the stretches in the queue that an admission ended
@@ -73,6 +78,18 @@ class QueueTracker:
     _requeued: bool = field(default=False, init=False)  # an eviction was reported since the last admission
     _evicted_messages: set = field(default_factory=set, init=False)
     _suspended_said: bool = field(default=False, init=False)
+
+    @classmethod
+    def of_kind(cls, kind: JobKind, name: str, queue_timeout: float | None = None) -> QueueTracker:
+        """A tracker whose lines name ``kind``, its controller and its suspend field."""
+        suspend = (kind.field_paths or {}).get("run_policy.suspend")
+        return cls(
+            name,
+            queue_timeout,
+            kind=kind.kind,
+            controller=kind.controller,
+            suspend_field=".".join(suspend) if suspend else cls.suspend_field,
+        )
 
     def observe(
         self, job: dict, workload: dict | None, now: datetime, *, visible: bool = True
@@ -86,7 +103,8 @@ class QueueTracker:
             if suspended and not self._suspended_said:
                 self._suspended_said = True
                 return [
-                    f"MPIJob {self.name} is suspended (runPolicy.suspend is true): waiting until it is resumed"
+                    f"{self.kind} {self.name} is suspended ({self.suspend_field} is true): waiting until it is "
+                    "resumed"
                 ], None
             return [], None
         lines = self._eviction(workload)
@@ -127,7 +145,7 @@ class QueueTracker:
         self._said, self._requeued = None, True
         reason = evicted.get("reason") if _true(evicted) else "Evicted"
         return [
-            f"MPIJob {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the mpi-operator "
+            f"{self.kind} {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the {self.controller} "
             "stops its launcher and workers, and the program starts over once Kueue admits the job again"
         ]
 
@@ -151,7 +169,7 @@ class QueueTracker:
         if (local_queue, why) == self._said:
             return []
         self._said = (local_queue, why)
-        return [f"MPIJob {self.name} is queued by Kueue in LocalQueue {local_queue}: {why}"]
+        return [f"{self.kind} {self.name} is queued by Kueue in LocalQueue {local_queue}: {why}"]
 
     def _admission(self, job: dict, workload: dict | None, now: datetime) -> list[str]:
         reserved = _condition(workload, "QuotaReserved")
@@ -167,10 +185,10 @@ class QueueTracker:
         self.queued_before += stretch
         queued = f" after {_seconds(stretch)} in the queue" if since else ""
         if workload is None:
-            return [f"MPIJob {self.name} was admitted (resumed){queued}"]
+            return [f"{self.kind} {self.name} was admitted (resumed){queued}"]
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
         return [
-            f"MPIJob {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
+            f"{self.kind} {self.name} was admitted by Kueue: ClusterQueue {cluster_queue}, flavor "
             f"{flavors(workload)}{queued}"
         ]
 
@@ -185,7 +203,7 @@ class QueueTracker:
             return None
         why = (self._said or (None, "not admitted"))[1]
         message = (
-            f"MPIJob {self.name} was not admitted by Kueue within "
+            f"{self.kind} {self.name} was not admitted by Kueue within "
             f"queue_timeout={self.queue_timeout:g}s (LocalQueue {local_queue}: {why}); it is deleted"
         )
         return Verdict(Outcome.QUEUE_TIMEOUT, message)

@@ -121,6 +121,11 @@ class Controller:
     def after_ready(self, timeout: float) -> None:
         """After each start, once ready (e.g. objects made through its webhooks). Default: nothing."""
 
+    def controllers_added(self, added: tuple[str, ...], timeout: float) -> None:
+        """The running cluster runs the controllers ``added`` too from now on (``LocalCluster.add_controllers``),
+        started and ready: what this one, already running, changes for them (e.g. Kueue's integrations). Default:
+        nothing."""
+
     # ------------------------------------------------------------------ what every controller gets
     def pid(self) -> int | None:
         """The pid of its restart loop (None: not running)."""

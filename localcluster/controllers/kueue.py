@@ -82,11 +82,7 @@ class Kueue(Controller):
         with contextlib.suppress(client.exceptions.ApiException):
             client.CoreV1Api(api).create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
         install_crds(api, _kueue.crds(data_dir, url, ca), timeout, "Kueue CRDs")
-        config = self.work_dir / "config.yaml"
-        settings = _kueue.configuration(
-            webhook_port=webhook_port, health_port=health_port, cert_dir=self.cert_dir
-        )
-        config.write_text(yaml.safe_dump(settings))
+        config = self._configure(webhook_port, health_port)
         self.save(
             {
                 "binary": str(data_dir / "kueue"),
@@ -95,8 +91,21 @@ class Kueue(Controller):
                 "health": f"http://127.0.0.1:{health_port}",
                 "log": str(self.log_path),
                 "installed": False,
+                "frameworks": list(_kueue.frameworks(self.cluster.controllers)),
             }
         )
+
+    def _configure(self, webhook_port: int, health_port: int) -> Path:
+        """Its configuration file, with the integrations of the cluster's controllers (``kueue.frameworks``)."""
+        config = self.work_dir / "config.yaml"
+        settings = _kueue.configuration(
+            webhook_port=webhook_port,
+            health_port=health_port,
+            cert_dir=self.cert_dir,
+            integrations=_kueue.frameworks(self.cluster.controllers),
+        )
+        config.write_text(yaml.safe_dump(settings))
+        return config
 
     def launch(self, timeout: float) -> Launch:
         record = self.record()
@@ -119,20 +128,48 @@ class Kueue(Controller):
         """Kueue's ``/readyz``: its webhook server is listening."""
         return self.readyz()
 
-    def after_ready(self, timeout: float) -> None:
+    def _install_webhooks(self, record: dict, replace: bool = False) -> None:
+        """Its webhook configurations, for the integrations of the cluster's controllers (``replace``: over those
+        installed before)."""
         from kubernetes import client
 
+        ca = (self.cert_dir / "ca.crt").read_bytes()
+        adm = client.AdmissionregistrationV1Api(self.cluster.api_client())
+        resources = _kueue.webhook_resources(self.cluster.controllers)
+        for hooks in _kueue.webhook_configurations(
+            Path(record["binary"]).parent, record["webhook"], ca, resources
+        ):
+            mutating = hooks["kind"] == "MutatingWebhookConfiguration"
+            kind = "mutating" if mutating else "validating"
+            if replace:
+                name = hooks["metadata"]["name"]
+                current = getattr(adm, f"read_{kind}_webhook_configuration")(name)
+                hooks["metadata"]["resourceVersion"] = current.metadata.resource_version
+                getattr(adm, f"replace_{kind}_webhook_configuration")(name, hooks)
+            else:
+                getattr(adm, f"create_{kind}_webhook_configuration")(hooks)
+
+    def controllers_added(self, added: tuple[str, ...], timeout: float) -> None:
+        """Trainer joined the cluster: Kueue restarts with its TrainJob integration (it reads its integrations at
+        start), then its webhooks of TrainJobs are installed."""
+        record = self.record()
+        wanted = list(_kueue.frameworks(self.cluster.controllers))
+        if not record or record.get("frameworks", list(_kueue.FRAMEWORKS)) == wanted:
+            return
+        self.stop()
+        port = {key: int(record[key].rsplit(":", 1)[1]) for key in ("webhook", "health")}
+        self._configure(port["webhook"], port["health"])
+        self.start(timeout)
+        self._install_webhooks(record, replace=True)
+        self.save({**record, "frameworks": wanted})
+        self.cluster.info(f"Kueue: integrations {', '.join(wanted)}")
+
+    def after_ready(self, timeout: float) -> None:
         record = self.record()
         if record["installed"]:
             return
         api = self.cluster.api_client()
-        ca = (self.cert_dir / "ca.crt").read_bytes()
-        adm = client.AdmissionregistrationV1Api(api)
-        for hooks in _kueue.webhook_configurations(Path(record["binary"]).parent, record["webhook"], ca):
-            if hooks["kind"] == "MutatingWebhookConfiguration":
-                adm.create_mutating_webhook_configuration(hooks)
-            else:
-                adm.create_validating_webhook_configuration(hooks)
+        self._install_webhooks(record)
         # through Kueue's webhooks: proves the API server reaches them
         wait_until(
             lambda: _kueue.create_queues(api) or True,

@@ -143,3 +143,40 @@ def test_the_trainer_crd_refuses_every_mpi_implementation_but_open_mpi():
     runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "Intel"
     (error,) = validation_errors(_runtime_validator(), runtime)
     assert error.startswith("spec.mlPolicy.mpi.mpiImplementation: 'Intel' is not one of ['OpenMPI', '']")
+
+
+def test_kueue_gains_the_trainjob_integration_and_its_webhooks_only_beside_trainer(tmp_path):
+    from localcluster import kueue as lk
+
+    (tmp_path / "webhook-manifests.yaml").write_text(_data("kueue", "webhook-manifests.yaml").read_text())
+
+    def kept(controllers: tuple[str, ...]) -> set[tuple[str, str]]:
+        docs = lk.webhook_configurations(tmp_path, URL, b"ca", lk.webhook_resources(controllers))
+        return {
+            (d["kind"], r)
+            for d in docs
+            for h in d["webhooks"]
+            for rule in h["rules"]
+            for r in rule["resources"]
+        }
+
+    mpijob_only, with_trainer = (
+        kept(("mpi-operator", "kueue")),
+        kept(("mpi-operator", "kueue", "jobset", "trainer")),
+    )
+    assert lk.frameworks(("mpi-operator", "kueue")) == ("kubeflow.org/mpijob",)
+    assert lk.frameworks(("kueue", "jobset", "trainer")) == (
+        "kubeflow.org/mpijob",
+        "trainer.kubeflow.org/trainjob",
+    )
+    assert with_trainer - mpijob_only == {
+        ("MutatingWebhookConfiguration", "trainjobs"),
+        ("ValidatingWebhookConfiguration", "trainjobs"),
+    }
+    assert ("MutatingWebhookConfiguration", "mpijobs") in mpijob_only and not {r for _, r in mpijob_only} & {
+        "pods", "jobs", "jobsets", "trainjobs"
+    }  # fmt: skip
+    config = lk.configuration(
+        webhook_port=1, health_port=2, cert_dir=tmp_path, integrations=lk.frameworks(["trainer"])
+    )
+    assert config["integrations"]["frameworks"] == ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]

@@ -209,3 +209,12 @@ async def test_a_wait_for_running_ends_once_its_launcher_pod_runs():
     hook.launchers = [launcher_pod()]
     result = await asyncio.wait_for(wait, 10)
     assert (result.outcome, result.condition) == ("target", "Running")
+
+
+def test_its_kueue_lines_name_a_trainjob_its_suspend_field_and_the_trainer():
+    tracker = monitor(TrainJobHook(job_obj=RUNNING), []).queue
+    queued = {"metadata": {"name": "pi", "labels": {"kueue.x-k8s.io/queue-name": "q"}}, "status": {}}
+    queued["status"]["conditions"] = [{"type": "Suspended", "status": "True"}]
+    assert tracker.observe(queued, None, NOW)[0] == ["TrainJob pi is queued by Kueue in LocalQueue q: waiting for "
+                                                     "Kueue to admit it"]  # fmt: skip
+    assert (tracker.suspend_field, tracker.controller) == ("spec.suspend", "Kubeflow Trainer")
