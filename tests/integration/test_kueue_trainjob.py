@@ -5,8 +5,9 @@ queue, as the task log tells it (issue 35). Marked ``trainjob``.
 The cluster is the session's ``kueue_cluster`` with Trainer and JobSet added on first use
 (``kueue_trainjob_cluster``): Kueue, which reads its integrations at start, restarts with the TrainJob one and its
 TrainJob webhooks (localcluster/kueue.py): 16-20 s measured, on top of the Kueue cluster's start. The runtime
-``openmpi-mpiuser`` asks no resources: Kueue counts what a TrainJob's pods request, so these jobs ask it through ``resources_per_node``, which Trainer v2.3.0 (and Kueue's
-PodSets, built from the runtime as Trainer would) gives the launcher. 1500m cpu of the ClusterQueue's 2: one
+``openmpi-mpiuser`` asks no resources: Kueue counts what a TrainJob's pods request, so these jobs ask it through
+``resources_per_node``, which Trainer v2.3.0 (and Kueue's PodSets, built from the runtime as Trainer would) gives the
+launcher. 1500m cpu of the ClusterQueue's 2: one
 TrainJob at a time. kwok ends the launcher after 8 s (localcluster/behaviour.py).
 
 The task log's Kueue lines are checked against the Workloads (tests/integration/kueue_history.py), as for MPIJobs
