@@ -32,6 +32,7 @@ from typing import Any
 
 from airflow_mpi.hooks.errors import describe_error
 from airflow_mpi.hooks.requests import CORE_V1, CUSTOM_OBJECTS, Call, Steps, get_call
+from airflow_mpi.hooks.retries import refused_in_an_outage
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind, LauncherOwner
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,9 @@ def owned_object_call(namespace: str, between: LauncherOwner, job: str, job_kind
 
     def on_error(exc: BaseException) -> Any:
         status = getattr(exc, "status", None)
-        if status not in (403, 404):
+        # a 403 just after an outage is the restarted API server's, not the grants': refuting the object would stop
+        # following the launcher's pods for good, and their log would never reach the task (run M, 2026-11-28)
+        if status not in (403, 404) or refused_in_an_outage(exc):
             raise exc
         if status == 403:
             log.warning(

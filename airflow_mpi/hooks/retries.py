@@ -55,6 +55,12 @@ class _Recent:
         return cls.last is not None and time.monotonic() - cls.last < RECENT_FAILURE_WINDOW
 
 
+def refused_in_an_outage(err: BaseException) -> bool:
+    """A 401/403 within RECENT_FAILURE_WINDOW of a transient failure: a restarted API server refusing until its caches
+    synced, not a verdict on the grants (a caller that turns 403 into an answer re-raises it then)."""
+    return getattr(err, "status", None) in (401, 403) and _Recent.failing()
+
+
 def worth_retrying(err: BaseException, *, in_outage: bool) -> bool:
     """Transient, and 401/403 once the API was seen failing, by this call or, within RECENT_FAILURE_WINDOW, by any
     (else an answer): an API server coming back refuses non-admin identities until its authentication and RBAC

@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 from k8s_fakes import FakeResponse, api_error, controlled_by, mpijob, pod, pod_list
+from kubernetes.client.exceptions import ApiException
 from test_mpijob_hook import make_hook
 
 from airflow_mpi.hooks.ownership import Owner
@@ -126,6 +127,27 @@ def test_worker_tails_skip_a_pod_with_a_workers_labels_and_a_role_that_may_not_r
     with caplog.at_level(logging.WARNING):
         assert list(hook.launcher_log("job", "ns")) == []
     assert any("grant get on jobs.batch" in r.getMessage() for r in caplog.records)
+
+
+def test_a_403_of_the_launcher_job_just_after_an_outage_is_no_verdict(hook, caplog):
+    """A restarted API server refuses a least-privilege identity until its RBAC caches synced (run M: the launcher
+    Job's GET got 403 5 s after the outage, its pods were refuted and the launcher's log never reached the task). In
+    the outage's window the 403 is raised, for the caller's outage handling to ask again, and nothing is refuted."""
+    from airflow_mpi.hooks import retries
+
+    assert retries.worth_retrying(api_error(503), in_outage=False)  # the process saw the API fail just now
+    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
+        pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB)
+    )
+    hook.custom_object_client.get_namespaced_custom_object.side_effect = lambda **kw: (
+        _raise(api_error(403, reason="Forbidden"))
+        if kw["plural"] == "jobs"
+        else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}}
+    )
+    with caplog.at_level(logging.WARNING), pytest.raises(ApiException) as refused:
+        list(hook.launcher_log("job", "ns"))
+    assert refused.value.status == 403
+    assert not any("grant get on" in r.getMessage() for r in caplog.records)
 
 
 def _raise(exc: BaseException):
