@@ -116,14 +116,7 @@ def test_worker_tails_skip_a_pod_with_a_workers_labels_and_a_role_that_may_not_r
     assert hook.worker_log_tails("job", "ns", 5) == {"job-worker-0": ["bye"]}
     assert [p.metadata.name for p in hook._role_pods("job", "ns", WORKER)] == ["job-worker-0"]
 
-    hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
-        pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB)
-    )
-    hook.custom_object_client.get_namespaced_custom_object.side_effect = lambda **kw: (
-        _raise(api_error(403, reason="Forbidden"))
-        if kw["plural"] == "jobs"
-        else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}}
-    )
+    _launcher_job_refused(hook)
     with caplog.at_level(logging.WARNING):
         assert list(hook.launcher_log("job", "ns")) == []
     assert any("grant get on jobs.batch" in r.getMessage() for r in caplog.records)
@@ -136,6 +129,15 @@ def test_a_403_of_the_launcher_job_just_after_an_outage_is_no_verdict(hook, capl
     from airflow_mpi.hooks import retries
 
     assert retries.worth_retrying(api_error(503), in_outage=False)  # the process saw the API fail just now
+    _launcher_job_refused(hook)
+    with caplog.at_level(logging.WARNING), pytest.raises(ApiException) as refused:
+        list(hook.launcher_log("job", "ns"))
+    assert refused.value.status == 403
+    assert not any("grant get on" in r.getMessage() for r in caplog.records)
+
+
+def _launcher_job_refused(hook) -> None:
+    """A launcher pod controlled by the job's launcher Job, whose GET the API server answers 403."""
     hook.core_v1_client.list_namespaced_pod.return_value = pod_list(
         pod("job-launcher-a", "2026-11-22T10:00:00", owner=LAUNCHER_JOB)
     )
@@ -144,10 +146,6 @@ def test_a_403_of_the_launcher_job_just_after_an_outage_is_no_verdict(hook, capl
         if kw["plural"] == "jobs"
         else mpijob() | {"metadata": {"name": "job", "uid": "uid-job"}}
     )
-    with caplog.at_level(logging.WARNING), pytest.raises(ApiException) as refused:
-        list(hook.launcher_log("job", "ns"))
-    assert refused.value.status == 403
-    assert not any("grant get on" in r.getMessage() for r in caplog.records)
 
 
 def _raise(exc: BaseException):
