@@ -62,11 +62,10 @@ def _uid(obj: Any) -> str | None:
 class Owner:
     """The followed job (``uid`` None: not known yet) of ``job_kind``, and what is known of the objects between it
     and its pods (the kind's ``launcher_owner``, e.g. its launcher Job): the uids GETs showed lead to the job
-    (``launcher_job``, ``verified``), and the uids that pods named as their controller but do not."""
+    (``verified``), and the uids that pods named as their controller but do not."""
 
     name: str
     uid: str | None
-    launcher_job: str | None = None
     refuted: frozenset[str] = field(default_factory=frozenset)
     job_kind: JobKind = DEFAULT_KIND
     verified: frozenset[str] = field(default_factory=frozenset)
@@ -86,7 +85,7 @@ class Owner:
             return False
         if uid in self.refuted:
             return False
-        return True if uid == self.launcher_job or uid in self.verified else None
+        return True if uid in self.verified else None
 
     def unchecked(self, pods: Iterable[Any]) -> set[str]:
         """The Job uids that pods name as their controller and a GET of the launcher Job must check."""
@@ -98,7 +97,7 @@ class Owner:
         it, or an object found leading to it does (a TrainJob's JobSet, then its batch Jobs); the others are
         nobody's."""
         objects = [o for o in (found if isinstance(found, list) else [found]) if isinstance(o, dict)]
-        ours = set(self.verified) | ({self.launcher_job} if self.launcher_job else set())
+        ours = set(self.verified)
         parent = self.job_kind.owner_parent
         grown = True
         while grown:

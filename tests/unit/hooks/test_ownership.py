@@ -16,7 +16,7 @@ from airflow_mpi.hooks.ownership import Owner
 from airflow_mpi.jobspec.vocabulary import WORKER
 
 LAUNCHER_JOB = controlled_by("Job", "job-launcher", "uid-job-launcher")
-OWNER = Owner("job", "uid-job", launcher_job="uid-job-launcher")
+OWNER = Owner("job", "uid-job", verified=frozenset({"uid-job-launcher"}))
 
 
 def launcher_job(controller_uid: str | None = "uid-job", uid: str = "uid-job-launcher") -> dict:
