@@ -8,7 +8,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,13 +34,20 @@ def wait_until(
     what: str = "condition",
     check: Callable[[], None] | None = None,
     ignore: tuple[type[BaseException], ...] = (Exception,),
+    progress: Callable[[], float] | None = None,
+    backstop: float | None = None,
 ) -> T:
     """Poll ``probe`` until it returns something truthy; raise StackError after ``timeout`` seconds.
 
     ``check`` runs before each probe and may raise (e.g. "the service died") to stop early. Exceptions of the
     ``ignore`` types raised by the probe mean "not yet" (the last one is reported on timeout); others propagate.
+    ``progress``: a measure of the awaited work that grows while it is being done (the CPU seconds of the services
+    starting: :func:`group_cpu_seconds`); ``timeout`` then counts only the time in which it did not grow, within
+    ``backstop`` seconds in all: a starved machine slows a start down, only a stalled start times out.
     """
-    deadline = time.monotonic() + timeout
+    start = deadline = time.monotonic()
+    deadline += timeout
+    done = progress() if progress is not None else 0.0
     last_exc: Exception | None = None
     while True:
         if check is not None:
@@ -52,9 +59,20 @@ def wait_until(
             value = None
         if value:
             return value
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if progress is not None and (worked := progress()) > done:
+            done, deadline = worked, now + timeout
+        out_of_time = backstop is not None and now - start >= backstop
+        if now >= deadline or out_of_time:
             detail = f" (last error: {last_exc!r})" if last_exc else ""
-            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+            how = (
+                f"after {now - start:.0f}s"
+                if progress is None
+                else f"after {now - start:.0f}s, the last {min(timeout, now - start):.0f}s without progress"
+                if not out_of_time
+                else f"after {backstop:.0f}s in all"
+            )
+            raise StackError(f"timed out {how} waiting for {what}{detail}")
         time.sleep(interval)
 
 
@@ -284,6 +302,16 @@ def group_members(pgid: int) -> list[int]:
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and int(fields[2]) == pgid
     ]
+
+
+def group_cpu_seconds(groups: Collection[int]) -> float:
+    """The CPU seconds the live members of the process ``groups`` have used: what services that are starting have
+    done so far, whatever the machine's load."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and int(fields[2]) in groups:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def open_paths(pid: int) -> list[str]:

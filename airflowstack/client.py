@@ -267,4 +267,5 @@ def _event_text(item: Any) -> str:
 
 
 def _wait(probe, timeout: float, what: str, interval: float = 0.5):
-    return wait_until(probe, timeout=timeout, interval=interval, what=what, ignore=())
+    # a poll whose answer came too late (an API server starved on a loaded machine) is "not yet", not an error
+    return wait_until(probe, timeout=timeout, interval=interval, what=what, ignore=(httpx.TimeoutException,))

@@ -29,6 +29,7 @@ from airflowstack._proc import (
     StackError,
     descendant_titled,
     free_port,
+    group_cpu_seconds,
     group_members,
     open_paths,
     parent_pid,
@@ -39,6 +40,9 @@ from airflowstack.client import AirflowClient
 from airflowstack.postgres import Postgres
 
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+# seconds a start may take in all, however busy its services are: ``start_timeout`` is the time they may spend
+# without using any CPU (a cold machine's builds beside the tests starved an API server's start for 129 s)
+START_BACKSTOP = 900
 # the job a process of each heartbeating service records in the metadata database when it starts
 JOB_TYPES = {"scheduler": "SchedulerJob", "triggerer": "TriggererJob", "dag-processor": "DagProcessorJob"}
 # the log servers of a host's task processes and triggerer: a further process of a service needs ports of its own
@@ -246,6 +250,8 @@ class AirflowStack:
                 interval=0.5,
                 what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
                 check=self.check_alive,
+                progress=self._services_work,
+                backstop=START_BACKSTOP,
             )
         finally:
             probe_client.close()
@@ -319,6 +325,8 @@ class AirflowStack:
                 interval=0.5,
                 check=self.check_alive,
                 what=f"{name} to start (its {job_type or 'health'})",
+                progress=self._services_work,
+                backstop=START_BACKSTOP,
             )
         finally:
             probe_client.close()
@@ -371,6 +379,10 @@ class AirflowStack:
                 f"task instance {ti_id} has no supervisor process of its own (parent {supervisor})"
             )
         return supervisor
+
+    def _services_work(self) -> float:
+        """The CPU seconds the services' process groups have used: a start is progressing while this grows."""
+        return group_cpu_seconds({s.pid for s in self.services.values() if s.pid is not None})
 
     def check_alive(self) -> None:
         """Raise StackError (with the tail of its log) if a service has exited."""
