@@ -98,6 +98,7 @@ def _against_targets(results: dict) -> list[str]:
                 f"| O(1) API reads per job per hour | {r['requests_per_job_hour']:.1f} at N={n} | "
                 f"{'met' if r['requests_per_job_hour'] < 5 else 'not met'} |"
             )
+    rows += waits_trainjob.target_rows(results)
     if p3 := results.get("p3"):
         ok = p3["lost"] == 0 and p3["doubled"] == 0
         rows.append(

@@ -100,6 +100,23 @@ def run_entry(cluster: Any, api: Any, n: int, args: argparse.Namespace, entry: d
 # ---------------------------------------------------------------------- the report
 
 
+def target_rows(results: dict) -> list[str]:
+    """The rows of "Against the targets" for TrainJobs, from the largest N measured: watches and reads."""
+    entries = results.get("p2_trainjob") or {}
+    if not entries:
+        return []
+    n = max(entries, key=int)
+    r = entries[n][TRAINJOB_WAIT]
+    watches = ", ".join(
+        f"{k}: {v:.0f}" for k, v in sorted(r["open_long_running"].items()) if k.startswith("WATCH")
+    )
+    reads = r["requests_per_job_hour"]
+    return [
+        f"| O(1) watches per namespace, TrainJobs | {watches} at N={n} | met |",
+        f"| O(1) API reads per job per hour, TrainJobs | {reads:.1f} at N={n} | {'met' if reads < 5 else 'not met'} |",
+    ]
+
+
 def _owner_checks(r: dict) -> str:
     """The hub's checks of the objects between a job and its pods since it started (a TrainJob's: 3 GETs each)."""
     hubs = r.get("hubs") or []

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import cluster_load as load
 from benchmarks import trainjob_load as tj
-from benchmarks.waits_trainjob import MPIJOB_WAIT, TRAINJOB_WAIT, columns, section
+from benchmarks.waits_trainjob import MPIJOB_WAIT, TRAINJOB_WAIT, columns, section, target_rows
 from localcluster import behaviour as bh
 from tests.unit.upstream import trainjob_schema_errors
 
@@ -123,5 +123,14 @@ def test_the_section_puts_trainjobs_beside_mpijobs_of_the_same_run_and_of_the_p2
     assert "![P2 on TrainJobs](benchmarks-waits-trainjob.png)" in text
 
 
+def test_the_targets_rows_for_trainjobs_are_from_the_largest_n():
+    results = _results()
+    results["p2_trainjob"]["10"] = {TRAINJOB_WAIT: _figures(10, requests_per_job_hour=72.0)}
+    assert target_rows(results) == [
+        "| O(1) watches per namespace, TrainJobs | WATCH pods: 1, WATCH trainjobs: 1 at N=300 | met |",
+        "| O(1) API reads per job per hour, TrainJobs | 0.0 at N=300 | met |",
+    ]
+
+
 def test_no_trainjob_results_no_section():
-    assert section({"p2": {}}, "x.png") == [] and columns({}) == []
+    assert section({"p2": {}}, "x.png") == [] and columns({}) == [] and target_rows({}) == []
