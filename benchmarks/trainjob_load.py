@@ -94,7 +94,9 @@ def settled(
     deadline, last, since = time.time() + timeout, None, time.time()
     while True:
         listed = objects.list_namespaced_custom_object(*TRAINER, namespace, TRAINJOBS)["items"]
-        running = running_launchers(core.list_namespaced_pod(namespace, label_selector=LAUNCHER_SELECTOR).items)
+        running = running_launchers(
+            core.list_namespaced_pod(namespace, label_selector=LAUNCHER_SELECTOR).items
+        )
         seen = (sorted(j["metadata"]["resourceVersion"] for j in listed), running)
         if seen != last:
             last, since = seen, time.time()

@@ -464,9 +464,7 @@ def main() -> None:
     from localcluster.cluster import LocalCluster
 
     kueue, trainjob = args.kueue_queued is not None, args.kind == "trainjob"
-    name = args.cluster or (
-        "bench-waits-kueue" if kueue else "bench-trainjob" if trainjob else "bench-waits"
-    )
+    name = args.cluster or ("bench-waits-kueue" if kueue else "bench-trainjob" if trainjob else "bench-waits")
     nodes = {"nodes": args.nodes} if args.nodes else {}
     cluster = _running(name) or LocalCluster(name, "v2beta1", kueue=kueue, **nodes).start()
     if kueue and not cluster.kueue:

@@ -55,7 +55,9 @@ def p2_trainjob(cluster: Any, api: Any, n: int, window: float, settle: float, co
     from benchmarks.waits import measure
 
     load.ensure_namespace(api, NAMESPACE)
-    cluster.set_launcher_logs(NAMESPACE, [f"line {i}" for i in range(20)], containers=(tj.LAUNCHER_CONTAINER,))
+    cluster.set_launcher_logs(
+        NAMESPACE, [f"line {i}" for i in range(20)], containers=(tj.LAUNCHER_CONTAINER,)
+    )
     names = [f"p2-{i:04d}" for i in range(n)]
     start = time.time()
     tj.create(api, NAMESPACE, names)
@@ -68,7 +70,9 @@ def p2_trainjob(cluster: Any, api: Any, n: int, window: float, settle: float, co
         flush=True,
     )
     quiet = idle_window(api, control) if control else None
-    result = measure(cluster, api, "provider", NAMESPACE, names, True, window, settle, api_version=API_TRAINJOB)
+    result = measure(
+        cluster, api, "provider", NAMESPACE, names, True, window, settle, api_version=API_TRAINJOB
+    )
     result.update(
         {
             "running": running,
@@ -137,7 +141,10 @@ TRAINJOB_ROWS = (
         lambda r: f"{r['acknowledged']} / {r['running']} / {r['capacity']}" if "acknowledged" in r else "-",
     ),
     ("settled after the first create, s", lambda r: f"{r['settled_s']:.0f}" if "settled_s" in r else "-"),
-    ("the hub's owner-chain checks since it started (3 GETs each for a TrainJob, 1 for an MPIJob)", _owner_checks),
+    (
+        "the hub's owner-chain checks since it started (3 GETs each for a TrainJob, 1 for an MPIJob)",
+        _owner_checks,
+    ),
     ("namespace-scoped reads with no waiting process, before the waits (the controllers')", _control),
 )
 
@@ -154,7 +161,9 @@ def columns(results: dict) -> list[tuple[str, dict]]:
             out.append((f"MPIJob, N={n}, same cluster, right after ({same.get('running', n)} running)", same))
     largest = max(entries, key=int, default=None)
     if largest and (earlier := (results.get("p2") or {}).get(largest, {}).get(MPIJOB_WAIT)):
-        out.append((f"MPIJob, N={largest}, the P2 table above ({earlier.get('running', largest)} running)", earlier))
+        out.append(
+            (f"MPIJob, N={largest}, the P2 table above ({earlier.get('running', largest)} running)", earlier)
+        )
     return out
 
 
@@ -213,4 +222,6 @@ def plot(results: dict, png: Path) -> None:
     kinds = ((TRAINJOB_WAIT, "TrainJob"), (MPIJOB_WAIT, "MPIJob, same cluster, right after"))
     by_n = {n: {title: e[label] for label, title in kinds if label in e} for n, e in entries.items()}
     last = entries[max(entries, key=int)]["date"]
-    plot_by_n(by_n, f"N waits on TrainJobs and MPIJobs, nothing changing ({last}, shared 2-core machine)", png)
+    plot_by_n(
+        by_n, f"N waits on TrainJobs and MPIJobs, nothing changing ({last}, shared 2-core machine)", png
+    )

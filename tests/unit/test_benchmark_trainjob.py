@@ -17,7 +17,9 @@ from tests.unit.upstream import trainjob_schema_errors
 def test_a_benchmark_trainjob_keeps_only_its_launcher_running_through_one_runtime_patch():
     job = tj.trainjob("p2-0001")
     assert trainjob_schema_errors(job) == []  # nothing the API server would refuse or prune
-    assert job["spec"]["runtimeRef"] == {"name": "openmpi-mpiuser"} and job["spec"]["trainer"] == {"numNodes": 1}
+    assert job["spec"]["runtimeRef"] == {"name": "openmpi-mpiuser"} and job["spec"]["trainer"] == {
+        "numNodes": 1
+    }
     (patch,) = job["spec"]["runtimePatches"]
     assert patch["manager"] == "airflow-mpi.io/benchmark"
     (launcher,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
@@ -60,7 +62,9 @@ def test_a_larger_ns_jobs_are_refused_and_counters_that_grew_are_the_delta():
     load.refuse_larger("ns", [{"metadata": {"name": "a"}}], ["a", "b"])
     with pytest.raises(RuntimeError, match="holds 1 jobs of a larger N"):
         load.refuse_larger("ns", [{"metadata": {"name": "c"}}], ["a"])
-    assert load.delta({"GET pods": 2.0, "WATCH pods": 1.0}, {"GET pods": 5.0, "WATCH pods": 1.0, "LIST x": 1.0}) == {
+    assert load.delta(
+        {"GET pods": 2.0, "WATCH pods": 1.0}, {"GET pods": 5.0, "WATCH pods": 1.0, "LIST x": 1.0}
+    ) == {
         "GET pods": 3.0,
         "LIST x": 1.0,
     }
@@ -117,7 +121,9 @@ def test_the_section_puts_trainjobs_beside_mpijobs_of_the_same_run_and_of_the_p2
     assert text.startswith("## P2 on TrainJobs")
     assert "| CPU s / min (the waiting process) | 0.80 | 0.80 | 0.80 |" in text
     assert "| reads in the window by verb | none | GET mpijobs: 1 | none |" in text
-    assert "| TrainJobs acknowledged / launchers running / fit on the nodes | 300 / 300 / 660 | - | - |" in text
+    assert (
+        "| TrainJobs acknowledged / launchers running / fit on the nodes | 300 / 300 / 660 | - | - |" in text
+    )
     assert "(3 GETs each for a TrainJob, 1 for an MPIJob) | 600 | - | - |" in text
     assert "none in 30 s" in text and "12 simulated nodes" in text and "- a note" in text
     assert "![P2 on TrainJobs](benchmarks-waits-trainjob.png)" in text
