@@ -92,12 +92,7 @@ def create(
         if side == "provider"
         else client.BatchV1Api(api).list_namespaced_job(namespace).to_dict()
     )
-    extra = {(j.get("metadata") or {}).get("name") for j in listed.get("items") or []} - set(names)
-    if extra:
-        raise RuntimeError(
-            f"namespace {namespace} holds {len(extra)} jobs of a larger N: delete it first "
-            f"(kubectl delete namespace {namespace}) or run the sizes in increasing order"
-        )
+    refuse_larger(namespace, listed.get("items") or [], names)
     for name in names:
         try:
             if side == "provider":
@@ -115,6 +110,22 @@ def create(
         except client.exceptions.ApiException as err:
             if err.status != 409:
                 raise
+
+
+def refuse_larger(namespace: str, listed: list[dict], names: list[str]) -> None:
+    """Raise when ``namespace`` holds jobs beyond ``names`` (a larger N run before): the waits' hub would watch and
+    cache them too, and the figures would not be N's."""
+    extra = {(j.get("metadata") or {}).get("name") for j in listed} - set(names)
+    if extra:
+        raise RuntimeError(
+            f"namespace {namespace} holds {len(extra)} jobs of a larger N: delete it first "
+            f"(kubectl delete namespace {namespace}) or run the sizes in increasing order"
+        )
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The counters of ``request_counts`` that grew from ``before`` to ``after``, by how much."""
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 0}
 
 
 @dataclass(frozen=True)

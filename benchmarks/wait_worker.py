@@ -6,7 +6,7 @@ every wait runs, ``{"event": name, "t": ..., "status": ...}`` per finished wait,
 and as taken; P3 line counts; this provider's watch hubs: what they listed and watched).
 
     python -m benchmarks.wait_worker --side provider|peer --namespace NS --names a,b --kubeconfig K
-        --out FILE [--logs] [--seconds S] [--collect-lines]
+        --out FILE [--logs] [--seconds S] [--collect-lines] [--api-version trainer.kubeflow.org/v1alpha1]
 
 With ``BENCH_TRACEMALLOC=FILE`` in the environment, the Python allocations alive at the end of the window
 (where the steady state's memory goes) are written to FILE, largest first.
@@ -40,6 +40,7 @@ def provider_wait(args, name: str, collected: Counter | None):
         namespace=args.namespace,
         kubernetes_conn_id=None,
         connection={"config_file": args.kubeconfig},
+        **({"api_version": args.api_version} if args.api_version else {}),
         submitted_at=datetime.now(UTC).isoformat(),
         options=WaitOptions(
             get_logs=args.logs, startup_timeout=None, schedule_timeout=None, poll_interval=10.0
@@ -188,6 +189,9 @@ if __name__ == "__main__":
     parser.add_argument("--logs", action="store_true")
     parser.add_argument("--seconds", type=float, default=600.0, help="stop waiting after this long")
     parser.add_argument("--collect-lines", action="store_true")
+    parser.add_argument(
+        "--api-version", help="provider: the jobs' kind's (default the MPIJob's, kubeflow.org/v2beta1)"
+    )
     parser.add_argument("--out", required=True)
     arguments = parser.parse_args()
     _OUT.append(open(arguments.out, "a", buffering=1))  # noqa: SIM115 (written until the process ends)

@@ -18,6 +18,11 @@ logs followed) and Q stay queued (suspended, their Workloads QuotaReserved=False
 hub's own lists and watches and the task log's queued / admitted lines. Plain P2 of this provider at the same N
 follows on the same cluster (``--no-baseline``: not). Typical: ``--n 300 --kueue-queued 280 --skip p1,p3``.
 
+``--kind trainjob`` makes P2 "P2 on TrainJobs" (benchmarks/waits_trainjob.py: a cluster with Kubeflow Trainer and
+JobSet, by default ``bench-trainjob``): the same figures for waits on TrainJobs, each N followed by plain P2 of this
+provider on MPIJobs on the same cluster (``--no-baseline``: not). Typical: ``--kind trainjob --n 10,100,300 --skip
+p1,p3 --settle 30 --nodes 12`` (``--nodes``: simulated nodes of a cluster this starts; both kinds' pods must fit).
+
 ``--real-node NAME`` instead measures P1 on a real node (benchmarks/p1_real.py: real containers, a real kubelet
 serving the launcher's log), merged into ``--previous``'s results.
 
@@ -62,6 +67,7 @@ class Worker:
         seconds: float,
         collect_lines: bool = False,
         log: Path | None = None,
+        api_version: str | None = None,
     ) -> None:
         self.out = Path(tempfile.mkstemp(prefix="bench-waits-", suffix=".jsonl")[1])
         cmd = (
@@ -84,6 +90,7 @@ class Worker:
             ]
             + (["--logs"] if logs else [])
             + (["--collect-lines"] if collect_lines else [])
+            + (["--api-version", api_version] if api_version else [])
         )
         # KUBECONFIG too: the peer's async hook reads the default kubeconfig when its connection is not set
         env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": kubeconfig}
@@ -214,8 +221,10 @@ def measure(
     window: float,
     settle: float,
     worker_log: Path | None = None,
+    api_version: str | None = None,
 ) -> dict:
-    """P2's figures: ``names`` waited on in one process, over ``window`` seconds once ``settle`` seconds passed."""
+    """P2's figures: ``names`` waited on in one process, over ``window`` seconds once ``settle`` seconds passed;
+    ``api_version``: the jobs' kind's (default: MPIJobs v2beta1)."""
     # the worker stops by itself after the window (and a margin: its watches must still be open when sampled)
     worker = Worker(
         side,
@@ -225,6 +234,7 @@ def measure(
         logs=logs,
         seconds=settle + window + 15,
         log=worker_log,
+        api_version=api_version,
     )
     worker.wait_for("started")
     time.sleep(settle)  # startup (one GET per wait, the hub's lists) is not the steady state
@@ -234,7 +244,7 @@ def measure(
     open_requests = load.long_running(api)
     tcp_end = worker.connections()
     end = worker.finish()
-    requests = {k: req1.get(k, 0) - req0.get(k, 0) for k in req1 if req1.get(k, 0) - req0.get(k, 0) > 0}
+    requests = load.delta(req0, req1)
     return {
         "cpu_per_min": (cpu1 - cpu0) * 60 / window,
         "peak_rss_mib": worker.peak_rss / 2**20,
@@ -423,7 +433,21 @@ def main() -> None:
     parser.add_argument(
         "--no-baseline",
         action="store_true",
-        help="with --kueue-queued: not followed by plain P2 (provider) at each N on the same cluster",
+        help="with --kueue-queued or --kind trainjob: not followed by plain P2 (provider) at each N on the same "
+        "cluster",
+    )
+    parser.add_argument(
+        "--kind",
+        choices=("mpijob", "trainjob"),
+        default="mpijob",
+        help="P2's jobs: MPIJobs, or TrainJobs of Kubeflow Trainer (benchmarks/waits_trainjob.py)",
+    )
+    parser.add_argument("--nodes", type=int, help="simulated nodes of a cluster this starts (default 4)")
+    parser.add_argument(
+        "--control",
+        type=float,
+        default=30.0,
+        help="--kind trainjob: seconds with no waiting process on the settled jobs, before the waits (0: none)",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p1,p2,p3")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
@@ -439,24 +463,26 @@ def main() -> None:
         return _real_node(args)
     from localcluster.cluster import LocalCluster
 
-    kueue = args.kueue_queued is not None
-    name = args.cluster or ("bench-waits-kueue" if kueue else "bench-waits")
-    cluster = _running(name) or LocalCluster(name, "v2beta1", kueue=kueue).start()
+    kueue, trainjob = args.kueue_queued is not None, args.kind == "trainjob"
+    name = args.cluster or ("bench-waits-kueue" if kueue else "bench-trainjob" if trainjob else "bench-waits")
+    nodes = {"nodes": args.nodes} if args.nodes else {}
+    cluster = _running(name) or LocalCluster(name, "v2beta1", kueue=kueue, **nodes).start()
     if kueue and not cluster.kueue:
         sys.exit(
             f"--kueue-queued: the running cluster {name!r} has no Kueue (python -m localcluster down {name})"
         )
+    if trainjob and "p2" not in args.skip.split(","):
+        from benchmarks.waits_trainjob import ensure_trainer
+
+        ensure_trainer(cluster)
     api = cluster.api_client()
     skip = set(filter(None, args.skip.split(",")))
     parts = [p for p in ("p1", "p3", "p2") if p not in skip]
     results = json.loads(Path(args.previous).read_text()) if args.previous else {}
+    which = f"under Kueue, {args.kueue_queued} queued" if kueue else "TrainJobs" if trainjob else args.sides
     results.setdefault("runs", []).append(
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {', '.join(parts)}"
-        + (
-            f" (N={args.n}, {f'under Kueue, {args.kueue_queued} queued' if kueue else args.sides})"
-            if "p2" in parts
-            else ""
-        )
+        + (f" (N={args.n}, {which})" if "p2" in parts else "")
     )
     results.update(
         {
@@ -473,6 +499,15 @@ def main() -> None:
     if "p2" not in skip and kueue:
         results.setdefault("p2_kueue", {}).update(
             {str(n): _under_kueue(cluster, api, n, args, results) for n in map(int, args.n.split(","))}
+        )
+    elif "p2" not in skip and trainjob:
+        from benchmarks.waits_trainjob import run_entry
+
+        results.setdefault("p2_trainjob", {}).update(
+            {
+                str(n): run_entry(cluster, api, n, args, _run_entry(results, args))
+                for n in map(int, args.n.split(","))
+            }
         )
     elif "p2" not in skip:
         results.setdefault("p2", {}).update(
@@ -491,6 +526,18 @@ def _under_kueue(cluster, api, n: int, args: argparse.Namespace, results: dict) 
     """P2 under Kueue at ``n``, then (unless --no-baseline) plain P2 of this provider at ``n`` on the same cluster,
     back to back; both namespaces are deleted after (the baseline's pods fill the simulated nodes)."""
     entry = {
+        **_run_entry(results, args),
+        KUEUE: p2_kueue(cluster, api, n, args.kueue_queued, args.window, args.settle),
+    }
+    if not args.no_baseline:
+        entry.update(p2(cluster, api, n, args.window, args.settle, ("provider",)))
+        delete_namespace(api, "bench-p2-provider", wait=300)
+    return entry
+
+
+def _run_entry(results: dict, args: argparse.Namespace) -> dict:
+    """When, where and how a section's run was made (the section reports it beside its figures)."""
+    return {
         "date": results["date"],
         "commit": _commit(),
         "machine": results["machine"],
@@ -498,12 +545,7 @@ def _under_kueue(cluster, api, n: int, args: argparse.Namespace, results: dict) 
         "window": args.window,
         "settle": args.settle,
         "command": _command(),
-        KUEUE: p2_kueue(cluster, api, n, args.kueue_queued, args.window, args.settle),
     }
-    if not args.no_baseline:
-        entry.update(p2(cluster, api, n, args.window, args.settle, ("provider",)))
-        delete_namespace(api, "bench-p2-provider", wait=300)
-    return entry
 
 
 def _real_node(args: argparse.Namespace) -> None:

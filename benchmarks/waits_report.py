@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks import waits_trainjob
+
 PROVIDER = "provider, logs on"
 TARGETS = (
     "Targets (issue 11): P1 <= 1 s p95 with logs on; 1,000 waits <= 300 MiB RSS, <= 5 % of a core "
@@ -24,12 +26,18 @@ def _ratio(a: float, b: float) -> str:
 
 
 def plot(results: dict, png: Path) -> None:
+    title = f"N waits, nothing changing ({results['date']}, shared 2-core machine)"
+    plot_by_n(results.get("p2", {}), title, png)
+
+
+def plot_by_n(by_n: dict[str, dict[str, dict]], title: str, png: Path) -> None:
+    """CPU, peak RSS and reads per job and hour against N (``by_n``'s keys), a line per wait (their labels)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    p2 = {int(n): r for n, r in results.get("p2", {}).items()}
+    p2 = {int(n): r for n, r in by_n.items()}
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     ns = sorted(p2)
     labels = list(
@@ -40,12 +48,12 @@ def plot(results: dict, png: Path) -> None:
         axes[0].plot(xs, [p2[n][label]["cpu_per_min"] for n in xs], marker="o", label=label)
         axes[1].plot(xs, [p2[n][label]["peak_rss_mib"] for n in xs], marker="o", label=label)
         axes[2].plot(xs, [p2[n][label]["requests_per_job_hour"] for n in xs], marker="o", label=label)
-    for ax, title in zip(axes, ("CPU s per minute", "peak RSS (MiB)", "API reads per job per hour")):
+    for ax, axis in zip(axes, ("CPU s per minute", "peak RSS (MiB)", "API reads per job per hour")):
         ax.set_xlabel("concurrent waits in one process")
-        ax.set_title(title)
+        ax.set_title(axis)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"N waits, nothing changing ({results['date']}, shared 2-core machine)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -90,6 +98,7 @@ def _against_targets(results: dict) -> list[str]:
                 f"| O(1) API reads per job per hour | {r['requests_per_job_hour']:.1f} at N={n} | "
                 f"{'met' if r['requests_per_job_hour'] < 5 else 'not met'} |"
             )
+    rows += waits_trainjob.target_rows(results)
     if p3 := results.get("p3"):
         ok = p3["lost"] == 0 and p3["doubled"] == 0
         rows.append(
@@ -329,6 +338,7 @@ def _hand_written(out: Path, generated: list[str]) -> list[str]:
 
 def write_report(results: dict, out: Path) -> None:
     png = out.with_name(out.stem + "-waits.png")
+    tj_png = out.with_name(out.stem + "-waits-trainjob.png")
     if "p2" in results:
         results["p2"] = {n: results["p2"][n] for n in sorted(results["p2"], key=int)}
     lines = [
@@ -395,6 +405,7 @@ def write_report(results: dict, out: Path) -> None:
                     f"{_ratio(a['requests_per_job_hour'], b['requests_per_job_hour'])} | | | |"
                 )
         lines += ["", f"![P2]({png.name})", ""]
+    lines += waits_trainjob.section(results, tj_png.name)  # TrainJobs beside MPIJobs (issue 35)
     if "p3" in results:
         r = results["p3"]
         lines += [
@@ -411,6 +422,7 @@ def write_report(results: dict, out: Path) -> None:
     out.write_text("\n".join(lines).rstrip("\n") + "\n")
     if "p2" in results:
         plot(results, png)
+    waits_trainjob.plot(results, tj_png)
 
 
 if __name__ == "__main__":
