@@ -1,10 +1,12 @@
-"""What the task log says of a job in a Kueue queue (wait/queueing.py), from MPIJob and Workload objects shaped as
-mpi-operator v0.8.2 and Kueue v0.17.0 write them (tests/integration/test_kueue_operator.py checks them for real)."""
+"""What the task log says of a job in a Kueue queue (wait/queueing.py), from MPIJob (and TrainJob) and Workload
+objects shaped as mpi-operator v0.8.2 (Trainer v2.3.0) and Kueue v0.17.0 write them
+(tests/integration/test_kueue_operator.py checks them for real)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from airflow_mpi.jobspec.kinds.trainjob import TRAINJOB
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.queueing import QueueTracker, flavors
 
@@ -120,6 +122,34 @@ def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed
     assert lines == [
         "MPIJob job was admitted by Kueue: ClusterQueue cluster-queue, flavor default-flavor after 30s "
         "in the queue"
+    ]
+    assert tracker.evictions == 1
+
+
+def test_a_trainjobs_eviction_says_the_trainer_suspends_its_jobset_whose_jobs_delete_its_pods():
+    """Trainer v2.3.0 stops no pod itself, and a TrainJob has node pods, not workers (jobspec/kinds/trainjob.py;
+    tests/integration/test_kueue_trainjob.py sees it happen)."""
+    tracker = QueueTracker.of_kind(TRAINJOB, "pi")
+
+    def trainjob(suspended: bool) -> dict:  # its status: no Created condition (the Trainer writes none)
+        conditions = [{"type": "Suspended", "status": "True" if suspended else "False"}]
+        labels = {"kueue.x-k8s.io/queue-name": "user-queue"}
+        return {
+            "metadata": {"name": "pi", "labels": labels, "creationTimestamp": stamp(0)},
+            "status": {"conditions": conditions},
+        }
+
+    tracker.observe(trainjob(False), admitted_wl(5), at(6))
+    evicted = workload(
+        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
+        ("Evicted", "True", "Preempted", PREEMPTED, 100),
+    )
+    lines, _ = tracker.observe(trainjob(True), evicted, at(101))
+    assert lines == [
+        f"TrainJob pi was evicted by Kueue (Preempted: {PREEMPTED}); the Kubeflow Trainer suspends its JobSet, "
+        "whose Jobs delete the launcher and node pods, and the program starts over once Kueue admits the job "
+        "again",
+        "TrainJob pi is queued by Kueue in LocalQueue user-queue: waiting to be admitted again",
     ]
     assert tracker.evictions == 1
 
