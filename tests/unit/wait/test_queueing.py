@@ -58,6 +58,10 @@ ONE_FLAVOR = {
     "worker": {"cpu": "default-flavor", "memory": "default-flavor"},
 }
 PENDING_WL = workload(("QuotaReserved", "False", "Pending", PENDING, 1))
+EVICTED_WL = workload(  # preempted 100 s after the job's creation
+    ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
+    ("Evicted", "True", "Preempted", PREEMPTED, 100),
+)
 
 
 def admitted_wl(seconds: float, *extra: tuple) -> dict:
@@ -105,10 +109,7 @@ def test_queue_timeout_counts_from_the_job_creation_and_only_while_queued():
 def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed_from_it():
     tracker = QueueTracker("job", queue_timeout=60)
     tracker.observe(mpijob(False), admitted_wl(5), at(6))
-    evicted = workload(
-        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-        ("Evicted", "True", "Preempted", PREEMPTED, 100),
-    )
+    evicted = EVICTED_WL
     lines, verdict = tracker.observe(mpijob(True), evicted, at(101))
     assert lines == [
         f"MPIJob job was evicted by Kueue (Preempted: {PREEMPTED}); the mpi-operator stops its launcher "
@@ -140,10 +141,7 @@ def test_a_trainjobs_eviction_says_the_trainer_suspends_its_jobset_whose_jobs_de
         }
 
     tracker.observe(trainjob(False), admitted_wl(5), at(6))
-    evicted = workload(
-        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-        ("Evicted", "True", "Preempted", PREEMPTED, 100),
-    )
+    evicted = EVICTED_WL
     lines, _ = tracker.observe(trainjob(True), evicted, at(101))
     assert lines == [
         f"TrainJob pi was evicted by Kueue (Preempted: {PREEMPTED}); the Kubeflow Trainer suspends its JobSet, "
@@ -160,10 +158,7 @@ def test_the_time_queued_adds_every_stretch_in_the_queue_the_current_one_until_n
     assert tracker.seconds_queued(at(40)) == 40  # queued since the job's creation, still queued
     tracker.observe(mpijob(False), admitted_wl(75), at(76))
     assert tracker.seconds_queued(at(500)) == 75  # admitted: the running time is not queueing
-    evicted = workload(
-        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-        ("Evicted", "True", "Preempted", PREEMPTED, 100),
-    )
+    evicted = EVICTED_WL
     tracker.observe(mpijob(True), evicted, at(101))
     readmitted = admitted_wl(130, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 130))
     tracker.observe(mpijob(False), readmitted, at(131))
