@@ -69,7 +69,9 @@ class QueueTracker:
     kind: str = MPIJOB_KIND  # the job's kind, and the controller that stops its pods on an eviction (of_kind)
     controller: str = "mpi-operator"
     suspend_field: str = "runPolicy.suspend"  # where the job says it is suspended (the kind's field)
-    on_suspend: str = DEFAULT_KIND.on_suspend  # what the controller does to the pods of a job evicted while it runs
+    on_suspend: str = (
+        DEFAULT_KIND.on_suspend
+    )  # what the controller does to the pods of a job evicted while it runs
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
     evictions: int = 0
     queued_before: float = 0.0  # seconds of the stretches in the queue that an admission ended

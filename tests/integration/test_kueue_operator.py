@@ -140,7 +140,9 @@ def run_trigger(trigger: MPIJobTrigger) -> dict:
     return asyncio.run(first_event())
 
 
-def run_until_first_attempt_logged(trigger: MPIJobTrigger, recorder: Recorder) -> tuple[threading.Thread, dict]:
+def run_until_first_attempt_logged(
+    trigger: MPIJobTrigger, recorder: Recorder
+) -> tuple[threading.Thread, dict]:
     """``trigger`` run in a thread, its event into the dict returned, once its first launcher attempt is in the task
     log (``recorder``): a job preempted only then. A launcher deleted before the trigger read it leaves nothing to
     read (a real kubelet deletes its log too); seen when a loaded CI machine streamed late."""

@@ -134,7 +134,9 @@ def test_a_preempted_trainjob_is_reported_readmitted_and_its_log_stays_exactly_o
     delete their pods (uncounted by backoffLimit); re-admitted, the JobSet resumes the node Job, then the launcher's
     once the nodes are Ready: a new launcher pod, the program from the start."""
     ns = tj_namespace
-    low = defer(queued_trainjob("low", ns, deferrable=True, workload_priority_class="low"))  # kwok: 8 s a launcher
+    low = defer(
+        queued_trainjob("low", ns, deferrable=True, workload_priority_class="low")
+    )  # kwok: 8 s a launcher
     waiter, result = run_until_first_attempt_logged(low, logs["low"])
     high = queued_trainjob("high", ns, workload_priority_class="high", base_manifest=launcher_runs("1s"))
     assert high.execute(ctx("high"))["condition"] == "Complete"
