@@ -4,7 +4,8 @@ it (pure). The lines name the job's kind and its controller (``QueueTracker.kind
 Kueue's webhook stores a job that has the ``kueue.x-k8s.io/queue-name`` label suspended; the mpi-operator then
 reports it Created and Suspended and makes no pods, until Kueue admits its Workload (``status.admission``: the
 ClusterQueue and the flavors) and resumes it. Kueue may later evict it (``Evicted``: preempted, its flavor gone, ...):
-the job is suspended again, the mpi-operator deletes its launcher and workers, and once re-admitted the program
+the job is suspended again, the mpi-operator deletes its launcher and workers (a TrainJob: the Trainer suspends its
+JobSet, whose Jobs delete the launcher and node pods; ``JobKind.on_suspend`` says it), and once re-admitted the program
 starts over (a launcher attempt that ``backoffLimit`` does not count).
 
 The startup and schedule timeouts never see that time: the job is Created while queued, and its pods only exist once
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_mpi.hooks.answers import parse_api_time
-from airflow_mpi.jobspec.kinds import JobKind
+from airflow_mpi.jobspec.kinds import DEFAULT_KIND, JobKind
 from airflow_mpi.jobspec.spec import KUEUE_QUEUE_LABEL
 from airflow_mpi.jobspec.vocabulary import MPIJOB_KIND, JobCondition
 from airflow_mpi.wait.contract import Outcome
@@ -65,9 +66,12 @@ class QueueTracker:
 
     name: str
     queue_timeout: float | None = None
-    kind: str = MPIJOB_KIND  # the job's kind, and the controller that stops its pods on an eviction
+    kind: str = MPIJOB_KIND  # the job's kind, and the controller that stops its pods on an eviction (of_kind)
     controller: str = "mpi-operator"
     suspend_field: str = "runPolicy.suspend"  # where the job says it is suspended (the kind's field)
+    on_suspend: str = (
+        DEFAULT_KIND.on_suspend
+    )  # what the controller does to the pods of a job evicted while it runs
     queued_since: datetime | None = None  # the start of the current stretch in the queue (None: not queued)
     evictions: int = 0
     queued_before: float = 0.0  # seconds of the stretches in the queue that an admission ended
@@ -89,6 +93,7 @@ class QueueTracker:
             kind=kind.kind,
             controller=kind.controller,
             suspend_field=".".join(suspend) if suspend else cls.suspend_field,
+            on_suspend=kind.on_suspend,
         )
 
     def observe(
@@ -146,7 +151,7 @@ class QueueTracker:
         reason = evicted.get("reason") if _true(evicted) else "Evicted"
         return [
             f"{self.kind} {self.name} was evicted by Kueue ({reason}: {message or 'no detail'}); the {self.controller} "
-            "stops its launcher and workers, and the program starts over once Kueue admits the job again"
+            f"{self.on_suspend}, and the program starts over once Kueue admits the job again"
         ]
 
     def _queued(self, job: dict, workload: dict | None, local_queue: str, visible: bool) -> list[str]:

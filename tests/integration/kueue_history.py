@@ -25,8 +25,8 @@ ADMITTED_LINE = re.compile(
     r"was admitted by Kueue: ClusterQueue (\S+), flavor (.+?)(?: after .+? in the queue)?$"
 )
 EVICTED_LINE = re.compile(
-    r"was evicted by Kueue \((\w+): (.*)\); the .+? stops"
-)  # the mpi-operator, Kubeflow Trainer
+    r"was evicted by Kueue \((\w+): (.*)\); the .+? (?:stops|suspends) .+?, and the program starts over"
+)  # the mpi-operator stops..., the Kubeflow Trainer suspends its JobSet...
 NOT_YET = "waiting for Kueue to admit it"  # the Workload has no QuotaReserved message (yet)
 AGAIN = "waiting to be admitted again"  # after an eviction, in place of its repeated message
 

@@ -140,6 +140,27 @@ def run_trigger(trigger: MPIJobTrigger) -> dict:
     return asyncio.run(first_event())
 
 
+def run_until_first_attempt_logged(
+    trigger: MPIJobTrigger, recorder: Recorder
+) -> tuple[threading.Thread, dict]:
+    """``trigger`` run in a thread, its event into the dict returned, once its first launcher attempt is in the task
+    log (``recorder``): a job preempted only then. A launcher deleted before the trigger read it leaves nothing to
+    read (a real kubelet deletes its log too); seen when a loaded CI machine streamed late."""
+    result: dict = {}
+    waiter = threading.Thread(target=lambda: result.update(run_trigger(trigger)))
+    waiter.start()
+    recorder.await_lines(lambda lines: lines.count(LINES[-1]) == 1, 60, "first attempt's last line")
+    return waiter, result
+
+
+def assert_evicted_once_then_readmitted(lines: list[str]) -> None:
+    """A preempted job's Kueue lines: evicted (Preempted) once, then queued again and admitted last."""
+    evicted = [ln for ln in lines if "was evicted by Kueue (Preempted:" in ln]
+    assert len(evicted) == 1, lines
+    after = lines[lines.index(evicted[0]) :]
+    assert any(QUEUED in ln for ln in after) and ADMITTED.search(after[-1]), lines
+
+
 def test_three_jobs_for_a_quota_of_two_queue_and_all_succeed(kueue_conn, kueue_namespace, workloads, logs):
     ns = kueue_namespace
     first, second = (defer(queued_op(t, ns, deferrable=True, run_duration="6s")) for t in ("first", "second"))
@@ -168,14 +189,9 @@ def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(
     ns = kueue_namespace
     jobs = Jobs(kueue_cluster.api_client(), ns)
     low = defer(queued_op("low", ns, deferrable=True, run_duration="8s", workload_priority_class="low"))
-    result: dict = {}
-    waiter = threading.Thread(target=lambda: result.update(run_trigger(low)))
-    waiter.start()
+    waiter, result = run_until_first_attempt_logged(low, logs["low"])
     jobs.uids[low.name] = low.uid
     jobs.running_pods(low.name)
-    # preempted only once its first attempt is in the task log: a launcher deleted before the trigger read it
-    # leaves nothing to read (a real kubelet deletes its log too); seen when a loaded CI machine streamed late
-    logs["low"].await_lines(lambda lines: lines.count(LINES[-1]) == 1, 60, "first attempt's last line")
     big = {"requests": {"cpu": "1", "memory": "256Mi"}}
     high = queued_op(
         "high",
@@ -191,11 +207,7 @@ def test_preempted_job_is_reported_readmitted_and_its_log_stays_exactly_once(
 
     assert result["status"] == "success", result
     assert result["evictions"] == 1 and result["launcher_attempts"] == 2
-    lines = kueue_lines(logs["low"])
-    evicted = [ln for ln in lines if "was evicted by Kueue (Preempted:" in ln]
-    assert len(evicted) == 1, lines
-    after = lines[lines.index(evicted[0]) :]
-    assert any(QUEUED in ln for ln in after) and ADMITTED.search(after[-1]), lines
+    assert_evicted_once_then_readmitted(kueue_lines(logs["low"]))
     # the program started over: each attempt's lines once, under its own header; the eviction added an attempt
     # that backoffLimit (0) does not count
     headers = logs["low"].headers()

@@ -1,6 +1,6 @@
 """TrainJobOperator under a real Kueue (v0.17.0, its TrainJob integration ``trainer.kubeflow.org/trainjob``) with
-Kubeflow Trainer v2.3.0 and JobSet v0.12.0, on simulated (kwok) nodes: queued, then admitted, and timed out in the
-queue, as the task log tells it (issue 35). Marked ``trainjob``.
+Kubeflow Trainer v2.3.0 and JobSet v0.12.0, on simulated (kwok) nodes: queued, then admitted, preempted and admitted
+again, and timed out in the queue, as the task log tells it (issue 35). Marked ``trainjob``.
 
 The cluster is the session's ``kueue_cluster`` with Trainer and JobSet added on first use
 (``kueue_trainjob_cluster``): Kueue, which reads its integrations at start, restarts with the TrainJob one and its
@@ -8,7 +8,8 @@ TrainJob webhooks (localcluster/kueue.py): 16-20 s measured, on top of the Kueue
 ``openmpi-mpiuser`` asks no resources: Kueue counts what a TrainJob's pods request, so these jobs ask it through
 ``resources_per_node``, which Trainer v2.3.0 (and Kueue's PodSets, built from the runtime as Trainer would) gives the
 launcher. 1500m cpu of the ClusterQueue's 2: one
-TrainJob at a time. kwok ends the launcher after 8 s (localcluster/behaviour.py).
+TrainJob at a time. kwok ends the launcher after 8 s (localcluster/behaviour.py), or as a job's ``runtimePatches`` say
+(tests/integration/trainjob_runtime.py ``launcher_runs``).
 
 The task log's Kueue lines are checked against the Workloads (tests/integration/kueue_history.py), as for MPIJobs
 (test_kueue_operator.py, whose fixtures these tests share).
@@ -30,16 +31,18 @@ from tests.integration.kueue_history import (
 )
 from tests.integration.test_kueue_operator import (  # noqa: F401 - fixtures
     QUEUED,
+    assert_evicted_once_then_readmitted,
     assert_queued_for_quota_then_admitted,
     defer,
     fails_for_queue_timeout,
     kueue_conn,
     logs,
     run_trigger,
+    run_until_first_attempt_logged,
 )
 from tests.integration.test_operator import LINES, ctx
 from tests.integration.test_trainjob_operator import await_none
-from tests.integration.trainjob_runtime import TRAINER, TRAINER_CONTROLLERS, apply_runtime
+from tests.integration.trainjob_runtime import TRAINER, TRAINER_CONTROLLERS, apply_runtime, launcher_runs
 
 pytestmark = [pytest.mark.needs_simulation, pytest.mark.trainjob]
 
@@ -119,3 +122,44 @@ def test_a_trainjob_queued_longer_than_queue_timeout_fails_clearly_and_is_delete
     fails_for_queue_timeout(
         late, logs, tj_workloads, lambda _: await_none(co, ns, TRAINER, "trainjobs"), KIND
     )
+
+
+def test_a_preempted_trainjob_is_reported_readmitted_and_its_log_stays_exactly_once(
+    kueue_trainjob_cluster,
+    tj_namespace,
+    tj_workloads,
+    logs,
+):
+    """Kueue suspends the preempted TrainJob (spec.suspend); Trainer v2.3.0 suspends its JobSet, whose batch Jobs
+    delete their pods (uncounted by backoffLimit); re-admitted, the JobSet resumes the node Job, then the launcher's
+    once the nodes are Ready: a new launcher pod, the program from the start."""
+    ns = tj_namespace
+    low = defer(
+        queued_trainjob("low", ns, deferrable=True, workload_priority_class="low")
+    )  # kwok: 8 s a launcher
+    waiter, result = run_until_first_attempt_logged(low, logs["low"])
+    high = queued_trainjob("high", ns, workload_priority_class="high", base_manifest=launcher_runs("1s"))
+    assert high.execute(ctx("high"))["condition"] == "Complete"
+    waiter.join(120)
+    assert not waiter.is_alive()
+
+    assert result["status"] == "success" and result["condition"] == "Complete", result
+    assert result["evictions"] == 1 and result["launcher_attempts"] == 2, result
+    lines = kueue_lines(logs["low"])
+    assert all(ln.startswith(f"{KIND} ") for ln in lines), lines
+    assert_evicted_once_then_readmitted(lines)
+    # the program started over on a new launcher pod of the same launcher Job: each attempt's lines once, under its
+    # own header (a TrainJob's runtime holds its launcher's backoffLimit: no "of N")
+    headers = logs["low"].headers()
+    assert [h.split(",")[0] for h in headers] == [
+        "========== launcher attempt 1",
+        "========== launcher attempt 2",
+    ], headers
+    pods = [h.split(", pod ")[1].split()[0] for h in headers]
+    assert len(set(pods)) == 2 and all(p.startswith(f"{low.name}-launcher-0-0-") for p in pods), headers
+    assert result["uid"] == low.uid, result  # the same TrainJob throughout
+    assert logs["low"].payload_lines() == LINES * 2
+    assert_logs_told_as_workloads(logs, tj_workloads, KIND)
+    assert tj_workloads.of_job(low.name, KIND).evicted_counts == {"Preempted": 1}, tj_workloads.of_job(
+        low.name, KIND
+    )  # Kueue's count

@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
+from localcluster import behaviour as bh
+
 RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "trainjob-mpi-runtime.yaml"
 RUNTIME = "openmpi-mpiuser"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -33,3 +35,16 @@ def apply_runtime(api_client) -> dict:
     return co.replace_cluster_custom_object(
         *TRAINER, "clustertrainingruntimes", runtime["metadata"]["name"], runtime
     )
+
+
+def launcher_runs(duration: str) -> dict:
+    """A base manifest whose launcher pods run ``duration`` on kwok (``localcluster.behaviour.RUN_DURATION``; default
+    8 s) and then succeed: one ``spec.runtimePatches`` entry annotating the runtime's ``launcher`` pod template
+    (Trainer v2.3.0 merges it into the JobSet's; a TrainJob has no pod template of its own)."""
+    pod_template = {"metadata": {"annotations": {bh.RUN_DURATION: duration}}}
+    launcher = {"name": "launcher", "template": {"spec": {"template": pod_template}}}
+    patch = {
+        "manager": "airflow-mpi.io/tests",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [launcher]}}},
+    }
+    return {"spec": {"runtimePatches": [patch]}}

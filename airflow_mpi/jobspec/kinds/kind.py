@@ -325,6 +325,9 @@ class JobKind:
     # how many launcher attempts a job of (backoffLimit, launcher restartPolicy or None: unknown) may make (None:
     # unknown); the task log numbers attempts "n of N"
     attempts_allowed: Callable[[int, str | None], int | None] = field(default=lambda limit, policy: limit + 1)
+    # what its controller does to the job's pods when the job is suspended while it runs (Kueue's eviction), told
+    # after "the <controller> " (the program starts over on new pods once the job is resumed)
+    on_suspend: str = "stops its launcher and workers"
 
     # ------------------------------------------------------------------ derived
     @property

@@ -196,4 +196,9 @@ TRAINJOB = JobKind(
     ),
     launcher_attempt=ATTEMPT_IS_POD,
     attempts_allowed=_attempts,
+    # Trainer v2.3.0 applies the JobSet again, suspended, once the TrainJob is (jobset plugin's Build); JobSet v0.12.0
+    # suspends each active batch Job (suspendJobs), whose pods the Job controller deletes without counting them
+    # against backoffLimit. Resumed, the JobSet resumes the node Job, then the launcher's once the nodes are Ready
+    # (dependsOn): a new launcher pod of the same Job
+    on_suspend="suspends its JobSet, whose Jobs delete the launcher and node pods",
 )

@@ -1,10 +1,12 @@
-"""What the task log says of a job in a Kueue queue (wait/queueing.py), from MPIJob and Workload objects shaped as
-mpi-operator v0.8.2 and Kueue v0.17.0 write them (tests/integration/test_kueue_operator.py checks them for real)."""
+"""What the task log says of a job in a Kueue queue (wait/queueing.py), from MPIJob (and TrainJob) and Workload
+objects shaped as mpi-operator v0.8.2 (Trainer v2.3.0) and Kueue v0.17.0 write them
+(tests/integration/test_kueue_operator.py checks them for real)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from airflow_mpi.jobspec.kinds.trainjob import TRAINJOB
 from airflow_mpi.wait.contract import Outcome
 from airflow_mpi.wait.queueing import QueueTracker, flavors
 
@@ -56,6 +58,10 @@ ONE_FLAVOR = {
     "worker": {"cpu": "default-flavor", "memory": "default-flavor"},
 }
 PENDING_WL = workload(("QuotaReserved", "False", "Pending", PENDING, 1))
+EVICTED_WL = workload(  # preempted 100 s after the job's creation
+    ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
+    ("Evicted", "True", "Preempted", PREEMPTED, 100),
+)
 
 
 def admitted_wl(seconds: float, *extra: tuple) -> dict:
@@ -103,10 +109,7 @@ def test_queue_timeout_counts_from_the_job_creation_and_only_while_queued():
 def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed_from_it():
     tracker = QueueTracker("job", queue_timeout=60)
     tracker.observe(mpijob(False), admitted_wl(5), at(6))
-    evicted = workload(
-        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-        ("Evicted", "True", "Preempted", PREEMPTED, 100),
-    )
+    evicted = EVICTED_WL
     lines, verdict = tracker.observe(mpijob(True), evicted, at(101))
     assert lines == [
         f"MPIJob job was evicted by Kueue (Preempted: {PREEMPTED}); the mpi-operator stops its launcher "
@@ -124,16 +127,38 @@ def test_an_eviction_is_reported_once_and_the_next_stretch_in_the_queue_is_timed
     assert tracker.evictions == 1
 
 
+def test_a_trainjobs_eviction_says_the_trainer_suspends_its_jobset_whose_jobs_delete_its_pods():
+    """Trainer v2.3.0 stops no pod itself, and a TrainJob has node pods, not workers (jobspec/kinds/trainjob.py;
+    tests/integration/test_kueue_trainjob.py sees it happen)."""
+    tracker = QueueTracker.of_kind(TRAINJOB, "pi")
+
+    def trainjob(suspended: bool) -> dict:  # its status: no Created condition (the Trainer writes none)
+        conditions = [{"type": "Suspended", "status": "True" if suspended else "False"}]
+        labels = {"kueue.x-k8s.io/queue-name": "user-queue"}
+        return {
+            "metadata": {"name": "pi", "labels": labels, "creationTimestamp": stamp(0)},
+            "status": {"conditions": conditions},
+        }
+
+    tracker.observe(trainjob(False), admitted_wl(5), at(6))
+    evicted = EVICTED_WL
+    lines, _ = tracker.observe(trainjob(True), evicted, at(101))
+    assert lines == [
+        f"TrainJob pi was evicted by Kueue (Preempted: {PREEMPTED}); the Kubeflow Trainer suspends its JobSet, "
+        "whose Jobs delete the launcher and node pods, and the program starts over once Kueue admits the job "
+        "again",
+        "TrainJob pi is queued by Kueue in LocalQueue user-queue: waiting to be admitted again",
+    ]
+    assert tracker.evictions == 1
+
+
 def test_the_time_queued_adds_every_stretch_in_the_queue_the_current_one_until_now():
     tracker = QueueTracker("job")
     tracker.observe(mpijob(True), PENDING_WL, at(2))
     assert tracker.seconds_queued(at(40)) == 40  # queued since the job's creation, still queued
     tracker.observe(mpijob(False), admitted_wl(75), at(76))
     assert tracker.seconds_queued(at(500)) == 75  # admitted: the running time is not queueing
-    evicted = workload(
-        ("QuotaReserved", "False", "Pending", PREEMPTED, 100),
-        ("Evicted", "True", "Preempted", PREEMPTED, 100),
-    )
+    evicted = EVICTED_WL
     tracker.observe(mpijob(True), evicted, at(101))
     readmitted = admitted_wl(130, ("Evicted", "False", "QuotaReserved", f"Previously: {PREEMPTED}", 130))
     tracker.observe(mpijob(False), readmitted, at(131))
