@@ -27,9 +27,10 @@ class KubeWatch:
         self.events: list[Event] = []
         self._changed = threading.Condition()
         self._ended = False
+        kubectl = ["kubectl", f"--kubeconfig={kubeconfig}", "get", resource, "--all-namespaces", "--watch"]
         self._proc = subprocess.Popen(
-            ["docker", "compose", "-p", project, "exec", "-T", "kube", "timeout", f"{limit:.0f}", "kubectl",
-             f"--kubeconfig={kubeconfig}", "get", resource, "--all-namespaces", "--watch", "--output-watch-events", "-o", "json"],
+            ["docker", "compose", "-p", project, "exec", "-T", "kube", "timeout", f"{limit:.0f}", *kubectl,
+             "--output-watch-events", "-o", "json"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
