@@ -230,7 +230,11 @@ def excerpt(events: list[str], tail: int = 30) -> list[str]:
     lines = [e.splitlines()[0] + (" [...]" if "\n" in e.strip() else "") for e in events if e.strip()]
     lines = [line for line in lines if not line.startswith("::")]
     start = next(
-        (i for i, line in enumerate(lines) if line.startswith(("Created MPIJob", "Created TrainJob", "Reattaching"))),
+        (
+            i
+            for i, line in enumerate(lines)
+            if line.startswith(("Created MPIJob", "Created TrainJob", "Reattaching"))
+        ),
         0,
     )
     return lines[start:][-tail:]

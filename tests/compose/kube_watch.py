@@ -69,7 +69,9 @@ class KubeWatch:
                 self._changed.wait(left)
         seen = [(e["type"], e["object"]["metadata"]["name"]) for e in self.events]
         stderr = "" if not self._ended or self._proc.stderr is None else self._proc.stderr.read()
-        raise AssertionError(f"no watch event for {what} within {timeout:.0f}s; seen: {seen} {stderr}".strip())
+        raise AssertionError(
+            f"no watch event for {what} within {timeout:.0f}s; seen: {seen} {stderr}".strip()
+        )
 
     def close(self) -> None:
         """Stop the client (the kubectl inside the kube service ends at its ``limit``, or with the stack)."""

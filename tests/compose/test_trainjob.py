@@ -41,7 +41,9 @@ class TrainJobRun:
         self.name: str = created["object"]["metadata"]["name"]
         self.created: dict = created["object"]
         if self.state == "success":
-            watch.wait(lambda e: e["type"] == "DELETED" and self._ours(e), 120, f"TrainJob {self.name} deleted")
+            watch.wait(
+                lambda e: e["type"] == "DELETED" and self._ours(e), 120, f"TrainJob {self.name} deleted"
+            )
         self.events: list[Event] = [e for e in watch.events if self._ours(e)]
 
     def _ours(self, event: Event) -> bool:
@@ -68,7 +70,9 @@ def test_trainjob_pi_over_rest_prints_real_ranks_once(trainjob_run):
     hosts = Counter(m[3].split(".")[0] for m in RANK_LINE.finditer(run.log))
     # the ranks ran on the TrainJob's node pods, SLOTS on each (the hostfile of the Trainer's MPI plugin)
     assert hosts == Counter({f"{run.name}-node-0-{i}": SLOTS for i in range(WORKERS)}), run.log[-4000:]
-    ((pi, reported),) = [(float(m[1]), int(m[2])) for m in PI_LINE.finditer(run.log)]  # printed once, by rank 0
+    ((pi, reported),) = [
+        (float(m[1]), int(m[2])) for m in PI_LINE.finditer(run.log)
+    ]  # printed once, by rank 0
     assert reported == np and math.isclose(pi, math.pi, abs_tol=0.01)
 
 
@@ -101,7 +105,9 @@ def test_the_succeeded_trainjob_is_deleted_with_its_jobset_and_pods(compose_stac
 
     def gone() -> bool:
         jobsets = [j for j in compose_stack.kube_objects("jobsets") if j["metadata"]["name"] == run.name]
-        pods = [p for p in compose_stack.kube_objects("pods") if p["metadata"]["name"].startswith(f"{run.name}-")]
+        pods = [
+            p for p in compose_stack.kube_objects("pods") if p["metadata"]["name"].startswith(f"{run.name}-")
+        ]
         return not jobsets and not pods
 
     wait_for(gone, 120, f"the JobSet and pods of TrainJob {run.name} to be deleted")
