@@ -1,6 +1,9 @@
 """The demo behind ``scripts/demo``: cluster + Airflow, trigger ``mpi_pi``, follow it, print its log, clean up.
 
-python -m airflowstack.demo [--kubeconfig PATH] [--namespace NS] [--workers N] [--keep-running]
+python -m airflowstack.demo [--kubeconfig PATH] [--namespace NS] [--workers N] [--keep-running] [--dag trainjob_pi]
+
+``--dag trainjob_pi`` runs the TrainJob example instead: the local node then runs Kubeflow Trainer and JobSet too
+(about 8 s more to start; the default demo starts neither) with the runtime of deploy/trainjob-mpi-runtime.yaml.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from pathlib import Path
 from airflowstack import kube
 from airflowstack._proc import StackError
 from airflowstack.stack import AirflowStack
+from airflowstack.trainer_runtime import apply_runtime
 from localcluster.node_container import MPI_IMAGES as IMAGES  # images/mpi targets -> tags
 
 REPO = Path(__file__).resolve().parents[1]
 DAG = "mpi_pi"
+TRAINJOB_DAG = "trainjob_pi"  # needs Kubeflow Trainer: the local node runs it only for this DAG
 PREFERRED_PORT = 28080  # not 8080: the compose stack's UI (docker-compose.yaml) may be running beside it
 IMPLEMENTATIONS = {"openmpi": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 
@@ -58,6 +63,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "runs and the launcher's log is scripted (starts in seconds, needs no Docker)",
     )
     p.add_argument(
+        "--dag",
+        choices=(DAG, TRAINJOB_DAG),
+        default=DAG,
+        help=f"the example DAG to run: {DAG} (an MPIJob) or {TRAINJOB_DAG} (a Kubeflow Trainer TrainJob of the "
+        "runtime openmpi-mpiuser; Open MPI only; the local node runs Trainer and JobSet for it, a --kubeconfig "
+        "cluster must run them and hold the runtime: kubectl apply -f deploy/trainjob-mpi-runtime.yaml)",
+    )
+    p.add_argument(
         "--implementation",
         choices=sorted(IMAGES),
         default="openmpi",
@@ -81,7 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=str(REPO / ".artifacts" / "demo" / "airflow-home"),
         help="AIRFLOW_HOME (service and task logs stay there)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dag == TRAINJOB_DAG and args.simulated:
+        p.error(f"--dag {TRAINJOB_DAG} runs on the real node or a --kubeconfig cluster, not --simulated")
+    if args.dag == TRAINJOB_DAG and args.implementation != "openmpi":
+        p.error(f"--dag {TRAINJOB_DAG}: Kubeflow Trainer v2.3.0 runs Open MPI only")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         name="airflow-mpi-demo",
         real_node=local_node,
         mpi_targets=(args.implementation,),
+        controllers=("trainer",) if args.dag == TRAINJOB_DAG else (),
     )
     extra_env = {"AIRFLOW_MPI_PI_IMAGE": IMAGES[args.implementation]} if local_node else {}
     stack = AirflowStack(
@@ -134,13 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         if not real:
             say("Waiting for the local cluster ...")
         starting.wait()
+        if local_node and args.dag == TRAINJOB_DAG:
+            apply_runtime(cluster.api_client())
         cluster.ensure_namespace(args.namespace)
         np = args.workers * args.slots_per_worker
         cluster.serve_launcher_logs(args.namespace, kube.pi_output(np))
-        say(f"Cluster is ready ({time.monotonic() - t0:.0f}s); MPIJobs go to namespace {args.namespace}.")
+        say(f"Cluster is ready ({time.monotonic() - t0:.0f}s); jobs go to namespace {args.namespace}.")
         run_demo(stack, args)
         if args.keep_running:
-            say(f"\nUI: {stack.base_url}/dags/{DAG}  login: {stack.username} / {stack.password}")
+            say(f"\nUI: {stack.base_url}/dags/{args.dag}  login: {stack.username} / {stack.password}")
             say("Everything keeps running: press Ctrl-C to stop.")
             while True:
                 stack.check_alive()
@@ -168,38 +189,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_demo(stack: AirflowStack, args: argparse.Namespace) -> None:
+    dag = args.dag
     client = stack.client()
-    client.wait_for_dags([DAG], timeout=180)
+    client.wait_for_dags([dag], timeout=180)
     conf = {"workers": args.workers, "slots_per_worker": args.slots_per_worker, "deferrable": args.deferrable}
-    if args.mpi_implementation:
+    if args.mpi_implementation and dag != TRAINJOB_DAG:  # trainjob_pi's runtime names its image (Open MPI)
         conf["mpi_implementation"] = args.mpi_implementation
-    run = client.trigger(DAG, conf)
+    run = client.trigger(dag, conf)
     run_id = run["dag_run_id"]
-    say(f"\nTriggered {DAG} with conf {json.dumps(conf)}: run {run_id}")
+    say(f"\nTriggered {dag} with conf {json.dumps(conf)}: run {run_id}")
     last: dict[str, str] = {}
     deadline = time.monotonic() + 600
     while True:
-        states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG, run_id)}
+        states = {ti["task_id"]: ti["state"] for ti in client.task_instances(dag, run_id)}
         for task_id, state in sorted(states.items()):
             if state and last.get(task_id) != state:
                 say(f"  {time.strftime('%H:%M:%S')}  {task_id}: {state}")
         last = states
-        dag_run = client.dag_run(DAG, run_id)
+        dag_run = client.dag_run(dag, run_id)
         if dag_run["state"] in ("success", "failed"):
             break
         if time.monotonic() > deadline:
-            raise StackError(f"{DAG} run {run_id} did not finish within 10 minutes")
+            raise StackError(f"{dag} run {run_id} did not finish within 10 minutes")
         time.sleep(1)
     say(f"Run {dag_run['state'].upper()}.")
-    events = client.task_log_events(DAG, run_id, "pi")
+    events = client.task_log_events(dag, run_id, "pi")
     say("\n--- task 'pi' log (excerpt) " + "-" * 40)
     for line in excerpt(events):
         say(f"  {line}")
     say("-" * 68)
     if dag_run["state"] == "success":
-        say(f"XCom of 'report': {json.dumps(client.xcom(DAG, run_id, 'report'))}")
+        say(f"XCom of 'report': {json.dumps(client.xcom(dag, run_id, 'report'))}")
     else:
-        raise StackError(f"{DAG} failed; full log: {stack.home / 'logs'}")
+        raise StackError(f"{dag} failed; full log: {stack.home / 'logs'}")
 
 
 def excerpt(events: list[str], tail: int = 30) -> list[str]:
@@ -207,7 +229,14 @@ def excerpt(events: list[str], tail: int = 30) -> list[str]:
     are shown by their first line)."""
     lines = [e.splitlines()[0] + (" [...]" if "\n" in e.strip() else "") for e in events if e.strip()]
     lines = [line for line in lines if not line.startswith("::")]
-    start = next((i for i, line in enumerate(lines) if line.startswith(("Created MPIJob", "Reattaching"))), 0)
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if line.startswith(("Created MPIJob", "Created TrainJob", "Reattaching"))
+        ),
+        0,
+    )
     return lines[start:][-tail:]
 
 

@@ -80,9 +80,11 @@ def open_cluster(
     reuse: str | None = None,
     real_node: bool = False,
     mpi_targets: tuple[str, ...] | None = None,
+    controllers: tuple[str, ...] = (),
 ) -> Cluster:
     """A real cluster (``kubeconfig``), a running local one (``reuse``: its name), or a new local one (``name``),
-    simulated or, with ``real_node``, with a node that runs containers."""
+    simulated or, with ``real_node``, with a node that runs containers (and ``controllers`` beside the
+    mpi-operator: the demo's ``--dag trainjob_pi`` asks for Kubeflow Trainer)."""
     if kubeconfig:
         return Cluster(Path(kubeconfig).resolve())
     if str(REPO) not in sys.path:
@@ -92,7 +94,7 @@ def open_cluster(
     if real_node:
         from localcluster.node_container import NodeCluster
 
-        node = NodeCluster(name)
+        node = NodeCluster(name, controllers=controllers)
         return Cluster(node.kubeconfig_path, local=node, owned=True, mpi_targets=mpi_targets)
 
     if reuse:

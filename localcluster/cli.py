@@ -98,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     nd.add_argument("--kwok-nodes", type=int, default=0, help="simulated nodes beside the real one")
     nd.add_argument(
-        "--kueue",
+        "--kueue", action="store_true", help="up: also run Kueue with its queues; image: as --compose"
+    )
+    nd.add_argument(
+        "--compose",
         action="store_true",
-        help="up: also run Kueue with its queues; image: the compose stack's image, Kueue's build inside "
+        help="image: the compose stack's image, the builds of Kueue, JobSet and Kubeflow Trainer inside "
         "(tagged airflow-mpi/kube:local too)",
     )
     nd.add_argument(
@@ -138,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAMESPACE",
         help="with --kueue: a LocalQueue user-queue in this namespace (created if missing); repeatable",
+    )
+    sv.add_argument(
+        "--apply",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="kubectl apply -f FILE once the controllers run, before the cluster reports ready; repeatable",
     )
     sv.add_argument(
         "--container-log-max-size",
@@ -191,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                 addons=args.addon,
             )
             if args.action == "image":
-                tag = nc.build_image(kueue=args.kueue)
-                if args.kueue:  # what docker-compose.yaml runs (it builds its own when that name is missing)
+                compose = args.compose or args.kueue
+                tag = nc.build_image(compose=compose)
+                if compose:  # what docker-compose.yaml runs (it builds its own when that name is missing)
                     nc.docker("tag", tag, COMPOSE_TAG)
                 print(tag)
             elif args.action == "mpi-images":
@@ -219,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 kueue=args.kueue,
                 controllers=args.controller,
                 local_queues=args.local_queue,
+                apply=[Path(f) for f in args.apply],
                 container_log_max_size=args.container_log_max_size,
             )
         elif args.cmd == "switch-api":

@@ -1,11 +1,12 @@
 """The real node's image (images/kube) and the add-on builds mounted into a node container.
 
 The image carries what every node needs: the main build's binaries (``localcluster.build.build``) and this
-package. Add-ons (``build.ADDONS``: Kueue, the training-operator) are not in it: a node whose cluster asks for one
-gets this host's build of it bind-mounted read-only at ``/opt/localcluster/<name>``, with
+package. Add-ons (``build.ADDONS``: Kueue, the training-operator, JobSet, Kubeflow Trainer) are not in it: a node
+whose cluster asks for one gets this host's build of it bind-mounted read-only at ``/opt/localcluster/<name>``, with
 ``$AIRFLOW_MPI_<NAME>_BIN_DIR`` naming it (``addon_mounts``), so a node that runs none of them (the demo's) never
-builds one. The compose stack has no host build to mount: its image is the Dockerfile's last stage, ``with-kueue``
-(``build_image(kueue=True)`` builds it from this host's builds, docker-compose.yaml from the sources).
+builds one. The compose stack has no host build to mount: its image is the Dockerfile's last stage, ``with-addons``,
+with the builds of ``COMPOSE_ADDONS`` inside (``build_image(compose=True)`` builds it from this host's builds,
+docker-compose.yaml from the sources).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ DOCKERFILE = REPO / "images" / "kube" / "Dockerfile"
 IMAGE_REPO = "airflow-mpi/kube"
 COMPOSE_TAG = f"{IMAGE_REPO}:local"  # what docker-compose.yaml runs (its default AIRFLOW_MPI_TAG)
 ADDON_ROOT = "/opt/localcluster"  # an add-on's build in a node container: <ADDON_ROOT>/<name>
-NODE_TARGET, KUEUE_TARGET = "node", "with-kueue"  # images/kube/Dockerfile's stages
+NODE_TARGET, COMPOSE_TARGET = "node", "with-addons"  # images/kube/Dockerfile's stages
+# the add-ons built into the compose stack's image (its kube service runs `serve --kueue --controller trainer`;
+# Trainer requires JobSet); images/kube/Dockerfile's prebuilt and with-addons stages copy each by this name
+COMPOSE_ADDONS = ("jobset", "kueue", "trainer")
 
 
 def _log(msg: str) -> None:
@@ -61,18 +65,18 @@ def image_tag(bin_dir: Path, baked: dict[str, Path]) -> str:
     return f"{IMAGE_REPO}:{h.hexdigest()[:12]}"
 
 
-def build_image(verbose: bool = True, kueue: bool = False) -> str:
+def build_image(verbose: bool = True, compose: bool = False) -> str:
     """Build images/kube from the cached binaries (no-op when that tag exists); returns the tag.
 
-    ``kueue``: the compose stack's image (the ``with-kueue`` stage: Kueue's build inside, found through
-    ``$AIRFLOW_MPI_KUEUE_BIN_DIR``); otherwise ``NodeCluster``'s, no add-on inside. No other tag is set: ``python -m
-    localcluster node image --kueue`` tags it ``airflow-mpi/kube:local`` (``COMPOSE_TAG``), the name
-    docker-compose.yaml runs, and nothing else touches that name."""
+    ``compose``: the compose stack's image (the ``with-addons`` stage: the builds of ``COMPOSE_ADDONS`` inside, each
+    found through its ``$AIRFLOW_MPI_<NAME>_BIN_DIR``); otherwise ``NodeCluster``'s, no add-on inside. No other tag
+    is set: ``python -m localcluster node image --compose`` tags it ``airflow-mpi/kube:local`` (``COMPOSE_TAG``), the
+    name docker-compose.yaml runs, and nothing else touches that name."""
     ensure_docker()
     bin_dir = _build.build(verbose=verbose)
-    baked = {"kueue": _build.build_addon("kueue", verbose=verbose)} if kueue else {}
+    baked = {name: _build.build_addon(name, verbose=verbose) for name in COMPOSE_ADDONS} if compose else {}
     tag = image_tag(bin_dir, baked)
-    what = "node image (images/kube" + (", with Kueue)" if kueue else ")")
+    what = "node image (images/kube" + (f", with {', '.join(COMPOSE_ADDONS)})" if compose else ")")
     with build_ledger.timed(what) as entry:
         if docker("image", "inspect", tag, check=False).returncode != 0:
             entry.built = True
@@ -90,13 +94,14 @@ def _docker_build(tag: str, bin_dir: Path, baked: dict[str, Path], log: Path) ->
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     shutil.copytree(bin_dir, context / "bin", copy_function=os.link)  # hard links: no copy of ~400 MB
-    (context / "kueue").mkdir()  # images/kube's prebuilt stage copies it (empty unless baked)
+    for name in COMPOSE_ADDONS:  # images/kube's prebuilt stage copies each (empty unless baked)
+        (context / name).mkdir()
     for name, path in baked.items():
         shutil.copytree(path, context / name, copy_function=os.link, dirs_exist_ok=True)
     shutil.copytree(
         REPO / "localcluster", context / "localcluster", ignore=shutil.ignore_patterns("__pycache__", "*.sum")
     )
-    target = KUEUE_TARGET if baked else NODE_TARGET
+    target = COMPOSE_TARGET if baked else NODE_TARGET
     try:
         build_log.run(
             ["docker", "buildx", "build", "--load", "--progress=plain", "--build-arg", "BINARIES=prebuilt",

@@ -4,7 +4,8 @@ Starts, in this container, a whole cluster: the control plane and the mpi-operat
 :class:`~localcluster.cluster.LocalCluster` serving the API on all interfaces, plus one real node
 (:class:`~localcluster.realnode.RealNode`: containerd, kubelet, CoreDNS) and, optionally, kwok nodes beside it and
 Kueue (``--kueue``: its queues, plus a LocalQueue ``user-queue`` in each ``--local-queue`` namespace) or other
-controllers by name (``--controller NAME``).
+controllers by name (``--controller NAME``), and the manifests of ``--apply FILE`` applied once they run (the
+compose stack's Kubeflow Trainer runtime, deploy/trainjob-mpi-runtime.yaml).
 Imports the images that exporter containers left in ``--images-dir``, writes a kubeconfig for other containers,
 then marks itself ready (``READY_FILE``, the compose healthcheck) and keeps every process alive until SIGTERM,
 when it stops the pods, the node and the control plane in that order.
@@ -16,6 +17,7 @@ import base64
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -109,6 +111,23 @@ def create_local_queues(cluster: LocalCluster, namespaces: list[str], timeout: f
         wait_until(active, timeout, f"LocalQueue {ns}/{_kueue.LOCAL_QUEUE} Active", interval=0.25)
 
 
+def apply_manifests(cluster: LocalCluster, files: Sequence[Path]) -> None:
+    """``kubectl apply -f`` each file, as a user would, once the controllers run: their webhooks (Trainer's
+    validates a ClusterTrainingRuntime) answer by then, and an object the API refuses fails the start with its
+    reason."""
+    kubectl = Path(cluster.read_state()["bin_dir"]) / "kubectl"
+    for path in files:
+        res = subprocess.run(
+            [str(kubectl), f"--kubeconfig={cluster.kubeconfig_path}", "apply", "-f", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if res.returncode:
+            raise RuntimeError(f"kubectl apply -f {path} failed ({res.returncode}): {res.stderr.strip()}")
+        _log(f"applied {path}: {' '.join(res.stdout.split())}")
+
+
 def route_api_service(cluster: LocalCluster, node: RealNode) -> None:
     """Let pods reach the API server through the ``kubernetes`` Service (in-cluster clients: kubectl in v1
     launchers); its ClusterIP must be the one the API server's certificate names."""
@@ -137,6 +156,7 @@ def serve(
     local_queues: list[str] | None = None,
     container_log_max_size: str | None = None,
     controllers: Sequence[str] = (),
+    apply: Sequence[Path] = (),
 ) -> int:
     if local_queues and not (kueue or "kueue" in controllers):
         raise ValueError("--local-queue needs --kueue")
@@ -171,6 +191,7 @@ def serve(
         if local_queues:
             create_local_queues(cluster, local_queues)
             _log(f"Kueue: LocalQueue {_kueue.LOCAL_QUEUE} Active in {', '.join(local_queues)}")
+        apply_manifests(cluster, apply)
         node.start()
         route_api_service(cluster, node)
         refs = import_exported_images(node, images_dir)

@@ -4,8 +4,8 @@ One stack for this package's tests (down before the other suites run), under its
 (``airflow-mpi-test-<pid>``), UI port and image tag (``AIRFLOW_MPI_TAG=test-<pid>`` for the Airflow, Postgres and
 node images), so it never touches a user's own `airflow-mpi` stack nor runs another worktree's images; stacks and
 tags of dead sessions are removed at the next start. The node image comes from this machine's cached build of the
-pinned Go modules and Kueue (``localcluster.node_container``, the same Dockerfile's final stage as compose's own
-build) so the Go toolchain does not run twice; every other image is built by compose. Teardown is
+pinned Go modules, Kueue, JobSet and Kubeflow Trainer (``localcluster.node_image``, the same Dockerfile's final stage
+as compose's own build) so the Go toolchain does not run twice; every other image is built by compose. Teardown is
 `docker compose down -v`, then the session's tags are removed.
 """
 
@@ -29,7 +29,7 @@ from tests.compose.images import compose_build  # noqa: E402
 
 PROJECT = f"airflow-mpi-test-{os.getpid()}"
 TAG = f"test-{os.getpid()}"  # docker-compose.yaml's AIRFLOW_MPI_TAG for this session
-DAGS = ["mpi_pi", "mpi_pi_queued"]
+DAGS = ["mpi_pi", "mpi_pi_queued", "trainjob_pi"]
 LAST = "test_down_v_leaves_nothing_behind"  # takes the stack down: runs after every other test of the package
 NODE_KUBECONFIG = "/run/airflow-mpi/kubeconfig"  # written by localcluster/serve.py inside the kube service
 ARTIFACTS = REPO / ".artifacts" / "compose"
@@ -135,8 +135,8 @@ def compose_stack():
 
     from localcluster.node_container import build_image
 
-    # ensures Docker (scripts/docker-setup); this worktree's node image with Kueue inside, as compose builds it
-    kube_image = build_image(kueue=True)
+    # ensures Docker (scripts/docker-setup); this worktree's node image with its add-ons inside, as compose builds it
+    kube_image = build_image(compose=True)
     _reap_stale_projects()
     port = free_port()
     os.environ["AIRFLOW_MPI_UI_PORT"] = str(

@@ -1,40 +1,24 @@
-"""Kubeflow Trainer on the test sessions' clusters: this project's MPI runtime (deploy/trainjob-mpi-runtime.yaml)
-and Trainer + JobSet added to a running cluster (the fixtures ``trainjob_cluster`` and ``trainjob_real_node`` of
-tests/integration/conftest.py)."""
+"""Kubeflow Trainer on the test sessions' clusters: this project's MPI runtime (deploy/trainjob-mpi-runtime.yaml,
+applied by airflowstack/trainer_runtime.py, which the demo shares), Trainer + JobSet added to a running cluster
+(the fixtures ``trainjob_cluster`` and ``trainjob_real_node`` of tests/integration/conftest.py) and a launcher's
+run time on kwok."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-from kubernetes import client
-
+from airflowstack.trainer_runtime import RUNTIME, RUNTIME_FILE, TRAINER, apply_runtime, runtime_manifest
 from localcluster import behaviour as bh
 
-RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "trainjob-mpi-runtime.yaml"
-RUNTIME = "openmpi-mpiuser"
-TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 TRAINER_CONTROLLERS = ("trainer",)  # JobSet comes with it (localcluster.controllers: Trainer requires jobset)
 
-
-def runtime_manifest() -> dict:
-    return yaml.safe_load(RUNTIME_FILE.read_text())
-
-
-def apply_runtime(api_client) -> dict:
-    """Create or replace the ClusterTrainingRuntime of RUNTIME_FILE (a reused cluster may hold it already)."""
-    co = client.CustomObjectsApi(api_client)
-    runtime = runtime_manifest()
-    try:
-        return co.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)
-    except client.exceptions.ApiException as exc:
-        if exc.status != 409:
-            raise
-    current = co.get_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime["metadata"]["name"])
-    runtime["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    return co.replace_cluster_custom_object(
-        *TRAINER, "clustertrainingruntimes", runtime["metadata"]["name"], runtime
-    )
+__all__ = [
+    "RUNTIME",
+    "RUNTIME_FILE",
+    "TRAINER",
+    "TRAINER_CONTROLLERS",
+    "apply_runtime",
+    "launcher_runs",
+    "runtime_manifest",
+]
 
 
 def launcher_runs(duration: str) -> dict:

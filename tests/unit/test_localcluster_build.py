@@ -200,16 +200,31 @@ def test_a_node_whose_cluster_asks_for_add_ons_gets_them_mounted(fake_docker, mo
         node_container.NodeCluster("x", addons=("nope",))
 
 
-def test_the_compose_image_has_kueue_inside(fake_docker, monkeypatch, tmp_path):
-    kueue = tmp_path / "cache" / "bin" / "kueue-key"
-    kueue.mkdir()
-    (kueue / "kueue").write_text("binary")
-    monkeypatch.setattr(build, "build_addon", lambda name, **kw: {"kueue": kueue}[name])
-    tag = node_image.build_image(kueue=True)
+def test_the_compose_image_has_kueue_jobset_and_trainer_inside(fake_docker, monkeypatch, tmp_path):
+    """docker-compose.yaml's kube service runs `serve --kueue --controller trainer` with no host build to mount:
+    `node image --compose` bakes those add-ons' builds into the Dockerfile's last stage and tags it as compose's."""
+    built = {}
+    for name in ("jobset", "kueue", "trainer"):
+        built[name] = tmp_path / "cache" / "bin" / f"{name}-key"
+        built[name].mkdir()
+        (built[name] / name).write_text("binary")
+    monkeypatch.setattr(build, "build_addon", lambda name, **kw: built[name])
+    assert cli.main(["node", "image", "--compose"]) == 0
+    tag = node_image.build_image(compose=True)  # the tests' stack: the same image, not built again
     assert tag != node_image.image_tag(build.build(), {})
-    (docker_build,) = [c for c in _calls(fake_docker) if c[:2] == ["buildx", "build"]]
-    assert docker_build[docker_build.index("--target") + 1] == "with-kueue"
-    assert "kueue/kueue" in json.loads(Path(f"{fake_docker}.built").read_text())
+    calls = _calls(fake_docker)
+    (docker_build,) = [c for c in calls if c[:2] == ["buildx", "build"]]
+    assert docker_build[docker_build.index("--target") + 1] == "with-addons"
+    listing = json.loads(Path(f"{fake_docker}.built").read_text())
+    assert {"jobset/jobset", "kueue/kueue", "trainer/trainer"} <= set(listing)
+    assert ["tag", tag, node_image.COMPOSE_TAG] in calls
+    # the Dockerfile's stages copy and name exactly these add-ons (gobuild builds them, prebuilt and with-addons copy)
+    dockerfile = node_image.DOCKERFILE.read_text()
+    stage = dockerfile[dockerfile.index("FROM node AS with-addons") :]
+    for name in node_image.COMPOSE_ADDONS:
+        assert f"COPY {name}/ /out/{name}/" in dockerfile
+        assert f"{build.addon_variable(name)}=/opt/localcluster/{name}" in stage
+        assert f"--addon {name}" in dockerfile or f"--{name}" in dockerfile
 
 
 def test_add_ons_build_beside_the_main_build(fake_go, monkeypatch, capsys):
