@@ -39,14 +39,18 @@ class KubeWatch:
         self._reader.start()
 
     def _read(self) -> None:
-        """kubectl prints each event as indented JSON whose last line is a ``}`` in the first column."""
+        """kubectl prints one JSON value per event: on one line (kubectl 1.35) or indented over several; each is
+        decoded as soon as it is complete."""
         assert self._proc.stdout is not None
-        lines: list[str] = []
+        decoder, pending = json.JSONDecoder(), ""
         for line in self._proc.stdout:
-            lines.append(line)
-            if line.rstrip("\n") == "}":
-                event = json.loads("".join(lines))
-                lines.clear()
+            pending += line
+            while pending.strip():
+                try:
+                    event, end = decoder.raw_decode(pending.lstrip())
+                except json.JSONDecodeError:  # not complete yet
+                    break
+                pending = pending.lstrip()[end:]
                 with self._changed:
                     self.events.append(event)
                     self._changed.notify_all()

@@ -22,11 +22,6 @@ WORKERS, SLOTS = 2, 2  # node pods x ranks per node pod
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) ranks")
 RUN_ID = "airflow-mpi.io/run-id"  # the annotation holding the raw run id (naming.identity_annotations)
-# Its first run (2026-12-05, under load): trainjob_pi succeeded in the stack (4 real ranks on the 2 node pods, pi
-# once, the TrainJob deleted: .artifacts/compose/trainjob_pi-pi.log), but KubeWatch recorded no event at all
-# ("seen: []", the watch not ended): its kubectl output never reached the parser. Skipped until that is found
-# (docs/NOTES.md, 2026-12-05): the compose lane stays green meanwhile.
-pytestmark = pytest.mark.skip(reason="KubeWatch saw no kubectl watch event in its first run (docs/NOTES.md)")
 
 
 class TrainJobRun:
