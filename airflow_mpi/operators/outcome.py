@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_mpi.exceptions import error_of
+from airflow_mpi.jobspec.kinds.registry import kind_or_default
 from airflow_mpi.jobspec.vocabulary import WORKER
 from airflow_mpi.operators.finish_action import OnFinishAction
 from airflow_mpi.wait.contract import Outcome, WaitResult
@@ -108,18 +109,19 @@ def finish(
     class of the failure's cause either way.
     """
     outcome, name, namespace = result.outcome, result.name, result.namespace
+    job = f"{kind_or_default(api_version).kind} {namespace}/{name}"  # the kind the task made: MPIJob, TrainJob
     if not outcome.succeeded:
         for line in result.warnings:
             task.log.warning("Kubernetes event: %s", escape(line))
         if outcome in EXPLAINED:
             _log_tails(task, result, worker_log_tail_lines)
     if name and owns_job and _should_delete(outcome, on_finish_action):
-        task.log.info("Deleting MPIJob %s/%s (%s)", namespace, name, outcome)
+        task.log.info("Deleting %s (%s)", job, outcome)
         task.hook.delete_mpijob(name, namespace, uid=result.uid)
     if outcome.succeeded:
-        _say_verdict(task, True, f"MPIJob {namespace}/{name}: {result.message}")
+        _say_verdict(task, True, f"{job}: {result.message}")
         return _xcom_result(result, api_version)
-    message = _failure_text(outcome, f"MPIJob {namespace}/{name}", result.message)
+    message = _failure_text(outcome, job, result.message)
     if result.launcher_exit_codes:  # what the MPI program itself said, attempt by attempt
         message += f"; launcher exit codes: {', '.join(map(str, result.launcher_exit_codes))}"
     _say_verdict(task, False, message)

@@ -15,6 +15,9 @@ from airflow_mpi.jobspec.kinds import API_TRAINJOB
 from airflow_mpi.operators import MPIJobOperator, TrainJobOperator
 from airflow_mpi.operators.lineage import facts_of
 from airflow_mpi.render import main
+from airflow_mpi.version_compat import AirflowException
+from tests.unit.fakes import FakeSyncHook
+from tests.unit.operators.test_mpijob_operator import Recorder, _no_drain, context, result
 from tests.unit.upstream import trainjob_schema_errors
 
 IMAGE = "airflow-mpi/mpi-pi:openmpi"
@@ -99,3 +102,22 @@ def test_the_lineage_facts_are_read_where_a_trainjob_keeps_them():
     )
     facts = facts_of(op.build_manifest())
     assert facts == {"image": IMAGE, "workerImage": IMAGE, "workers": 2, "slotsPerWorker": 2, "queue": "q"}
+
+
+@pytest.mark.parametrize("status, verdict", [("success", "TrainJob ns/n: m"), ("failed", "TrainJob ns/n failed")])
+def test_its_verdict_and_clean_up_name_the_trainjob_not_an_mpijob(monkeypatch, status, verdict):
+    recorder = Recorder()
+    monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
+    op = TrainJobOperator(
+        task_id="pi", image=IMAGE, program=["/home/mpiuser/pi"], workers=2, namespace="ns", on_finish_action="delete"
+    )
+    op.__dict__["hook"] = FakeSyncHook()
+    monkeypatch.setattr(op, "_drain", _no_drain)
+    event = result(status, condition="Complete" if status == "success" else "Failed")
+    if status == "success":
+        op.execute_complete(context(), event)
+    else:
+        with pytest.raises(AirflowException, match=verdict):
+            op.execute_complete(context(), event)
+    text = "\n".join(recorder.lines)
+    assert "Deleting TrainJob ns/n (" in text and verdict in text and "MPIJob" not in text, text
