@@ -109,7 +109,9 @@ def finish(
     class of the failure's cause either way.
     """
     outcome, name, namespace = result.outcome, result.name, result.namespace
-    job = f"{kind_or_default(api_version).kind} {namespace}/{name}"  # the kind the task made: MPIJob, TrainJob
+    job = (
+        f"{kind_or_default(api_version).kind} {namespace}/{name}"  # the kind the task made: MPIJob, TrainJob
+    )
     if not outcome.succeeded:
         for line in result.warnings:
             task.log.warning("Kubernetes event: %s", escape(line))

@@ -104,12 +104,19 @@ def test_the_lineage_facts_are_read_where_a_trainjob_keeps_them():
     assert facts == {"image": IMAGE, "workerImage": IMAGE, "workers": 2, "slotsPerWorker": 2, "queue": "q"}
 
 
-@pytest.mark.parametrize("status, verdict", [("success", "TrainJob ns/n: m"), ("failed", "TrainJob ns/n failed")])
+@pytest.mark.parametrize(
+    "status, verdict", [("success", "TrainJob ns/n: m"), ("failed", "TrainJob ns/n failed")]
+)
 def test_its_verdict_and_clean_up_name_the_trainjob_not_an_mpijob(monkeypatch, status, verdict):
     recorder = Recorder()
     monkeypatch.setattr(MPIJobOperator, "log", property(lambda self: recorder))
     op = TrainJobOperator(
-        task_id="pi", image=IMAGE, program=["/home/mpiuser/pi"], workers=2, namespace="ns", on_finish_action="delete"
+        task_id="pi",
+        image=IMAGE,
+        program=["/home/mpiuser/pi"],
+        workers=2,
+        namespace="ns",
+        on_finish_action="delete",
     )
     op.__dict__["hook"] = FakeSyncHook()
     monkeypatch.setattr(op, "_drain", _no_drain)
