@@ -19,7 +19,7 @@ from pathlib import Path
 from airflowstack import kube
 from airflowstack._proc import StackError
 from airflowstack.stack import AirflowStack
-from airflowstack.trainer_runtime import apply_runtime
+from airflowstack.trainer_runtime import TRAINER_CONTROLLERS, apply_runtime
 from localcluster.node_container import MPI_IMAGES as IMAGES  # images/mpi targets -> tags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         name="airflow-mpi-demo",
         real_node=local_node,
         mpi_targets=(args.implementation,),
-        controllers=("trainer",) if args.dag == TRAINJOB_DAG else (),
+        controllers=TRAINER_CONTROLLERS if args.dag == TRAINJOB_DAG else (),
     )
     extra_env = {"AIRFLOW_MPI_PI_IMAGE": IMAGES[args.implementation]} if local_node else {}
     stack = AirflowStack(

@@ -13,6 +13,7 @@ import yaml
 RUNTIME_FILE = Path(__file__).resolve().parents[1] / "deploy" / "trainjob-mpi-runtime.yaml"
 RUNTIME = "openmpi-mpiuser"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+TRAINER_CONTROLLERS = ("trainer",)  # JobSet comes with it (localcluster.controllers: Trainer requires jobset)
 
 
 def runtime_manifest() -> dict:

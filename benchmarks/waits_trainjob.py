@@ -5,7 +5,7 @@ N waits on MPIJobs on the same cluster right after; its section of docs/benchmar
 
 The cluster (default ``bench-trainjob``): the local one with the real Trainer v2.3.0 and JobSet v0.12.0 controllers
 added beside the mpi-operator, as the test sessions add them (``LocalCluster.add_controllers``), and the runtime
-``openmpi-mpiuser`` applied (tests/integration/trainjob_runtime.py). Each TrainJob (benchmarks/trainjob_load.py) has
+``openmpi-mpiuser`` applied (airflowstack/trainer_runtime.py). Each TrainJob (benchmarks/trainjob_load.py) has
 one node pod and its launcher, kept running; the waits are this provider's trigger with the TrainJob's api_version,
 logs on, the same figures as P2 (benchmarks/waits.py ``measure``). A TrainJob takes two pods as an MPIJob of the
 plain P2 does, and both kinds' namespaces stay until the next run: ``--nodes`` (110 pods each) sizes the simulated
@@ -30,7 +30,7 @@ NAMESPACE = "bench-p2-trainjob"
 
 def ensure_trainer(cluster: Any) -> None:
     """The cluster runs Trainer and JobSet (added when it does not yet) and holds the runtime (created or replaced)."""
-    from tests.integration.trainjob_runtime import TRAINER_CONTROLLERS, apply_runtime
+    from airflowstack.trainer_runtime import TRAINER_CONTROLLERS, apply_runtime
 
     cluster.add_controllers(TRAINER_CONTROLLERS)
     apply_runtime(cluster.api_client())

@@ -5,10 +5,15 @@ run time on kwok."""
 
 from __future__ import annotations
 
-from airflowstack.trainer_runtime import RUNTIME, RUNTIME_FILE, TRAINER, apply_runtime, runtime_manifest
+from airflowstack.trainer_runtime import (
+    RUNTIME,
+    RUNTIME_FILE,
+    TRAINER,
+    TRAINER_CONTROLLERS,
+    apply_runtime,
+    runtime_manifest,
+)
 from localcluster import behaviour as bh
-
-TRAINER_CONTROLLERS = ("trainer",)  # JobSet comes with it (localcluster.controllers: Trainer requires jobset)
 
 __all__ = [
     "RUNTIME",
