@@ -84,6 +84,14 @@ class AirflowClient:
         h = self.health()
         return all((h.get(c) or {}).get("status") == "healthy" for c in components)
 
+    def execution_api_ready(self) -> bool:
+        """Whether the task execution API answers. Its first request builds the API's versioned routes (Cadwyn's
+        ``_cadwyn_initialize``: 8 s of CPU on a quiet 2-core machine, 30-40 s on a loaded one) inside the API
+        server's event loop, which serves nothing else meanwhile: a task's first ``PATCH .../run`` paid for it and
+        timed out. Asked at start, the stack pays it before any task runs."""
+        r = self.http.get("/execution/health")
+        return r.status_code == 200 and r.json().get("status") == "healthy"
+
     def import_errors(self) -> list[dict]:
         return self.get("/api/v2/importErrors").get("import_errors", [])
 

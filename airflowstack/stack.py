@@ -245,10 +245,11 @@ class AirflowStack:
         probe_client = AirflowClient(self.base_url, self.username, self.password, timeout=5)
         try:
             wait_until(
-                probe_client.healthy,
+                lambda: probe_client.healthy() and probe_client.execution_api_ready(),
                 timeout=self.start_timeout,
                 interval=0.5,
-                what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health",
+                what=f"Airflow services to be healthy at {self.base_url}/api/v2/monitor/health and its execution API"
+                " to answer",
                 check=self.check_alive,
                 progress=self._services_work,
                 backstop=START_BACKSTOP,
@@ -314,8 +315,8 @@ class AirflowStack:
         job_type = JOB_TYPES.get(self.kinds[name])
 
         def up() -> bool:
-            if job_type is None:  # the API server: answering
-                return bool(probe_client.health())
+            if job_type is None:  # the API server: answering, its execution API too
+                return bool(probe_client.health()) and probe_client.execution_api_ready()
             return bool(probe_client.jobs(job_type, started_after=started))
 
         try:
