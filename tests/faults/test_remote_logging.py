@@ -16,6 +16,11 @@ What Airflow does with the logs (apache-airflow-core 3.3.2, apache-airflow-provi
 * the API server reads the remote objects of the try (every key under ``<task log>``); while the task is deferred
   or running it adds the local files and the triggerer's log server, once the task has ended it serves the remote
   objects alone (``FileTaskHandler._read``).
+* the trigger's end and the task's are not ordered: the task resumes on a worker once the trigger's event is
+  stored, while the triggerer uploads the trigger's file when its runner reports the trigger finished. On a loaded
+  machine the task ended first (run R, 2026-12-05: the log read at the task's end lacked the successor's 26 lines;
+  read again a moment later, it held all 39 once). The tests therefore read the log once the trigger objects they
+  expect are in the bucket (``_uploaded``): the claim is about the log as uploaded, not about that window.
 
 So the successor of a killed triggerer that resumed past the lines in the dead one's local file (exactly-once on one
 disk, wait/log_ledger.py) left those lines out of the log served once the task had ended: 13 of 39 lines lost in
@@ -42,11 +47,12 @@ import signal
 
 import pytest
 
-from airflowstack import AirflowStack, S3Server
+from airflowstack import AirflowStack, S3Server, wait_until
 from airflowstack.job_behaviour import finish_launcher
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.scenario import (
     DEFERRED,
+    TIMEOUT,
     launcher_lines,
     lines_while_triggerer_down,
     more_lines,
@@ -108,6 +114,20 @@ def remote(cluster, airflow_stack, dags_folder, artifacts_dir):
             stack.stop()
 
 
+def _uploaded(remote: Remote, run_id: str, trigger_logs: int) -> None:
+    """Wait until ``trigger_logs`` trigger log objects of the run are in the bucket: the triggerer uploads a trigger's
+    file when the trigger ends, which may come after the task ended (module docstring)."""
+    wait_until(
+        lambda: (
+            len([k for k in remote.remote_keys(DEFERRED.dag, run_id) if ".trigger." in k]) >= trigger_logs
+            or None
+        ),
+        timeout=TIMEOUT,
+        ignore=(),
+        what=f"{trigger_logs} trigger log(s) of {run_id} in s3://{BUCKET}",
+    )
+
+
 def _served_from_remote(remote: Remote, run_id: str) -> list[str]:
     """The sources of the task log the API server serves now: once the task has ended, the S3 objects alone."""
     events = remote.client.task_log_events(DEFERRED.dag, run_id, DEFERRED.task)
@@ -124,6 +144,7 @@ def test_remote_log_holds_every_launcher_line_once(remote, cluster, custom_api, 
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
     more_lines(client, cluster, DEFERRED, run_id, expected, "later")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
+    _uploaded(remote, run_id, trigger_logs=1)
     run = record(
         results,
         "remote logging (S3), no fault (deferrable)",
@@ -162,6 +183,7 @@ def test_triggerer_sigkill_and_restart_mid_stream_with_remote_logging(
         results,
         "remote logging (S3): triggerer SIGKILL + restart mid-wait",
         lambda stack: stack.stop_service("triggerer", signal.SIGKILL),
+        trigger_logs=2,
     )
     assert len([s for s in sources if ".trigger." in s]) == 2, (
         sources
@@ -180,6 +202,7 @@ def test_triggerer_sigterm_and_restart_mid_stream_with_remote_logging(
         results,
         "remote logging (S3): triggerer SIGTERM + restart mid-wait",
         lambda stack: stack.stop_service("triggerer"),
+        trigger_logs=2,
     )
     assert len([s for s in sources if ".trigger." in s]) == 2, sources
 
@@ -211,6 +234,7 @@ def test_triggerer_sigkill_and_restart_on_another_machine_with_remote_logging(
             results,
             "remote logging (S3): triggerer SIGKILL + restart on another machine",
             to_another_machine,
+            trigger_logs=1,
         )
     finally:  # back on this machine for what follows (no trigger runs now: no takeover to wait for)
         stack.stop_service("triggerer", signal.SIGKILL)
@@ -219,16 +243,20 @@ def test_triggerer_sigkill_and_restart_on_another_machine_with_remote_logging(
     assert len([s for s in sources if ".trigger." in s]) == 1, sources  # the successor's only
 
 
-def _failover(remote: Remote, cluster, custom_api, results, scenario: str, stop) -> list[str]:
+def _failover(
+    remote: Remote, cluster, custom_api, results, scenario: str, stop, trigger_logs: int
+) -> list[str]:
     """A deferred task streaming its launcher's log; ``stop(stack)`` stops its triggerer, more lines come, a new
-    triggerer starts and takes the trigger over, a last batch follows, the launcher ends. Every launcher line must be
-    in the log served from S3 exactly once; returns that log's sources."""
+    triggerer starts and takes the trigger over, a last batch follows, the launcher ends. Once the ``trigger_logs``
+    trigger files are uploaded, every launcher line must be in the log served from S3 exactly once; returns that
+    log's sources."""
     client, stack = remote.client, remote.stack
     run_id, job, expected = waiting_job(client, cluster, custom_api, DEFERRED)
     lines_while_triggerer_down(stack, cluster, stop, expected)
     streamed(client, DEFERRED, run_id, expected)
     more_lines(client, cluster, DEFERRED, run_id, expected, "after-restart")
     finish_launcher(cluster.api_client(), NAMESPACE, job["metadata"]["name"])
+    _uploaded(remote, run_id, trigger_logs)
     run = record(results, scenario, client, custom_api, DEFERRED, run_id, expected, job)
     served = launcher_lines(client, DEFERRED, run_id)
     remote.keep_served_log(scenario, run_id)
