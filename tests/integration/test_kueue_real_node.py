@@ -91,13 +91,18 @@ def test_a_queued_mpijob_runs_real_mpi_once_kueue_admits_it(kueue_real_node):
         # the mpi-operator writes Suspended only if it saw the job before Kueue admitted it (a race on a loaded
         # machine: CI's run saw none); when written, it must say resumed
         suspended = lk.condition(job, "Suspended")
-        assert suspended is None or (suspended["status"], suspended["reason"]) == ("False", "MPIJobResumed"), job
+        assert suspended is None or (suspended["status"], suspended["reason"]) == (
+            "False",
+            "MPIJobResumed",
+        ), job
 
         pods = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher").items
         (launcher,) = [p for p in pods if p.status.phase == "Succeeded"]
         assert launcher.spec.node_name == "real-node-0"
         # held until admitted, whoever saw what first: the launcher pod came no earlier than Kueue's admission
-        admitted_at = datetime.fromisoformat(lk.condition(wl, "Admitted")["lastTransitionTime"].replace("Z", "+00:00"))
+        admitted_at = datetime.fromisoformat(
+            lk.condition(wl, "Admitted")["lastTransitionTime"].replace("Z", "+00:00")
+        )
         assert launcher.metadata.creation_timestamp >= admitted_at, (launcher.metadata.creation_timestamp, wl)
         log = core.read_namespaced_pod_log(launcher.metadata.name, ns, _preload_content=False).data.decode()
         assert any(PI_LINE.match(line) for line in log.splitlines()), log

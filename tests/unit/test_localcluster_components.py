@@ -17,7 +17,10 @@ def _write(plane: ControlPlane, *components: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     docs = [
         {"kind": "KwokConfiguration", "options": {}},
-        {"kind": "KwokctlConfiguration", "components": [{"name": n, "binary": f"/bin/{n}"} for n in components]},
+        {
+            "kind": "KwokctlConfiguration",
+            "components": [{"name": n, "binary": f"/bin/{n}"} for n in components],
+        },
     ]
     path.write_text(yaml.safe_dump_all(docs))
 
@@ -33,7 +36,7 @@ def parses(monkeypatch) -> list[int]:
     counted: list[int] = []
     real = yaml.load_all
 
-    def counting(stream, Loader):  # noqa: N803 (PyYAML's name)
+    def counting(stream, Loader):
         counted.append(1)
         return real(stream, Loader=Loader)
 
