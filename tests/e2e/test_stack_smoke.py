@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def test_health_reports_every_component(client):
     health = client.health()
@@ -24,3 +26,20 @@ def test_conf_violating_param_schema_is_refused(client):
     r = client.trigger("e2e_smoke", {"greeting": ""}, expect=[400])
     assert r.status_code == 400, r.text
     assert len(client.dag_runs("e2e_smoke")) == before
+
+
+def test_each_api_server_start_warmed_the_execution_api_before_serving_a_task(airflow_stack, client):
+    """Airflow builds its execution API's routes on that API's first request, inside the server's event loop (8 s of
+    CPU, 30-40 s loaded: a task's first ``PATCH .../run`` timed out on it). The stack asks ``/execution/health`` at
+    each start: in the API server's own access log, every process's first execution API request is that one."""
+    client.wait_for_dags(["e2e_smoke"], timeout=120)
+    run = client.trigger("e2e_smoke", {"greeting": "warm"})
+    assert client.wait_run("e2e_smoke", run["dag_run_id"], timeout=120)["state"] == "success"
+    log = (airflow_stack.log_dir / "api-server.log").read_text()
+    starts = re.split(r"\n=== \S+ starting: ", log)[1:]
+    assert starts, log[:2000]
+    for served in starts:
+        execution = re.findall(r"method=(\S+) path=(/execution/\S*) query=\S* status_code=(\d+)", served)
+        assert execution, served[-2000:]
+        assert execution[0] == ("GET", "/execution/health", "200"), execution[:3]
+    assert any(path.endswith("/run") for _, path, _ in execution), execution  # a task ran on the last one
