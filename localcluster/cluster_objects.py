@@ -15,6 +15,7 @@ import yaml
 from . import behaviour as bh
 from . import build as _build
 from . import stages as _stages
+from . import yaml_files
 from .waiting import ClusterError, wait_until
 
 API_V2BETA1 = "v2beta1"
@@ -73,7 +74,7 @@ def install_stages(api: Any, bin_dir: Path, timeout: float) -> None:
 def install_mpijob_crd(api: Any, api_version: str, bin_dir: Path, timeout: float) -> None:
     """The mpi-operator's (v2beta1) or the training-operator's (v1) MPIJob CRD: both are named
     ``mpijobs.kubeflow.org``, hence one per cluster."""
-    crd = yaml.safe_load(_build.crd_path(api_version, bin_dir).read_text())
+    crd = yaml_files.read(_build.crd_path(api_version, bin_dir))
     install_crds(api, [crd], timeout, "MPIJob CRD")
 
 

@@ -23,13 +23,12 @@ import yaml
 
 from . import build as _build
 from . import ports as _ports
+from . import yaml_files
 from .cluster_objects import KWOK_CRDS
 from .processes import kill_pid, pid_alive
 from .state import ClusterState, cache_root
 from .waiting import ClusterError, wait_until
 
-# libyaml's safe loader where PyYAML was built with it (the node image's Debian python3-yaml is)
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # the kwokctl options naming every port its binary runtime would otherwise pick itself (why: ports.py)
 KWOKCTL_PORTS = (
     "etcdPort",
@@ -278,7 +277,7 @@ class ControlPlane(ClusterState):
         stat = path.stat()
         key = (str(path), stat.st_mtime_ns, stat.st_size)
         if self._configuration is None or self._configuration[0] != key:
-            docs = [d for d in yaml.load_all(path.read_text(), Loader=_YAML_LOADER) if d]
+            docs = [d for d in yaml_files.read_all(path) if d]
             self._configuration = (key, [d for d in docs if d.get("kind") == "KwokctlConfiguration"][:1])
         return self._configuration[1]
 

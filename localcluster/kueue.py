@@ -35,7 +35,7 @@ import copy
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
+from . import yaml_files
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -92,15 +92,15 @@ def configuration(
 def crds(data_dir: Path, url: str, ca: bytes) -> list[dict]:
     """The CRDs of the module, with the conversion webhook its kustomization patches in, served at ``url``."""
     crd_dir = data_dir / "crd"
-    kustomization = yaml.safe_load((crd_dir / "kustomization.yaml").read_text())
+    kustomization = yaml_files.read(crd_dir / "kustomization.yaml")
     converted = set()
     for patch in kustomization.get("patches") or []:
-        doc = yaml.safe_load((crd_dir / patch["path"]).read_text())
+        doc = yaml_files.read(crd_dir / patch["path"])
         if (doc.get("spec") or {}).get("conversion", {}).get("strategy") == "Webhook":
             converted.add(doc["metadata"]["name"])
     out = []
     for rel in kustomization["resources"]:
-        crd = yaml.safe_load((crd_dir / rel).read_text())
+        crd = yaml_files.read(crd_dir / rel)
         if crd["metadata"]["name"] in converted:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",
@@ -118,7 +118,7 @@ def webhook_configurations(
 ) -> list[dict]:
     """Kueue's Mutating/ValidatingWebhookConfigurations, pointed at ``url`` (the webhooks of ``resources``)."""
     out = []
-    for doc in yaml.safe_load_all((data_dir / "webhook-manifests.yaml").read_text()):
+    for doc in yaml_files.read_all(data_dir / "webhook-manifests.yaml"):
         if not doc:
             continue
         doc = copy.deepcopy(doc)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from . import yaml_files
 
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
@@ -58,15 +58,15 @@ def kustomized(directory: Path, name_prefix: str = "") -> list[dict]:
     """The webhook configurations of a kustomize ``directory`` (its ``resources``, with its JSON 6902 ``patches``
     applied to the documents their ``target`` selects by kind and name), names prefixed with ``name_prefix`` as an
     overlay's ``namePrefix`` would."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    kustomization = yaml_files.read(directory / "kustomization.yaml")
     docs = [
         d
         for rel in kustomization.get("resources") or []
-        for d in yaml.safe_load_all((directory / rel).read_text())
+        for d in yaml_files.read_all(directory / rel)
         if d and d.get("kind") in WEBHOOK_KINDS
     ]
     for patch in kustomization.get("patches") or []:
-        ops = yaml.safe_load((directory / patch["path"]).read_text())
+        ops = yaml_files.read(directory / patch["path"])
         if not isinstance(ops, list):
             raise ValueError(f"{directory / patch['path']}: only JSON 6902 patches are supported")
         target = patch.get("target") or {}

@@ -72,11 +72,33 @@ def _created(
     return bool((reading.acknowledged and status.get(reading.acknowledged)) or status.get("conditions")), None
 
 
+def _times(
+    obj: dict[str, Any], kind: JobKind, created: bool, terminal: list[dict[str, Any]]
+) -> tuple[str | None, str | None]:
+    """When the job started and completed: its status's ``startTime`` and ``completionTime`` (the MPIJob
+    controllers write them), or for a kind whose status has neither (TrainJob) its conditions' transitions: started
+    when Kueue last resumed it (Suspended turned False) or, never suspended, when it was created once the controller
+    acknowledged it; completed when its terminal condition turned True. The task's XCom, its run-time metric and
+    its log links read these."""
+    status = obj.get("status") or {}
+    if not kind.state.times_from_conditions:
+        return status.get("startTime"), status.get("completionTime")
+    suspended = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == JobCondition.SUSPENDED.value), None
+    )
+    if not created or (suspended is not None and str(suspended.get("status")) == "True"):
+        start = None  # not acknowledged yet, or queued
+    elif suspended is not None:
+        start = suspended.get("lastTransitionTime")
+    else:
+        start = (obj.get("metadata") or {}).get("creationTimestamp")
+    return start, (terminal[-1].get("lastTransitionTime") if terminal else None)
+
+
 def job_state(obj: dict[str, Any], kind: JobKind | None = None) -> JobState:
     kind = kind_of(obj, kind)
     reading = kind.state
     metadata = obj.get("metadata") or {}
-    status = obj.get("status") or {}
     true_conditions = _true_conditions(obj, kind)
     terminal = [c for c in true_conditions if c["type"] in (reading.succeeded, reading.failed)]
     if terminal:
@@ -88,6 +110,7 @@ def job_state(obj: dict[str, Any], kind: JobKind | None = None) -> JobState:
     else:
         current = None
     created, created_time = _created(obj, kind, true_conditions)
+    start_time, completion_time = _times(obj, kind, created, terminal)
     return JobState(
         name=metadata.get("name", ""),
         namespace=metadata.get("namespace", ""),
@@ -95,8 +118,8 @@ def job_state(obj: dict[str, Any], kind: JobKind | None = None) -> JobState:
         condition=current["type"] if current else None,
         reason=current.get("reason") if current else None,
         message=current.get("message") if current else None,
-        start_time=status.get("startTime"),
-        completion_time=status.get("completionTime"),
+        start_time=start_time,
+        completion_time=completion_time,
         created=created,
         terminal=bool(terminal),
         succeeded=bool(terminal) and current is not None and current["type"] == reading.succeeded,

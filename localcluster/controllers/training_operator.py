@@ -26,8 +26,7 @@ import copy
 from pathlib import Path
 from typing import ClassVar
 
-import yaml
-
+from localcluster import yaml_files
 from localcluster.cluster_objects import API_V1
 from localcluster.delivery_image import KUBECTL_DELIVERY_IMAGE
 from localcluster.ports import free_loopback_port
@@ -52,7 +51,7 @@ mount --bind "$certs" {CERT_DIR}"""
 def webhook_configuration(manifests: Path, url: str, ca: bytes) -> dict:
     """The module's ValidatingWebhookConfiguration under the name upstream's kustomize patch gives it, with the
     webhooks of ``ENABLED_RESOURCES`` only, served at ``url``."""
-    doc = copy.deepcopy(next(d for d in yaml.safe_load_all(manifests.read_text()) if d))
+    doc = copy.deepcopy(next(d for d in yaml_files.read_all(manifests) if d))
     kept = []
     for hook in doc.get("webhooks") or []:
         if any(r in ENABLED_RESOURCES for rule in hook.get("rules") or [] for r in rule.get("resources", [])):

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from localcluster import webhook_manifests
+from localcluster import webhook_manifests, yaml_files
 from localcluster.cluster_objects import install_crds
 from localcluster.ports import free_loopback_port
 from localcluster.processes import Launch
@@ -43,7 +43,7 @@ def load_crds(crd_dir: Path) -> list[dict]:
     return [
         doc
         for path in sorted(crd_dir.glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
+        for doc in yaml_files.read_all(path)
         if doc and doc.get("kind") == "CustomResourceDefinition"
     ]
 

@@ -23,6 +23,7 @@ from jsonschema import Draft4Validator, FormatChecker
 
 from airflow_mpi.jobspec import API_V1, API_V2BETA1
 from localcluster.build import CRDS, module_dir
+from localcluster.yaml_files import read as _load
 
 CRD_FILES = {API_V2BETA1: "mpijobs-v2beta1.yaml", API_V1: "mpijobs-v1.yaml"}
 # Published examples: (API version, path inside the module of that version's CRD).
@@ -45,10 +46,6 @@ for _name, _bound in _INT_RANGES.items():
 def _module(api_version: str) -> Path:
     moddir, module_path, _ = CRDS[CRD_FILES[api_version]]
     return module_dir(moddir, module_path)
-
-
-def _load(path: Path) -> Any:
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _closed(schema: Any) -> Any:

@@ -193,6 +193,8 @@ class StateReading:
     # mpi-operator neither replaces such a worker nor fails the job (wait/progress.py gives up on it itself)
     fails_on_failed_worker: bool = False
     clean_pod_policy: str | None = None
+    # a status without startTime/completionTime (TrainJob): both read from its conditions (status.job_times)
+    times_from_conditions: bool = False
 
 
 @dataclass(frozen=True)

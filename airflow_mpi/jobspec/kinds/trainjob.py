@@ -119,6 +119,7 @@ STATE = StateReading(
     created_text="status from the Kubeflow Trainer (no JobSet)",
     fails_on_failed_worker=True,
     clean_pod_policy=CLEAN_RUNNING,
+    times_from_conditions=True,
 )
 
 

@@ -184,3 +184,31 @@ def test_the_hub_watches_its_events_and_its_jobsets_pods():
 def test_its_attempts_allowed_are_unknown():
     """The launcher Job's backoffLimit is the runtime's, which the TrainJob does not carry."""
     assert TRAINJOB.attempts_allowed(0, "Never") is None
+
+
+def test_its_start_and_completion_come_from_its_conditions_the_mpijobs_from_their_status():
+    """A TrainJob's status has no startTime or completionTime (Trainer v2.3.0's TrainJobStatus): it started when
+    acknowledged (its creation) or, queued by Kueue, when resumed, and completed at its terminal condition."""
+    resumed = {
+        **condition("Suspended", "Resumed", "resumed", status="False"),
+        "lastTransitionTime": "2026-11-22T10:00:30Z",
+    }
+    done = {**COMPLETE, "lastTransitionTime": "2026-11-22T10:02:00Z"}
+    times = lambda obj: (job_state(obj).start_time, job_state(obj).completion_time)  # noqa: E731
+    assert times(trainjob()) == (None, None)  # not acknowledged yet
+    assert times(trainjob(jobs=jobs_status(active=1))) == ("2026-11-22T10:00:00Z", None)
+    assert times(trainjob(done, jobs=jobs_status(succeeded=1))) == (
+        "2026-11-22T10:00:00Z",
+        "2026-11-22T10:02:00Z",
+    )
+    assert times(trainjob(SUSPENDED, jobs=[])) == (None, None)  # queued
+    assert times(trainjob(resumed, done, jobs=jobs_status(succeeded=1))) == (
+        "2026-11-22T10:00:30Z",
+        "2026-11-22T10:02:00Z",
+    )
+    mpijob = {
+        "apiVersion": DEFAULT_KIND.api_version,
+        "metadata": {"name": "job", "creationTimestamp": "2026-11-22T09:59:00Z"},
+        "status": {"conditions": [{**done, "type": "Succeeded"}], "startTime": "2026-11-22T10:00:05Z"},
+    }
+    assert times(mpijob) == ("2026-11-22T10:00:05Z", None)  # the controller's own fields, nothing derived
