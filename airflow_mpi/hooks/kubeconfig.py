@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from airflow.providers.common.compat.sdk import AirflowException
+
+from airflow_mpi.hooks.token_file import follow_token_file
 
 if TYPE_CHECKING:
     from airflow_mpi.hooks.async_mpijob import AsyncMPIJobHook
@@ -66,11 +68,22 @@ def kubeconfig_uses_dynamic_auth(data: dict | None, context: str | None = None) 
     return True
 
 
+def load_in_cluster(cfg: Any) -> None:
+    """The pod's service account into ``cfg``, its token followed as kubelet rotates it (hooks/token_file.py);
+    ConfigException when this is no pod."""
+    from kubernetes_asyncio import config as async_config
+    from kubernetes_asyncio.config import incluster_config
+
+    async_config.load_incluster_config(client_configuration=cfg)
+    follow_token_file(cfg, incluster_config.SERVICE_TOKEN_FILENAME)
+
+
 async def load_client_config(hook: AsyncMPIJobHook) -> None:
     """Load the client configuration from the same sources, in the same order, as the sync hook: in_cluster |
     config_file argument or kube_config_path extra | kube_config extra (YAML/JSON text or dict) | config_dict
     argument, mutually exclusive; none: in-cluster when running in a pod, else the default kubeconfig. Loaded once,
-    except for exec/auth-provider credentials (short-lived tokens), reloaded on every call."""
+    except for exec/auth-provider credentials (short-lived tokens), reloaded on every call; an in-cluster token is read
+    again when its file changes."""
     from kubernetes_asyncio import client as async_client
     from kubernetes_asyncio import config as async_config
 
@@ -93,7 +106,7 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
     dynamic, hook._is_in_cluster = False, False
     if in_cluster:
         hook.log.debug("loading kube_config from: in_cluster configuration")
-        async_config.load_incluster_config(client_configuration=cfg)
+        load_in_cluster(cfg)
         hook._is_in_cluster = True
     elif kubeconfig_path:
         hook.log.debug("loading kube_config from: %s", kubeconfig_path)
@@ -112,7 +125,7 @@ async def load_client_config(hook: AsyncMPIJobHook) -> None:
         dynamic = kubeconfig_uses_dynamic_auth(data, cluster_context)
     else:
         try:
-            async_config.load_incluster_config(client_configuration=cfg)
+            load_in_cluster(cfg)
             hook._is_in_cluster = True
         except async_config.ConfigException:
             hook.log.debug("loading kube_config from: default file")

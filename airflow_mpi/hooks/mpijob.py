@@ -18,6 +18,7 @@ import tenacity
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook, _get_bool
 from airflow.providers.common.compat.sdk import AirflowNotFoundException
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import incluster_config
 
 from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, iter_lines, split_timestamp
 from airflow_mpi.hooks.base import MPIJobHookBase
@@ -37,6 +38,7 @@ from airflow_mpi.hooks.requests import (
     prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
+from airflow_mpi.hooks.token_file import follow_token_file
 from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
 from airflow_mpi.jobspec.vocabulary import LAUNCHER, WORKER
@@ -61,6 +63,13 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
             if isinstance(extras.get(key), str):
                 extras[key] = _get_bool(extras[key])
         return extras
+
+    def get_conn(self) -> Any:
+        """The stock hook's client; in a pod, its token followed as kubelet rotates it (hooks/token_file.py)."""
+        api_client = super().get_conn()
+        if self._is_in_cluster:
+            follow_token_file(api_client.configuration, incluster_config.SERVICE_TOKEN_FILENAME)
+        return api_client
 
     def get_namespace(self) -> str:
         """Namespace of the connection, else of the pod this runs in, else ``default``."""

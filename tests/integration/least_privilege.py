@@ -153,15 +153,9 @@ def role_without(verb: str, resource: str, name: str) -> dict:
     return role
 
 
-def bound_service_account_kubeconfig(
-    api_client,
-    admin_kubeconfig: str,
-    namespace: str,
-    role: str,
-    dest: Path,
-    service_account: str = SERVICE_ACCOUNT,
-) -> Path:
-    """A service account in ``namespace`` bound (RoleBinding) to ``role`` only; a kubeconfig with its token."""
+def bind_service_account(api_client, namespace: str, role: str, service_account: str = SERVICE_ACCOUNT):
+    """A service account in ``namespace`` bound (RoleBinding) to the ClusterRole ``role`` only; a CoreV1Api of
+    ``api_client`` (to ask for its tokens)."""
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
@@ -176,6 +170,19 @@ def bound_service_account_kubeconfig(
                 "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
             },
         )
+    return core
+
+
+def bound_service_account_kubeconfig(
+    api_client,
+    admin_kubeconfig: str,
+    namespace: str,
+    role: str,
+    dest: Path,
+    service_account: str = SERVICE_ACCOUNT,
+) -> Path:
+    """A service account in ``namespace`` bound (RoleBinding) to ``role`` only; a kubeconfig with its token."""
+    core = bind_service_account(api_client, namespace, role, service_account)
     token = core.create_namespaced_service_account_token(
         service_account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
     ).status.token
