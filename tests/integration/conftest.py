@@ -98,7 +98,7 @@ def _reap_stale_sessions() -> None:
     from localcluster.cluster import LocalCluster, list_clusters
 
     for name in list_clusters():
-        m = re.fullmatch(r"it-(?:v2beta1|v1|kueue|trainjob)-(\d+)", name)
+        m = re.fullmatch(r"it-(?:v2beta1|v1|kueue|trainjob|expiry)-(\d+)", name)
         if m and not _alive(int(m.group(1))):
             LocalCluster(name, verbose=False).stop(keep_logs=False)
 

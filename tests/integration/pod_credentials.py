@@ -49,16 +49,17 @@ class PodCredentials:
     def ca_file(self) -> Path:
         return self.directory / "ca.crt"
 
-    def issue(self, secret: str) -> str:
-        """A new token of the service account, bound to a new Secret ``secret``, written over the token file as
-        kubelet does (a whole file renamed over the old one: a reader never sees half a token)."""
+    def issue(self, secret: str, seconds: int = TOKEN_SECONDS) -> str:
+        """A new token of the service account, bound to a new Secret ``secret``, valid ``seconds`` (as asked: an API
+        server may extend it), written over the token file as kubelet does (a whole file renamed over the old one: a
+        reader never sees half a token)."""
         core = client.CoreV1Api(self.api_client)
         bound = core.create_namespaced_secret(self.namespace, {"metadata": {"name": secret}})
         ref = {"apiVersion": "v1", "kind": "Secret", "name": secret, "uid": bound.metadata.uid}
         token = core.create_namespaced_service_account_token(
             SERVICE_ACCOUNT,
             self.namespace,
-            {"spec": {"expirationSeconds": TOKEN_SECONDS, "boundObjectRef": ref}},
+            {"spec": {"expirationSeconds": seconds, "boundObjectRef": ref}},
         ).status.token
         written = self.directory / f".{secret}"
         written.write_text(token)
