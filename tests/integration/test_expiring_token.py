@@ -25,15 +25,19 @@ from datetime import UTC, datetime
 
 import pytest
 
-from airflow_mpi.hooks import MPIJobHook
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.wait import watch_hub
 from airflow_mpi.wait.contract import WaitOptions
 from localcluster.waiting import wait_until
 from tests.integration.conftest import REAL_KUBECONFIG, _local
 from tests.integration.pod_credentials import TOKEN_SECONDS, PodCredentials, run_in_cluster
-from tests.integration.test_operator import LINES, Recorder
-from tests.integration.test_rotating_token import all_opened, first_event, resume, start_job
+from tests.integration.test_rotating_token import (
+    all_opened,
+    assert_outlived,
+    first_event,
+    recorded_job,
+    resume,
+)
 
 MEASURE = os.environ.get("AIRFLOW_MPI_MEASURE") == "1"
 ROTATE_AT = 0.8  # of the token's life: when kubelet replaces a projected token
@@ -158,22 +162,16 @@ async def wait_past_the_expiry(pod: PodCredentials, k8s, name: str, uid: str, cl
 
 
 def test_a_wait_and_the_sync_hook_outlive_their_expired_token(pod, cluster, k8s, monkeypatch):
-    cluster.set_launcher_logs(pod.namespace, LINES)
-    logged = Recorder()
-    monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: logged))
     clock = Clock()
     a = pod.issue("token-a", TOKEN_SECONDS)
     clock.mark("A issued")
-    sync = MPIJobHook()  # kubernetes_default: in_cluster; made as A, used again after A expired
-    uid = start_job(sync, "expiring")  # as A
+    logged, sync, uid = recorded_job(
+        cluster, pod.namespace, monkeypatch, "expiring"
+    )  # as A; used again after
 
     try:
         event = asyncio.run(wait_past_the_expiry(pod, k8s, "expiring", uid, clock, a))
-        assert event["status"] == "success", event
-        # the launcher's log, followed as B (the launcher started after)
-        assert logged.payload_lines() == LINES
-        assert sync.get_mpijob("expiring")["metadata"]["uid"] == uid  # the same client, as B
-        assert sync.delete_mpijob("expiring", uid=uid) is True
+        assert_outlived(event, logged, sync, "expiring", uid)
         clock.mark("sync hook read and deleted")
     finally:
         a_claims = claims(a)

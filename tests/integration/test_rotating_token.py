@@ -105,19 +105,29 @@ async def wait_across_the_rotation(pod: PodCredentials, k8s, name: str, uid: str
         return event
 
 
-def test_a_wait_and_the_sync_hook_outlive_their_token(pod, cluster, k8s, monkeypatch):
-    cluster.set_launcher_logs(pod.namespace, LINES)
+def recorded_job(cluster, namespace: str, monkeypatch, name: str) -> tuple[Recorder, MPIJobHook, str]:
+    """The launcher's lines set, the trigger's log recorded, and job ``name`` started as the first token by a sync
+    hook (kubernetes_default: in_cluster) made before any rotation: (the record, that hook, the job's uid)."""
+    cluster.set_launcher_logs(namespace, LINES)
     logged = Recorder()
     monkeypatch.setattr(MPIJobTrigger, "log", property(lambda self: logged))
-    sync = MPIJobHook()  # kubernetes_default: in_cluster; made once, used before and after the rotation
-    uid = start_job(sync, "rotated")  # as A
+    sync = MPIJobHook()
+    return logged, sync, start_job(sync, name)
 
-    event = asyncio.run(wait_across_the_rotation(pod, k8s, "rotated", uid))
 
+def assert_outlived(event: dict, logged: Recorder, sync: MPIJobHook, name: str, uid: str) -> None:
+    """The wait succeeded with the launcher's log (followed as the new token: the launcher started after the
+    rotation), and the sync hook made before the rotation reads and deletes the job (its token read again)."""
     assert event["status"] == "success", event
-    assert logged.payload_lines() == LINES  # the launcher's log, followed as B (the launcher started after)
-    assert sync.get_mpijob("rotated")["metadata"]["uid"] == uid  # as B: the same client, its token reread
-    assert sync.delete_mpijob("rotated", uid=uid) is True
+    assert logged.payload_lines() == LINES
+    assert sync.get_mpijob(name)["metadata"]["uid"] == uid
+    assert sync.delete_mpijob(name, uid=uid) is True
+
+
+def test_a_wait_and_the_sync_hook_outlive_their_token(pod, cluster, k8s, monkeypatch):
+    logged, sync, uid = recorded_job(cluster, pod.namespace, monkeypatch, "rotated")  # as A
+    event = asyncio.run(wait_across_the_rotation(pod, k8s, "rotated", uid))
+    assert_outlived(event, logged, sync, "rotated", uid)
 
 
 @pytest.mark.parametrize("pod", [False], ids=["never-refreshed"], indirect=True)
