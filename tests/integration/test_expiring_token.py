@@ -25,9 +25,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.wait import watch_hub
-from airflow_mpi.wait.contract import WaitOptions
 from localcluster.waiting import wait_until
 from tests.integration.conftest import REAL_KUBECONFIG, _local
 from tests.integration.pod_credentials import TOKEN_SECONDS, PodCredentials, run_in_cluster
@@ -35,6 +33,7 @@ from tests.integration.test_rotating_token import (
     all_opened,
     assert_outlived,
     first_event,
+    job_trigger,
     recorded_job,
     resume,
 )
@@ -116,13 +115,7 @@ class Clock:
 async def wait_past_the_expiry(pod: PodCredentials, k8s, name: str, uid: str, clock: Clock, a: str) -> dict:
     """The triggerer's wait on the job from token A (issued at ``clock``'s "A issued") to its end, across B written
     at 80 % of A's life and A's expiry; the trigger's event."""
-    trigger = MPIJobTrigger(
-        name=name,
-        namespace=pod.namespace,
-        uid=uid,
-        submitted_at=datetime.now(UTC).isoformat(),
-        options=WaitOptions(poll_interval=2),
-    )
+    trigger = job_trigger(pod.namespace, name, uid)
     from airflow_mpi.hooks import AsyncMPIJobHook
     from airflow_mpi.jobspec.kinds import DEFAULT_KIND
 

@@ -81,17 +81,22 @@ def all_opened(hub: watch_hub.WatchHub, more_than: dict[str, int]) -> bool:
     )
 
 
-async def wait_across_the_rotation(pod: PodCredentials, k8s, name: str, uid: str) -> dict:
-    """The triggerer's wait on the job from token A to its end: the hub starts with A (the test's subscription,
-    shared by the trigger's: same connection), A is replaced and revoked, every watch opens again (as B), then
-    the job runs; the trigger's event."""
-    trigger = MPIJobTrigger(
+def job_trigger(namespace: str, name: str, uid: str) -> MPIJobTrigger:
+    """The trigger a deferred task of job ``name`` runs (polling every 2 s), through ``kubernetes_default``."""
+    return MPIJobTrigger(
         name=name,
-        namespace=pod.namespace,
+        namespace=namespace,
         uid=uid,
         submitted_at=datetime.now(UTC).isoformat(),
         options=WaitOptions(poll_interval=2),
     )
+
+
+async def wait_across_the_rotation(pod: PodCredentials, k8s, name: str, uid: str) -> dict:
+    """The triggerer's wait on the job from token A to its end: the hub starts with A (the test's subscription,
+    shared by the trigger's: same connection), A is replaced and revoked, every watch opens again (as B), then
+    the job runs; the trigger's event."""
+    trigger = job_trigger(pod.namespace, name, uid)
     async with watch_hub.subscription(AsyncMPIJobHook(), pod.namespace, name) as sub:
         hub = sub.hub
         await hub.until(lambda h: all_opened(h, {}))  # as A
