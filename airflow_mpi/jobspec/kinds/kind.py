@@ -193,7 +193,7 @@ class StateReading:
     # mpi-operator neither replaces such a worker nor fails the job (wait/progress.py gives up on it itself)
     fails_on_failed_worker: bool = False
     clean_pod_policy: str | None = None
-    # a status without startTime/completionTime (TrainJob): both read from its conditions (status.job_times)
+    # a status without startTime/completionTime (TrainJob): both read from its conditions (jobspec/status.py `_times`)
     times_from_conditions: bool = False
 
 
