@@ -87,6 +87,11 @@ class MPIJobInfrastructureError(MPIJobError):
     Worth a retry."""
 
 
+class MPIJobTaskPodDeletedError(MPIJobInfrastructureError):
+    """The task's own pod (KubernetesExecutor) was deleted by the cluster while it waited (a drain, an eviction,
+    ``kubectl delete pod``): the job was kept, and the retry reattaches to it (raised only when a retry follows)."""
+
+
 class MPIJobDisruptedError(MPIJobFailedError, MPIJobInfrastructureError):
     """A pod of the failed job was evicted or disrupted (a node drained or under pressure, a preemption)."""
 
@@ -184,6 +189,7 @@ __all__ = [
     "MPIJobProgramErrorNoRetry",
     "MPIJobQueueTimeoutError",
     "MPIJobStartupTimeoutError",
+    "MPIJobTaskPodDeletedError",
     "MPIJobTimeoutError",
     "MPIJobUnschedulableError",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
 
@@ -111,6 +111,11 @@ with DAG(
         launcher_resources={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         worker_resources={"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         poll_interval=5,
+        # a try cut short (its worker process or, with the KubernetesExecutor, its pod killed by the cluster) is
+        # retried, and the retry reattaches to the same MPIJob; the job's launcher gets the same one restart
+        # (runPolicy.backoffLimit follows retries)
+        retries=1,
+        retry_delay=timedelta(seconds=30),
     )
 
     @task

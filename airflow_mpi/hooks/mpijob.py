@@ -22,7 +22,7 @@ from kubernetes.config import incluster_config
 
 from airflow_mpi.hooks.answers import MAX_LOG_LINE_BYTES, iter_lines, split_timestamp
 from airflow_mpi.hooks.base import MPIJobHookBase
-from airflow_mpi.hooks.errors import connection_errors
+from airflow_mpi.hooks.errors import connection_errors, describe_error
 from airflow_mpi.hooks.kubeconfig import in_cluster_namespace
 from airflow_mpi.hooks.requests import (
     CORE_V1,
@@ -38,6 +38,7 @@ from airflow_mpi.hooks.requests import (
     prepare_body,
 )
 from airflow_mpi.hooks.retries import backoff
+from airflow_mpi.hooks.task_pod import being_deleted
 from airflow_mpi.hooks.token_file import follow_token_file
 from airflow_mpi.jobspec.kinds import kind_or_default
 from airflow_mpi.jobspec.naming import LABEL_PREFIX
@@ -175,6 +176,18 @@ class MPIJobHook(MPIJobHookBase, KubernetesHook):
                     return False
                 time.sleep(min(poll_interval, remaining))
         return True
+
+    def task_pod_deleting(self, namespace: str, name: str) -> bool:
+        """Whether the cluster is deleting the task pod ``namespace/name`` (hooks/task_pod.py); False when it cannot
+        be read (then the kill counts as Airflow's, and the job goes)."""
+        try:
+            pods = self._retry(
+                self.core_v1_client.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}"
+            ).items
+        except Exception as exc:  # noqa: BLE001 - any failure to read leaves the default: delete
+            self.log.warning("Cannot read task pod %s/%s: %s", namespace, name, describe_error(exc))
+            return False
+        return being_deleted(pods)
 
     # ------------------------------------------------------------------------------- logs
     def _log_messages(self, pod: V1Pod, namespace: str, tail_lines: int | None = None) -> Iterator[str]:

@@ -42,7 +42,13 @@ from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.signatures import typed_init
 from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
-from airflow_mpi.operators.supervision import orphaned, supervisor_pid, until_orphaned
+from airflow_mpi.operators.supervision import (
+    orphaned,
+    pod_taken_away,
+    retry_follows,
+    supervisor_pid,
+    until_orphaned,
+)
 from airflow_mpi.operators.task_params import (
     TASK_PARAMETERS,
     check_task_parameters,
@@ -105,6 +111,8 @@ class MPIJobOperator(_Base, MPIJobLineage):
         )
         self._resolved: Resolved | None = None  # of the last build_manifest
         self._supervisor: int | None = None  # the Airflow 3 supervisor of this try's process (supervision.py)
+        self._retry_follows = False  # a retry of this try will run (and reattach to its job)
+        self._cut_short: BaseException | None = None  # set by on_kill when the cluster deletes the try's pod
         self._validate_at_parse_time()
 
     __init__.__signature__ = init_signature(_PARAMETERS)  # type: ignore[attr-defined]  # for Airflow's checks
@@ -225,6 +233,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
 
     def execute(self, context: Any) -> dict:
         self._supervisor = supervisor_pid()
+        self._retry_follows = retry_follows(context.get("ti"), self.retries)
         manifest = self.build_manifest(context)
         meta = manifest["metadata"]
         job_ref = f"{manifest['kind']} {meta['namespace']}/{meta['name']}"
@@ -341,8 +350,9 @@ class MPIJobOperator(_Base, MPIJobLineage):
         """Delete the MPIJob (and, through the garbage collector, its pods) when the task is killed.
 
         Only a live job is deleted: a finished one holds nothing, and a Succeeded one is what a retry reattaches to, so
-        a spurious kill (Airflow's deferral race) never costs a rerun. A process whose Airflow supervisor died deletes
-        nothing: the kill is not Airflow's, and the next try reattaches to the job (supervision.py).
+        a spurious kill (Airflow's deferral race) never costs a rerun. A process whose Airflow supervisor died, or
+        whose KubernetesExecutor pod the cluster is deleting with a retry to come, deletes nothing: the kill is not
+        Airflow's, and the next try reattaches to the job (supervision.py).
         """
         if self._job is None:
             return
@@ -355,6 +365,10 @@ class MPIJobOperator(_Base, MPIJobLineage):
                     namespace,
                     name,
                 )
+            return
+        if (error := pod_taken_away(self.hook, self._retry_follows, namespace, name, uid)) is not None:
+            self.log.warning("%s", error)
+            self._cut_short = error  # the synchronous wait ends with it (supervision.until_orphaned)
             return
         outcome = self.hook.delete_live_mpijob(name, namespace, uid=uid)
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
@@ -416,6 +430,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
                 **kwargs,
             ),
             self._supervisor,
+            cut_short=lambda: self._cut_short,
         )
 
     def _wait_options(self, deadline: datetime | None) -> WaitOptions:

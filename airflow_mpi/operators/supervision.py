@@ -30,7 +30,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
+
+from airflow_mpi.exceptions import MPIJobTaskPodDeletedError
+from airflow_mpi.hooks.task_pod import own_pod
+from airflow_mpi.wait.contract import Cause
+
+if TYPE_CHECKING:
+    from airflow_mpi.hooks import MPIJobHook
 
 T = TypeVar("T")
 
@@ -59,14 +66,41 @@ def orphaned(supervisor: int | None) -> bool:
     return supervisor is not None and os.getppid() != supervisor
 
 
+def retry_follows(ti: object | None, retries: int | None) -> bool:
+    """Whether Airflow retries this try when it fails (try numbers start at 1: ``retries`` retries follow try 1)."""
+    return ti is not None and getattr(ti, "try_number", 0) <= (retries or 0)
+
+
+def pod_taken_away(
+    hook: MPIJobHook, retry_follows: bool, namespace: str, name: str, uid: str | None
+) -> MPIJobTaskPodDeletedError | None:
+    """What ends the try when the cluster is deleting its KubernetesExecutor pod (a drain, an eviction,
+    ``kubectl delete pod``: hooks/task_pod.py) and a retry follows, which reattaches to the job ``namespace/name``
+    (kept); None when the kill is Airflow's, when no retry follows (the job would be left to the sweep at the run's
+    end) or outside such a pod."""
+    if not retry_follows or (pod := own_pod()) is None or not hook.task_pod_deleting(*pod):
+        return None
+    return MPIJobTaskPodDeletedError(
+        f"Task pod {pod[0]}/{pod[1]} is being deleted by the cluster (a drain, an eviction, kubectl delete): "
+        f"MPIJob {namespace}/{name} kept for the retry, which reattaches to it",
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        cause=Cause.DISRUPTED.value,
+    )
+
+
 async def until_orphaned(
     wait: Awaitable[T],
     supervisor: int | None,
     *,
     interval: float = CHECK_INTERVAL,
     exit: Callable[[int], NoReturn] = os._exit,
+    cut_short: Callable[[], BaseException | None] = lambda: None,
 ) -> T:
-    """``await wait``, but end the process (``exit``) as soon as it is orphaned, whatever the wait is doing."""
+    """``await wait``, but end the process (``exit``) as soon as it is orphaned, and raise what ``cut_short``
+    returns as soon as it returns one (the try's pod deleted, ``pod_taken_away``: Airflow 3's task runner turns the
+    pod's SIGTERM into ``on_kill`` and nothing else, so the wait would go on until the kubelet's SIGKILL)."""
     if supervisor is None:
         return await wait
     task = asyncio.ensure_future(wait)
@@ -77,6 +111,8 @@ async def until_orphaned(
                 return task.result()
             if orphaned(supervisor):
                 exit(ORPHANED_EXIT_CODE)
+            if (error := cut_short()) is not None:
+                raise error
     finally:
         if not task.done():
             task.cancel()

@@ -31,6 +31,7 @@ PROJECT = f"airflow-mpi-test-{os.getpid()}"
 TAG = f"test-{os.getpid()}"  # docker-compose.yaml's AIRFLOW_MPI_TAG for this session
 DAGS = ["mpi_pi", "mpi_pi_queued", "trainjob_pi"]
 LAST = "test_down_v_leaves_nothing_behind"  # takes the stack down: runs after every other test of the package
+SWITCHED = "test_kubernetes_executor.py"  # switches the stack to the KubernetesExecutor: after the others, before LAST
 NODE_KUBECONFIG = "/run/airflow-mpi/kubeconfig"  # written by localcluster/serve.py inside the kube service
 ARTIFACTS = REPO / ".artifacts" / "compose"
 
@@ -68,10 +69,15 @@ class ComposeStack:
 
 
 def pytest_collection_modifyitems(items):
-    """``LAST`` after the package's other tests (in their order), whatever order the files were given in."""
+    """The package's tests in their order, then ``SWITCHED`` (the stack switched to the KubernetesExecutor), then
+    ``LAST``, whatever order the files were given in."""
     here = Path(__file__).resolve().parent
     ours = [i for i, item in enumerate(items) if Path(item.path).resolve().is_relative_to(here)]
-    for i, item in zip(ours, sorted((items[i] for i in ours), key=lambda item: item.name == LAST)):
+
+    def order(item) -> tuple[bool, bool]:
+        return item.name == LAST, Path(item.path).name == SWITCHED
+
+    for i, item in zip(ours, sorted((items[i] for i in ours), key=order)):
         items[i] = item
 
 

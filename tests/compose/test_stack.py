@@ -108,12 +108,17 @@ def test_mpi_pi_from_the_trigger_form(compose_stack, client):
 
 
 def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack, client):
+    assert_marking_failed_deletes_the_job(compose_stack, client)
+
+
+def assert_marking_failed_deletes_the_job(stack, client) -> None:
+    """A running ``pi`` marked failed over REST: its MPIJob and pods go, the run fails."""
     run_id = client.trigger(DAG, {"workers": 2, "samples": LONG_RUNNING})["dag_run_id"]
 
     def running_job():
         jobs = [
             j
-            for j in compose_stack.kube_objects("mpijobs")
+            for j in stack.kube_objects("mpijobs")
             if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
         ]
         conditions = {
@@ -131,10 +136,10 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
     def gone():
         pods = [
             p["metadata"]["name"]
-            for p in compose_stack.kube_objects("pods")
+            for p in stack.kube_objects("pods")
             if p["metadata"]["name"].startswith(name)
         ]
-        jobs = [j for j in compose_stack.kube_objects("mpijobs") if j["metadata"]["name"] == name]
+        jobs = [j for j in stack.kube_objects("mpijobs") if j["metadata"]["name"] == name]
         return not pods and not jobs
 
     wait_for(gone, 120, f"MPIJob {name} and its pods to be deleted")

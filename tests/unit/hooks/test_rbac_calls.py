@@ -141,6 +141,7 @@ def send_all_sync() -> set[str]:
     hook.get_launcher_job("job")
     hook.launcher_log("job")
     hook.worker_log_tails("job")
+    hook.task_pod_deleting("ns", "task-pod")  # a KubernetesExecutor pod's own deletion (on_kill)
     hook.create_owned_secret(
         "job-function", "ns", {"call": "x"}, mpijob() | {"metadata": {"name": "job", "uid": "u"}}
     )
@@ -162,6 +163,7 @@ def send_all_sync() -> set[str]:
         "get_launcher_job",
         "launcher_log",
         "worker_log_tails",
+        "task_pod_deleting",
         "create_owned_secret",
     }
 

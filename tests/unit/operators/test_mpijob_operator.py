@@ -7,7 +7,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from airflow_mpi.exceptions import MPIJobInvalidSpecError, MPIJobProgramError
+from airflow_mpi.exceptions import MPIJobInfrastructureError, MPIJobInvalidSpecError, MPIJobProgramError
 from airflow_mpi.jobspec import MPIJobValidationError
 from airflow_mpi.jobspec.naming import (
     DEPLOYMENT_LABEL,
@@ -849,3 +849,35 @@ def test_gang_scheduling_fields_outside_scheduling_policy_are_refused_naming_the
     """Accepted and dropped before: the field reaches the manifest only as a key of ``scheduling_policy``."""
     with pytest.raises((AirflowException, TypeError), match=name):
         make(**{name: value})
+
+
+@pytest.mark.parametrize(
+    ("retries", "try_number", "deleting", "kept"),
+    [
+        (1, 1, True, True),  # the cluster deletes the pod, a retry follows: it reattaches to the job
+        (1, 2, True, False),  # the last try: nothing would reattach, the job goes now
+        (1, 1, False, False),  # the pod stays: Airflow killed the task (marked failed)
+    ],
+)
+def test_on_kill_in_a_task_pod_the_cluster_deletes_keeps_the_job_for_the_retry(
+    monkeypatch, retries, try_number, deleting, kept
+):
+    """KubernetesExecutor: a drained, evicted or deleted task pod is a try cut short, not Airflow's kill
+    (hooks/task_pod.py)."""
+    from airflow_mpi.operators import supervision
+
+    monkeypatch.setattr(supervision, "own_pod", lambda: ("airflow", "mpi-pod"))
+    op = make(retries=retries)
+    asked = []
+    op.hook.task_pod_deleting = lambda ns, name: asked.append((ns, name)) or deleting
+    live = _existing(op, "Created", "Running")
+    op._retry_follows = supervision.retry_follows(context(try_number=try_number)["ti"], op.retries)
+    op._job = (live["metadata"]["name"], "ns", None)
+    op.on_kill()
+    assert op.hook.deleted == ([] if kept else [op._job[:2]])
+    assert asked == ([("airflow", "mpi-pod")] if op._retry_follows else [])
+    # kept: the synchronous wait ends with a retryable error naming the pod and the job
+    assert (op._cut_short is not None) == kept
+    if kept:
+        assert isinstance(op._cut_short, MPIJobInfrastructureError) and op._cut_short.name == op._job[0]
+        assert "airflow/mpi-pod" in str(op._cut_short) and "kept for the retry" in str(op._cut_short)

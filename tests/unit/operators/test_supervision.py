@@ -121,3 +121,35 @@ os._exit(0)  # the supervisor dies, its task process does not
         finally:
             os.close(pidfd)
     assert marker.read_text() == str(ORPHANED_EXIT_CODE)  # ended by the orphan check, not by its job
+
+
+def test_a_retry_follows_every_try_but_the_last():
+    from types import SimpleNamespace as NS
+
+    from airflow_mpi.operators.supervision import retry_follows
+
+    assert retry_follows(NS(try_number=1), 1) and retry_follows(NS(try_number=2), 2)
+    assert not retry_follows(NS(try_number=2), 1)
+    assert not retry_follows(NS(try_number=1), 0) and not retry_follows(NS(try_number=1), None)
+    assert not retry_follows(None, 3)  # no task instance: an offline build
+
+
+def test_a_cut_short_try_ends_its_wait_with_the_error_on_kill_left():
+    """``on_kill`` cannot stop a wait (Airflow 3 calls it and returns): the wait raises what it left."""
+    left: list[BaseException] = []
+
+    async def endless():
+        await asyncio.sleep(JOB_SECONDS)
+
+    async def scenario():
+        wait = until_orphaned(
+            endless(), os.getppid(), interval=0.05, cut_short=lambda: left[0] if left else None
+        )
+        task = asyncio.ensure_future(wait)
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        left.append(RuntimeError("pod deleted"))
+        with pytest.raises(RuntimeError, match="pod deleted"):
+            await task
+
+    asyncio.run(scenario())
