@@ -2,7 +2,7 @@
 an S3-compatible server for remote logging."""
 
 from airflowstack._proc import Background, Service, StackError, free_port, wait_until
-from airflowstack.client import AirflowClient, ApiError
+from airflowstack.client import AirflowClient, ApiError, heartbeat_age
 from airflowstack.postgres import Postgres
 from airflowstack.s3 import S3Server
 from airflowstack.stack import AirflowStack, kubernetes_connection
@@ -17,6 +17,7 @@ __all__ = [
     "Service",
     "StackError",
     "free_port",
+    "heartbeat_age",
     "kubernetes_connection",
     "wait_until",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -261,6 +261,14 @@ class AirflowClient:
                 "reset_dag_runs": True,
             },
         ).json()
+
+
+def heartbeat_age(job: dict) -> float:
+    """Seconds since a component's job (``AirflowClient.jobs``) last heartbeat, on this machine's clock (the local
+    stacks share it)."""
+    return (
+        datetime.now(UTC) - datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00"))
+    ).total_seconds()
 
 
 def _event_text(item: Any) -> str:

@@ -25,10 +25,9 @@ if str(REPO) not in sys.path:
 
 from airflowstack import AirflowClient  # noqa: E402
 from tests.compose.conftest import NODE_KUBECONFIG  # noqa: E402
-from tests.compose.kube_watch import KubeWatch  # noqa: E402
+from tests.compose.kube_watch import KubeWatch, event_of_run  # noqa: E402
 
 DAG = "mpi_pi"
-RUN_ID = "airflow-mpi.io/run-id"
 
 
 def _seconds(stamp: str) -> float:
@@ -39,8 +38,7 @@ def one_run(client: AirflowClient, watch: KubeWatch) -> dict:
     triggered = time.time()
     run_id = client.trigger(DAG, {"workers": 2})["dag_run_id"]
 
-    def ours(e: dict) -> bool:
-        return (e["object"]["metadata"].get("annotations") or {}).get(RUN_ID) == run_id
+    ours = event_of_run(run_id)
 
     def created(e: dict) -> bool:
         conditions = (e["object"].get("status") or {}).get("conditions") or []

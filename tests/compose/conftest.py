@@ -39,6 +39,7 @@ ARTIFACTS = REPO / ".artifacts" / "compose"
 class ComposeStack:
     def __init__(self, docker, port: int) -> None:
         self.docker = docker
+        self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
         self.username = self.password = "admin"
 

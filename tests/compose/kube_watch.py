@@ -13,6 +13,18 @@ from types import TracebackType
 from typing import Any
 
 Event = dict[str, Any]  # {"type": "ADDED" | "MODIFIED" | "DELETED", "object": {...}}
+RUN_ID = "airflow-mpi.io/run-id"  # the annotation holding the raw run id (naming.identity_annotations)
+
+
+def of_run(run_id: str) -> Callable[[dict], bool]:
+    """Whether an object (a job of the provider's) was made for the DAG run ``run_id``."""
+    return lambda obj: (obj["metadata"].get("annotations") or {}).get(RUN_ID) == run_id
+
+
+def event_of_run(run_id: str) -> Callable[[Event], bool]:
+    """Whether a watch event's object was made for the DAG run ``run_id``."""
+    ours = of_run(run_id)
+    return lambda event: ours(event["object"])
 
 
 class KubeWatch:

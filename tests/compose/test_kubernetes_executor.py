@@ -14,18 +14,18 @@ import json
 import os
 import time
 from collections import Counter
-from datetime import datetime
 
 import pytest
 import yaml
 
+from airflowstack import heartbeat_age
+
 from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, REPO, ComposeStack, wait_for
-from .kube_watch import Event, KubeWatch
+from .kube_watch import Event, KubeWatch, event_of_run
 from .test_stack import DAG, PI_LINE, RANK_LINE, assert_marking_failed_deletes_the_job, assert_real_pi_run
 
 FILES = [REPO / "docker-compose.yaml", REPO / "docker-compose.kubernetes.yaml"]
 SERVICE_ACCOUNT = "airflow-worker"
-RUN_ID = "airflow-mpi.io/run-id"  # the annotation holding the raw run id (naming.identity_annotations)
 REPEAT = int(
     os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "1")
 )  # the two pod-deletion scenarios (docs/faults.md)
@@ -42,7 +42,7 @@ def on_kubernetes(compose_stack):
     t0 = time.monotonic()
     docker.compose.up(detach=True, wait=True)
     print(f"switched to the KubernetesExecutor in {time.monotonic() - t0:.0f} s")
-    stack = ComposeStack(docker, int(os.environ["AIRFLOW_MPI_UI_PORT"]))
+    stack = ComposeStack(docker, compose_stack.port)
     client = stack.client()
     client.wait_for_dags([DAG, "mpi_function"], timeout=180)
     yield stack, client
@@ -102,11 +102,6 @@ def test_mpi_pi_sync_and_deferrable_from_task_pods_and_the_in_cluster_triggerer(
     assert alive and all(h.startswith("airflow-triggerer-") for h in alive), client.jobs("TriggererJob")
 
 
-def heartbeat_age(job: dict) -> float:
-    """Seconds since a component's job last heartbeat (the stack shares this machine's clock)."""
-    return time.time() - datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00")).timestamp()
-
-
 def test_mpi_function_from_task_pods(on_kubernetes, pods):
     _, client = on_kubernetes
     run_id = client.trigger("mpi_function", {})["dag_run_id"]
@@ -139,10 +134,6 @@ def test_mark_failed_deletes_the_job_of_a_task_pod(on_kubernetes):
     assert_marking_failed_deletes_the_job(*on_kubernetes)
 
 
-def ours(run_id: str):
-    return lambda e: (e["object"]["metadata"].get("annotations") or {}).get(RUN_ID) == run_id
-
-
 @pytest.fixture(params=range(REPEAT), ids=lambda i: f"run{i + 1}")
 def repeat(request) -> int:
     return request.param
@@ -152,10 +143,14 @@ def assert_one_job_and_no_orphan(mpijobs: KubeWatch, run_id: str, scenario: str,
     """One MPIJob for the task instance, deleted once the task succeeded (no orphan); every rank's line and the
     estimate once in ``log``. The row goes to .artifacts/compose/kubernetes-faults.jsonl (docs/faults.md)."""
     created = [
-        e["object"]["metadata"]["name"] for e in mpijobs.events if e["type"] == "ADDED" and ours(run_id)(e)
+        e["object"]["metadata"]["name"]
+        for e in mpijobs.events
+        if e["type"] == "ADDED" and event_of_run(run_id)(e)
     ]
     assert len(created) == 1, created
-    mpijobs.wait(lambda e: e["type"] == "DELETED" and ours(run_id)(e), 60, f"MPIJob {created[0]} deleted")
+    mpijobs.wait(
+        lambda e: e["type"] == "DELETED" and event_of_run(run_id)(e), 60, f"MPIJob {created[0]} deleted"
+    )
     counts = Counter(line for line in log.splitlines() if RANK_LINE.search(line) or PI_LINE.search(line))
     lost = 3 - len(counts)  # 2 ranks' lines and the estimate
     doubled = sum(n - 1 for n in counts.values())
@@ -172,7 +167,7 @@ def test_a_task_pod_deleted_mid_run_leaves_its_job_to_the_retry(on_kubernetes, p
     stack, client = on_kubernetes
     run_id = client.trigger(DAG, {"workers": 2, "samples": SLOW_SAMPLES})["dag_run_id"]
     client.wait_task(DAG, run_id, "pi", {"running"}, timeout=120)
-    mpijobs.wait(ours(run_id), 120, f"the MPIJob of {run_id}")
+    mpijobs.wait(event_of_run(run_id), 120, f"the MPIJob of {run_id}")
     first = client.task_instance(DAG, run_id, "pi")["hostname"]
     wait_for(lambda: "rank 1 of 2" in client.task_log(DAG, run_id, "pi", 1), 120, "the ranks' first lines")
     stack.kubectl("delete", "pod", first, "--wait=false")

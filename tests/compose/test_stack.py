@@ -13,6 +13,7 @@ import pytest
 from airflowstack.browser import chromium, logged_in_page
 
 from .conftest import ARTIFACTS, PROJECT, wait_for
+from .kube_watch import of_run
 
 DAG = "mpi_pi"
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
@@ -116,11 +117,7 @@ def assert_marking_failed_deletes_the_job(stack, client) -> None:
     run_id = client.trigger(DAG, {"workers": 2, "samples": LONG_RUNNING})["dag_run_id"]
 
     def running_job():
-        jobs = [
-            j
-            for j in stack.kube_objects("mpijobs")
-            if (j["metadata"].get("annotations") or {}).get("airflow-mpi.io/run-id") == run_id
-        ]
+        jobs = [j for j in stack.kube_objects("mpijobs") if of_run(run_id)(j)]
         conditions = {
             c["type"]
             for j in jobs

@@ -15,13 +15,12 @@ import pytest
 from airflow_mpi.jobspec.naming import sanitize_label_value
 
 from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, wait_for
-from .kube_watch import Event, KubeWatch
+from .kube_watch import Event, KubeWatch, event_of_run
 
 DAG = "trainjob_pi"
 WORKERS, SLOTS = 2, 2  # node pods x ranks per node pod
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) ranks")
-RUN_ID = "airflow-mpi.io/run-id"  # the annotation holding the raw run id (naming.identity_annotations)
 
 
 class TrainJobRun:
@@ -47,8 +46,7 @@ class TrainJobRun:
         self.events: list[Event] = [e for e in watch.events if self._ours(e)]
 
     def _ours(self, event: Event) -> bool:
-        annotations = event["object"]["metadata"].get("annotations") or {}
-        return annotations.get(RUN_ID) == self.run_id
+        return event_of_run(self.run_id)(event)
 
     def last_state(self) -> dict:
         """The TrainJob as it was when deleted (the DELETED event carries its last state)."""

@@ -7,9 +7,8 @@ import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from airflowstack import StackError, wait_until
+from airflowstack import StackError, heartbeat_age, wait_until
 from airflowstack.job_behaviour import RUN, launcher_conf, numbered_lines, stamped_lines
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.record import Run, jobs_of, live_jobs, measure
@@ -160,8 +159,7 @@ def deemed_dead(client, job_type: str, job_id: int, threshold: float) -> None:
 
     def age() -> float:
         (job,) = [j for j in client.jobs(job_type, state=None) if j["id"] == job_id]
-        beat = datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00"))
-        return (datetime.now(UTC) - beat).total_seconds()
+        return heartbeat_age(job)
 
     wait_until(
         lambda: age() > threshold,
