@@ -212,13 +212,21 @@ class AirflowClient:
         self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
     ) -> list[str]:
         """The task log (worker and trigger parts) as its list of log events (messages may span lines)."""
+        return [
+            _event_text(item) for item in self.task_log_items(dag_id, run_id, task_id, try_number, map_index)
+        ]
+
+    def task_log_items(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
+    ) -> list[Any]:
+        """The task log's structured events as served (``timestamp``, ``event``, ...; plain text where not JSON)."""
         r = self.request(
             "GET",
             f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/logs/{try_number}",
             params={"full_content": "true", "map_index": map_index},
             headers={"Accept": "application/json"},
         )
-        return [_event_text(item) for item in r.json().get("content", [])]
+        return r.json().get("content", [])
 
     def task_log(
         self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
