@@ -231,9 +231,14 @@ class MPIJobOperator(_Base, MPIJobLineage):
 
         return MPIJobHook(conn_id=self.kubernetes_conn_id, api_version=self.api_version)
 
-    def execute(self, context: Any) -> dict:
+    def _start_process(self, context: Any) -> None:
+        """What ``on_kill`` reads of this process: its Airflow supervisor, and whether a retry follows this try (the
+        worker that defers and the one that resumes are two processes, in two pods on the KubernetesExecutor)."""
         self._supervisor = supervisor_pid()
         self._retry_follows = retry_follows(context.get("ti"), self.retries)
+
+    def execute(self, context: Any) -> dict:
+        self._start_process(context)
         manifest = self.build_manifest(context)
         meta = manifest["metadata"]
         job_ref = f"{manifest['kind']} {meta['namespace']}/{meta['name']}"
@@ -301,7 +306,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
     ) -> dict:
         """Resume after the trigger: print the log lines the trigger could not, then finish. Called directly
         (a deferral of an earlier release), the backoff limit comes from an offline resolution."""
-        self._supervisor = supervisor_pid()
+        self._start_process(context)
         self._task_settings()
         result = WaitResult.from_event(event)
         name, namespace = event["name"], event["namespace"]

@@ -851,6 +851,15 @@ def test_gang_scheduling_fields_outside_scheduling_policy_are_refused_naming_the
         make(**{name: value})
 
 
+@pytest.mark.parametrize(("retries", "try_number", "follows"), [(1, 1, True), (1, 2, False), (0, 1, False)])
+def test_the_resumed_part_of_a_deferred_try_knows_whether_a_retry_follows(retries, try_number, follows):
+    """The worker that resumes after the trigger is a process (a KubernetesExecutor pod) of its own: its ``on_kill``
+    keeps the job for a retry as the deferring worker's does."""
+    op = make(retries=retries, on_finish_action="keep", get_logs=False)
+    op.execute_complete(context(try_number=try_number), result())
+    assert op._retry_follows is follows
+
+
 @pytest.mark.parametrize(
     ("retries", "try_number", "deleting", "kept"),
     [
