@@ -61,7 +61,7 @@ from airflow_mpi.operators.task_params import (
 )
 from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
-from airflow_mpi.wait.deferral import not_before_text
+from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW, not_before_text
 from airflow_mpi.wait.log_groups import escape, log_group
 
 if TYPE_CHECKING:
@@ -472,6 +472,13 @@ class MPIJobOperator(_Base, MPIJobLineage):
 
         deferred_at = _now()
         deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
+        if not_before := not_before_text(deferred_at, AIRFLOW_VERSION):
+            self.log.info(
+                "The trigger holds its event until %s, %s after this deferral: Airflow's deferral race "
+                "(apache/airflow#71580 / #72716)",
+                not_before,
+                RESUME_RACE_WINDOW,
+            )
         trigger = MPIJobTrigger(
             name=name,
             namespace=namespace,
@@ -480,7 +487,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
             connection=self.hook.connection_settings(),
             submitted_at=submitted_at.isoformat(),
             options=self._wait_options(deadline),
-            not_before=not_before_text(deferred_at, AIRFLOW_VERSION),
+            not_before=not_before,
             capture_result=self.captures_result,
             uid=uid,
             result_key=self._result_key(),

@@ -514,11 +514,16 @@ def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch
 
     for version, held in (("3.3.2", True), ("2.11.2", False)):
         monkeypatch.setattr(operator_module, "AIRFLOW_VERSION", version)
+        recorder = Recorder()
+        monkeypatch.setattr(MPIJobOperator, "log", property(lambda self, recorder=recorder: recorder))
         before = datetime.now(UTC)
+        op = make(deferrable=True)
         with pytest.raises(TaskDeferred) as deferred:
-            make(deferrable=True).execute(context())
+            op.execute(context())
         not_before = deferred.value.trigger.serialize()[1]["not_before"]
         assert (not_before is not None) is held
+        # the task log says until when, as the trigger carries it (tests/e2e/test_deferral_race.py reads it)
+        assert any(f"holds its event until {not_before}," in line for line in recorder.lines) is held
         if held:
             assert datetime.fromisoformat(not_before) - before >= RESUME_RACE_WINDOW
 
