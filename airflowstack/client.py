@@ -213,7 +213,7 @@ class AirflowClient:
     ) -> list[str]:
         """The task log (worker and trigger parts) as its list of log events (messages may span lines)."""
         return [
-            _event_text(item) for item in self.task_log_items(dag_id, run_id, task_id, try_number, map_index)
+            event_text(item) for item in self.task_log_items(dag_id, run_id, task_id, try_number, map_index)
         ]
 
     def task_log_items(
@@ -279,7 +279,7 @@ def heartbeat_age(job: dict) -> float:
     ).total_seconds()
 
 
-def _event_text(item: Any) -> str:
+def event_text(item: Any) -> str:
     """One log event as the UI shows it: the message, then the exception (type: value) it carries, if any."""
     if not isinstance(item, dict):
         return str(item)

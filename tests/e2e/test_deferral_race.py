@@ -27,6 +27,7 @@ import pytest
 
 from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
 from airflowstack import wait_until
+from airflowstack.client import event_text
 from airflowstack.job_behaviour import FAIL, SUCCEED, launcher_conf
 
 from .conftest import ARTIFACTS, NAMESPACE, mpijobs
@@ -84,12 +85,35 @@ def _wait_try_finished(client, run_id: str, try_number: int) -> dict:
     )
 
 
-def _held(client, run_id: str) -> float | None:
+def _try_one_logs(client, run_ids: list[str]) -> dict[str, list]:
+    """Each run's try-1 task log as its structured events, read once for the hold and for the text checks. A deferred
+    try's log is awaited until it holds the triggerer's "Trigger fired event": the triggerer forwards its records to
+    its log file after the event, and the resumed task can finish first (seen once on this machine)."""
+
+    def complete(run_id: str):
+        items = client.task_log_items(DAG, run_id, TASK)
+        events = [str(e.get("event", "")) for e in items if isinstance(e, dict)]
+        deferred = any(e.startswith("Pausing task as DEFERRED") for e in events)
+        return items if not deferred or any(e.startswith("Trigger fired event") for e in events) else None
+
+    return {
+        run_id: wait_until(
+            lambda run_id=run_id: complete(run_id), timeout=60, interval=0.5, what=f"{run_id}'s trigger log"
+        )
+        for run_id in run_ids
+    }
+
+
+def _text(items: list) -> str:
+    return "\n".join(event_text(item) for item in items)
+
+
+def _held(run_id: str, items: list) -> float | None:
     """Seconds from try 1's deferral to its trigger's event (None when it did not defer), after asserting the hold:
     the time the operator logged as its hold lies the window after a moment between the job's creation and the
     deferral, and the trigger fired no earlier. Each bound is a log record made before or after that moment in the
     same process, so no clock slack is assumed."""
-    events = [e for e in client.task_log_items(DAG, run_id, TASK) if isinstance(e, dict)]
+    events = [e for e in items if isinstance(e, dict)]
 
     def at(text: str) -> tuple[datetime, str] | None:
         found = [
@@ -123,7 +147,7 @@ def _record(scenario: str, run_ids: list[str], struck: set[str], held: list[floa
         "scenario": scenario,
         "runs": len(run_ids),
         "struck": len(struck),
-        "held_s": [h for h in held if h],
+        "held_s": [h for h in held if h is not None],
     }
     print(f"deferral race, {scenario}: {row}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -160,11 +184,11 @@ def test_short_and_instantly_failing_deferred_jobs_end_as_their_job_did(client, 
     expected = "success" if outcome == SUCCEED else "failed"
     finished = _run_all(client, confs)
     run_ids = [run_id for run_id, _ in finished]
-    struck = _struck(client, run_ids)
-    _record(f"{outcome} jobs of 0-2 s", run_ids, struck, [_held(client, run_id) for run_id in run_ids])
+    struck, logs = _struck(client, run_ids), _try_one_logs(client, run_ids)
+    _record(f"{outcome} jobs of 0-2 s", run_ids, struck, [_held(run_id, logs[run_id]) for run_id in run_ids])
     to_reattach = {}
     for run_id, ti in finished:
-        log = client.task_log(DAG, run_id, TASK)
+        log = _text(logs[run_id])
         (job,) = _jobs_of(custom_api, run_id)
         assert _job_ended(job) == ("Succeeded" if outcome == SUCCEED else "Failed"), job.get("status")
         assert "Pausing task as DEFERRED" in log  # the deferrable path ran, through the triggerer
@@ -185,11 +209,11 @@ def test_short_and_instantly_failing_deferred_jobs_end_as_their_job_did(client, 
 def test_reattach_to_a_succeeded_job_finishes_without_deferring(client, custom_api):
     finished = _run_all(client, [launcher_conf(SUCCEED, seconds=0) for _ in range(REPEAT)])
     run_ids = [run_id for run_id, _ in finished]
-    struck = _struck(client, run_ids)
-    _record("0 s jobs, then reattached", run_ids, struck, [_held(client, run_id) for run_id in run_ids])
+    struck, logs = _struck(client, run_ids), _try_one_logs(client, run_ids)
+    _record("0 s jobs, then reattached", run_ids, struck, [_held(run_id, logs[run_id]) for run_id in run_ids])
     uids = {}
     for run_id, ti in finished:
-        log = client.task_log(DAG, run_id, TASK)
+        log = _text(logs[run_id])
         assert ti["state"] == ("failed" if run_id in struck else "success"), log[-3000:]
         (job,) = _jobs_of(custom_api, run_id)
         assert _job_ended(job) == "Succeeded", job.get("status")
