@@ -121,8 +121,11 @@ class StandIn(controllers.Controller):
         # its directory before its process: made by the first readiness probe instead, it raced the command's touch
         # (a loaded machine ran the probe after the touch had failed: never ready, the start timed out)
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        # the shell makes the file itself (a builtin redirection, no `touch`): a child of the command, killed by the
+        # stop, is orphaned to PID 1 and answers killpg as a zombie until PID 1 reaps it (CI saw one: a loaded
+        # `touch` had made the file, the readiness probe passed, and it had not exited when the stop came)
         ready = self.work_dir / "ready"
-        return Launch(["/bin/sh", "-c", 'touch "$0" && exec sleep 300', str(ready)], self.environment())
+        return Launch(["/bin/sh", "-c", ': > "$0" && exec sleep 300', str(ready)], self.environment())
 
     def ready(self) -> bool:
         return (self.work_dir / "ready").exists()
