@@ -167,6 +167,11 @@ class AirflowStack:
                 # pick up DAG files added while running within seconds instead of minutes
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
                 "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+                # no periodic re-parse of unchanged files (every 30 s by default: 5.9 CPU s a minute per idle stack
+                # against 1.1 s, measured with the e2e DAG folder): a changed file is still parsed again at once
+                # (the default `file_parsing_sort_mode`, modified_time, queues it by its mtime), a new one within
+                # the refresh interval above
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p),
             }
