@@ -231,7 +231,7 @@ class AirflowClient:
     def task_log(
         self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
     ) -> str:
-        return "\n".join(self.task_log_events(dag_id, run_id, task_id, try_number, map_index))
+        return log_text(self.task_log_items(dag_id, run_id, task_id, try_number, map_index))
 
     def xcom(
         self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1
@@ -277,6 +277,11 @@ def heartbeat_age(job: dict) -> float:
     return (
         datetime.now(UTC) - datetime.fromisoformat(job["latest_heartbeat"].replace("Z", "+00:00"))
     ).total_seconds()
+
+
+def log_text(items: list) -> str:
+    """A task log's events (``task_log_items``) as the UI shows the whole log."""
+    return "\n".join(event_text(item) for item in items)
 
 
 def event_text(item: Any) -> str:

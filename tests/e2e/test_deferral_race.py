@@ -32,7 +32,7 @@ import pytest
 
 from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
 from airflowstack import wait_until
-from airflowstack.client import event_text
+from airflowstack.client import log_text
 from airflowstack.job_behaviour import FAIL, SUCCEED, launcher_conf
 
 from .conftest import ARTIFACTS, NAMESPACE, mpijobs
@@ -94,7 +94,7 @@ def _fired_in_triggerer_output(stack, run_id: str) -> list[dict]:
     """The "Trigger fired event" records of run ``run_id``'s try-1 trigger in the triggerer's own output (where the
     record lands when the trigger's file was closed before it arrived: module docstring), as log events."""
     name = f"name='{DAG}/{run_id}/{TASK}/-1/1 (ID "
-    path = stack.log_dir / "triggerer.log"
+    path = stack.services["triggerer"].log_path
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     return [
         {"timestamp": line.split(" ", 1)[0], "event": "Trigger fired event"}
@@ -109,19 +109,9 @@ def _try_one_logs(client, stack, run_ids: list[str]) -> dict[str, list]:
     awaited until that record is in one of them: the triggerer writes it after the event, and the resumed task can
     finish first (seen once on this machine)."""
 
-    def fired(events: list) -> bool:
-        return any(
-            str(e.get("event", "")).startswith("Trigger fired event") for e in events if isinstance(e, dict)
-        )
-
     def complete(run_id: str):
         items = client.task_log_items(DAG, run_id, TASK)
-        deferred = any(
-            str(e.get("event", "")).startswith("Pausing task as DEFERRED")
-            for e in items
-            if isinstance(e, dict)
-        )
-        if not deferred or fired(items):
+        if not _records(items, "Pausing task as DEFERRED") or _records(items, "Trigger fired event"):
             return items
         elsewhere = _fired_in_triggerer_output(stack, run_id)
         return items + elsewhere if elsewhere else None
@@ -134,8 +124,13 @@ def _try_one_logs(client, stack, run_ids: list[str]) -> dict[str, list]:
     }
 
 
-def _text(items: list) -> str:
-    return "\n".join(event_text(item) for item in items)
+def _records(items: list, text: str) -> list[tuple[str, str]]:
+    """(timestamp, message) of each structured log event whose message starts with ``text``."""
+    return [
+        (e["timestamp"], str(e["event"]))
+        for e in items
+        if isinstance(e, dict) and str(e.get("event", "")).startswith(text)
+    ]
 
 
 def _held(run_id: str, items: list) -> float | None:
@@ -143,12 +138,9 @@ def _held(run_id: str, items: list) -> float | None:
     the time the operator logged as its hold lies the window after a moment between the job's creation and the
     deferral, and the trigger fired no earlier. Each bound is a log record made before or after that moment in the
     same process, so no clock slack is assumed."""
-    events = [e for e in items if isinstance(e, dict)]
 
     def at(text: str) -> tuple[datetime, str] | None:
-        found = [
-            (e["timestamp"], str(e["event"])) for e in events if str(e.get("event", "")).startswith(text)
-        ]
+        found = _records(items, text)
         assert len(found) <= 1, (run_id, text, found)
         return (datetime.fromisoformat(found[0][0].replace("Z", "+00:00")), found[0][1]) if found else None
 
@@ -220,7 +212,7 @@ def test_short_and_instantly_failing_deferred_jobs_end_as_their_job_did(
     _record(f"{outcome} jobs of 0-2 s", run_ids, struck, [_held(run_id, logs[run_id]) for run_id in run_ids])
     to_reattach = {}
     for run_id, ti in finished:
-        log = _text(logs[run_id])
+        log = log_text(logs[run_id])
         (job,) = _jobs_of(custom_api, run_id)
         assert _job_ended(job) == ("Succeeded" if outcome == SUCCEED else "Failed"), job.get("status")
         assert "Pausing task as DEFERRED" in log  # the deferrable path ran, through the triggerer
@@ -245,7 +237,7 @@ def test_reattach_to_a_succeeded_job_finishes_without_deferring(client, airflow_
     _record("0 s jobs, then reattached", run_ids, struck, [_held(run_id, logs[run_id]) for run_id in run_ids])
     uids = {}
     for run_id, ti in finished:
-        log = _text(logs[run_id])
+        log = log_text(logs[run_id])
         assert ti["state"] == ("failed" if run_id in struck else "success"), log[-3000:]
         (job,) = _jobs_of(custom_api, run_id)
         assert _job_ended(job) == "Succeeded", job.get("status")
