@@ -157,6 +157,7 @@ class Service:
         self.stop_signal = stop_signal
         self.stop_timeout = stop_timeout
         self.proc: subprocess.Popen | None = None
+        self.stopped = False  # stopped on purpose (stop, kill): its exit is no failure until it starts again
 
     def start(self) -> Service:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,6 +167,7 @@ class Service:
                 f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode()
             )
             log.flush()
+            self.stopped = False
             self.proc = subprocess.Popen(
                 self.argv,
                 env=self.env,
@@ -187,7 +189,7 @@ class Service:
         return self.proc is not None and self.proc.poll() is None
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and not self.stopped and self.proc.poll() is not None:
             raise StackError(
                 f"{self.name} exited with code {self.proc.returncode}; last lines of {self.log_path}:\n"
                 f"{tail(self.log_path)}"
@@ -216,6 +218,7 @@ class Service:
         """Send ``sig`` to the whole group (no grace) and wait until every member is gone."""
         if self.proc is None:
             return
+        self.stopped = True
         self._signal_group(sig)
         self.proc.wait(timeout=30)
         for _ in range(100):
@@ -228,6 +231,7 @@ class Service:
         """Signal the whole group, wait up to ``stop_timeout``, then KILL whatever is left of it."""
         if self.proc is None:
             return
+        self.stopped = True
         self._signal_group(self.stop_signal)
         deadline = time.monotonic() + self.stop_timeout
         while time.monotonic() < deadline:

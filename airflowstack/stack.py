@@ -18,7 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC
@@ -289,17 +289,18 @@ class AirflowStack:
         self.services[name].start()
         self._await_start(name, started)
 
-    def add_service(self, name: str, like: str) -> None:
+    def add_service(self, name: str, like: str, argv: Sequence[str] | None = None) -> None:
         """Start one more process of service ``like`` under ``name``, e.g. a second triggerer (Airflow's HA): the same
-        command and environment (metadata database, log folder: the same host), its own service log, and log
-        server ports of its own (two processes on one host cannot share one). stop() stops it with the others."""
+        command (or ``argv``: e.g. the service run through a wrapper) and environment (metadata database, log folder:
+        the same host), its own service log, and log server ports of its own (two processes on one host cannot share
+        one). stop() stops it with the others."""
         from datetime import datetime
 
         model = self.services[like]
         env = {**model.env, **{variable: str(free_port()) for variable in LOG_SERVER_PORTS}}
         self.services[name] = Service(
             name,
-            model.argv,
+            list(argv) if argv is not None else model.argv,
             env=env,
             log_path=self.log_dir / f"{name}.log",
             cwd=self.home,

@@ -17,17 +17,23 @@ from airflow_mpi.hooks.kubeconfig import IN_CLUSTER_NAMESPACE_FILE, in_cluster_n
 EXECUTOR_POD_ENV = "AIRFLOW_IS_K8S_EXECUTOR_POD"
 #: the label the KubernetesExecutor puts on every pod it starts (its scheduler job's id)
 EXECUTOR_POD_LABEL = "airflow-worker"
+#: the pod's name, where the pod template passes it (the downward API's ``metadata.name``): exact even when the
+#: template sets ``spec.hostname``, which the hostname then is
+POD_NAME_ENV = "AIRFLOW_MPI_POD_NAME"
 
 
 def own_pod(
     environ: dict[str, str] | None = None, namespace_file: str = IN_CLUSTER_NAMESPACE_FILE
 ) -> tuple[str, str] | None:
-    """``(namespace, name)`` of the KubernetesExecutor pod this process runs in, None anywhere else. A pod's
-    hostname is its name (the executor sets no ``spec.hostname``); its namespace is its service account's."""
-    if (os.environ if environ is None else environ).get(EXECUTOR_POD_ENV) != "True":
+    """``(namespace, name)`` of the KubernetesExecutor pod this process runs in, None anywhere else. Its name is
+    ``AIRFLOW_MPI_POD_NAME`` where the pod template sets it, else the hostname (a pod's name unless its template sets
+    ``spec.hostname``: then the lookup finds no pod and the job is deleted as for a kill); its namespace is its
+    service account's."""
+    env = os.environ if environ is None else environ
+    if env.get(EXECUTOR_POD_ENV) != "True":
         return None
     namespace = in_cluster_namespace(namespace_file)  # None without a mounted service account
-    name = socket.gethostname()
+    name = env.get(POD_NAME_ENV) or socket.gethostname()
     return (namespace, name) if namespace and name else None
 
 

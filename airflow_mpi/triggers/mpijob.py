@@ -158,6 +158,7 @@ class MPIJobTrigger(BaseTrigger):
                 rank_result["error"] = unread
             result = replace(result, result=rank_result)
         await self._hold()
+        await self._close_log(result)
         self._fired = True
         yield TriggerEvent(result.to_event())
 
@@ -201,6 +202,25 @@ class MPIJobTrigger(BaseTrigger):
                     line_mark(stream, position),
                 )
         return state, emit_marked
+
+    async def _close_log(self, result: WaitResult) -> None:
+        """On Airflow 3, wait (bounded) until this trigger's records are in its task log before the event leaves:
+        the triggerer closes the trigger's log file on the event, and a record still on its way then misses the task
+        log (wait/trigger_log_flush.py). Airflow 2's triggerer writes the records in this process."""
+        task_instance = getattr(self, "task_instance", None)
+        if not (AIRFLOW_V_3_0_PLUS and task_instance is not None):
+            return
+        from airflow_mpi.jobspec.kinds import kind_or_default
+        from airflow_mpi.wait.trigger_log_flush import FLUSH_TIMEOUT, close_trigger_log
+
+        kind = kind_or_default(self.api_version).kind
+        message = f"{kind} {self.namespace}/{self.name}: the wait ended ({result.outcome}); the task resumes"
+        if not await close_trigger_log(task_instance, message):
+            self.log.warning(
+                "This trigger did not see its last records in its task log file (waited up to %.0f s): some may be in "
+                "the triggerer's own log instead",
+                FLUSH_TIMEOUT,
+            )
 
     async def _hold(self) -> None:
         """Wait until ``not_before`` (an absolute time: a restarted triggerer waits only what is left)."""

@@ -116,7 +116,7 @@ def merge_log_states(*states: dict | None) -> dict:
 LAUNCHER_LOGGER = "airflow_mpi.launcher"
 
 
-def _trigger_log_files(ti: Any) -> list[Path]:
+def trigger_log_files(ti: Any) -> list[Path]:
     """The trigger log files of ``ti``'s try on this machine (one per triggerer that ran its trigger)."""
     from airflow.configuration import conf
     from airflow.utils.helpers import log_filename_template_renderer
@@ -130,7 +130,7 @@ def read_back(ti: Any, keep: Callable[[Path], bool] | None = None) -> dict:
     its memory is the ledger's (a position per launcher stream and file), whatever the logs' length. ``keep``: asked,
     once a file holding launcher lines has been read, whether its positions count."""
     ledgers = []
-    for path in _trigger_log_files(ti):
+    for path in trigger_log_files(ti):
         with path.open("rb") as lines:
             ledger = ledger_from_records(records_from_lines(lines))
         if not ledger["streams"] or keep is None or keep(path):
@@ -223,13 +223,14 @@ async def resume_state_off_loop(
     return await asyncio.to_thread(resume_state, ti, deferred_state, warn, handed_over)
 
 
-def marked_emitter() -> Callable[[str, str], None]:
-    """Log a message with its mark as a structured field (structlog: Airflow 3's triggerer keeps extra keys)."""
+def marked_emitter(field: str = MARK_FIELD, logger_name: str = LAUNCHER_LOGGER) -> Callable[[str, str], None]:
+    """Log a message with its mark as a structured field (structlog: Airflow 3's triggerer keeps extra keys and
+    routes the record by the trigger it runs in, as every other record of the trigger)."""
     import structlog
 
-    logger = structlog.get_logger(LAUNCHER_LOGGER)
+    logger = structlog.get_logger(logger_name)
 
     def emit(message: str, mark: str) -> None:
-        logger.info(message, **{MARK_FIELD: mark})
+        logger.info(message, **{field: mark})
 
     return emit

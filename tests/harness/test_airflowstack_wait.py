@@ -85,3 +85,17 @@ def test_the_cpu_of_a_busy_process_group_is_counted_and_stops_with_it():
         busy.kill()
         busy.wait()
     assert group_cpu_seconds({busy.pid}) == 0  # gone: nothing of it is counted
+
+
+def test_a_service_stopped_on_purpose_is_no_failure_until_it_starts_again_and_exits(tmp_path):
+    """A test that stops a service (e.g. the triggerer, to run a patched one in its place) still has every other
+    service checked: only the stopped one's exit is expected, and only until it starts again."""
+    service = _proc.Service(
+        "svc", [sys.executable, "-c", "import time; time.sleep(300)"], env={}, log_path=tmp_path / "svc.log"
+    ).start()
+    service.stop()
+    service.check_alive()  # stopped on purpose
+    service.argv = [sys.executable, "-c", "pass"]
+    service.start().proc.wait()
+    with pytest.raises(StackError, match="svc exited with code 0"):
+        service.check_alive()

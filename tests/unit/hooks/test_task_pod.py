@@ -10,7 +10,13 @@ from k8s_fakes import api_error
 from kubernetes.client import V1ObjectMeta, V1Pod, V1PodList
 
 from airflow_mpi.hooks import MPIJobHook
-from airflow_mpi.hooks.task_pod import EXECUTOR_POD_ENV, EXECUTOR_POD_LABEL, being_deleted, own_pod
+from airflow_mpi.hooks.task_pod import (
+    EXECUTOR_POD_ENV,
+    EXECUTOR_POD_LABEL,
+    POD_NAME_ENV,
+    being_deleted,
+    own_pod,
+)
 
 IN_POD = {EXECUTOR_POD_ENV: "True"}
 
@@ -31,6 +37,15 @@ def test_own_pod_is_the_hostname_in_the_service_accounts_namespace(tmp_path):
     assert own_pod(IN_POD, str(ns)) == ("airflow", socket.gethostname())
     assert own_pod({}, str(ns)) is None  # not an executor's pod (LocalExecutor, Celery, a test)
     assert own_pod(IN_POD, str(tmp_path / "missing")) is None  # no service account mounted
+
+
+def test_the_pod_name_the_template_passes_wins_over_a_hostname_it_set(tmp_path):
+    """A template with ``spec.hostname`` makes the hostname other than the pod's name; the downward API's name is
+    exact (deploy/kubernetes-executor/pod-template.yaml passes it)."""
+    ns = tmp_path / "namespace"
+    ns.write_text("airflow\n")
+    assert own_pod({**IN_POD, POD_NAME_ENV: "mpi-task-abc"}, str(ns)) == ("airflow", "mpi-task-abc")
+    assert own_pod({**IN_POD, POD_NAME_ENV: ""}, str(ns)) == ("airflow", socket.gethostname())
 
 
 def test_only_an_executor_pod_with_a_deletion_timestamp_is_being_deleted():

@@ -18,24 +18,6 @@ pytestmark = pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="Airflow 3's JSON
 TI = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=2)
 
 
-@pytest.fixture
-def log_folder(tmp_path, monkeypatch):
-    from airflow.configuration import conf
-
-    monkeypatch.setattr(
-        conf,
-        "get",
-        lambda section, key, *a, **kw: (
-            str(tmp_path)
-            if (section, key) == ("logging", "base_log_folder")
-            else type(conf).get(conf, section, key, *a, **kw)
-        ),
-    )
-    folder = tmp_path / "dag_id=d" / "run_id=r" / "task_id=t"
-    folder.mkdir(parents=True)
-    return folder
-
-
 def _write(path, *records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
