@@ -1,6 +1,6 @@
 """Exactly-once launcher logs across a triggerer failover: the triggerer is SIGKILLed while it streams a
-launcher's log, a new one takes the trigger over and every launcher line is in the task log once. And a job's last
-lines reach the task log from a triggerer behind on its log socket.
+launcher's log, a new one takes the trigger over and every launcher line is in the task log once. The new one lags
+behind its log socket (a loaded machine), and the job ends in a burst: its last lines reach the task log too.
 
 The launcher runs until the test ends it (``finish_launcher``); its lines are appended while the first triggerer
 streams, while no triggerer runs and after the second took over (some batches share one timestamp, so the
@@ -10,7 +10,6 @@ file holds (airflow_mpi/wait/log_ledger.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -33,7 +32,7 @@ TASK = "quick"
 TIMEOUT = 180  # the new triggerer takes over a dead one's triggers once its heartbeat is 30 s old
 LAGGING = "lagging-triggerer"
 REPEAT = int(os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "1"))  # a measurement's runs (docs/faults.md)
-BURST = 100  # launcher lines at the job's end: 5 s of records for a supervisor 50 ms a record behind
+BURST = 100  # launcher lines at the job's end: 5 s of records for the successor, 50 ms a record behind
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,50 +60,21 @@ def _job_name(custom_api, run_id: str) -> str:
     return job["metadata"]["name"]
 
 
-def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill(
-    airflow_stack, client, cluster, custom_api
-):
-    if not cluster.simulated:
-        pytest.skip("scripted launcher lines need the simulated cluster")
-    messages = numbered_lines("first") + numbered_lines("second") + numbered_lines("third")
-    cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("first"))
-    run_id = client.trigger(DAG, launcher_conf(RUN))["dag_run_id"]
-    client.wait_task(DAG, run_id, TASK, {"deferred"}, timeout=TIMEOUT)
-
-    _streamed(client, run_id, messages[:13])
-    airflow_stack.stop_service("triggerer", signal.SIGKILL)
-    try:
-        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("second"))
-    finally:
-        airflow_stack.start_service("triggerer")
-    _streamed(client, run_id, messages[:26])
-    cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("third"))
-    _streamed(client, run_id, messages)
-
-    finish_launcher(cluster.api_client(), NAMESPACE, _job_name(custom_api, run_id))
-    ti = client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
-    log = client.task_log(DAG, run_id, TASK)
-    assert ti["state"] == "success", log[-3000:]
-    assert "trigger completed" in log or "Trigger fired event" in log
-    assert _launcher_lines(client, run_id) == messages, log[-5000:]
-    assert log.count("========== launcher attempt 1") == 1
-
-
-@contextlib.contextmanager
-def lagging_triggerer(stack):
-    """The stack's triggerer replaced, for the block, by one whose supervisor lags 50 ms a record behind its runner's
-    log socket (tests/e2e/lagging_triggerer.py). Both stop gracefully: no trigger waits out a dead heartbeat."""
+def _start_lagging_triggerer(stack):
+    """Airflow's triggerer whose supervisor lags 50 ms a record behind its runner's log socket
+    (tests/e2e/lagging_triggerer.py), as a service of the stack."""
     python = str(Path(stack.airflow_bin).with_name("python"))
     script = str(Path(__file__).with_name("lagging_triggerer.py"))
-    stack.stop_service("triggerer")
-    try:
-        stack.add_service(LAGGING, like="triggerer", argv=[python, script, "triggerer"])
-        yield stack.services[LAGGING]
-    finally:
-        if LAGGING in stack.services:
-            stack.stop_service(LAGGING)
-            stack.remove_service(LAGGING)
-        stack.start_service("triggerer")
+    stack.add_service(LAGGING, like="triggerer", argv=[python, script, "triggerer"])
+    return stack.services[LAGGING]
+
+
+def _restore_triggerer(stack) -> None:
+    """The stack's own triggerer again, the lagging one stopped gracefully (no trigger waits out its heartbeat)."""
+    if LAGGING in stack.services:
+        stack.stop_service(LAGGING)
+        stack.remove_service(LAGGING)
+    stack.start_service("triggerer")
 
 
 def _past_the_hold(client, run_id: str) -> None:
@@ -126,32 +96,42 @@ def _past_the_hold(client, run_id: str) -> None:
 
 
 @pytest.mark.parametrize("run", range(REPEAT))
-def test_a_jobs_last_lines_reach_the_task_log_from_a_triggerer_behind_on_its_log_socket(
+def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill_and_a_successor_behind_on_its_log(
     airflow_stack, client, cluster, custom_api, run
 ):
-    """Airflow 3's triggerer closes a trigger's log file when it handles the trigger's end, and records it reads after
-    that go to its own output. The job here ends in a burst of launcher lines with its trigger's hold long past, so the
-    trigger's end reaches the lagging supervisor while most of the burst still waits in the log socket: every line
-    must be in the task log once, none in the triggerer's own output."""
+    """The successor of the killed triggerer lags behind its log socket, and the job ends in a burst of lines past
+    the trigger's hold: Airflow 3's triggerer closes a trigger's log file when it handles the trigger's end, and
+    records it reads after that go to its own output, so the trigger's end reaches it while most of the burst still
+    waits in the socket. Every line must be in the task log once, none in the triggerer's own output."""
     if not cluster.simulated:
         pytest.skip("scripted launcher lines need the simulated cluster")
-    first = numbered_lines("first")
+    messages = numbered_lines("first") + numbered_lines("second") + numbered_lines("third")
     burst = [f"burst line {i}" for i in range(BURST)]
     cluster.local.set_launcher_logs(NAMESPACE, stamped_lines("first"))
-    with lagging_triggerer(airflow_stack) as triggerer:
-        run_id = client.trigger(DAG, launcher_conf(RUN))["dag_run_id"]
-        client.wait_task(DAG, run_id, TASK, {"deferred"}, timeout=TIMEOUT)
-        _streamed(client, run_id, first)
+    run_id = client.trigger(DAG, launcher_conf(RUN))["dag_run_id"]
+    client.wait_task(DAG, run_id, TASK, {"deferred"}, timeout=TIMEOUT)
+
+    _streamed(client, run_id, messages[:13])
+    airflow_stack.stop_service("triggerer", signal.SIGKILL)
+    try:
+        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("second"))
+        successor = _start_lagging_triggerer(airflow_stack)
+        _streamed(client, run_id, messages[:26])
+        cluster.local.append_launcher_logs(NAMESPACE, stamped_lines("third"))
+        _streamed(client, run_id, messages)
         _past_the_hold(client, run_id)
         cluster.local.append_launcher_logs(NAMESPACE, cri_lines(burst))
         finish_launcher(cluster.api_client(), NAMESPACE, _job_name(custom_api, run_id))
         ti = client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
+    finally:
+        _restore_triggerer(airflow_stack)
     log = client.task_log(DAG, run_id, TASK)
     assert ti["state"] == "success", log[-3000:]
-    assert _launcher_lines(client, run_id) == first + burst, log[-5000:]
+    assert _launcher_lines(client, run_id) == messages + burst, log[-5000:]
+    assert log.count("========== launcher attempt 1") == 1
     assert "the wait ended (success); the task resumes" in log
-    # nothing of the job in the triggerer's own output, where a record read after the file closed goes
-    assert "burst line" not in Path(triggerer.log_path).read_text()
+    # nothing of the job in the successor's own output, where a record read after the file closed goes
+    assert "burst line" not in Path(successor.log_path).read_text()
     _measure_the_wait(client, run_id)
 
 
