@@ -279,6 +279,15 @@ def heartbeat_age(job: dict) -> float:
     ).total_seconds()
 
 
+def log_records(items: list, text: str) -> list[tuple[str, str]]:
+    """(timestamp, message) of each structured log event (``task_log_items``) whose message starts with ``text``."""
+    return [
+        (e["timestamp"], str(e["event"]))
+        for e in items
+        if isinstance(e, dict) and str(e.get("event", "")).startswith(text)
+    ]
+
+
 def log_text(items: list) -> str:
     """A task log's events (``task_log_items``) as the UI shows the whole log."""
     return "\n".join(event_text(item) for item in items)

@@ -32,7 +32,7 @@ import pytest
 
 from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
 from airflowstack import wait_until
-from airflowstack.client import log_text
+from airflowstack.client import log_records, log_text
 from airflowstack.job_behaviour import FAIL, SUCCEED, launcher_conf
 
 from .conftest import ARTIFACTS, NAMESPACE, mpijobs
@@ -111,7 +111,7 @@ def _try_one_logs(client, stack, run_ids: list[str]) -> dict[str, list]:
 
     def complete(run_id: str):
         items = client.task_log_items(DAG, run_id, TASK)
-        if not _records(items, "Pausing task as DEFERRED") or _records(items, "Trigger fired event"):
+        if not log_records(items, "Pausing task as DEFERRED") or log_records(items, "Trigger fired event"):
             return items
         elsewhere = _fired_in_triggerer_output(stack, run_id)
         return items + elsewhere if elsewhere else None
@@ -124,15 +124,6 @@ def _try_one_logs(client, stack, run_ids: list[str]) -> dict[str, list]:
     }
 
 
-def _records(items: list, text: str) -> list[tuple[str, str]]:
-    """(timestamp, message) of each structured log event whose message starts with ``text``."""
-    return [
-        (e["timestamp"], str(e["event"]))
-        for e in items
-        if isinstance(e, dict) and str(e.get("event", "")).startswith(text)
-    ]
-
-
 def _held(run_id: str, items: list) -> float | None:
     """Seconds from try 1's deferral to its trigger's event (None when it did not defer), after asserting the hold:
     the time the operator logged as its hold lies the window after a moment between the job's creation and the
@@ -140,7 +131,7 @@ def _held(run_id: str, items: list) -> float | None:
     same process, so no clock slack is assumed."""
 
     def at(text: str) -> tuple[datetime, str] | None:
-        found = _records(items, text)
+        found = log_records(items, text)
         assert len(found) <= 1, (run_id, text, found)
         return (datetime.fromisoformat(found[0][0].replace("Z", "+00:00")), found[0][1]) if found else None
 

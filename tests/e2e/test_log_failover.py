@@ -22,6 +22,7 @@ import pytest
 
 from airflow_mpi.wait.deferral import resume_race_affected
 from airflowstack import wait_until
+from airflowstack.client import log_records
 from airflowstack.job_behaviour import RUN, finish_launcher, launcher_conf, numbered_lines, stamped_lines
 from localcluster.pod_logs import cri_lines
 
@@ -121,7 +122,8 @@ def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill_and_a_suc
         _streamed(client, run_id, messages)
         _past_the_hold(client, run_id)
         cluster.local.append_launcher_logs(NAMESPACE, cri_lines(burst))
-        finish_launcher(cluster.api_client(), NAMESPACE, _job_name(custom_api, run_id))
+        job_name = _job_name(custom_api, run_id)
+        finish_launcher(cluster.api_client(), NAMESPACE, job_name)
         ti = client.wait_task(DAG, run_id, TASK, {"success", "failed", "up_for_retry"}, timeout=TIMEOUT)
     finally:
         _restore_triggerer(airflow_stack)
@@ -132,22 +134,19 @@ def test_every_launcher_line_is_logged_once_across_a_triggerer_sigkill_and_a_suc
     assert "the wait ended (success); the task resumes" in log
     # nothing of the job in the successor's own output, where a record read after the file closed goes
     assert "burst line" not in Path(successor.log_path).read_text()
-    _measure_the_wait(client, run_id)
+    _measure_the_wait(client, run_id, job_name)
 
 
-def _measure_the_wait(client, run_id: str) -> None:
+def _measure_the_wait(client, run_id: str, job_name: str) -> None:
     """How long the trigger held its event for its closing record (its record to Airflow's "Trigger fired event"),
     appended to .artifacts/e2e/log-flush.jsonl: a measurement, not an assertion."""
-    stamps = {
-        text: item["timestamp"]
-        for item in client.task_log_items(DAG, run_id, TASK)
-        if isinstance(item, dict)
-        for text in ("the wait ended", "Trigger fired event")
-        if text in str(item.get("event", ""))
-    }
+    items = client.task_log_items(DAG, run_id, TASK)
+    closed = log_records(items, f"MPIJob {NAMESPACE}/{job_name}: the wait ended")
+    fired = log_records(items, "Trigger fired event")
     held = None
-    if len(stamps) == 2:
-        ended, fired = (datetime.fromisoformat(stamps[t]) for t in ("the wait ended", "Trigger fired event"))
-        held = round((fired - ended).total_seconds(), 3)
+    if closed and fired:
+        held = round(
+            (datetime.fromisoformat(fired[0][0]) - datetime.fromisoformat(closed[0][0])).total_seconds(), 3
+        )
     with (ARTIFACTS / "log-flush.jsonl").open("a") as out:
         out.write(json.dumps({"run_id": run_id, "burst": BURST, "held_s": held}) + "\n")
