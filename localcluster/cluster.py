@@ -291,11 +291,18 @@ class LocalCluster(ControlPlane):
         ``logs-<namespace>`` selecting the namespace.  Plain messages get increasing timestamps starting now;
         lines already in CRI format (``<RFC3339Nano> stdout F <text>``) are written as given.  Returns the
         current log file, to which ``append_launcher_logs`` adds lines (``follow=True`` readers see them).
+        Returns once kwok serves them (it may be seconds late, e.g. after an API server outage: pod_logs).
         Note: kwok keeps a follow stream open until the client closes it, even after the container terminated
         (a kubelet would end it).
         """
         return _pod_logs.serve_logs(
-            self.api_client(), self.pod_logs_dir, namespace, lines, previous_lines, containers
+            self.api_client(),
+            self.kwok_server_url(),
+            self.pod_logs_dir,
+            namespace,
+            lines,
+            previous_lines,
+            containers,
         )
 
     def append_launcher_logs(self, namespace: str, lines: Sequence[str]) -> None:

@@ -281,6 +281,15 @@ class ControlPlane(ClusterState):
             self._configuration = (key, [d for d in docs if d.get("kind") == "KwokctlConfiguration"][:1])
         return self._configuration[1]
 
+    def kwok_server_url(self) -> str:
+        """The URL of kwok's kubelet server (pod logs, exec), from its ``--server-address``."""
+        for arg in self._component("kwok-controller").get("args") or []:
+            if arg.startswith("--server-address="):
+                return "https://" + arg.split("=", 1)[1]
+        raise ClusterError(
+            f"kwok-controller has no --server-address in {self.kwokctl_cluster_dir / 'kwok.yaml'}"
+        )
+
     def component_names(self) -> list[str]:
         for doc in self._kwokctl_configuration():
             return [c["name"] for c in doc.get("components") or []]
