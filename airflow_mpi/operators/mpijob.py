@@ -21,27 +21,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_mpi import deployment_identity
-from airflow_mpi.jobspec import DEFAULT, Defaults, Resolved, TaskIdentity
+from airflow_mpi.jobspec import Defaults, Resolved, TaskIdentity
 from airflow_mpi.jobspec.fields import PARAMETERS, Field
 from airflow_mpi.jobspec.kinds import kind_or_default
-from airflow_mpi.jobspec.layout import replica_spec
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL
 from airflow_mpi.jobspec.parameters import resolve_parameters
 from airflow_mpi.jobspec.status import job_state
-from airflow_mpi.jobspec.vocabulary import LAUNCHER_REPLICA
+from airflow_mpi.operators.attempts import Attempts
 from airflow_mpi.operators.callbacks import MPIJobCallbacks
+from airflow_mpi.operators.deferral import deferral_of
 from airflow_mpi.operators.job_record import record_job, recorded_job
 from airflow_mpi.operators.lineage import MPIJobLineage, facts_of
 from airflow_mpi.operators.links import LinkValues, extra_links, persist_links
 from airflow_mpi.operators.outcome import finish
 from airflow_mpi.operators.redaction import redacted_yaml
 from airflow_mpi.operators.signatures import typed_init
-from airflow_mpi.operators.submission import create, deleted_by_earlier_try, reattach, try_number_of
+from airflow_mpi.operators.submission import (
+    check_claim,
+    create,
+    deleted_by_earlier_try,
+    reattach,
+    try_number_of,
+)
 from airflow_mpi.operators.supervision import (
     orphaned,
     pod_taken_away,
@@ -56,12 +62,11 @@ from airflow_mpi.operators.task_params import (
     parse_time_values,
     placeholder_identity,
     settings_explained,
-    task_instance_id,
+    try_identity,
     typed,
 )
-from airflow_mpi.version_compat import AIRFLOW_VERSION, AirflowFailException, BaseOperator
+from airflow_mpi.version_compat import BaseOperator
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
-from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW, not_before_text
 from airflow_mpi.wait.log_groups import escape, log_group
 
 if TYPE_CHECKING:
@@ -169,18 +174,9 @@ class MPIJobOperator(_Base, MPIJobLineage):
         """
         values = {**{name: getattr(self, name) for name in self.parameters}, **self._task_settings()}
         check_task_parameters(values)
-        ti = context.get("ti") if context else None
         namespace: Callable[[], str | None]  # asked only when the model needs it
-        if ti is not None:
-            identity = TaskIdentity(
-                ti.dag_id,
-                ti.task_id,
-                ti.run_id,
-                ti.map_index,
-                ti.try_number,
-                deployment=deployment_identity.for_task(),
-                task_instance_id=task_instance_id(context),
-            )
+        if context and context.get("ti") is not None:
+            identity = try_identity(context, deployment_identity.for_task())
             namespace = lambda: self.hook.resolve_namespace()  # noqa: E731 (the hook only when it is needed)
         else:
             identity = placeholder_identity(self, (context or {}).get("run_id") or "offline")
@@ -196,33 +192,18 @@ class MPIJobOperator(_Base, MPIJobLineage):
         assert self._resolved is not None, "set by build_manifest"
         return self._resolved
 
-    # (runPolicy.backoffLimit, whether the task's retries became it), as the deferral carried them
-    _carried_backoff: tuple[int, bool] | None = None
+    _carried: Attempts | None = None  # as the deferral carried them (``resume_deferred``)
 
-    def _backoff_limit(self) -> tuple[int, bool]:
-        """The backoff limit submitted and whether the task's retries became it: from this try's manifest,
-        else as the deferral carried them, else (deferred by an earlier release) from an offline build."""
-        if self._resolved is None and self._carried_backoff is not None:
-            return self._carried_backoff
-        setting = self._resolution().settings["backoff_limit"]
-        mapped = kind_or_default(self.api_version).retries_mapping(self.retries or 0).mapped
-        return setting.value, setting.source == DEFAULT and mapped
+    def _attempts(self) -> Attempts:
+        """This try's manifest's, else as the deferral carried them, else (deferred by an earlier release) those of
+        an offline build."""
+        if self._resolved is None and self._carried is not None:
+            return self._carried
+        return Attempts.of(self._resolution(), self.api_version, self.retries)
 
     def effective_backoff_limit(self) -> int:
         """``runPolicy.backoffLimit`` submitted: parameter > base manifest > task retries."""
-        return self._backoff_limit()[0]
-
-    def _attempts_allowed(self) -> int | None:
-        """Launcher attempts the job may make, as its kind counts them (jobspec/kinds/; v2beta1: backoffLimit + 1)."""
-        kind, policy = kind_or_default(self.api_version), None
-        if self._resolved is not None or self._carried_backoff is None:  # the manifest is this try's
-            launcher = replica_spec(self._resolution().manifest, LAUNCHER_REPLICA, kind)
-            policy = launcher.get("restartPolicy", kind.launcher_restart_policy)
-        return kind.attempts_allowed(self.effective_backoff_limit(), policy)
-
-    def _retries_mapped(self) -> bool:
-        """True when the task's retries became the MPIJob's backoffLimit (neither parameter nor base set it)."""
-        return self._backoff_limit()[1]
+        return self._attempts().backoff_limit
 
     # ------------------------------------------------------------------ I/O
     @cached_property
@@ -246,24 +227,9 @@ class MPIJobOperator(_Base, MPIJobLineage):
             self._log_settings()
             self._log_manifest(manifest)
         self._job_facts = facts_of(manifest)  # the OpenLineage facet's (operators/lineage.py)
-        self._check_claim(manifest["metadata"]["namespace"], manifest["metadata"]["labels"][DEPLOYMENT_LABEL])
-        job = reattach(self.hook, self.log, manifest, recorded_job(context))
-        job = job and self._followable(job)
-        if (
-            not job
-        ):  # recorded before it exists: a worker dying right after the create leaves no unrecorded job
-            record_job(
-                context,
-                manifest["metadata"]["name"],
-                manifest["metadata"]["namespace"],
-                conn_id=self.kubernetes_conn_id,
-                api_version=self.api_version,
-            )
-            job = self._create(manifest)
-        name, namespace = (
-            job["metadata"]["name"],
-            job["metadata"].get("namespace") or manifest["metadata"]["namespace"],
-        )
+        self._check_claim(meta["namespace"], meta["labels"][DEPLOYMENT_LABEL])
+        job = self._follow_or_create(context, manifest)
+        name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or meta["namespace"]
         uid = job["metadata"].get("uid")
         self._job = (name, namespace, uid)
         self._attached(job)
@@ -277,7 +243,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
             # A trigger would fire at once, inside Airflow's deferral race (wait/deferral.py): finish here.
             self.log.info("%s %s already finished: not deferring", job.get("kind"), name)
         elif self.deferrable:
-            self._defer(context, name, namespace, submitted_at, job_try, uid)
+            self._defer(name, namespace, submitted_at, job_try, uid)
         result = asyncio.run(self._wait(name, namespace, submitted_at, deadline=None, uid=uid))
         if self._deleted_by_earlier_try(context, result, job_try):
             return self.execute(context)
@@ -297,7 +263,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
         pickle the arguments again and make a new nonce); then ``execute_complete``, which subclasses extend (its
         signature stays the usual one)."""
         if backoff_limit is not None and retries_mapped is not None:
-            self._carried_backoff = (backoff_limit, retries_mapped)
+            self._carried = Attempts.carried(backoff_limit, retries_mapped, self.api_version)
         self._job_facts = job_facts
         return self.execute_complete(context, event, job_try_number)
 
@@ -319,28 +285,10 @@ class MPIJobOperator(_Base, MPIJobLineage):
         return self._finish(result, context)
 
     def _check_claim(self, namespace: str, deployment: str | None = None) -> None:
-        """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
-        deployment's id names another installation (a copy of another deployment's database) or this installation
-        holds another id there whose jobs still run (hooks/identity_claims.py). ``deployment``: the id the manifest
-        already carries (its label equals it), else read. The installation is kept for the deferral."""
-        from airflow_mpi.hooks.errors import error_message
-        from airflow_mpi.hooks.identity_claims import task_refusal
-
+        """Refuse another deployment's namespace claim (submission.check_claim); ``deployment``: the id the manifest
+        already carries, else read. The installation is kept for the deferral."""
         self._installation = deployment_identity.installation_for_task()
-        try:
-            refusal = task_refusal(
-                self.hook, namespace, deployment or deployment_identity.for_task(), self._installation
-            )
-        except Exception as err:
-            if getattr(err, "status", None) != 403:
-                raise
-            raise AirflowFailException(
-                f"May not read or make this deployment's claim in namespace {namespace!r} (HTTP 403: "
-                f"{error_message(err)}): the role of kubernetes_default needs coordination.k8s.io leases "
-                "get/create/list there (deploy/rbac.yaml, role airflow-mpi)"
-            ) from err
-        if refusal:
-            raise AirflowFailException(refusal)
+        check_claim(self.hook, namespace, deployment or deployment_identity.for_task(), self._installation)
 
     def _deleted_by_earlier_try(self, context: Any, payload: WaitResult, job_try: int | None) -> bool:
         """True (once per try) when the cleanup of the try that made the job this try reattached to deleted it."""
@@ -379,8 +327,9 @@ class MPIJobOperator(_Base, MPIJobLineage):
         self.log.info("Task killed: MPIJob %s/%s %s", namespace, name, outcome)
 
     def _log_settings(self) -> None:
+        attempts = self._attempts()
         for line in settings_explained(
-            self._resolution().settings, self.retries or 0, self._retries_mapped(), self._attempts_allowed()
+            self._resolution().settings, self.retries or 0, attempts.retries_mapped, attempts.allowed
         ):
             self.log.info("%s", escape(line))
 
@@ -402,6 +351,23 @@ class MPIJobOperator(_Base, MPIJobLineage):
         """Create the job; the callbacks may replace what the create answered (then it is created again)."""
         job = self.callbacks.job_created(create(self.hook, manifest), manifest)
         return job if job is not None else self._create(manifest)
+
+    def _follow_or_create(self, context: Any, manifest: dict) -> dict:
+        """The job of this task instance an earlier try or worker left (recorded, or found by its labels) when this
+        try can follow it, else a new one: recorded before it exists, so a worker dying right after the create
+        leaves no unrecorded job."""
+        job = reattach(self.hook, self.log, manifest, recorded_job(context))
+        if job and (job := self._followable(job)):
+            return job
+        meta = manifest["metadata"]
+        record_job(
+            context,
+            meta["name"],
+            meta["namespace"],
+            conn_id=self.kubernetes_conn_id,
+            api_version=self.api_version,
+        )
+        return self._create(manifest)
 
     async def _wait(
         self,
@@ -439,17 +405,8 @@ class MPIJobOperator(_Base, MPIJobLineage):
         )
 
     def _wait_options(self, deadline: datetime | None) -> WaitOptions:
-        """How this task waits (its task parameters), in the worker and in the trigger alike."""
-        settings = self._task_settings()
-        return WaitOptions(
-            poll_interval=settings["poll_interval"],
-            startup_timeout=settings["startup_timeout"],
-            schedule_timeout=settings["schedule_timeout"],
-            queue_timeout=settings["queue_timeout"],
-            get_logs=settings["get_logs"],
-            max_attempts=self._attempts_allowed(),
-            deadline=deadline,
-            tail_lines=settings["worker_log_tail_lines"],  # of each failed pod's log, in a failed try's error
+        return WaitOptions.of_task(
+            self._task_settings(), max_attempts=self._attempts().allowed, deadline=deadline
         )
 
     def _launcher_log(self) -> Callable[[str], None]:
@@ -460,50 +417,26 @@ class MPIJobOperator(_Base, MPIJobLineage):
         self.log.info("MPIJob manifest:\n%s", escape(redacted_yaml(manifest)))
 
     def _defer(
-        self,
-        context: Any,
-        name: str,
-        namespace: str,
-        submitted_at: datetime,
-        job_try: int | None,
-        uid: str | None,
+        self, name: str, namespace: str, submitted_at: datetime, job_try: int | None, uid: str | None
     ) -> None:
-        from airflow_mpi.triggers import MPIJobTrigger
-
-        deferred_at = _now()
-        deadline = deferred_at + self.execution_timeout if self.execution_timeout else None
-        if not_before := not_before_text(deferred_at, AIRFLOW_VERSION):
-            self.log.info(
-                "The trigger holds its event until %s, %s after this deferral: Airflow's deferral race "
-                "(apache/airflow#71580 / #72716)",
-                not_before,
-                RESUME_RACE_WINDOW,
-            )
-        trigger = MPIJobTrigger(
-            name=name,
-            namespace=namespace,
-            api_version=self.api_version,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            connection=self.hook.connection_settings(),
-            submitted_at=submitted_at.isoformat(),
-            options=self._wait_options(deadline),
-            not_before=not_before,
-            capture_result=self.captures_result,
-            uid=uid,
+        trigger, timeout = deferral_of(
+            self,
+            name,
+            namespace,
+            submitted_at,
+            uid,
+            options=self._wait_options,
             result_key=self._result_key(),
             installation=self._installation,
         )
-        # The trigger enforces execution_timeout itself (and deletes the job); the deferral timeout is a backstop in
-        # case the triggerer is down.
-        backstop = self.execution_timeout + timedelta(minutes=5) if self.execution_timeout else None
-        backoff_limit, retries_mapped = self._backoff_limit()  # the resume needs them: it builds no manifest
+        attempts = self._attempts()  # the resume needs them: it builds no manifest
         kwargs = {
             "job_try_number": job_try,
-            "backoff_limit": backoff_limit,
-            "retries_mapped": retries_mapped,
+            "backoff_limit": attempts.backoff_limit,
+            "retries_mapped": attempts.retries_mapped,
             "job_facts": self._job_facts,
         }
-        self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=backstop)
+        self.defer(trigger=trigger, method_name="resume_deferred", kwargs=kwargs, timeout=timeout)
 
     def _finish(self, result: WaitResult, context: Any = None) -> Any:
         from airflow_mpi.operators.metrics import emit_try_metrics, task_tags
@@ -518,7 +451,7 @@ class MPIJobOperator(_Base, MPIJobLineage):
                 result,
                 api_version=self.api_version,
                 on_finish_action=self.on_finish_action,
-                fail_permanently=self._retries_mapped(),
+                fail_permanently=self._attempts().retries_mapped,
                 worker_log_tail_lines=self._task_settings()["worker_log_tail_lines"],
             ),
         )

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from airflow_mpi.exceptions import MPIJobInvalidSpecError
 from airflow_mpi.function_task.function_call import call_patch_refusal, lost_call_data, mounted_call_secret
-from airflow_mpi.hooks.protocols import MPIJobRequests
+from airflow_mpi.hooks.protocols import MPIJobRequests, PlanSender
 from airflow_mpi.jobspec.naming import DEPLOYMENT_LABEL, TRY_NUMBER_LABEL, reattach_selector, same_task
 from airflow_mpi.jobspec.status import job_state, true_condition_types
 from airflow_mpi.jobspec.vocabulary import JobCondition
@@ -195,3 +195,24 @@ def try_number_of(job: dict) -> int | None:
     """The try that created ``job`` (its identity label), if it carries one."""
     value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL)
     return int(value) if value and value.isdigit() else None
+
+
+def check_claim(hook: PlanSender, namespace: str, deployment: str, installation: str) -> None:
+    """Fail for good, before anything is created, reattached to or deleted, where the namespace's claim of this
+    deployment's id names another installation (a copy of another deployment's database) or this installation
+    holds another id there whose jobs still run (hooks/identity_claims.py)."""
+    from airflow_mpi.hooks.errors import error_message
+    from airflow_mpi.hooks.identity_claims import task_refusal
+
+    try:
+        refusal = task_refusal(hook, namespace, deployment, installation)
+    except Exception as err:
+        if getattr(err, "status", None) != 403:
+            raise
+        raise AirflowFailException(
+            f"May not read or make this deployment's claim in namespace {namespace!r} (HTTP 403: "
+            f"{error_message(err)}): the role of kubernetes_default needs coordination.k8s.io leases "
+            "get/create/list there (deploy/rbac.yaml, role airflow-mpi)"
+        ) from err
+    if refusal:
+        raise AirflowFailException(refusal)

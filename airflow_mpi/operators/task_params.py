@@ -132,6 +132,20 @@ def placeholder_identity(task: Any, run_id: str) -> TaskIdentity:
     return TaskIdentity(task.dag_id, task.task_id, run_id)
 
 
+def try_identity(context: Any, deployment: str) -> TaskIdentity:
+    """The identity of the try ``context`` runs, in ``deployment``."""
+    ti = context["ti"]
+    return TaskIdentity(
+        ti.dag_id,
+        ti.task_id,
+        ti.run_id,
+        ti.map_index,
+        ti.try_number,
+        deployment=deployment,
+        task_instance_id=task_instance_id(context),
+    )
+
+
 def task_instance_id(context: Any) -> str:
     """The try's unique id in this deployment's database: Airflow 3's task instance UUID (new for each try);
     on 2.11, which has none, the DAG run's primary key with the task, map index and try (a run deleted and made

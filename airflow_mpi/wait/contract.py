@@ -88,6 +88,23 @@ class WaitOptions:
         return data
 
     @classmethod
+    def of_task(
+        cls, settings: Mapping[str, Any], *, max_attempts: int | None, deadline: datetime | None
+    ) -> WaitOptions:
+        """How an MPI task waits, from its task parameters (operators/task_params.py), in the worker and in the
+        trigger alike."""
+        return cls(
+            poll_interval=settings["poll_interval"],
+            startup_timeout=settings["startup_timeout"],
+            schedule_timeout=settings["schedule_timeout"],
+            queue_timeout=settings["queue_timeout"],
+            get_logs=settings["get_logs"],
+            max_attempts=max_attempts,
+            deadline=deadline,
+            tail_lines=settings["worker_log_tail_lines"],  # of each failed pod's log, in a failed try's error
+        )
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> WaitOptions:
         """From ``to_dict``'s form; a missing key takes its default, an unknown one (a later release's) is
         ignored."""

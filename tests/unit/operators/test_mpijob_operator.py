@@ -509,11 +509,11 @@ def test_deferrable_task_does_not_defer_on_a_succeeded_job(monkeypatch):
 def test_deferral_carries_an_absolute_not_before_on_affected_airflow(monkeypatch):
     from datetime import datetime
 
-    from airflow_mpi.operators import mpijob as operator_module
+    from airflow_mpi.operators import deferral as deferral_module
     from airflow_mpi.wait.deferral import RESUME_RACE_WINDOW
 
     for version, held in (("3.3.2", True), ("2.11.2", False)):
-        monkeypatch.setattr(operator_module, "AIRFLOW_VERSION", version)
+        monkeypatch.setattr(deferral_module, "AIRFLOW_VERSION", version)
         recorder = Recorder()
         monkeypatch.setattr(MPIJobOperator, "log", property(lambda self, recorder=recorder: recorder))
         before = datetime.now(UTC)
