@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     from airflow_mpi.operators.mpijob import MPIJobOperator
     from airflow_mpi.triggers import MPIJobTrigger
 
-BACKSTOP = timedelta(
-    minutes=5
-)  # the deferral's own timeout after execution_timeout, in case no triggerer runs
+# The deferral's own timeout after execution_timeout (which the trigger enforces itself), in case no triggerer runs
+BACKSTOP = timedelta(minutes=5)
 
 
 def deferral_of(
