@@ -136,6 +136,15 @@ NODE_STAGES: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+# Modules whose shared dependencies are required at one version per group (localcluster/go_deps.py), so that Go's
+# build cache compiles the Kubernetes client stack once per group instead of once per module. Grouped by the k8s.io
+# minor their upstream pins: the mpi-operator and Kueue (v0.35); kwok, JobSet, Trainer and the training-operator
+# (v0.36). The main build's Kubernetes (its own staging repositories) and CoreDNS (v0.37) stay as their releases pin.
+SHARED_DEPENDENCIES: tuple[tuple[str, ...], ...] = (
+    ("mpi-operator", "kueue"),
+    ("kwok", "jobset", "trainer", "training-operator"),
+)
+
 # upstream projects whose versions `pinned_versions` reports (read from our go.mod files)
 PINNED_MODULES = (
     "k8s.io/kubernetes",

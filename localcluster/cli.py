@@ -8,6 +8,7 @@ import sys
 import time
 
 from . import build as _build
+from . import go_deps
 from .build_log import BuildFailed
 from .cluster import API_VERSIONS, DEFAULT_NAME, ClusterError, LocalCluster, list_clusters
 from .controllers import REGISTRY
@@ -43,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         "--addons-only",
         action="store_true",
         help="build only the add-ons named (the main build is another process's: scripts/test builds them beside it)",
+    )
+    gd = sub.add_parser(
+        "go-deps",
+        help="the Go modules' shared dependencies: list what is misaligned, or --align it (go mod edit)",
+    )
+    gd.add_argument(
+        "--align", action="store_true", help="raise each to its group's newest version, go mod tidy"
     )
     up = sub.add_parser("up", help="start a cluster (replaces one of the same name)")
     up.add_argument("--name", default=DEFAULT_NAME)
@@ -172,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.prune:
                 for d in _build.prune():
                     print(f"# removed {d}", file=sys.stderr)
+        elif args.cmd == "go-deps":
+            if args.align:
+                for edit in go_deps.align(_build.go_binary(), _build.GO_DIR):
+                    print(edit)
+            left = go_deps.misaligned(_build.GO_DIR)
+            for m in left:
+                print(f"misaligned in {'/'.join(m.group)}: {m.dependency} {m.versions} (newest {m.newest})")
+            return 1 if left else 0
         elif args.cmd == "up":
             kw = {} if args.nodes is None else {"nodes": args.nodes}
             c = LocalCluster(args.name, args.api_version, kueue=args.kueue, controllers=args.controller, **kw)
