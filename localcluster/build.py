@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build_ledger, build_log
+from . import build_ledger, build_log, go_deps
 from .build_recipes import ADDONS, CRDS, NODE_STAGES, PINNED_MODULES, TOOLS, Addon, Tool
 
 GO_DIR = Path(__file__).resolve().parent / "go"
@@ -74,10 +74,8 @@ def pinned_versions(mods: list[str] | None = None) -> dict[str, str]:
     ``mods``: those module directories only (default: the main build's)."""
     out: dict[str, str] = {}
     for mod in modules(addons=False) if mods is None else mods:
-        for raw in (GO_DIR / mod / "go.mod").read_text().splitlines():
-            parts = raw.split("//")[0].replace("require", " ").split()
-            if len(parts) == 2 and parts[0] in PINNED_MODULES and parts[1].startswith("v"):
-                out[parts[0]] = parts[1]
+        required = go_deps.requirements(GO_DIR / mod / "go.mod")
+        out.update((path, version) for path, version in required.items() if path in PINNED_MODULES)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 
@@ -182,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"# removed {d}", file=sys.stderr)
         elif args.cmd == "go-deps":
             if args.align:
-                for edit in go_deps.align(_build.go_binary(), _build.GO_DIR):
-                    print(edit)
+                try:
+                    for edit in go_deps.align(_build.go_binary(), _build.GO_DIR):
+                        print(edit)
+                except (RuntimeError, subprocess.CalledProcessError) as exc:  # go's own output is above it
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 1
             left = go_deps.misaligned(_build.GO_DIR)
             for m in left:
                 print(f"misaligned in {'/'.join(m.group)}: {m.dependency} {m.versions} (newest {m.newest})")

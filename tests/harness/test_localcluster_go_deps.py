@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import build, go_deps
+from localcluster import build, cli, go_deps
 from localcluster.build_recipes import SHARED_DEPENDENCIES
 
 
@@ -84,3 +84,24 @@ def test_misaligned_names_the_newest_and_leaves_the_upstream_projects_pins_alone
         )
     ]
     assert go_deps.misaligned(tmp_path, (("one",), ("three",))) == []  # groups are apart
+
+
+def test_the_command_lists_what_is_misaligned_and_fails(tmp_path, monkeypatch, capsys):
+    _module(tmp_path, "one", "module x/one\n\nrequire example.com/client v0.36.0\n")
+    _module(tmp_path, "two", "module x/two\n\nrequire example.com/client v0.36.3\n")
+    monkeypatch.setattr(build, "GO_DIR", tmp_path)
+    monkeypatch.setattr(go_deps.misaligned, "__defaults__", ((("one", "two"),),))
+    assert cli.main(["go-deps"]) == 1
+    assert (
+        "example.com/client {'one': 'v0.36.0', 'two': 'v0.36.3'} (newest v0.36.3)" in capsys.readouterr().out
+    )
+
+
+def test_an_alignment_that_does_not_settle_is_an_error_not_a_traceback(monkeypatch, capsys):
+    def unsettled(go, go_dir):
+        raise RuntimeError("still misaligned after 6 rounds of go mod tidy: example.com/client")
+
+    monkeypatch.setattr(go_deps, "align", unsettled)
+    monkeypatch.setattr(build, "go_binary", lambda: "go")
+    assert cli.main(["go-deps", "--align"]) == 1
+    assert "error: still misaligned after 6 rounds" in capsys.readouterr().err
