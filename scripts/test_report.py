@@ -1,14 +1,18 @@
 """The end of scripts/test: where the time went, what was cold, what the counts are, and the closing line.
 
 Reads what the run wrote into .artifacts/: the phases' wall times (``test-phases.tsv``: scripts/test and
-tests/conftest.py), the build ledger (``test-builds.tsv``: localcluster/build_ledger.py and the shell steps), and
-each pytest run's JUnit XML (``junit-<run>.xml``). Stdlib only: it runs even when the virtualenvs could not be made.
+tests/conftest.py), the build ledger (``test-builds.tsv``: localcluster/build_ledger.py and the shell steps), each
+pytest run's JUnit XML (``junit-<run>.xml``) and the machine's CPU counters at the start (``cpu-start.txt``: the
+first line of /proc/stat), to say how busy the machine was: a run that kept every core busy is CPU-bound, and no
+new order of its lanes shortens it (docs/test-loop.md, runs M and N). Stdlib only: it runs even when the
+virtualenvs could not be made.
 
 A run's time is reported against the README's targets and never decides the exit code: a green run exits 0.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -27,6 +31,23 @@ GO_BINARIES = "Go binaries"
 REAL_CONTAINER_RUNS = ("real-node", "compose")
 # the unit suite's pytest runs, one per Airflow version (3.3.2, 2.11, 3.4.0b2: scripts/bootstrap's virtualenvs)
 UNIT_RUNS = ("unit", "af2-unit", "af34-unit")
+
+
+def cpu_ticks(stat_line: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of /proc/stat's ``cpu`` line: busy is all but idle and iowait; guest time is
+    already in user and nice, so it is not counted again."""
+    name, *fields = stat_line.split()
+    if name != "cpu" or len(fields) < 4:
+        raise ValueError(f"not the aggregate cpu line of /proc/stat: {stat_line!r}")
+    ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return sum(ticks) - idle, sum(ticks)
+
+
+def cpu_use(start_line: str, end_line: str, hz: int) -> tuple[float, float]:
+    """(busy CPU seconds, core-seconds) between two readings of /proc/stat's ``cpu`` line."""
+    (busy0, total0), (busy1, total1) = cpu_ticks(start_line), cpu_ticks(end_line)
+    return (busy1 - busy0) / hz, (total1 - total0) / hz
 
 
 def phases(path: Path) -> list[tuple[str, int]]:
@@ -83,7 +104,14 @@ def counts(cases: list[tuple[str, str]]) -> str:
     return ", ".join(f"{tally[o]} {o}" for o in ("passed", "failed", "skipped") if tally[o] or o == "passed")
 
 
-def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout) -> None:
+def _proc_stat_cpu() -> str | None:
+    try:
+        return Path("/proc/stat").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout, cpu_now: str | None = None) -> None:
     say = lambda line="": print(line, file=out)  # noqa: E731
     say("== where the time went ==")
     for name, seconds in phases(artifacts / "test-phases.tsv"):
@@ -117,6 +145,13 @@ def report(artifacts: Path = ARTIFACTS, total: int = 0, out=sys.stdout) -> None:
     say(
         f"  {total:,} s ({total / 60:.1f} min): {verdict} for a {kind} run (README, Tests; reported, not an exit code)"
     )
+    start, end = artifacts / "cpu-start.txt", cpu_now or _proc_stat_cpu()
+    if start.exists() and end:
+        busy, cores = cpu_use(start.read_text().strip(), end, os.sysconf("SC_CLK_TCK"))
+        say(
+            f"  the machine's CPU (whatever ran on it): {busy:,.0f} s busy of {cores:,.0f} core-seconds "
+            f"({100 * busy / cores if cores else 0:.0f} %); near 100 % the run is CPU-bound"
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,32 @@ def test_the_report_says_the_time_against_the_target_of_the_runs_kind_and_what_t
     )
     assert "== this run was partly cold: built now: image a ==" in text
     assert "1,560 s (26.0 min): OVER the target of 25 min by 1.0 min" in text
+
+
+# /proc/stat's aggregate line: user nice system idle iowait irq softirq steal guest guest_nice
+CPU_START = "cpu  1000 20 300 5000 100 0 30 0 400 0"
+CPU_END = "cpu  2500 20 600 5200 150 0 80 0 900 0"  # 1,850 ticks busy of 2,100; guest time within user
+
+
+def test_cpu_ticks_count_every_field_but_idle_and_iowait_and_guest_time_once():
+    assert report.cpu_ticks(CPU_START) == (1350, 6450)
+    assert report.cpu_use(CPU_START, CPU_END, hz=100) == (18.5, 21.0)
+    with pytest.raises(ValueError, match="cpu0 1 2 3 4"):
+        report.cpu_ticks("cpu0 1 2 3 4")  # a core's line, not the machine's
+
+
+def test_the_report_says_how_busy_the_machine_was_when_the_run_noted_its_start(tmp_path):
+    hz = os.sysconf("SC_CLK_TCK")
+    out = io.StringIO()
+    report.report(tmp_path, total=60, out=out, cpu_now=CPU_END)
+    assert "CPU" not in out.getvalue()  # no reading at the start: nothing to say
+    (tmp_path / "cpu-start.txt").write_text(CPU_START + "\n")
+    report.report(tmp_path, total=60, out=out, cpu_now=CPU_END)
+    busy, cores = 1850 / hz, 2100 / hz
+    assert (
+        f"the machine's CPU (whatever ran on it): {busy:,.0f} s busy of {cores:,.0f} core-seconds "
+        f"({100 * busy / cores:.0f} %)" in out.getvalue()
+    )
 
 
 def test_the_go_build_step_notes_built_now_once_and_cached_for_a_second_caller(tmp_path, monkeypatch):
