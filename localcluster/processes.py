@@ -89,7 +89,10 @@ def start_supervised(name: str, launch: Launch, log_path: Path, pid_file: Path) 
             stderr=log,
             start_new_session=True,
         )
-    pid_file.write_text(str(proc.pid))
+    # atomically: another process (``switch-api`` beside ``serve``) never reads it empty or half-written
+    partial = pid_file.with_name(f".{pid_file.name}.{os.getpid()}")
+    partial.write_text(str(proc.pid))
+    partial.replace(pid_file)
     return proc.pid
 
 

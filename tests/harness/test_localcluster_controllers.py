@@ -69,8 +69,9 @@ def test_stop_returns_once_the_group_is_gone_though_a_parent_elsewhere_has_not_r
     holder = subprocess.Popen([sys.executable, "-c", holder_code], stdin=subprocess.PIPE, cwd=repo, text=True)
     try:
         wait_until(started.exists, 20, "the held restart loop to run its command")
-        pid = supervisor_pid(pid_file)
-        assert pid is not None
+        # the loop runs its command before the holder, once Popen has returned, records the pid: await the record
+        # (read right after `started`, it was still missing in a run at a load of 21)
+        pid = wait_until(lambda: supervisor_pid(pid_file), 20, "the holder to record the loop's pid")
         t0 = time.monotonic()
         stop_supervised(pid_file, grace=60)
         assert time.monotonic() - t0 < 10, "the stop waited for the unreaped leader"
