@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import atomic_file
+
 # $0: the name in messages; "$@": the command. A prelude (see Launch) runs before it, once, under `set -e`.
 RESTART_LOOP = r"""set +e
 trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0' TERM INT
@@ -89,10 +91,9 @@ def start_supervised(name: str, launch: Launch, log_path: Path, pid_file: Path) 
             stderr=log,
             start_new_session=True,
         )
-    # atomically: another process (``switch-api`` beside ``serve``) never reads it empty or half-written
-    partial = pid_file.with_name(f".{pid_file.name}.{os.getpid()}")
-    partial.write_text(str(proc.pid))
-    partial.replace(pid_file)
+    atomic_file.write_text(
+        pid_file, str(proc.pid)
+    )  # ``switch-api`` beside ``serve`` never reads it half-written
     return proc.pid
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from . import atomic_file
 from . import kueue as _kueue
 from .cluster import LocalCluster
 from .image_archive import exported_archive
@@ -71,10 +72,7 @@ def export_kubeconfig(src: Path, dest: Path, server: str) -> None:
         _inline(user["user"], "client-certificate")
         _inline(user["user"], "client-key")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg))
-    tmp.chmod(0o644)
-    tmp.replace(dest)
+    atomic_file.write_text(dest, yaml.safe_dump(cfg), mode=0o644)
 
 
 def _inline(entry: dict, key: str) -> None:

@@ -37,11 +37,10 @@ def cpu_ticks(stat_line: str) -> tuple[int, int]:
     """(busy, total) clock ticks of /proc/stat's ``cpu`` line: busy is all but idle and iowait; guest time is
     already in user and nice, so it is not counted again."""
     name, *fields = stat_line.split()
-    if name != "cpu" or len(fields) < 4:
+    if name != "cpu" or len(fields) < 5:
         raise ValueError(f"not the aggregate cpu line of /proc/stat: {stat_line!r}")
     ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return sum(ticks) - idle, sum(ticks)
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def cpu_use(start_line: str, end_line: str, hz: int) -> tuple[float, float]:
