@@ -35,6 +35,18 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _group_runs(pgid: int) -> bool:
+    """A member of the group runs, by ps. Unlike ``_group_alive`` a zombie does not count: a member the loop left
+    orphaned (its command forked just as the SIGTERM came) ends, then waits for PID 1 to reap it (run T: the group
+    still answered killpg right after the stop)."""
+    listed = subprocess.run(
+        ["ps", "-e", "-o", "pgid=,stat="], capture_output=True, text=True, check=True
+    ).stdout
+    return any(
+        int(g) == pgid and not st.startswith("Z") for g, st in (line.split() for line in listed.splitlines())
+    )
+
+
 def test_the_restart_loop_runs_its_prelude_once_restarts_the_command_and_stop_ends_its_group(tmp_path):
     runs, log, pid_file = tmp_path / "runs", tmp_path / "ctl.log", tmp_path / "ctl.pid"
     launch = Launch(
@@ -51,7 +63,7 @@ def test_the_restart_loop_runs_its_prelude_once_restarts_the_command_and_stop_en
         assert "[localcluster] stand-in exited with 3, restarting" in log.read_text()
     finally:
         stop_supervised(pid_file)
-    assert not pid_alive(pid) and not _group_alive(pid)
+    assert not pid_alive(pid) and not _group_runs(pid)
     assert not pid_file.exists() and supervisor_pid(pid_file) is None
 
 
