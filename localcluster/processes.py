@@ -91,9 +91,8 @@ def start_supervised(name: str, launch: Launch, log_path: Path, pid_file: Path) 
             stderr=log,
             start_new_session=True,
         )
-    atomic_file.write_text(
-        pid_file, str(proc.pid)
-    )  # ``switch-api`` beside ``serve`` never reads it half-written
+    # atomically: ``switch-api`` beside ``serve`` never reads it empty or half-written
+    atomic_file.write_text(pid_file, str(proc.pid))
     return proc.pid
 
 
