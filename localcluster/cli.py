@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--name", default=DEFAULT_NAME)
     sub.add_parser("list", help="list clusters known in the cache")
+    kp = sub.add_parser(
+        "keep", help="restart a cluster's control-plane components that exit (run beside the cluster by `up`)"
+    )
+    kp.add_argument("--name", default=DEFAULT_NAME)
     sw = sub.add_parser(
         "switch-api",
         help="a running cluster serves the other MPIJob API from now on: its MPIJob CRD replaced (every MPIJob "
@@ -258,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
             LocalCluster.existing(args.name).switch_api(args.api_version, args.controller)
         elif args.cmd == "add-controller":
             LocalCluster.existing(args.name).add_controllers(args.controller)
+        elif args.cmd == "keep":
+            from .component_keeper import keep
+            from .control_plane import ControlPlane
+
+            keep(ControlPlane(args.name, verbose=False))
         elif args.cmd == "list":
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()

@@ -77,6 +77,7 @@ class LocalCluster(ControlPlane):
         extra_args: Sequence[str] = (),
         kueue: bool = False,
         controllers: Sequence[str] = (),
+        keep_components: bool = True,
     ) -> None:
         if api_version not in API_VERSIONS:
             raise ValueError(f"api_version must be one of {API_VERSIONS}, not {api_version!r}")
@@ -87,6 +88,7 @@ class LocalCluster(ControlPlane):
             apiserver_port=apiserver_port,
             apiserver_sans=apiserver_sans,
             extra_args=extra_args,
+            keep_components=keep_components,
         )
         self.api_version = api_version
         self.nodes = nodes

@@ -8,6 +8,7 @@ used, as a kubelet restarts static pods (``restart_apiserver``, ``ensure_compone
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -15,15 +16,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import atomic_file, component_keeper, yaml_files
 from . import build as _build
 from . import ports as _ports
-from . import yaml_files
 from .cluster_objects import KWOK_CRDS
 from .processes import kill_pid, pid_alive
 from .state import ClusterState, cache_root
@@ -66,6 +67,7 @@ class ControlPlane(ClusterState):
         apiserver_port: int | None = None,
         apiserver_sans: Sequence[str] = (),
         extra_args: Sequence[str] = (),
+        keep_components: bool = True,
     ) -> None:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
             raise ValueError(f"cluster name must be a DNS label: {name!r}")
@@ -77,6 +79,9 @@ class ControlPlane(ClusterState):
         self.apiserver_port = apiserver_port
         self.apiserver_sans = tuple(apiserver_sans)
         self.extra_args = tuple(extra_args)  # kwokctl --extra-args values: "<component>=<flag>=<value>"
+        # a component keeper runs beside the components (localcluster/component_keeper.py); a real node's
+        # container passes False: its own loop restarts them
+        self.keep_components = keep_components
         self._api_client: Any = None
         self._configuration: tuple[tuple[str, int, int], list[dict]] | None = None
 
@@ -210,6 +215,8 @@ class ControlPlane(ClusterState):
         self.wait_ready(timeout)
         self.write_state(kwok_config=str(self.kwokctl_cluster_dir / "kwok.yaml"), server=self.server_url())
         self.revive_early_exits()
+        if self.keep_components:
+            component_keeper.start(self)
 
     def revive_early_exits(self) -> None:
         """Start again any component that exited while the API server was starting, and record the pids.
@@ -227,6 +234,7 @@ class ControlPlane(ClusterState):
 
     def delete(self, keep_logs: bool) -> None:
         """``kwokctl delete cluster``, then kill whatever survived; logs copied first when ``keep_logs``."""
+        component_keeper.stop(self)  # first: it would start the components again
         if keep_logs:
             with contextlib.suppress(Exception):
                 self._collect_logs()
@@ -312,10 +320,11 @@ class ControlPlane(ClusterState):
         """SIGTERM, then SIGKILL after ``grace`` seconds (0: at once, a crash rather than a shutdown)."""
         comp = self._component(name)
         pid = self.component_pid(name)
-        if pid is not None:
-            kill_pid(pid, timeout=grace)
+        # the pid file goes first: a pid file whose process is gone means a crash to the component keeper
         with contextlib.suppress(FileNotFoundError):
             self._pid_file(comp["binary"]).unlink()
+        if pid is not None:
+            kill_pid(pid, timeout=grace)
 
     def start_component(self, name: str) -> int:
         """(Re)start a kwokctl-managed component with the exact command line kwokctl used; returns its pid."""
@@ -337,7 +346,7 @@ class ControlPlane(ClusterState):
                 stderr=log,
                 start_new_session=True,
             )
-        self._pid_file(comp["binary"]).write_text(str(proc.pid))
+        atomic_file.write_text(self._pid_file(comp["binary"]), str(proc.pid))
         return proc.pid
 
     def restart_component(self, name: str) -> None:
@@ -376,11 +385,25 @@ class ControlPlane(ClusterState):
             + (f"; restarted {restarted}" if restarted else "")
         )
 
-    def ensure_components(self) -> list[str]:
-        """Start any kwokctl component that is not running (what a kubelet does for static pods)."""
+    def ensure_components(self, crashed_only: bool = False) -> list[str]:
+        """Start any kwokctl component that is not running (what a kubelet does for static pods); with
+        ``crashed_only``, only those whose pid file names a process that is gone (``stop_component`` removes the
+        file: a deliberate stop stays stopped). One caller at a time (a lock file): the component keeper and
+        ``restart_apiserver`` must not both start the same component."""
         restarted = []
-        for name in self.component_names():
-            if self.component_pid(name) is None:
-                self.start_component(name)
-                restarted.append(name)
+        names = self.component_names()  # FileNotFoundError: no cluster (any more)
+        with self._components_lock():
+            for name in names:
+                if self.component_pid(name) is None and (not crashed_only or self._pid_file_left(name)):
+                    self.start_component(name)
+                    restarted.append(name)
         return restarted
+
+    def _pid_file_left(self, name: str) -> bool:
+        return self._pid_file(self._component(name)["binary"]).exists()
+
+    @contextlib.contextmanager
+    def _components_lock(self) -> Iterator[None]:
+        with open(self.kwokctl_cluster_dir / "components.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield

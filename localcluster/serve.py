@@ -175,6 +175,7 @@ def serve(
         extra_args=["kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname"],
         kueue=kueue,
         controllers=controllers,
+        keep_components=False,  # the loop below restarts them (ensure_components)
     )
     cluster.start()
     node = RealNode(

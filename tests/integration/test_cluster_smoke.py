@@ -6,6 +6,8 @@ cluster, not at the provider.  Every wait is a watch (event driven), bounded by 
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -13,6 +15,7 @@ import pytest
 from kubernetes import client, watch
 
 from localcluster import behaviour as bh
+from localcluster.waiting import wait_until
 
 GROUP = "kubeflow.org"
 PLURAL = "mpijobs"
@@ -360,3 +363,24 @@ def test_a_controller_manager_gone_at_start_is_revived_and_new_nodes_become_read
         await_nodes_ready(core, [name], TIMEOUT)
     finally:
         core.delete_node(name)
+
+
+@pytest.mark.needs_simulation
+def test_a_scheduler_that_crashed_is_started_again_and_schedules_the_next_mpijob(cluster, k8s, namespace):
+    """kube-scheduler ends itself when its cache disagrees with what the API says (an API server killed in the
+    middle of a binding; run O4 of 2026-12-07: gone 7 s after the API server came back, and the next e2e test's
+    pods were never scheduled). The cluster's component keeper starts it again, as a kubelet would."""
+    crashed = cluster.component_pid("kube-scheduler")
+    assert crashed is not None
+    os.kill(crashed, signal.SIGKILL)
+    wait_until(
+        lambda: cluster.component_pid("kube-scheduler") not in (None, crashed),
+        TIMEOUT,
+        f"kube-scheduler to be started again (keeper log: {cluster.logs_dir / 'component-keeper.log'})",
+    )
+    name = _name("after-crash")
+    client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        GROUP, "v2beta1", namespace, PLURAL, mpijob(name)
+    )
+    final = watch_mpijob(k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o))
+    assert "Succeeded" in _true_conditions(final), final.get("status")
