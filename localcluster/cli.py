@@ -9,9 +9,10 @@ import sys
 import time
 
 from . import build as _build
-from . import go_deps
+from . import component_keeper, go_deps
 from .build_log import BuildFailed
 from .cluster import API_VERSIONS, DEFAULT_NAME, ClusterError, LocalCluster, list_clusters
+from .control_plane import ControlPlane
 from .controllers import REGISTRY
 
 
@@ -263,10 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "add-controller":
             LocalCluster.existing(args.name).add_controllers(args.controller)
         elif args.cmd == "keep":
-            from .component_keeper import keep
-            from .control_plane import ControlPlane
-
-            keep(ControlPlane(args.name, verbose=False))
+            component_keeper.keep(ControlPlane(args.name, verbose=False))
         elif args.cmd == "list":
             for n in list_clusters():
                 st = LocalCluster(n, verbose=False).read_state()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 import yaml
@@ -83,7 +82,7 @@ def test_the_keeper_runs_beside_the_cluster_restarts_a_crashed_component_and_sto
 
     component_keeper.stop(plane)
     assert supervisor_pid(component_keeper.pid_file(plane)) is None
-    assert not Path(f"/proc/{loop}").exists() or not pid_alive(loop)
+    assert not pid_alive(loop)  # gone, or a zombie of this process
 
 
 def test_a_keeper_whose_cluster_is_gone_ends_with_its_restart_loop(plane):
