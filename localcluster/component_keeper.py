@@ -9,7 +9,9 @@ test's kill, the scheduler gone 7 s after the API server came back, and the next
 ``python -m localcluster keep --name NAME`` runs under the controllers' restart loop beside the cluster (started
 and stopped with it) and, every second, starts again any component whose pid file names a process that is gone.
 A component stopped on purpose (``ControlPlane.stop_component``: its pid file removed first) stays stopped.
-A real node's container needs no keeper: ``localcluster serve`` already does this in its own loop.
+A real node's container needs no keeper process: ``localcluster serve``'s own loop makes the same ``look`` (it once
+started every component without a pid file, and so a second kube-controller-manager while ``switch-api`` was
+restarting the first: "already running", CI 2026-12-07).
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def stop(plane: ControlPlane) -> None:
     stop_supervised(pid_file(plane))
 
 
+def look(plane: ControlPlane) -> list[str]:
+    """Start again each component that crashed (its pid file names a process that is gone); returns their names."""
+    try:
+        return plane.ensure_components(crashed_only=True)
+    except FileNotFoundError:  # the cluster is being deleted: its stop stops the keeper first
+        return []
+
+
 def keep(plane: ControlPlane, interval: float = INTERVAL) -> None:
     """Start again, every ``interval`` seconds, each component that crashed; returns on SIGTERM, between two
     looks (never in the middle of a start, which would leave a component without its pid file)."""
@@ -59,10 +69,7 @@ def keep(plane: ControlPlane, interval: float = INTERVAL) -> None:
         if not plane.state_dir.exists():  # its cluster is gone without a stop: end the restart loop too
             os.killpg(os.getpgrp(), signal.SIGTERM)
             return
-        try:
-            restarted = plane.ensure_components(crashed_only=True)
-        except FileNotFoundError:  # the cluster is being deleted: its stop stops this loop first
-            restarted = []
+        restarted = look(plane)
         if restarted:
             print(
                 f"[localcluster] {NAME}: restarted {', '.join(restarted)} (exited)",

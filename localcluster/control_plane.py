@@ -350,8 +350,9 @@ class ControlPlane(ClusterState):
         return proc.pid
 
     def restart_component(self, name: str) -> None:
-        self.stop_component(name)
-        self.start_component(name)
+        with self._components_lock():  # one act to a keeper: no start of its own in between
+            self.stop_component(name)
+            self.start_component(name)
         self.record_components()
 
     def restart_apiserver(

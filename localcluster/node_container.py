@@ -303,6 +303,10 @@ class NodeCluster(ClusterPaths):
         dest = dest or self.logs_dir
         dest.mkdir(parents=True, exist_ok=True)
         docker("cp", f"{self.container}:{NODE_STATE}/logs/.", str(dest), check=False)
+        for link in [p for p in dest.iterdir() if p.is_symlink()]:  # the live components' logs: their files
+            target = os.readlink(link)
+            link.unlink()
+            docker("cp", f"{self.container}:{target}", str(link), check=False)
         with open(dest / "container.log", "w") as f:
             subprocess.run(
                 ["docker", "logs", self.container], stdout=f, stderr=subprocess.STDOUT, check=False

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from . import atomic_file
+from . import atomic_file, component_keeper
 from . import kueue as _kueue
 from .cluster import LocalCluster
 from .image_archive import exported_archive
@@ -175,7 +175,7 @@ def serve(
         extra_args=["kube-apiserver=kubelet-preferred-address-types=InternalIP,Hostname"],
         kueue=kueue,
         controllers=controllers,
-        keep_components=False,  # the loop below restarts them (ensure_components)
+        keep_components=False,  # the loop below restarts those that crash (component_keeper.look)
     )
     cluster.start()
     node = RealNode(
@@ -205,7 +205,7 @@ def serve(
             f"ready in {time.monotonic() - t0:.1f}s: API {server}, node {node_ip()}, logs {cluster.logs_dir}"
         )
         while not stopping:
-            restarted = node.supervise() + cluster.ensure_components()
+            restarted = node.supervise() + component_keeper.look(cluster)
             if restarted:
                 _log(f"restarted {', '.join(restarted)}")
             time.sleep(1)

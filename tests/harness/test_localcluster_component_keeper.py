@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -40,6 +42,23 @@ def plane(tmp_path, monkeypatch) -> ControlPlane:
     component_keeper.stop(plane)
     for name in COMPONENTS:
         plane.stop_component(name, grace=0)
+
+
+SLOW_STOP = """trap 'touch "$0.termed"; while [ ! -e "$0.release" ]; do sleep 0.05; done; exit 0' TERM
+touch "$0.up"
+while :; do sleep 0.05; done
+"""
+
+
+def _slow_to_stop(binary: Path) -> tuple[str, str, str]:
+    """Make ``binary`` a component that says when it handles SIGTERM (``<binary>.up``), then when it got one
+    (``<binary>.termed``), and ends only when released (``<binary>.release``): a component still shutting down, as
+    kube-controller-manager takes a moment to."""
+    binary.unlink()
+    with open(binary, "w") as script:
+        script.write("#!/bin/sh\n" + SLOW_STOP)
+    os.chmod(binary, 0o755)
+    return f"{binary}.up", f"{binary}.termed", f"{binary}.release"
 
 
 def _crash(plane: ControlPlane, name: str) -> int:
@@ -94,3 +113,39 @@ def test_a_keeper_whose_cluster_is_gone_ends_with_its_restart_loop(plane):
     wait_until(lambda: not pid_alive(loop), 30, f"the keeper's restart loop ({loop}) to end")
     moved.rename(plane.state_dir)
     assert supervisor_pid(pid_file) is None
+
+
+@pytest.mark.parametrize("act", ["stop", "restart"])
+def test_a_look_while_a_component_is_being_stopped_on_purpose_starts_no_second_one(plane, act, tmp_path):
+    """A keeper's look (and a real node's serve loop's) in the middle of a stop or restart on purpose: the pid file is
+    gone, the process still ending. Starting every component without a pid file there started a second
+    kube-controller-manager while ``switch-api`` restarted the first, which then failed: "already running"."""
+    up, termed, release = _slow_to_stop(tmp_path / "bin" / "kube-controller-manager")
+    first = plane.start_component("kube-controller-manager")
+    wait_until(lambda: os.path.exists(up), 10, "kube-controller-manager to handle SIGTERM")
+    errors: list[BaseException] = []
+
+    def on_purpose() -> None:
+        try:
+            getattr(plane, f"{act}_component")(
+                "kube-controller-manager", **({"grace": 30} if act == "stop" else {})
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=on_purpose)
+    worker.start()
+    wait_until(lambda: os.path.exists(termed), 10, "kube-controller-manager to get its SIGTERM")
+    looks: list[list[str]] = []
+    # a restart holds the keeper's lock from its stop to its start: a look then waits for it (in a thread)
+    looker = threading.Thread(target=lambda: looks.append(component_keeper.look(plane)))
+    looker.start()
+    if act == "stop":
+        looker.join(30)  # no lock held: the look is over while the component still ends
+        assert looks and pid_alive(first)
+    open(release, "w").close()
+    worker.join(30)
+    looker.join(30)
+    assert not errors and looks == [[]], (errors, looks)
+    running = plane.component_pid("kube-controller-manager")
+    assert (running is None) if act == "stop" else (running not in (None, first))
