@@ -40,12 +40,32 @@ def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> li
 
 
 def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number: int = 1) -> None:
-    wait_until(
-        lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None,
-        timeout=TIMEOUT,
-        interval=0.5,
-        what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})",
-        ignore=(),
+    try:
+        wait_until(
+            lambda: set(expected) <= set(launcher_lines(client, t, run_id, try_number)) or None,
+            timeout=TIMEOUT,
+            interval=0.5,
+            what=f"{expected[-1]!r} in the task log of {run_id} (try {try_number})",
+            ignore=(),
+        )
+    except StackError as exc:
+        raise StackError(f"{exc}\n{_log_state(client, t, run_id, expected, try_number)}") from None
+
+
+def _log_state(client, t: FaultTask, run_id: str, expected: list[str], try_number: int) -> str:
+    """What a timed-out ``streamed`` saw last: the lines missing, the task's state and trigger, the log's tail (its
+    source lines and errors too): a failure on a loaded machine is read from the test's output alone."""
+    try:
+        events = client.task_log_events(t.dag, run_id, t.task, try_number)
+        ti = client.task_instance(t.dag, run_id, t.task)
+    except Exception as exc:  # noqa: BLE001 - only enriches the error
+        return f"(the log could not be read again: {exc!r})"
+    present = {e for e in events if " line " in e or " tie " in e}
+    missing = [line for line in expected if line not in present]
+    tail = "\n".join(f"  | {e[:300]}" for e in events[-25:])
+    return (
+        f"missing {len(missing)} of {len(expected)} lines: {missing}; task {ti.get('state')}, "
+        f"trigger {ti.get('trigger')}, {len(events)} log events, the last:\n{tail}"
     )
 
 
