@@ -26,7 +26,10 @@ the `pi` task's log while the job runs.
 **Parameters** (trigger form): number of **workers**, **slots per worker** (MPI processes per
 worker pod), the **image** (`mpioperator/mpi-pi:openmpi`, `:intel` or `:mpich`, matching the
 **MPI implementation**; the local stack builds `airflow-mpi/mpi-pi:openmpi` and `:mpich`), and
-**deferrable** (wait in the triggerer instead of holding a worker slot).
+**deferrable** (wait in the triggerer instead of holding a worker slot), **samples** per rank and
+**hold_seconds**: how long every rank sleeps after its first line, so that the job stays running without
+using CPU (to try marking the task failed, or a retry; the images of this project's images/mpi honour it,
+upstream's `mpioperator/mpi-pi` ignores it).
 
 **Result**: `pi` returns the job summary (XCom: name, namespace, condition, start/completion
 time, launcher pods); `report` reads it and logs how long the job took.
@@ -85,6 +88,15 @@ with DAG(
             description="Random points each rank draws (the pi program's argument): more samples, a closer "
             "estimate and a longer run.",
         ),
+        "hold_seconds": Param(
+            0,
+            type="integer",
+            minimum=0,
+            maximum=3600,
+            title="Hold (seconds)",
+            description="How long every rank sleeps after its first line: the job stays running without using "
+            "CPU (pi's second argument; upstream's image ignores it).",
+        ),
         "deferrable": Param(
             False,
             type="boolean",
@@ -96,9 +108,9 @@ with DAG(
     pi = MPIJobOperator(
         task_id="pi",
         image="{{ params.image }}",
-        # launcher: mpirun ... -np <workers x slots> /home/mpiuser/pi <samples> (a shell string: the rendered
-        # number stays text; upstream's pi image ignores the argument)
-        program="/home/mpiuser/pi {{ params.samples }}",
+        # launcher: mpirun ... -np <workers x slots> /home/mpiuser/pi <samples> <hold seconds> (a shell string: the
+        # rendered numbers stay text; upstream's pi image ignores the arguments)
+        program="/home/mpiuser/pi {{ params.samples }} {{ params.hold_seconds }}",
         workers="{{ params.workers }}",
         slots_per_worker="{{ params.slots_per_worker }}",
         mpi_implementation="{{ params.mpi_implementation }}",

@@ -27,8 +27,9 @@ until an admitted job finishes. The task log says so while it waits, then when t
 **Requests** of one job: the launcher {LAUNCHER_CPU_MILLICORES}m cpu, each of the **workers** **worker_cpu_millicores**.
 With the defaults (3 jobs of 200m + 2 x 300m = 800m) the local stack's ClusterQueue `cluster-queue`
 (cpu 2; docker-compose.yaml) admits two jobs, 1.6 cpu, which its 2-core node runs side by side, and queues the
-third: the quota, not the node, holds it back. **samples** per rank keep each job busy for a while (about
-8 s a rank on an idle core), long enough for the third job to find the first two still running.
+third: the quota, not the node, holds it back. Each job holds its quota **hold_seconds** (30 s) before its
+ranks sample their **samples**: every rank sleeps that long (no CPU used), long enough for the third job to find the
+first two still running.
 
 **queue_timeout** (seconds, 0: none) fails a task whose job waited longer than that in the queue.
 Once admitted, each job runs as `mpi_pi`'s does, once: its launcher waits for its workers (see docs/kueue.md,
@@ -84,12 +85,21 @@ with DAG(
             f"{LAUNCHER_CPU_MILLICORES}m (and what the scheduler fits on the node).",
         ),
         "samples": Param(
-            1_000_000_000,
+            2_000_000,
             type="integer",
             minimum=1000,
             maximum=100_000_000_000,
             title="Samples per rank",
-            description="Random points each rank draws: how long each job keeps its quota.",
+            description="Random points each rank draws.",
+        ),
+        "hold_seconds": Param(
+            30,
+            type="integer",
+            minimum=0,
+            maximum=3600,
+            title="Hold (seconds)",
+            description="How long every rank sleeps before it samples: how long each job keeps its quota "
+            "without using CPU.",
         ),
         "queue_timeout": Param(
             0,
@@ -117,7 +127,7 @@ with DAG(
     pi = MPIJobOperator.partial(
         task_id="pi",
         image="{{ params.image }}",
-        program="/home/mpiuser/pi {{ params.samples }}",
+        program="/home/mpiuser/pi {{ params.samples }} {{ params.hold_seconds }}",
         workers="{{ params.workers }}",
         queue_name="{{ params.queue_name }}",
         queue_timeout="{{ params.queue_timeout or None }}",

@@ -30,7 +30,9 @@ REPEAT = int(
     os.environ.get("AIRFLOW_MPI_FAULT_REPEAT", "1")
 )  # the two pod-deletion scenarios (docs/faults.md)
 LIVE_HEARTBEAT = 30  # s: Airflow's triggerer_health_check_threshold
-SLOW_SAMPLES = 1_500_000_000  # per rank: about 20 s of work on a 2-core node once the ranks start
+# the job runs on 40 s after its ranks' first lines, asleep (pi's hold: no CPU used), while a pod is deleted and its
+# successor takes over (a triggerer's after Airflow's 30 s health check threshold)
+SLOW = {"workers": 2, "hold_seconds": 40}
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +200,7 @@ def test_a_task_pod_deleted_mid_run_leaves_its_job_to_the_retry(on_kubernetes, p
     """The cluster deletes try 1's pod while its MPIJob runs (as a drain would): the job stays, try 1 ends at once
     (retryable), try 2 runs in a new pod, reattaches to it and prints its whole log once."""
     stack, client = on_kubernetes
-    run_id = client.trigger(DAG, {"workers": 2, "samples": SLOW_SAMPLES})["dag_run_id"]
+    run_id = client.trigger(DAG, SLOW)["dag_run_id"]
     client.wait_task(DAG, run_id, "pi", {"running"}, timeout=120)
     mpijobs.wait(event_of_run(run_id), 120, f"the MPIJob of {run_id}")
     first = client.task_instance(DAG, run_id, "pi")["hostname"]
@@ -216,7 +218,7 @@ def test_a_task_pod_deleted_mid_run_leaves_its_job_to_the_retry(on_kubernetes, p
 
 def test_a_triggerer_pod_deleted_mid_wait_hands_over_to_its_successor(on_kubernetes, pods, mpijobs, repeat):
     stack, client = on_kubernetes
-    run_id = client.trigger(DAG, {"workers": 2, "samples": SLOW_SAMPLES, "deferrable": True})["dag_run_id"]
+    run_id = client.trigger(DAG, {**SLOW, "deferrable": True})["dag_run_id"]
     client.wait_task(DAG, run_id, "pi", {"deferred"}, timeout=120)
     wait_for(lambda: "rank 1 of 2" in client.task_log(DAG, run_id, "pi"), 120, "the ranks' first lines")
     (old,) = [

@@ -18,7 +18,8 @@ from .kube_watch import of_run
 DAG = "mpi_pi"
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) ranks")
-LONG_RUNNING = 100_000_000_000  # samples per rank: minutes of work
+# every rank asleep 10 min after its first line (pi's hold): the job runs, using no CPU, until it is deleted
+LONG_RUNNING = {"workers": 2, "hold_seconds": 600}
 
 
 def ranks_and_pi(log: str) -> tuple[dict[int, str], list[tuple[float, int]]]:
@@ -114,7 +115,7 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
 
 def assert_marking_failed_deletes_the_job(stack, client) -> None:
     """A running ``pi`` marked failed over REST: its MPIJob and pods go, the run fails."""
-    run_id = client.trigger(DAG, {"workers": 2, "samples": LONG_RUNNING})["dag_run_id"]
+    run_id = client.trigger(DAG, LONG_RUNNING)["dag_run_id"]
 
     def running_job():
         jobs = [j for j in stack.kube_objects("mpijobs") if of_run(run_id)(j)]

@@ -130,6 +130,7 @@ def _resolve(dag, conf: dict) -> dict:
         ("mpi_pi", "image", "mpioperator/mpi-pi:intel", [""]),
         ("mpi_pi", "mpi_implementation", "MPICH", ["LAM", "openmpi"]),
         ("mpi_pi", "deferrable", True, ["yes"]),
+        ("mpi_pi", "hold_seconds", 3600, [-1, 3601, "30s"]),
         ("horovod_train", "workers", 64, [0, 65]),
         ("horovod_train", "processes_per_worker", 8, [0, 9]),
         ("horovod_train", "gpus_per_worker", 8, [-1, 9]),
@@ -142,6 +143,7 @@ def _resolve(dag, conf: dict) -> dict:
         ("mpi_pi_queued", "jobs", 8, [0, 9]),
         ("mpi_pi_queued", "worker_cpu_millicores", 2000, [49, 2001]),
         ("mpi_pi_queued", "queue_timeout", 0, [-1, 86_401]),
+        ("mpi_pi_queued", "hold_seconds", 0, [-1, 3601]),
         ("mpi_function", "workers", 16, [0, 17]),
         ("mpi_function", "mpi_implementation", "MPICH", ["Intel"]),
         ("trainjob_pi", "workers", 16, [0, 17]),
@@ -202,6 +204,7 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
             "mpi_implementation": "Intel",
             "deferrable": True,
             "samples": 5000,
+            "hold_seconds": 40,
         },
     )
     assert isinstance(task, MPIJobOperator)
@@ -211,7 +214,7 @@ def test_mpi_pi_params_render_into_the_mpijob(dagbag):
     assert spec["slotsPerWorker"] == 2
     assert spec["mpiImplementation"] == "Intel"
     argv = _launcher_argv(manifest)
-    assert argv[0] == "mpirun" and argv[-2:] == ["/home/mpiuser/pi", "5000"]
+    assert argv[0] == "mpirun" and argv[-3:] == ["/home/mpiuser/pi", "5000", "40"]
     assert "6" in argv  # -n / -np = workers x slots
     assert all(isinstance(a, str) for a in argv)
     for role in ("Launcher", "Worker"):
