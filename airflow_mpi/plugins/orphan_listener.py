@@ -138,7 +138,7 @@ def sweep_places(
     return deleted
 
 
-WORKER = SweepWorker(handle)
+WORKER = SweepWorker(handle, exit_wait=SWEEP_BUDGET)  # a process's last requests (its run's end) get done
 
 
 def submit_task(task_instance: Any) -> bool:

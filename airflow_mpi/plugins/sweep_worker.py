@@ -10,14 +10,21 @@ The processes it runs in fork (the scheduler its LocalExecutor workers): a fork 
 request would hand the child locks no thread of the child will ever release (a module being imported: the child
 then hangs at its first import of that module, as a triggerer's trigger runner once did). So a fork waits until
 the request at hand is done, and the child starts with an idle worker, no thread.
+
+A process that ends (``airflow dags test`` when its run is over: the run's end is a request) waits for the
+requests it submitted, up to ``exit_wait`` seconds: a daemon thread still inside one when the interpreter finalises
+is ended in the middle of its calls, and one ended inside a native library's frames aborted the whole process after
+a green run ("FATAL: exception not rethrown", exit -6: `airflow dags test` on Airflow 2.11, 2026-12-07).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -31,9 +38,13 @@ class SweepWorker:
     """Runs ``handle(request)`` for each submitted request, in one daemon thread started on first use."""
 
     def __init__(
-        self, handle: Callable[[Any], Any], size: int = QUEUE_SIZE, name: str = "airflow-mpi-sweeper"
+        self,
+        handle: Callable[[Any], Any],
+        size: int = QUEUE_SIZE,
+        name: str = "airflow-mpi-sweeper",
+        exit_wait: float = 0.0,
     ):
-        self._handle, self._size, self._name = handle, size, name
+        self._handle, self._size, self._name, self.exit_wait = handle, size, name, exit_wait
         self._reset()
         _WORKERS.add(self)
 
@@ -60,15 +71,23 @@ class SweepWorker:
         return True
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every request submitted so far is handled; False on timeout."""
-        done = threading.Event()
+        """Wait until every request submitted so far is handled; False on timeout (no thread of its own: it also
+        runs at the interpreter's exit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(left)
+        return True
 
-        def join_then_set() -> None:
-            self._queue.join()
-            done.set()
-
-        threading.Thread(target=join_then_set, daemon=True).start()
-        return done.wait(timeout)
+    def _finish_at_exit(self) -> None:
+        thread = self._thread
+        if self.exit_wait > 0 and thread is not None and thread.is_alive() and not self.drain(self.exit_wait):
+            log.warning(
+                "airflow-mpi: the orphan sweeper had not finished after %.0f s at exit", self.exit_wait
+            )
 
     def _start(self) -> None:
         with self._lock:
@@ -104,6 +123,13 @@ def _after_fork_in_parent() -> None:
 def _after_fork_in_child() -> None:
     for worker in list(_WORKERS):
         worker._reset()
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Atexit handlers run before the interpreter ends daemon threads: the requests in hand finish first."""
+    for worker in list(_WORKERS):
+        worker._finish_at_exit()
 
 
 os.register_at_fork(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace as NS
@@ -297,6 +299,38 @@ def test_a_fork_waits_for_the_request_at_hand_and_the_child_starts_idle():
     forker.join()
     assert os.waitpid(forked.pid, 0)[1] == 0
     assert worker.drain(10)
+
+
+EXITING = """
+import pathlib, sys, threading, time
+from airflow_mpi.plugins.sweep_worker import SweepWorker
+out = pathlib.Path(sys.argv[1])
+def handle(request):
+    time.sleep(1) if request == "swept" else threading.Event().wait()
+    out.write_text(request)
+SweepWorker(handle, exit_wait=float(sys.argv[3])).submit(sys.argv[2])
+"""  # submits one request, then the process ends at once (as `airflow dags test` after its run's end)
+
+
+def test_a_process_that_ends_finishes_the_request_at_hand_first(tmp_path):
+    """A daemon thread still in a request when the interpreter finalises is ended in the middle of its calls: after
+    a green `airflow dags test` on Airflow 2.11 that once aborted the process ("FATAL: exception not rethrown")."""
+    out = tmp_path / "request"
+    proc = subprocess.run(
+        [sys.executable, "-c", EXITING, str(out), "swept", "30"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "swept"  # the request ran to its end before the process did
+
+
+def test_a_request_that_does_not_end_holds_the_exit_only_exit_wait_seconds(tmp_path):
+    out = tmp_path / "request"
+    proc = subprocess.run(  # a process held for good would time out here
+        [sys.executable, "-c", EXITING, str(out), "stuck", "0.5"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists()
+    assert "the orphan sweeper had not finished after 0 s at exit" in proc.stderr  # the warning, rounded
 
 
 def test_plugin_registers_the_listener_and_the_entry_point_names_it():
