@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from airflowstack._proc import StackError
 from airflowstack.stack import AirflowStack
+from localcluster.processes import StopSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--password", default="admin", help="password of the admin user (default: admin)")
     args = parser.parse_args(argv)
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = StopSignal()  # SIGTERM: stop the stack as Ctrl-C does
     stack = AirflowStack(
         args.dags,
         home=args.home,

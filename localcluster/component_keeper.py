@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .processes import Launch, start_supervised, stop_supervised, supervisor_pid
+from .processes import Launch, StopSignal, start_supervised, stop_supervised, supervisor_pid
 
 if TYPE_CHECKING:
     from .control_plane import ControlPlane
@@ -63,9 +62,8 @@ def look(plane: ControlPlane) -> list[str]:
 def keep(plane: ControlPlane, interval: float = INTERVAL) -> None:
     """Start again, every ``interval`` seconds, each component that crashed; returns on SIGTERM, between two
     looks (never in the middle of a start, which would leave a component without its pid file)."""
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    while not stopping.is_set():
+    stopping = StopSignal()
+    while not stopping:
         if not plane.state_dir.exists():  # its cluster is gone without a stop: end the restart loop too
             os.killpg(os.getpgrp(), signal.SIGTERM)
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import time
@@ -161,3 +162,33 @@ def child_started(pid_file: Path, executable: str) -> float | None:
             if Path(f"/proc/{child}/exe").resolve().name == executable:
                 return os.stat(f"/proc/{child}").st_ctime
     return None
+
+
+class StopSignal:
+    """True once one of ``signals`` came (SIGTERM by default); ``wait`` returns at once when it does.
+
+    The handler only appends to a list and the interpreter writes its wakeup byte: no lock. A handler may run inside
+    another (a process group's SIGTERM, then its restart loop's trap sending one more): ``threading.Event.set`` there
+    waited on the lock its interrupted self held, for good (a component keeper of run R4, seen with py-spy). Install
+    it in the main thread, once per process.
+    """
+
+    def __init__(self, signals: Sequence[int] = (signal.SIGTERM,)) -> None:
+        self._came: list[int] = []
+        self._wakeup, write = os.pipe()
+        os.set_blocking(self._wakeup, False)
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)
+        for signum in signals:
+            signal.signal(signum, lambda signum, _frame: self._came.append(signum))
+
+    def __bool__(self) -> bool:
+        return bool(self._came)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the signal; True once it came."""
+        if not self._came:
+            select.select([self._wakeup], [], [], timeout)
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wakeup, 4096)
+        return bool(self._came)

@@ -110,8 +110,10 @@ def test_a_keeper_whose_cluster_is_gone_ends_with_its_restart_loop(plane):
     pid_file = component_keeper.pid_file(plane)
     moved = plane.state_dir.with_name("moved-away")
     plane.state_dir.rename(moved)
-    wait_until(lambda: not pid_alive(loop), 30, f"the keeper's restart loop ({loop}) to end")
-    moved.rename(plane.state_dir)
+    try:
+        wait_until(lambda: not pid_alive(loop), 30, f"the keeper's restart loop ({loop}) to end")
+    finally:  # back, so that the fixture's stop finds (and ends) a keeper that is still there
+        moved.rename(plane.state_dir)
     assert supervisor_pid(pid_file) is None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -91,6 +92,33 @@ def test_stop_returns_once_the_group_is_gone_though_a_parent_elsewhere_has_not_r
     finally:
         holder.stdin.close()
         holder.wait(30)
+
+
+STOPPABLE = """
+import sys
+from localcluster.processes import StopSignal
+stop = StopSignal()
+print("ready", flush=True)
+while not stop.wait(60):
+    pass
+print("stopped", flush=True)
+"""
+
+
+def test_a_stop_signal_wakes_its_wait_at_once_and_takes_a_second_signal_in_stride():
+    """What the component keeper waits on between two looks: a SIGTERM ends the wait at once (the wait is 60 s
+    here), and a second one coming right after (a process group's, then its restart loop's) changes nothing."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)  # well before the wait's 60 s
+    assert (proc.returncode, out) == (0, "stopped\n")
 
 
 def test_controllers_are_chosen_by_name_checked_and_started_in_registry_order():
