@@ -30,6 +30,7 @@ from . import atomic_file, component_keeper
 from . import kueue as _kueue
 from .cluster import LocalCluster
 from .image_archive import exported_archive
+from .processes import StopSignal
 from .realnode import RealNode, node_ip
 from .waiting import wait_until
 
@@ -158,9 +159,7 @@ def serve(
 ) -> int:
     if local_queues and not (kueue or "kueue" in controllers):
         raise ValueError("--local-queue needs --kueue")
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    stopping = StopSignal((signal.SIGTERM, signal.SIGINT))
     READY_FILE.unlink(missing_ok=True)
     t0 = time.monotonic()
     sans = sorted({socket.gethostname(), node_ip(), "kube", "localhost", "127.0.0.1", API_SERVICE_IP})
@@ -208,7 +207,7 @@ def serve(
             restarted = node.supervise() + component_keeper.look(cluster)
             if restarted:
                 _log(f"restarted {', '.join(restarted)}")
-            time.sleep(1)
+            stopping.wait(1)
     finally:
         READY_FILE.unlink(missing_ok=True)
         _log("stopping node and control plane")

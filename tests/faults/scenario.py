@@ -33,10 +33,12 @@ CLEANUP_DEFERRED = FaultTask("e2e_fault_cleanup_deferred", "job", "deferred")
 TASK_MPI = FaultTask("e2e_fault_task_mpi", "rank_value", "deferred")
 
 
+def _is_launcher_line(event: str) -> bool:
+    return " line " in event or " tie " in event
+
+
 def launcher_lines(client, t: FaultTask, run_id: str, try_number: int = 1) -> list[str]:
-    return [
-        e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if " line " in e or " tie " in e
-    ]
+    return [e for e in client.task_log_events(t.dag, run_id, t.task, try_number) if _is_launcher_line(e)]
 
 
 def streamed(client, t: FaultTask, run_id: str, expected: list[str], try_number: int = 1) -> None:
@@ -60,7 +62,7 @@ def _log_state(client, t: FaultTask, run_id: str, expected: list[str], try_numbe
         ti = client.task_instance(t.dag, run_id, t.task)
     except Exception as exc:  # noqa: BLE001 - only enriches the error
         return f"(the log could not be read again: {exc!r})"
-    present = {e for e in events if " line " in e or " tie " in e}
+    present = set(filter(_is_launcher_line, events))
     missing = [line for line in expected if line not in present]
     tail = "\n".join(f"  | {e[:300]}" for e in events[-25:])
     return (
