@@ -13,8 +13,9 @@ Defaults (nothing set):
   (container terminated, exit code 0, reason Completed). A JobSet's pods (a TrainJob's) are owned by Jobs too: only
   those of its replicated job ``launcher`` (label ``jobset.sigs.k8s.io/replicatedjob-name``) count as launchers;
 * every other pod (workers, a TrainJob's ``node`` pods, ...) stays Running until it is deleted;
-* a deleted pod first turns Failed (exit code 137, like a killed container), then kwok removes it once its
-  finalizers are gone (the Job controller removes its tracking finalizer as on a real cluster).
+* a deleted pod first turns Failed (exit code 137, like a killed container), then kwok marks it ``REMOVING`` and
+  removes it once its finalizers are gone (the Job controller removes its tracking finalizer as on a real cluster).
+  Each of these writes is refused for a pod of the same name created since (a kubelet's uid precondition).
 
 Knobs:
 
@@ -52,6 +53,8 @@ EXIT_CODE = f"{PREFIX}/exit-code"
 REASON = f"{PREFIX}/reason"
 MESSAGE = f"{PREFIX}/message"
 SUCCEED_AFTER_RESTARTS = f"{PREFIX}/succeed-after-restarts"
+# set by the simulated kubelet on a deleted pod it is removing (the pod's uid: see localcluster/stages.py)
+REMOVING = f"{PREFIX}/removing"
 
 DEFAULT_RUN_DURATION = "8s"  # longer than an Airflow worker takes to exit after deferring (see docs/NOTES.md)
 DEFAULT_EXIT_CODE = 1

@@ -6,9 +6,18 @@ Each pod matches at most one stage at a time (selectors are mutually exclusive),
 
 Pod life: Pending (scheduled) --ready--> Running --(run duration)--> Succeeded | Failed | restarted in place;
 deletion: Running/Pending --terminate--> Failed (137) --remove--> gone (once finalizers are cleared).
+
+Every write names the pod's uid, as a kubelet's do. kwok keys its work by namespace/name and plays a stage on the
+snapshot it matched, by name: a stage matched on a deleted pod and played late wrote to the pod's successor of the
+same name (an mpi-operator's worker-0 after an eviction: the new worker turned Failed 137 without ever being
+deleted, and the MPIJob neither replaced it nor failed; CI 2026-12-07). So each status patch carries the snapshot's
+``metadata.uid`` (the API server refuses a patch that changes it: 422, which kwok does not retry), and the removal
+first writes an annotation the same way, then deletes: a successor is left alone.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 from . import behaviour as b
 
@@ -40,6 +49,7 @@ ACTION_JQ = (
 
 _NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _DELETING = {"key": ".metadata.deletionTimestamp", "operator": "Exists"}
+_NOT_MARKED = {"key": f'.metadata.annotations["{b.REMOVING}"]', "operator": "DoesNotExist"}
 _READY_TRUE = {
     "key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
     "operator": "In",
@@ -66,15 +76,31 @@ def _run_delay() -> dict:
     }
 
 
-def _stage(name: str, selector: list[dict], next_: dict, delay: dict | None = None) -> dict:
+def _stage(name: str, selector: list[dict], steps: list[dict], delay: dict | None = None) -> dict:
     spec: dict = {
         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
         "selector": {"matchExpressions": selector},
-        "next": next_,
+        "steps": steps,
     }
     if delay:
         spec["delay"] = delay
     return {"apiVersion": API_VERSION, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+
+# the uid of the snapshot the stage matched: a write to another pod of the same name is refused
+_UID_PRECONDITION = "metadata:\n  uid: {{ .metadata.uid | Quote }}\n"
+
+
+def _status(template: str) -> list[dict]:
+    """One step: the pod's status from ``template`` (YAML of a PodStatus), if the pod is still the one matched."""
+    patch = _UID_PRECONDITION + "status:\n" + textwrap.indent(template, "  ")
+    return [{"patch": {"subresource": "status", "template": patch}}]
+
+
+def _removal() -> list[dict]:
+    """Two steps: mark the pod (if it is still the one matched), then delete it (grace 0, by name: kwok's)."""
+    mark = _UID_PRECONDITION + f"  annotations:\n    {b.REMOVING}: {{{{ .metadata.uid | Quote }}}}\n"
+    return [{"patch": {"template": mark}}, {"delete": True}]
 
 
 _POD_READY = (
@@ -167,8 +193,7 @@ containerStatuses:
   started: false
   restartCount: {{ or $origin.restartCount 0 }}
   {{ with $origin.lastState }}
-  lastState:
-{{ YAML . 2 }}
+  lastState: {{ toJson . }}
   {{ end }}
   state:
     terminated:
@@ -240,7 +265,7 @@ def pod_stages() -> list[dict]:
                     "values": ["True"],
                 },
             ],
-            {"statusTemplate": _POD_READY},
+            _status(_POD_READY),
             delay={
                 "durationMilliseconds": 0,
                 "durationFrom": {"jq": {"expression": f'.metadata.annotations["{b.START_DELAY}"]'}},
@@ -249,31 +274,32 @@ def pod_stages() -> list[dict]:
         _stage(
             "sim-pod-succeed",
             [_NOT_DELETING, _phase("Running"), _READY_TRUE, action(b.SUCCEED)],
-            {"statusTemplate": _terminated("0", '"Completed"', '""', "Succeeded")},
+            _status(_terminated("0", '"Completed"', '""', "Succeeded")),
             delay=_run_delay(),
         ),
         _stage(
             "sim-pod-fail",
             [_NOT_DELETING, _phase("Running"), _READY_TRUE, action("fail")],
-            {"statusTemplate": _terminated(_FAIL_EXIT, _FAIL_REASON, _FAIL_MESSAGE, "Failed")},
+            _status(_terminated(_FAIL_EXIT, _FAIL_REASON, _FAIL_MESSAGE, "Failed")),
             delay=_run_delay(),
         ),
         _stage(
             "sim-pod-restart",
             [_NOT_DELETING, _phase("Running"), _READY_TRUE, action("restart")],
-            {
-                "statusTemplate": _POD_RESTARTED.replace("EXIT", _FAIL_EXIT)
+            _status(
+                _POD_RESTARTED.replace("EXIT", _FAIL_EXIT)
                 .replace("REASON", _FAIL_REASON)
                 .replace("MESSAGE", _FAIL_MESSAGE)
-            },
+            ),
             delay=_run_delay(),
         ),
         # Deletion of a pod on a node: the kubelet kills the containers and reports a terminal phase ...
         _stage(
             "sim-pod-terminate",
             [_DELETING, _phase("Pending", "Running")],
-            {"statusTemplate": _terminated(str(b.KILLED_EXIT_CODE), '"Error"', '""', "Failed")},
+            _status(_terminated(str(b.KILLED_EXIT_CODE), '"Error"', '""', "Failed")),
         ),
         # ... then removes the pod (the API object goes once finalizers such as the Job controller's are cleared).
-        _stage("sim-pod-remove", [_DELETING, _phase("Succeeded", "Failed")], {"delete": True}),
+        # (its mark ends the match: the mark's own update plays no second removal)
+        _stage("sim-pod-remove", [_DELETING, _phase("Succeeded", "Failed"), _NOT_MARKED], _removal()),
     ]

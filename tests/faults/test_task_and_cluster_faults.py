@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k8s
 
 from airflow_mpi.jobspec.status import job_state
-from airflowstack import wait_until
+from airflowstack import StackError, wait_until
 from airflowstack.job_behaviour import finish_launcher, numbered_lines, stamped_lines
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.record import jobs_of
@@ -159,9 +159,13 @@ def test_worker_pod_eviction_mid_run(client, cluster, custom_api, results, repea
         replaced = [p for p in pods if p.metadata.uid != worker.metadata.uid and p.status.phase == "Running"]
         return current if replaced else None
 
-    if not job_state(
-        wait_until(settled, timeout=TIMEOUT, what=f"{name} to fail or get a new worker")
-    ).terminal:
+    try:
+        current = wait_until(settled, timeout=TIMEOUT, what=f"{name} to fail or get a new worker")
+    except StackError as exc:  # what the mpi-operator and kwok left: the cause, in CI's tail
+        pods = core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={name}-worker-0").items
+        now = [(p.metadata.uid, p.status.phase, p.metadata.deletion_timestamp, p.status.reason) for p in pods]
+        raise AssertionError(f"{exc}; evicted {worker.metadata.uid}, worker-0 now {now}") from exc
+    if not job_state(current).terminal:
         finish_launcher(cluster.api_client(), NAMESPACE, name)
     run = record(
         results, "eviction of a worker pod mid-run", client, custom_api, DEFERRED, run_id, expected, job

@@ -384,3 +384,54 @@ def test_a_scheduler_that_crashed_is_started_again_and_schedules_the_next_mpijob
     )
     final = watch_mpijob(k8s, namespace, name, lambda o: {"Succeeded", "Failed"} & _true_conditions(o))
     assert "Succeeded" in _true_conditions(final), final.get("status")
+
+
+@pytest.mark.needs_simulation
+def test_a_stage_matched_on_a_deleted_pod_leaves_its_successor_of_the_same_name_alone(
+    cluster, k8s, namespace
+):
+    """kwok keys its work by namespace/name and plays a stage on the snapshot it matched: a pod deleted and made
+    again under the same name (an mpi-operator's worker after an eviction) got the old pod's termination, Failed 137
+    without ever being deleted (CI 2026-12-07: the MPIJob then neither replaced its worker nor failed). kwok is
+    paused while pod A is deleted and its successor B made, so that it matches A's termination only after B
+    exists; B must then live its own life: Pending for its start delay, then Running."""
+    core = client.CoreV1Api(k8s)
+    name, label = _name("successor"), _name("case")
+
+    def pod(start_delay: str | None = None) -> dict:
+        annotations = {bh.START_DELAY: start_delay} if start_delay else {}
+        return {
+            "metadata": {
+                "name": name,
+                "labels": {"case": label, bh.LIFECYCLE: bh.RUN},
+                "annotations": annotations,
+            },
+            "spec": {
+                "nodeName": f"{bh.NODE_NAME_PREFIX}0",
+                "containers": [{"name": "c", "image": "busybox"}],
+            },
+        }
+
+    core.create_namespaced_pod(namespace, pod())
+    watch_pods(k8s, namespace, f"case={label}", lambda pods: name in pods and _running(pods[name]))
+    kwok = cluster.component_pid("kwok-controller")
+    assert kwok is not None
+    os.kill(kwok, signal.SIGSTOP)
+    try:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=30)  # A terminating: kwok's to play
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)  # ... and gone before kwok looks
+        successor = core.create_namespaced_pod(namespace, pod(start_delay="2s")).metadata.uid
+    finally:
+        os.kill(kwok, signal.SIGCONT)
+    (b,) = watch_pods(
+        k8s,
+        namespace,
+        f"case={label}",
+        lambda pods: name in pods and pods[name].status.phase in ("Running", "Failed", "Succeeded"),
+    )
+    assert (b.metadata.uid, b.status.phase, b.metadata.deletion_timestamp) == (successor, "Running", None), (
+        b.status
+    )
+    assert [(s.restart_count, s.state.terminated) for s in b.status.container_statuses] == [(0, None)], (
+        b.status
+    )
