@@ -12,6 +12,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -325,6 +326,19 @@ class ControlPlane(ClusterState):
             self._pid_file(comp["binary"]).unlink()
         if pid is not None:
             kill_pid(pid, timeout=grace)
+
+    @contextlib.contextmanager
+    def frozen_component(self, name: str) -> Iterator[int]:
+        """Freeze a running component (SIGSTOP) inside the block, thaw it (SIGCONT) after; yields its pid. Alive
+        throughout, so the component keeper leaves it be: for kwok, nothing a kubelet would do happens meanwhile."""
+        pid = self.component_pid(name)
+        if pid is None:
+            raise ClusterError(f"{name} is not running")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield pid
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def start_component(self, name: str) -> int:
         """(Re)start a kwokctl-managed component with the exact command line kwokctl used; returns its pid."""

@@ -151,19 +151,25 @@ def test_worker_pod_eviction_mid_run(client, cluster, custom_api, results, repea
         k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=worker.metadata.name, namespace=NAMESPACE)),
     )
 
+    def worker_0() -> list[k8s.V1Pod]:
+        return core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={name}-worker-0").items
+
     def settled() -> dict | None:
         (current,) = jobs_of(custom_api, DEFERRED.dag, run_id)
         if job_state(current).terminal:
             return current
-        pods = core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={name}-worker-0").items
-        replaced = [p for p in pods if p.metadata.uid != worker.metadata.uid and p.status.phase == "Running"]
+        replaced = [
+            p for p in worker_0() if p.metadata.uid != worker.metadata.uid and p.status.phase == "Running"
+        ]
         return current if replaced else None
 
     try:
         current = wait_until(settled, timeout=TIMEOUT, what=f"{name} to fail or get a new worker")
     except StackError as exc:  # what the mpi-operator and kwok left: the cause, in CI's tail
-        pods = core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={name}-worker-0").items
-        now = [(p.metadata.uid, p.status.phase, p.metadata.deletion_timestamp, p.status.reason) for p in pods]
+        now = [
+            (p.metadata.uid, p.status.phase, p.metadata.deletion_timestamp, p.status.reason)
+            for p in worker_0()
+        ]
         raise AssertionError(f"{exc}; evicted {worker.metadata.uid}, worker-0 now {now}") from exc
     if not job_state(current).terminal:
         finish_launcher(cluster.api_client(), NAMESPACE, name)

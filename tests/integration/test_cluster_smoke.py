@@ -414,15 +414,10 @@ def test_a_stage_matched_on_a_deleted_pod_leaves_its_successor_of_the_same_name_
 
     core.create_namespaced_pod(namespace, pod())
     watch_pods(k8s, namespace, f"case={label}", lambda pods: name in pods and _running(pods[name]))
-    kwok = cluster.component_pid("kwok-controller")
-    assert kwok is not None
-    os.kill(kwok, signal.SIGSTOP)
-    try:
+    with cluster.frozen_component("kwok-controller"):
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=30)  # A terminating: kwok's to play
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)  # ... and gone before kwok looks
         successor = core.create_namespaced_pod(namespace, pod(start_delay="2s")).metadata.uid
-    finally:
-        os.kill(kwok, signal.SIGCONT)
     (b,) = watch_pods(
         k8s,
         namespace,
