@@ -1,5 +1,6 @@
 """End-to-end fixtures: one Kubernetes cluster and one PostgreSQL + Airflow 3 stack (api-server, scheduler,
-dag-processor, triggerer; LocalExecutor) shared by every test of this package, started in parallel.
+dag-processor, triggerer; LocalExecutor) shared by every test of this package, started in parallel (the stack only
+when a test uses it).
 
 Cluster, by the same switches as tests/integration:
 * default: a local cluster (``localcluster``: real control plane + mpi-operator, SIMULATED kwok nodes), stopped
@@ -65,14 +66,34 @@ def dags_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def e2e_env(dags_folder, artifacts_dir):
-    """(cluster, stack): the cluster and the Airflow services, started side by side."""
+def cluster_boot():
+    """(cluster, its start in a background thread): ``cluster`` waits for it; ``airflow_stack`` starts the Airflow
+    services meanwhile."""
     _require_installed()
     cluster = kube.open_cluster(
         kubeconfig=kube.env_kubeconfig(),
         name=LOCAL_CLUSTER_NAME,
         reuse=os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None,
     )
+    starting = kube.Starting(cluster)
+    try:
+        yield cluster, starting
+    finally:
+        starting.join()
+        cluster.stop()
+
+
+def _up(cluster_boot) -> kube.Cluster:
+    cluster, starting = cluster_boot
+    starting.wait()
+    cluster.ensure_namespace(NAMESPACE)
+    return cluster
+
+
+@pytest.fixture(scope="package")
+def airflow_stack(cluster_boot, dags_folder, artifacts_dir):
+    """The Airflow services, started while the cluster boots; their roles granted on it once it is up."""
+    cluster = cluster_boot[0]
     home = artifacts_dir / "airflow-home"
     shutil.rmtree(home, ignore_errors=True)
     # the kubeconfig paths are known before the cluster exists: the services only need them in their connection
@@ -81,18 +102,24 @@ def e2e_env(dags_folder, artifacts_dir):
         dags_folder, home=home, kubeconfig=cluster.kubeconfig, namespace=NAMESPACE, service_kubeconfigs=roles
     )
     stack.connection_extras = LINK_TEMPLATES  # read when the services start
-    starting = kube.Starting(cluster)
     try:
         stack.start()
-        starting.wait()
-        cluster.ensure_namespace(NAMESPACE)
+        _up(cluster_boot)
         if roles:
             grant_roles(cluster, roles)
-        yield cluster, stack
+        yield stack
     finally:
         stack.stop()
-        starting.join()
-        cluster.stop()
+
+
+@pytest.fixture(scope="package")
+def cluster(request, cluster_boot):
+    """The package's cluster, up, with NAMESPACE. A test that uses the Airflow stack as well gets the stack started
+    first (it comes up while the cluster boots); one that needs the cluster alone (``airflow dags test`` on Airflow
+    2.11, which runs on SQLite) starts no Airflow 3 services: about 40 CPU s and a minute under load."""
+    if "airflow_stack" in request.fixturenames:
+        request.getfixturevalue("airflow_stack")
+    return _up(cluster_boot)
 
 
 def role_kubeconfigs(artifacts_dir: Path) -> dict[str, Path]:
@@ -122,16 +149,6 @@ def grant_roles(cluster, kubeconfigs: dict[str, Path]) -> None:
         bound_service_account_kubeconfig(
             api, str(cluster.kubeconfig), NAMESPACE, role, dest, service_account=f"e2e-{role}"
         )
-
-
-@pytest.fixture(scope="package")
-def cluster(e2e_env):
-    return e2e_env[0]
-
-
-@pytest.fixture(scope="package")
-def airflow_stack(e2e_env):
-    return e2e_env[1]
 
 
 @pytest.fixture(scope="package")

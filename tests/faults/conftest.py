@@ -19,9 +19,9 @@ from tests.e2e.conftest import (  # noqa: F401 - fixtures shared with the e2e pa
     airflow_stack,
     client,
     cluster,
+    cluster_boot,
     custom_api,
     dags_folder,
-    e2e_env,
 )
 from tests.faults.record import Results
 
