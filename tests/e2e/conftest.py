@@ -65,35 +65,47 @@ def dags_folder(tmp_path_factory) -> Path:
     return folder
 
 
+class ClusterBoot:
+    """The package's cluster coming up in a background thread (the Airflow services start meanwhile);
+    ``ready()`` waits for it and makes NAMESPACE, once."""
+
+    def __init__(self, cluster: kube.Cluster):
+        self.cluster = cluster
+        self._starting = kube.Starting(cluster)
+        self._ready = False
+
+    def ready(self) -> kube.Cluster:
+        if not self._ready:
+            self._starting.wait()
+            self.cluster.ensure_namespace(NAMESPACE)
+            self._ready = True
+        return self.cluster
+
+    def stop(self) -> None:
+        self._starting.join()
+        self.cluster.stop()
+
+
 @pytest.fixture(scope="package")
 def cluster_boot():
-    """(cluster, its start in a background thread): ``cluster`` waits for it; ``airflow_stack`` starts the Airflow
-    services meanwhile."""
     _require_installed()
-    cluster = kube.open_cluster(
-        kubeconfig=kube.env_kubeconfig(),
-        name=LOCAL_CLUSTER_NAME,
-        reuse=os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None,
+    boot = ClusterBoot(
+        kube.open_cluster(
+            kubeconfig=kube.env_kubeconfig(),
+            name=LOCAL_CLUSTER_NAME,
+            reuse=os.environ.get("AIRFLOW_MPI_CLUSTER_NAME") or None,
+        )
     )
-    starting = kube.Starting(cluster)
     try:
-        yield cluster, starting
+        yield boot
     finally:
-        starting.join()
-        cluster.stop()
-
-
-def _up(cluster_boot) -> kube.Cluster:
-    cluster, starting = cluster_boot
-    starting.wait()
-    cluster.ensure_namespace(NAMESPACE)
-    return cluster
+        boot.stop()
 
 
 @pytest.fixture(scope="package")
 def airflow_stack(cluster_boot, dags_folder, artifacts_dir):
     """The Airflow services, started while the cluster boots; their roles granted on it once it is up."""
-    cluster = cluster_boot[0]
+    cluster = cluster_boot.cluster
     home = artifacts_dir / "airflow-home"
     shutil.rmtree(home, ignore_errors=True)
     # the kubeconfig paths are known before the cluster exists: the services only need them in their connection
@@ -104,7 +116,7 @@ def airflow_stack(cluster_boot, dags_folder, artifacts_dir):
     stack.connection_extras = LINK_TEMPLATES  # read when the services start
     try:
         stack.start()
-        _up(cluster_boot)
+        cluster_boot.ready()
         if roles:
             grant_roles(cluster, roles)
         yield stack
@@ -119,7 +131,7 @@ def cluster(request, cluster_boot):
     2.11, which runs on SQLite) starts no Airflow 3 services: about 40 CPU s and a minute under load."""
     if "airflow_stack" in request.fixturenames:
         request.getfixturevalue("airflow_stack")
-    return _up(cluster_boot)
+    return cluster_boot.ready()
 
 
 def role_kubeconfigs(artifacts_dir: Path) -> dict[str, Path]:
