@@ -29,6 +29,7 @@ from . import build_ledger
 from . import controllers as _controllers
 from .cluster_objects import API_V2BETA1
 from .node_image import REPO, addon_mounts, build_image, docker, ensure_docker
+from .node_image_store import ImageStore, has_image, images
 from .state import ClusterPaths
 from .waiting import ClusterError
 
@@ -136,6 +137,7 @@ class NodeCluster(ClusterPaths):
         container_log_max_size: str | None = None,
         controllers: Sequence[str] = (),
         addons: Sequence[str] = (),
+        image_store: str | None = None,
     ) -> None:
         self.name = name
         self.api_version = api_version
@@ -152,8 +154,12 @@ class NodeCluster(ClusterPaths):
         self.container_log_max_size = container_log_max_size  # serve --container-log-max-size
         self.container = f"airflow-mpi-{name}"
         self._providing: list[Future] = []  # provide_images' loads
+        # the images it imports kept for the next node of this purpose (localcluster/node_image_store.py)
+        self.image_store = image_store
+        self._store: ImageStore | None = None
 
     def _volumes(self) -> list[str]:
+        """Its own volumes (/var/lib/containerd, /var/lib/kubelet): removed with it."""
         return [f"{self.container}-containerd", f"{self.container}-kubelet"]
 
     def running(self) -> bool:
@@ -165,12 +171,15 @@ class NodeCluster(ClusterPaths):
         addon_dirs, mounts = addon_mounts(self.addons)
         self.remove()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._store = ImageStore.take(self.image_store, docker) if self.image_store else None
+        containerd, kubelet = self._volumes()
+        if self._store:
+            containerd = self._store.volume
         t0 = time.monotonic()
         docker(
             "run", "-d", "--name", self.container, "--hostname", self.name, "--privileged", "--init",
             "--label", f"{LABEL}={self.name}",
-            *(arg for vol, path in zip(self._volumes(), ("/var/lib/containerd", "/var/lib/kubelet"))
-              for arg in ("-v", f"{vol}:{path}")),
+            "-v", f"{containerd}:/var/lib/containerd", "-v", f"{kubelet}:/var/lib/kubelet",
             "-p", "127.0.0.1::6443", *mounts,
             tag, f"--api-version={self.api_version}", f"--kwok-nodes={self.kwok_nodes}",
             *(["--kueue"] if self.kueue else []),
@@ -274,9 +283,15 @@ class NodeCluster(ClusterPaths):
         self.kubeconfig_path.write_text(yaml.safe_dump(cfg))
 
     def load_images(self, refs: Sequence[str]) -> None:
-        """Copy local Docker images into the node's containerd (what a registry pull would do)."""
+        """Copy local Docker images into the node's containerd (what a registry pull would do), but those it
+        holds already (a kept image store: ``image_store``)."""
+        present = images(docker("exec", self.container, "ctr", "-n", "k8s.io", "images", "ls").stdout)
         for ref in refs:
             t0 = time.monotonic()
+            image_id = docker("image", "inspect", "-f", "{{.Id}}", ref, check=False).stdout.strip()
+            if has_image(present, ref, image_id):
+                _log(f"{self.name}: has {ref} already (image {image_id[7:19]})")
+                continue
             save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
             res = subprocess.run(
                 ["docker", "exec", "-i", self.container, "ctr", "-n", "k8s.io", "images", "import", "-"],
@@ -379,5 +394,9 @@ class NodeCluster(ClusterPaths):
         return sorted(set(res.stdout.split()))
 
     def remove(self) -> None:
+        """Remove the container and its own volumes; a kept image store (``image_store``) stays, unlocked."""
         docker("rm", "-f", "-v", self.container, check=False)
         docker("volume", "rm", "-f", *self._volumes(), check=False)
+        if self._store:
+            self._store.release()
+            self._store = None

@@ -262,14 +262,29 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if not machine_id.exists():  # the kubelet reports it as the node's system UUID
             machine_id.write_text(uuid.uuid4().hex + "\n")
         self._configs = self._write_configs(self._cgroup_root())
-        self._spawn("containerd", self._argv("containerd", self._configs))
-        _wait(lambda: self._ctr("version").returncode == 0, 60, "containerd", self)
+        self._start_containerd()
+        if self._forget_containers():  # its CRI plugin loaded them at its start: it forgets them on a new one
+            self._terminate("containerd")
+            self._start_containerd()
         self.import_archive(binary_archive(self.state_dir / "pause.tar", self.bin_dir / "pause", PAUSE_IMAGE))
         self._spawn("coredns", self._argv("coredns", self._configs))
         self._spawn("kubelet", self._argv("kubelet", self._configs))
         _wait(self._dns_ready, 60, "CoreDNS", self)
         _wait(self._node_ready, timeout, f"node {NODE_NAME} Ready", self)
         self._advertise_ephemeral_storage()
+
+    def _start_containerd(self) -> None:
+        self._spawn("containerd", self._argv("containerd", self._configs))
+        _wait(lambda: self._ctr("version").returncode == 0, 60, "containerd", self)
+
+    def _forget_containers(self) -> bool:
+        """Delete the containers (and their snapshots) an earlier node left in this store: a node container
+        started on a kept image store (NodeCluster's ``image_store``) has the images of the node before it, and
+        none of the pods of that node's cluster. Whether there were any."""
+        left = self._ctr("containers", "list", "-q").stdout.split()
+        for container in left:
+            self._ctr("containers", "delete", container)
+        return bool(left)
 
     @staticmethod
     def route_api_service(cluster_ip: str, api_port: int) -> None:

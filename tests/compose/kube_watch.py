@@ -73,10 +73,17 @@ class KubeWatch:
     def wait(self, accept: Callable[[Event], bool], timeout: float, what: str) -> Event:
         """The first event (seen so far or to come) that ``accept`` takes; fails after ``timeout`` s or when the
         watch ended, naming ``what`` and the events seen."""
+        return self._await(lambda events: next((e for e in events if accept(e)), None), timeout, what)
+
+    def wait_until(self, holds: Callable[[list[Event]], bool], timeout: float, what: str) -> None:
+        """Return once ``holds`` is true of the events so far (re-checked at each event); fails as ``wait``."""
+        self._await(lambda events: holds(events) or None, timeout, what)
+
+    def _await(self, find: Callable[[list[Event]], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
-                found = next((e for e in self.events if accept(e)), None)
+                found = find(self.events)
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()

@@ -12,8 +12,8 @@ import pytest
 
 from airflowstack.browser import chromium, logged_in_page
 
-from .conftest import ARTIFACTS, PROJECT, wait_for
-from .kube_watch import of_run
+from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, wait_for
+from .kube_watch import KubeWatch, of_run
 
 DAG = "mpi_pi"
 RANK_LINE = re.compile(r"rank (\d+) of (\d+) on (\S+)")
@@ -114,33 +114,39 @@ def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack
 
 
 def assert_marking_failed_deletes_the_job(stack, client) -> None:
-    """A running ``pi`` marked failed over REST: its MPIJob and pods go, the run fails."""
-    run_id = client.trigger(DAG, LONG_RUNNING)["dag_run_id"]
+    """A running ``pi`` marked failed over REST: its MPIJob and pods go, the run fails (seen by watches: a poll was
+    two `docker compose exec kubectl` a second)."""
+    with (
+        KubeWatch(PROJECT, NODE_KUBECONFIG, "mpijobs.kubeflow.org") as jobs,
+        KubeWatch(PROJECT, NODE_KUBECONFIG, "pods") as pods,
+    ):
+        run_id = client.trigger(DAG, LONG_RUNNING)["dag_run_id"]
 
-    def running_job():
-        jobs = [j for j in stack.kube_objects("mpijobs") if of_run(run_id)(j)]
-        conditions = {
-            c["type"]
-            for j in jobs
-            for c in j.get("status", {}).get("conditions", [])
-            if c["status"] == "True"
-        }
-        return jobs[0] if jobs and "Running" in conditions else None
+        def running(event) -> bool:
+            conditions = event["object"].get("status", {}).get("conditions", [])
+            return (
+                event["type"] != "DELETED"
+                and of_run(run_id)(event["object"])
+                and any(c["type"] == "Running" and c["status"] == "True" for c in conditions)
+            )
 
-    job = wait_for(running_job, 180, "the run's MPIJob to be Running")
-    name = job["metadata"]["name"]
-    client.set_task_state(DAG, run_id, "pi", "failed")
+        name = jobs.wait(running, 180, "the run's MPIJob to be Running")["object"]["metadata"]["name"]
+        client.set_task_state(DAG, run_id, "pi", "failed")
+        jobs.wait(
+            lambda e: e["type"] == "DELETED" and e["object"]["metadata"]["name"] == name,
+            120,
+            f"MPIJob {name} deleted",
+        )
 
-    def gone():
-        pods = [
-            p["metadata"]["name"]
-            for p in stack.kube_objects("pods")
-            if p["metadata"]["name"].startswith(name)
-        ]
-        jobs = [j for j in stack.kube_objects("mpijobs") if j["metadata"]["name"] == name]
-        return not pods and not jobs
+        def pods_gone(events) -> bool:
+            live: set[str] = set()
+            for e in events:
+                pod = e["object"]["metadata"]["name"]
+                if pod.startswith(name):
+                    (live.discard if e["type"] == "DELETED" else live.add)(pod)
+            return not live
 
-    wait_for(gone, 120, f"MPIJob {name} and its pods to be deleted")
+        pods.wait_until(pods_gone, 120, f"the pods of MPIJob {name} to be deleted")
     assert client.wait_run(DAG, run_id, timeout=60)["state"] == "failed"
 
 

@@ -324,7 +324,8 @@ def real_node():
     kubelet rotates a container's log past 64 KiB (checked every 3 s), so chatty launchers' streams cross rotations
     (test_real_node_faults.py). The training-operator's build is mounted into it for ``v1_real_node``, which
     switches it to kubeflow.org/v1 last, and JobSet's and Trainer's for ``trainjob_real_node``, which starts them
-    before. Logs end up in .artifacts/integration/real-node/."""
+    before. Its containerd keeps the images for the next session's node (``image_store``: a run imports only
+    the images that changed). Logs end up in .artifacts/integration/real-node/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.controllers import addons
@@ -335,6 +336,7 @@ def real_node():
         SESSION_REAL_NAME,
         container_log_max_size="64Ki",
         addons=("training-operator", *addons(TRAINER_CONTROLLERS)),
+        image_store="real-node",
     )
     yield from _node_session(
         node, build_mpi_images(["openmpi"]), ARTIFACTS / "real-node", later=BACKGROUND_IMAGES
@@ -375,7 +377,7 @@ def kueue_real_node():
     from localcluster.node_container import NodeCluster, build_mpi_images
 
     images = build_mpi_images(["openmpi-upstream"])
-    node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True)
+    node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True, image_store="real-node-kueue")
     yield from _node_session(node, images, ARTIFACTS / "real-node-kueue")
 
 
