@@ -166,7 +166,7 @@ def test_the_pods_hold_the_readmes_role_and_nothing_more(on_kubernetes):
 
 
 def test_mark_failed_deletes_the_job_of_a_task_pod(on_kubernetes):
-    assert_marking_failed_deletes_the_job(*on_kubernetes)
+    assert_marking_failed_deletes_the_job(on_kubernetes[1])
 
 
 @pytest.fixture(params=range(REPEAT), ids=lambda i: f"run{i + 1}")

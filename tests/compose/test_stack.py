@@ -110,10 +110,10 @@ def test_mpi_pi_from_the_trigger_form(compose_stack, client):
 
 
 def test_marking_a_running_task_failed_deletes_its_mpijob_and_pods(compose_stack, client):
-    assert_marking_failed_deletes_the_job(compose_stack, client)
+    assert_marking_failed_deletes_the_job(client)
 
 
-def assert_marking_failed_deletes_the_job(stack, client) -> None:
+def assert_marking_failed_deletes_the_job(client) -> None:
     """A running ``pi`` marked failed over REST: its MPIJob and pods go, the run fails (seen by watches: a poll was
     two `docker compose exec kubectl` a second)."""
     with (
