@@ -3,7 +3,8 @@
 The real node has no registry to pull from. Images reach its containerd as archives in the format that
 ``docker save`` writes (``manifest.json`` + image config + one layer tar), which is also what this module
 makes from a plain root filesystem tar: the pod sandbox binary (``pause``) and the images that the compose
-stack's exporter services write into a shared volume (see images/mpi/export-image).
+stack's exporter services write into a shared volume (see images/mpi/export-image). ``content_key`` tells whether
+two such exports hold the same image, so that a node keeps what it imported before (localcluster/serve.py).
 """
 
 from __future__ import annotations
@@ -87,3 +88,45 @@ def exported_archive(rootfs_tar: Path, settings: Path, out: Path) -> Path:
     env_file = settings.with_suffix(".env")
     env = [line for line in env_file.read_text().splitlines() if "=" in line] if env_file.exists() else []
     return write_archive(out, rootfs_tar, meta["ref"], env=env, workdir=meta.get("workdir") or None)
+
+
+# What an exported root filesystem holds of the exporter's container, not of its image: Docker makes these files when
+# it creates a container (and /etc/mtab's link, and so sets the times of / and /etc), so two exports of one image
+# differ only there (checked: two exports of one image, listed and hashed entry by entry).
+CONTAINER_FILES = frozenset({"./.dockerenv", "./etc/hostname", "./etc/hosts", "./etc/resolv.conf"})
+CONTAINER_TIMES = frozenset({".", "./etc", "./etc/mtab"})
+
+
+def content_key(rootfs_tar: Path, settings: Path) -> str:
+    """Digest of the image an export makes: every entry's name, type, mode, owner, time, link target and bytes, in
+    any order, and the recorded settings, without what belongs to the exporter's container. Equal keys, equal
+    images: a byte changed under the same size and time changes the key."""
+    entries = []
+    with tarfile.open(rootfs_tar, "r:") as tar:
+        for member in tar:
+            if member.name in CONTAINER_FILES:
+                continue
+            h = hashlib.sha256()
+            mtime = 0 if member.name in CONTAINER_TIMES else member.mtime
+            meta = [
+                member.name,
+                member.type.decode(),
+                member.mode,
+                member.uid,
+                member.gid,
+                mtime,
+                member.linkname,
+            ]
+            h.update(json.dumps([*meta, member.size, member.devmajor, member.devminor]).encode())
+            if member.isreg():
+                f = tar.extractfile(member)
+                assert f is not None  # a regular file's bytes
+                while chunk := f.read(CHUNK):
+                    h.update(chunk)
+            entries.append(h.hexdigest())
+    key = hashlib.sha256()
+    for path in (settings, settings.with_suffix(".env")):
+        key.update(path.read_bytes() if path.exists() else b"-")
+    for entry in sorted(entries):
+        key.update(entry.encode())
+    return key.hexdigest()

@@ -80,6 +80,15 @@ def images(ctr_listing: str) -> dict[str, str]:
     return found
 
 
+def image_labels(ctr_listing: str, ref: str) -> dict[str, str] | None:
+    """The labels of ``ref`` in ``ctr images ls`` output (its last column: ``k=v,...`` or ``-``); None when absent."""
+    for line in ctr_listing.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == normalized(ref):
+            return dict(label.split("=", 1) for label in fields[-1].split(",") if "=" in label)
+    return None
+
+
 def has_image(present: dict[str, str], ref: str, image_id: str) -> bool:
     """Whether a node whose containerd lists ``present`` (``images``) holds ``ref`` as Docker's image ``image_id``:
     containerd's CRI plugin names each image by its config digest too, which is Docker's image ID."""

@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from .image_archive import binary_archive
+from .node_image_store import image_labels, normalized
 
 NODE_NAME = "real-node-0"
 NODE_LABEL = "airflow-mpi.io/node"  # "real" here, kwok nodes carry type=kwok
@@ -344,6 +345,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             res = self._ctr("images", "import", "-", stdin=f)
         if res.returncode != 0:
             raise NodeError(f"ctr images import {archive}: {res.stderr!r}")
+
+    def label_image(self, ref: str, labels: dict[str, str]) -> None:
+        res = self._ctr("images", "label", normalized(ref), *(f"{k}={v}" for k, v in labels.items()))
+        if res.returncode != 0:
+            raise NodeError(f"ctr images label {ref}: {res.stderr!r}")
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """The labels of the image ``ref`` in containerd; None when it has no such image."""
+        return image_labels(self._ctr("images", "ls", f"name=={normalized(ref)}").stdout, ref)
 
     # ------------------------------------------------------------------ readiness
     @staticmethod

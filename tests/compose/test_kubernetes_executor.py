@@ -22,7 +22,15 @@ from airflowstack import heartbeat_age
 
 from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, REPO, ComposeStack, wait_for
 from .kube_watch import Event, KubeWatch, event_of_run
-from .test_stack import DAG, PI_LINE, RANK_LINE, assert_marking_failed_deletes_the_job, assert_real_pi_run
+from .test_stack import (
+    DAG,
+    MPI_IMAGES,
+    PI_LINE,
+    RANK_LINE,
+    assert_marking_failed_deletes_the_job,
+    assert_real_pi_run,
+    node_images,
+)
 
 FILES = [REPO / "docker-compose.yaml", REPO / "docker-compose.kubernetes.yaml"]
 SERVICE_ACCOUNT = "airflow-worker"
@@ -77,6 +85,14 @@ def assert_in_cluster_worker(pod: dict) -> None:
     assert all("kube" not in v["name"] for v in pod["spec"]["volumes"] if "hostPath" in v), pod["spec"][
         "volumes"
     ]
+
+
+def test_the_switch_imports_the_airflow_image_and_keeps_the_mpi_images(on_kubernetes):
+    """The node was made anew with the containerd volume it had: the MPI images, exported again in new
+    containers, are the ones it holds (same content), so only the Airflow image is imported. The pods that run
+    them below are the proof that the kept images work."""
+    stack, _ = on_kubernetes
+    assert node_images(stack) == {"imported": ["airflow-mpi/airflow:local"], "kept": MPI_IMAGES}
 
 
 def test_mpi_pi_sync_and_deferrable_from_task_pods_and_the_in_cluster_triggerer(on_kubernetes, pods):

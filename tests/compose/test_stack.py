@@ -61,6 +61,20 @@ def test_up_wait_leaves_every_service_healthy(compose_stack):
     (node,) = compose_stack.kube_objects("nodes")
     assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    # a new stack's node imported every exported image (its containerd volume was empty)
+    assert node_images(compose_stack) == {"imported": MPI_IMAGES, "kept": []}
+
+
+MPI_IMAGES = ["airflow-mpi/mpi-pi:intel", "airflow-mpi/mpi-pi:mpich", "airflow-mpi/mpi-pi:openmpi"]
+IMAGES_LINE = re.compile(r"\[localcluster\.serve\] (imported|kept) images[^:]*: (.+)")
+
+
+def node_images(stack) -> dict[str, list[str]]:
+    """What the kube service's node said it imported and kept at its start (localcluster/serve.py)."""
+    said: dict[str, list[str]] = {"imported": [], "kept": []}
+    for m in IMAGES_LINE.finditer(stack.docker.compose.logs(["kube"], no_log_prefix=True)):
+        said[m[1]] += m[2].strip().split(", ")
+    return said
 
 
 @pytest.mark.parametrize(
