@@ -33,8 +33,8 @@ def rootfs(tmp_path: Path, name: str, *, container_time: int, hostname: str = "c
     (root / "usr/bin/pi").write_bytes(b"\x7fELF pi")
     (root / "usr/bin/mpirun").symlink_to("pi")
     (root / "etc/passwd").write_text("mpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n")
-    for path in [root / "usr/bin/pi", root / "etc/passwd", root / "usr/bin", root / "usr"]:
-        os.utime(path, (IMAGE_TIME, IMAGE_TIME))
+    for path in [root / "usr/bin/pi", root / "usr/bin/mpirun", root / "etc/passwd", root / "usr/bin", root / "usr"]:
+        os.utime(path, (IMAGE_TIME, IMAGE_TIME), follow_symlinks=False)  # a link's own time
     # Docker's, at each container's creation: its name and addresses, /.dockerenv, /etc/mtab's link
     (root / "etc/hostname").write_text(f"{hostname}\n")
     (root / "etc/hosts").write_text(f"172.20.0.9 {hostname}\n")
@@ -96,6 +96,7 @@ def test_a_change_to_the_image_is_a_new_key(tmp_path, change):
     elif change == "a link's target":
         (root / "usr/bin/mpirun").unlink()
         (root / "usr/bin/mpirun").symlink_to("/usr/bin/pi")
+        os.utime(root / "usr/bin/mpirun", (IMAGE_TIME, IMAGE_TIME), follow_symlinks=False)
     elif change == "a file added":
         (root / "etc/motd").write_text("")
         os.utime(root / "etc/motd", (IMAGE_TIME, IMAGE_TIME))
