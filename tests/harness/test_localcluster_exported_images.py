@@ -33,7 +33,13 @@ def rootfs(tmp_path: Path, name: str, *, container_time: int, hostname: str = "c
     (root / "usr/bin/pi").write_bytes(b"\x7fELF pi")
     (root / "usr/bin/mpirun").symlink_to("pi")
     (root / "etc/passwd").write_text("mpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n")
-    for path in [root / "usr/bin/pi", root / "usr/bin/mpirun", root / "etc/passwd", root / "usr/bin", root / "usr"]:
+    for path in [
+        root / "usr/bin/pi",
+        root / "usr/bin/mpirun",
+        root / "etc/passwd",
+        root / "usr/bin",
+        root / "usr",
+    ]:
         os.utime(path, (IMAGE_TIME, IMAGE_TIME), follow_symlinks=False)  # a link's own time
     # Docker's, at each container's creation: its name and addresses, /.dockerenv, /etc/mtab's link
     (root / "etc/hostname").write_text(f"{hostname}\n")
