@@ -70,21 +70,20 @@ def normalized(ref: str) -> str:
     return f"docker.io/{ref}"
 
 
+def _rows(ctr_listing: str) -> list[list[str]]:
+    """The rows of ``ctr images ls`` output, split into fields (REF TYPE DIGEST SIZE(2) PLATFORMS LABELS)."""
+    return [fields for fields in (line.split() for line in ctr_listing.splitlines()[1:]) if len(fields) >= 3]
+
+
 def images(ctr_listing: str) -> dict[str, str]:
     """Name -> manifest digest of each image in ``ctr images ls`` output."""
-    found = {}
-    for line in ctr_listing.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 3:
-            found[fields[0]] = fields[2]
-    return found
+    return {fields[0]: fields[2] for fields in _rows(ctr_listing)}
 
 
 def image_labels(ctr_listing: str, ref: str) -> dict[str, str] | None:
     """The labels of ``ref`` in ``ctr images ls`` output (its last column: ``k=v,...`` or ``-``); None when absent."""
-    for line in ctr_listing.splitlines()[1:]:
-        fields = line.split()
-        if fields and fields[0] == normalized(ref):
+    for fields in _rows(ctr_listing):
+        if fields[0] == normalized(ref):
             return dict(label.split("=", 1) for label in fields[-1].split(",") if "=" in label)
     return None
 
