@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from airflowstack import heartbeat_age
+from localcluster.node_image_store import images, normalized
 
 from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, REPO, ComposeStack, wait_for
 from .kube_watch import Event, KubeWatch, event_of_run
@@ -43,8 +44,19 @@ LIVE_HEARTBEAT = 30  # s: Airflow's triggerer_health_check_threshold
 SLOW = {"workers": 2, "hold_seconds": 40}
 
 
+def node_image_digests(stack: ComposeStack) -> dict[str, str]:
+    """Image name -> manifest digest in the node's containerd (its own listing). An import writes a new image
+    config (its creation time), so an image imported again has a new digest."""
+    return images(stack.docker.compose.execute("kube", ["ctr", "-n", "k8s.io", "images", "ls"], tty=False))
+
+
 @pytest.fixture(scope="module")
-def on_kubernetes(compose_stack):
+def digests_before_switch(compose_stack) -> dict[str, str]:
+    return node_image_digests(compose_stack)
+
+
+@pytest.fixture(scope="module")
+def on_kubernetes(compose_stack, digests_before_switch):
     from python_on_whales import DockerClient
 
     docker = DockerClient(compose_files=FILES, compose_project_name=PROJECT)
@@ -87,12 +99,17 @@ def assert_in_cluster_worker(pod: dict) -> None:
     ]
 
 
-def test_the_switch_imports_the_airflow_image_and_keeps_the_mpi_images(on_kubernetes):
+def test_the_switch_imports_the_airflow_image_and_keeps_the_mpi_images(on_kubernetes, digests_before_switch):
     """The node was made anew with the containerd volume it had: the MPI images, exported again in new
     containers, are the ones it holds (same content), so only the Airflow image is imported. The pods that run
     them below are the proof that the kept images work."""
     stack, _ = on_kubernetes
     assert node_images(stack) == {"imported": ["airflow-mpi/airflow:local"], "kept": MPI_IMAGES}
+    # containerd's own listing, not the node's word: the MPI images are the very ones imported before the switch
+    after = node_image_digests(stack)
+    for ref in MPI_IMAGES:
+        assert after[normalized(ref)] == digests_before_switch[normalized(ref)], ref
+    assert normalized("airflow-mpi/airflow:local") in after
 
 
 def test_mpi_pi_sync_and_deferrable_from_task_pods_and_the_in_cluster_triggerer(on_kubernetes, pods):
