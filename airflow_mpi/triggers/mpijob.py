@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_mpi.hooks.answers import split_timestamp
 from airflow_mpi.hooks.protocols import JobReads
 from airflow_mpi.jobspec.kinds import DEFAULT_KIND
+from airflow_mpi.triggers.cancellation import outlive_cancellation
 from airflow_mpi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS, BaseTrigger, TriggerEvent
 from airflow_mpi.wait.contract import Outcome, WaitOptions, WaitResult
 from airflow_mpi.wait.deferral import hold_seconds
@@ -267,15 +268,19 @@ class MPIJobTrigger(BaseTrigger):
             self.log.exception("Could not delete MPIJob %s/%s", self.namespace, self.name)
 
     async def on_kill(self) -> None:
-        """Airflow 3.3+: a user marked the deferred task failed/success or cleared it."""
+        """Airflow 3.3+: a user marked the deferred task failed/success or cleared it. The delete outlives the
+        triggerer's further cancellations of this trigger (triggers/cancellation.py)."""
         if self.options.owns_job and not self._fired:
-            await self._delete()
+            await outlive_cancellation(self._delete())
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 ``on_kill`` is not called: delete only if the task left ``deferred``
         (a triggerer restart also calls cleanup, and must not kill the job)."""
         if AIRFLOW_V_3_3_PLUS or self._fired or not self.options.owns_job:
             return
+        await outlive_cancellation(self._delete_unless_deferred())
+
+    async def _delete_unless_deferred(self) -> None:
         try:
             state = await self._task_state()
         except Exception:
