@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from airflowstack._proc import Service, StackError, run, start_on_free_port
+from localcluster.processes import child_env
 
 
 def find_pg_bin() -> Path:
@@ -148,6 +149,7 @@ class Postgres:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 timeout=10,
+                env=child_env(),
             ).returncode
             == 0
         )

@@ -48,6 +48,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks import cluster_load as load
+from localcluster.processes import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 PEER = "cncf.kubernetes KubernetesJobTrigger (poll 10 s)"
@@ -584,9 +585,9 @@ def _save(results: dict, out: Path) -> None:
 def _commit() -> str:
     """The checkout's commit (``+`` when its tracked files differ from it)."""
     head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, env=child_env()
     ).stdout
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO, env=child_env()).returncode
     return head.strip() + ("+" if dirty else "")
 
 

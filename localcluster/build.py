@@ -32,6 +32,7 @@ from pathlib import Path
 
 from . import build_ledger, build_log, go_deps
 from .build_recipes import ADDONS, CRDS, NODE_STAGES, PINNED_MODULES, TOOLS, Addon, Tool
+from .processes import child_env
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 LDFLAGS = "-s -w"
@@ -60,7 +61,9 @@ def go_binary() -> str:
 
 
 def _go_version(go: str) -> str:
-    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [go, "env", "GOVERSION"], check=True, capture_output=True, text=True, env=child_env()
+    ).stdout.strip()
 
 
 def modules(addons: bool = True) -> list[str]:
@@ -86,6 +89,7 @@ def _module_info(go: str, moddir: str, module_path: str) -> dict:
         check=True,
         capture_output=True,
         text=True,
+        env=child_env(),
     )
     info = json.loads(res.stdout)
     if info.get("Error"):
@@ -103,6 +107,7 @@ def _version_ldflags(go: str, mod: str) -> str:
             check=True,
             capture_output=True,
             text=True,
+            env=child_env(),
         )
         info = json.loads(res.stdout)
         v = info["Version"]
@@ -132,6 +137,7 @@ def _version_ldflags(go: str, mod: str) -> str:
             check=True,
             capture_output=True,
             text=True,
+            env=child_env(),
         )
         info = json.loads(res.stdout)
         date = (info.get("Time") or "1970-01-01T00:00:00Z")[:19] + "Z"

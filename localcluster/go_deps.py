@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .build_recipes import PINNED_MODULES, SHARED_DEPENDENCIES
+from .processes import child_env
 
 _REQUIRE = re.compile(r"^(?:require\s+)?([^\s()]+)\s+(v\S+)(?:\s*//.*)?$")
 _REPLACE = re.compile(r"^(?:replace\s+)?([^\s()]+)(?:\s+v\S+)?\s*=>\s*([^\s()]+)\s+(v\S+)")
@@ -89,8 +90,8 @@ def align(go: str, go_dir: Path, groups: tuple[tuple[str, ...], ...] = SHARED_DE
                     raises.setdefault(mod, []).append(f"-require={m.dependency}@{m.newest}")
                     edits.append(f"{mod}: {m.dependency} {version} -> {m.newest}")
         for mod, args in raises.items():
-            subprocess.run([go, "mod", "edit", *args], cwd=go_dir / mod, check=True)
-            subprocess.run([go, "mod", "tidy"], cwd=go_dir / mod, check=True)
+            subprocess.run([go, "mod", "edit", *args], cwd=go_dir / mod, check=True, env=child_env())
+            subprocess.run([go, "mod", "tidy"], cwd=go_dir / mod, check=True, env=child_env())
     left = misaligned(go_dir, groups)
     if left:
         names = ", ".join(f"{m.dependency} {m.versions}" for m in left[:5])

@@ -30,6 +30,7 @@ from . import controllers as _controllers
 from .cluster_objects import API_V2BETA1
 from .node_image import REPO, addon_mounts, build_image, docker, ensure_docker
 from .node_image_store import ImageStore, has_image, images
+from .processes import child_env
 from .state import ClusterPaths
 from .waiting import ClusterError
 
@@ -259,6 +260,7 @@ class NodeCluster(ClusterPaths):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=child_env(),
         )
         deadline = time.monotonic() + timeout
         tail: list[str] = []
@@ -292,10 +294,10 @@ class NodeCluster(ClusterPaths):
             if has_image(present, ref, image_id):
                 _log(f"{self.name}: has {ref} already (image {image_id[7:19]})")
                 continue
-            save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
+            save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, env=child_env())
             res = subprocess.run(
                 ["docker", "exec", "-i", self.container, "ctr", "-n", "k8s.io", "images", "import", "-"],
-                stdin=save.stdout, capture_output=True, text=True, check=False,
+                stdin=save.stdout, capture_output=True, text=True, check=False, env=child_env(),
             )  # fmt: skip
             save.stdout.close()
             if save.wait() != 0 or res.returncode != 0:
@@ -324,7 +326,11 @@ class NodeCluster(ClusterPaths):
             docker("cp", f"{self.container}:{target}", str(link), check=False)
         with open(dest / "container.log", "w") as f:
             subprocess.run(
-                ["docker", "logs", self.container], stdout=f, stderr=subprocess.STDOUT, check=False
+                ["docker", "logs", self.container],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                check=False,
+                env=child_env(),
             )
         return dest
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import build as _build
 from . import build_ledger, build_log
+from .processes import child_env
 from .waiting import ClusterError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +43,13 @@ def docker(
     *args: str, check: bool = True, capture: bool = True, timeout: float | None = 600, **kw
 ) -> subprocess.CompletedProcess:
     res = subprocess.run(
-        ["docker", *args], capture_output=capture, text=True, timeout=timeout, check=False, **kw
+        ["docker", *args],
+        capture_output=capture,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=child_env(),
+        **kw,
     )
     if check and res.returncode != 0:
         raise ClusterError(
@@ -53,7 +60,7 @@ def docker(
 
 def ensure_docker() -> None:
     """Docker engine, buildx, the base image (scripts/docker-setup: idempotent, about a second when done)."""
-    subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True)
+    subprocess.run([str(REPO / "scripts" / "docker-setup")], check=True, env=child_env())
 
 
 def image_tag(bin_dir: Path, baked: dict[str, Path]) -> str:

@@ -28,6 +28,16 @@ while :; do "$@" & pid=$!; wait "$pid"; echo "[localcluster] $0 exited with $?, 
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL of a supervised process group
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """A copy of this process's environment, plus ``extra``, for a child process: every process the harness and
+    the tests start is given one (tests/harness/test_child_env.py checks). With an explicit environment the child
+    execs an array Python built; without one it reads the C library's ``environ``, and CPython's vfork child reads
+    it while the parent's other threads run: a thread starting ``docker`` while the main thread changes the
+    environment (pytest sets PYTEST_CURRENT_TEST at every phase of every test; fixtures set connections) made the
+    exec fail with EFAULT, "Bad address" (in about 1 of 4 starts under such churn)."""
+    return {**os.environ, **extra}
+
+
 @dataclass(frozen=True)
 class Launch:
     """What to run under the restart loop.

@@ -36,6 +36,7 @@ import yaml
 
 from .image_archive import binary_archive
 from .node_image_store import image_labels, normalized
+from .processes import child_env
 
 NODE_NAME = "real-node-0"
 NODE_LABEL = "airflow-mpi.io/node"  # "real" here, kwok nodes carry type=kwok
@@ -210,7 +211,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         self.procs[name] = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=child_env()
         )
         log.close()
 
@@ -258,7 +259,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             with contextlib.suppress(OSError):
                 Path("/proc/sys", *key.split(".")).write_text(value)
         # volumes of pods are mounted under /var/lib/kubelet and must propagate into their containers
-        subprocess.run(["mount", "--make-rshared", "/"], check=True)
+        subprocess.run(["mount", "--make-rshared", "/"], check=True, env=child_env())
         machine_id = Path("/etc/machine-id")
         if not machine_id.exists():  # the kubelet reports it as the node's system UUID
             machine_id.write_text(uuid.uuid4().hex + "\n")
@@ -293,8 +294,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         kube-proxy would route it (the API server's certificate must name ``cluster_ip``)."""
         rule = ["PREROUTING", "-d", f"{cluster_ip}/32", "-p", "tcp", "--dport", "443", "-j", "DNAT",
                 "--to-destination", f"{node_ip()}:{api_port}"]  # fmt: skip
-        if subprocess.run(["iptables", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
-            subprocess.run(["iptables", "-t", "nat", "-A", *rule], check=True, capture_output=True)
+        if (
+            subprocess.run(
+                ["iptables", "-t", "nat", "-C", *rule], capture_output=True, env=child_env()
+            ).returncode
+            != 0
+        ):
+            subprocess.run(
+                ["iptables", "-t", "nat", "-A", *rule], check=True, capture_output=True, env=child_env()
+            )
 
     def supervise(self) -> list[str]:
         """Restart any node process that exited (what systemd does on a node); returns their names."""
@@ -338,6 +346,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             capture_output=True,
             text=stdin is None,
             check=False,
+            env=child_env(),
         )
 
     def import_archive(self, archive: Path) -> None:

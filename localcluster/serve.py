@@ -30,7 +30,7 @@ from . import atomic_file, component_keeper
 from . import kueue as _kueue
 from .cluster import LocalCluster
 from .image_archive import content_key, exported_archive
-from .processes import StopSignal
+from .processes import StopSignal, child_env
 from .realnode import RealNode, node_ip
 from .waiting import wait_until
 
@@ -134,6 +134,7 @@ def apply_manifests(cluster: LocalCluster, files: Sequence[Path]) -> None:
             capture_output=True,
             text=True,
             timeout=120,
+            env=child_env(),
         )
         if res.returncode:
             raise RuntimeError(f"kubectl apply -f {path} failed ({res.returncode}): {res.stderr.strip()}")

@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from .processes import child_env
+
 
 def make_certificates(
     cert_dir: Path,
@@ -28,7 +30,7 @@ def make_certificates(
     cert_dir.mkdir(parents=True, exist_ok=True)
 
     def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=cert_dir, check=True, capture_output=True)
+        subprocess.run(["openssl", *args], cwd=cert_dir, check=True, capture_output=True, env=child_env())
 
     if rsa:
         new_key: tuple[str, ...] = ("-newkey", "rsa:2048", "-nodes")

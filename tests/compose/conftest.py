@@ -25,6 +25,7 @@ if str(REPO) not in sys.path:  # airflowstack/ and localcluster/ are dev-only fo
     sys.path.insert(0, str(REPO))
 
 from airflowstack import AirflowClient, free_port, wait_until  # noqa: E402
+from localcluster.processes import child_env  # noqa: E402
 from tests.compose.images import compose_build  # noqa: E402
 
 PROJECT = f"airflow-mpi-test-{os.getpid()}"
@@ -59,6 +60,7 @@ class ComposeStack:
             ["docker", "compose", "-p", PROJECT, "logs", "--no-color", "--timestamps"],
             capture_output=True,
             text=True,
+            env=child_env(),
         )
         if res.stdout:
             (ARTIFACTS / "compose.log").write_text(res.stdout)
@@ -95,7 +97,7 @@ def _dead(pid: int) -> bool:
 def _reap_stale_projects() -> None:
     """Stacks and image tags of test sessions that are gone."""
     res = subprocess.run(
-        ["docker", "compose", "ls", "-a", "--format", "json"], capture_output=True, text=True
+        ["docker", "compose", "ls", "-a", "--format", "json"], capture_output=True, text=True, env=child_env()
     )
     for project in json.loads(res.stdout or "[]"):
         m = re.fullmatch(r"airflow-mpi-test-(\d+)", project["Name"])
@@ -103,11 +105,13 @@ def _reap_stale_projects() -> None:
             subprocess.run(
                 ["docker", "compose", "-p", project["Name"], "down", "-v", "--remove-orphans"],
                 capture_output=True,
+                env=child_env(),
             )
     res = subprocess.run(
         ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "airflow-mpi/*"],
         capture_output=True,
         text=True,
+        env=child_env(),
     )
     stale = [
         ref
@@ -115,7 +119,7 @@ def _reap_stale_projects() -> None:
         if (m := re.fullmatch(r"airflow-mpi/[^:]+:test-(\d+)", ref)) and _dead(int(m.group(1)))
     ]
     if stale:
-        subprocess.run(["docker", "image", "rm", *stale], capture_output=True)
+        subprocess.run(["docker", "image", "rm", *stale], capture_output=True, env=child_env())
 
 
 def _image_ids(docker, names: set[str]) -> dict[str, str]:
@@ -173,7 +177,7 @@ def compose_stack():
         stack.save_logs()
         docker.compose.down(volumes=True, remove_orphans=True, timeout=60)
         subprocess.run(
-            ["docker", "image", "rm", *sorted(ours)], capture_output=True
+            ["docker", "image", "rm", *sorted(ours)], capture_output=True, env=child_env()
         )  # untag; unused layers go
         os.environ.pop("AIRFLOW_MPI_UI_PORT", None)
         os.environ.pop("AIRFLOW_MPI_TAG", None)

@@ -17,6 +17,7 @@ if str(REPO) not in sys.path:  # localcluster/ is a dev-only folder, not install
     sys.path.insert(0, str(REPO))
 
 from localcluster import build_ledger  # noqa: E402
+from localcluster.processes import child_env  # noqa: E402
 
 OWN = (
     "postgres",
@@ -57,6 +58,7 @@ def prebuild() -> None:
         subprocess.run(
             ["docker", "image", "rm", f"airflow-mpi/airflow:{tag}", f"airflow-mpi/postgres:{tag}"],
             capture_output=True,
+            env=child_env(),
         )
 
 

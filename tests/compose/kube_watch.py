@@ -12,6 +12,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from localcluster.processes import child_env
+
 Event = dict[str, Any]  # {"type": "ADDED" | "MODIFIED" | "DELETED", "object": {...}}
 RUN_ID = "airflow-mpi.io/run-id"  # the annotation holding the raw run id (naming.identity_annotations)
 
@@ -46,6 +48,7 @@ class KubeWatch:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=child_env(),
         )  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"watch-{resource}")
         self._reader.start()

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from airflowstack.browser import chromium, logged_in_page
+from localcluster.processes import child_env
 
 from .conftest import ARTIFACTS, NODE_KUBECONFIG, PROJECT, wait_for
 from .kube_watch import KubeWatch, of_run
@@ -175,5 +176,6 @@ def test_down_v_leaves_nothing_behind(compose_stack):
             capture_output=True,
             text=True,
             check=True,
+            env=child_env(),
         ).stdout.split()
         assert listed == [], kind

@@ -16,6 +16,7 @@ import pytest
 
 from airflowstack import kubernetes_connection
 from airflowstack.kube import pi_output
+from localcluster.processes import child_env
 
 from .conftest import NAMESPACE, REPO
 
@@ -32,6 +33,7 @@ def af2_airflow() -> Path:
         capture_output=True,
         text=True,
         check=True,
+        env=child_env(),
     ).stdout.strip()
     assert version.startswith("2.11."), version
     return airflow

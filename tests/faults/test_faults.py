@@ -22,6 +22,7 @@ from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators.job_record import JOB_XCOM_KEY
 from airflow_mpi.operators.links import LINKS_XCOM_KEY
 from airflowstack.job_behaviour import finish_launcher, numbered_lines
+from localcluster.processes import child_env
 from tests.e2e.conftest import NAMESPACE
 from tests.faults.scenario import (
     DEFERRED,
@@ -193,7 +194,11 @@ def _report(nonce: str, value: object) -> list[str]:
         "report(sys.argv[1], json.loads(sys.argv[2]))"
     )
     return subprocess.run(
-        [sys.executable, "-c", script, nonce, json.dumps(value)], check=True, capture_output=True, text=True
+        [sys.executable, "-c", script, nonce, json.dumps(value)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=child_env(),
     ).stdout.splitlines()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from airflowstack import _proc
 from airflowstack._proc import StackError, group_cpu_seconds, wait_until
+from localcluster.processes import child_env
 
 
 class Clock:
@@ -72,7 +73,7 @@ def test_without_progress_the_timeout_is_wall_time(clock):
 
 def test_the_cpu_of_a_busy_process_group_is_counted_and_stops_with_it():
     busy = subprocess.Popen(
-        [sys.executable, "-c", "while True: pass"], start_new_session=True
+        [sys.executable, "-c", "while True: pass"], start_new_session=True, env=child_env()
     )  # its own group, as a stack's service
     try:
         assert group_cpu_seconds({busy.pid}) >= 0

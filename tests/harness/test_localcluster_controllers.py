@@ -18,7 +18,14 @@ import pytest
 
 from localcluster import controllers
 from localcluster.cluster import LocalCluster
-from localcluster.processes import Launch, pid_alive, start_supervised, stop_supervised, supervisor_pid
+from localcluster.processes import (
+    Launch,
+    child_env,
+    pid_alive,
+    start_supervised,
+    stop_supervised,
+    supervisor_pid,
+)
 from localcluster.waiting import ClusterError, wait_until
 
 
@@ -41,7 +48,7 @@ def _group_runs(pgid: int) -> bool:
     orphaned (its command forked just as the SIGTERM came) ends, then waits for PID 1 to reap it (run T: the group
     still answered killpg right after the stop)."""
     listed = subprocess.run(
-        ["ps", "-e", "-o", "pgid=,stat="], capture_output=True, text=True, check=True
+        ["ps", "-e", "-o", "pgid=,stat="], capture_output=True, text=True, check=True, env=child_env()
     ).stdout
     return any(
         int(g) == pgid and not st.startswith("Z") for g, st in (line.split() for line in listed.splitlines())
@@ -79,7 +86,9 @@ def test_stop_returns_once_the_group_is_gone_though_a_parent_elsewhere_has_not_r
         f"Path({str(pid_file)!r})); sys.stdin.read()"
     )
     repo = Path(__file__).resolve().parents[2]
-    holder = subprocess.Popen([sys.executable, "-c", holder_code], stdin=subprocess.PIPE, cwd=repo, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holder_code], stdin=subprocess.PIPE, cwd=repo, text=True, env=child_env()
+    )
     try:
         wait_until(started.exists, 20, "the held restart loop to run its command")
         # the loop runs its command before the holder, once Popen has returned, records the pid: await the record

@@ -19,6 +19,7 @@ import pytest
 
 from localcluster.image_archive import content_key
 from localcluster.node_image_store import image_labels
+from localcluster.processes import child_env
 from localcluster.serve import CONTENT_KEY_LABEL, import_exported_images
 
 REF = "airflow-mpi/mpi-pi:openmpi"
@@ -57,7 +58,12 @@ def export(root: Path, out: Path, env: str = "PATH=/usr/bin:/bin\n") -> Path:
     """What images/mpi/export-image writes: the tar of ``root``, the settings and the environment."""
     out.mkdir(parents=True, exist_ok=True)
     stem = REF.replace("/", "_").replace(":", "_")
-    subprocess.run(["tar", "--numeric-owner", "-cf", str(out / f"{stem}.tar"), "."], cwd=root, check=True)
+    subprocess.run(
+        ["tar", "--numeric-owner", "-cf", str(out / f"{stem}.tar"), "."],
+        cwd=root,
+        check=True,
+        env=child_env(),
+    )
     (out / f"{stem}.json").write_text(json.dumps({"ref": REF, "workdir": "/home/mpiuser"}) + "\n")
     (out / f"{stem}.env").write_text(env)
     return out / f"{stem}.json"

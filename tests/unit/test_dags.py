@@ -16,6 +16,7 @@ import pytest
 
 from airflow_mpi.operators import HorovodJobOperator, MPIJobOperator
 from airflow_mpi.sensors import MPIJobSensor
+from localcluster.processes import child_env
 from tests.unit.fakes import FakeSyncHook
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
@@ -80,7 +81,12 @@ def test_dag_files_do_not_touch_the_cluster_at_parse_time():
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=child_env(),
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}

@@ -20,6 +20,7 @@ import pytest
 import setuptools
 
 import airflow_mpi
+from localcluster.processes import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 # what may stand at the top of the sdist: the package, its metadata and the files MANIFEST.in names
@@ -44,6 +45,7 @@ def _checkout_files() -> list[str]:
         cwd=ROOT,
         capture_output=True,
         check=True,
+        env=child_env(),
     ).stdout.decode()
     return [path for path in listed.split("\0") if path and (ROOT / path).is_file()]
 
@@ -60,6 +62,7 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         capture_output=True,
         text=True,
         timeout=120,
+        env=child_env(),
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (sdist,), (wheel,) = list(out.glob("*.tar.gz")), list(out.glob("*.whl"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import airflow_mpi
 from airflow_mpi.get_provider_info import get_provider_info
+from localcluster.processes import child_env
 
 
 def test_entry_point_points_at_get_provider_info():
@@ -36,6 +37,7 @@ def test_airflow_lists_the_provider():
         text=True,
         timeout=300,
         check=True,
+        env=child_env(),
     ).stdout
     rows = [line.split() for line in out.splitlines()]
     assert any(row[0] == "airflow-mpi" and row[-1] == airflow_mpi.__version__ for row in rows if row), out

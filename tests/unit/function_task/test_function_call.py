@@ -34,6 +34,7 @@ from airflow_mpi.function_task.rank_result import ResultCollector, hide_result_l
 from airflow_mpi.function_task.rank_runner import MARKER, MAX_ENCODED_CHARS, MAX_JSON_BYTES, line_mac
 from airflow_mpi.jobspec import MPIJobValidationError, Mpirun
 from airflow_mpi.jobspec.errors import ErrorList
+from localcluster.processes import child_env
 
 NONCE = "n0nce-of-this-try"
 
@@ -237,7 +238,7 @@ def test_the_stand_in_for_a_lost_call_runs_nothing_and_says_why(tmp_path):
     for key, text in data.items():
         (tmp_path / key).write_text(text)
     argv = [w.replace(CALL_MOUNT, str(tmp_path)) for w in rank_command(python=sys.executable)]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=child_env())
     assert done.returncode == 1 and "lost its call Secret" in done.stderr and done.stdout == ""
 
 

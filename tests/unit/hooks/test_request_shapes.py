@@ -35,6 +35,7 @@ from airflow_mpi.hooks.requests import (
     split_api_version,
     watch_request_timeout,
 )
+from localcluster.processes import child_env
 
 
 def test_line_splitter_joins_across_chunks_and_flushes_the_rest():
@@ -267,5 +268,7 @@ def test_hooks_package_and_errors_do_not_import_the_kubernetes_clients():
         "from airflow_mpi.hooks import MPIJobHook, AsyncMPIJobHook\n"
         "assert 'kubernetes' in sys.modules and 'kubernetes_asyncio' in sys.modules\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_env()
+    )
     assert result.returncode == 0, result.stderr[-2000:]

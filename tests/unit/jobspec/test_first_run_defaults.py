@@ -35,6 +35,7 @@ from airflow_mpi.jobspec.spec import (
     WORKERS_DNS_WAIT,
     workers_dns_wait_script,
 )
+from localcluster.processes import child_env
 
 IDENTITY = TaskIdentity("dag", "task", "manual__1", -1, 1, deployment="dep-a")
 
@@ -222,7 +223,7 @@ def test_the_startup_check_passes_once_a_tcp_socket_listens_in_the_pod(family):
         else "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
     )
     probe = subprocess.run(
-        ["unshare", "-rn", sys.executable, "-c", listen, *SSHD_LISTENING_CHECK], timeout=30
+        ["unshare", "-rn", sys.executable, "-c", listen, *SSHD_LISTENING_CHECK], timeout=30, env=child_env()
     )
     if probe.returncode not in (0, 1):
         pytest.fail(f"probe exited {probe.returncode}")

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_mpi.jobspec.quantity import MAX_QUANTITY, QuantityError, parse_quantity, quantity_problem
+from localcluster.processes import child_env
 
 VALID = [
     ("500m", Fraction(1, 2)),
@@ -184,6 +185,7 @@ def test_huge_exponents_are_refused_or_rounded_at_once_not_computed():
         capture_output=True,
         check=True,
         timeout=60,
+        env=child_env(),
     )
     assert json.loads(child.stdout) == HUGE_EXPONENTS
 

@@ -15,6 +15,7 @@ from airflow_mpi.jobspec.naming import identity_annotations, identity_labels
 from airflow_mpi.jobspec.orphans import TaskKey, TryState
 from airflow_mpi.plugins import metadata, orphan_listener
 from airflow_mpi.plugins.sweep_worker import SweepWorker
+from localcluster.processes import child_env
 from tests.unit.fakes import FakeSyncHook
 
 RUN = "manual__2026-11-23T10:00:00+00:00"
@@ -317,7 +318,11 @@ def test_a_process_that_ends_finishes_the_request_at_hand_first(tmp_path):
     a green `airflow dags test` on Airflow 2.11 that once aborted the process ("FATAL: exception not rethrown")."""
     out = tmp_path / "request"
     proc = subprocess.run(
-        [sys.executable, "-c", EXITING, str(out), "swept", "30"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", EXITING, str(out), "swept", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text() == "swept"  # the request ran to its end before the process did
@@ -326,7 +331,11 @@ def test_a_process_that_ends_finishes_the_request_at_hand_first(tmp_path):
 def test_a_request_that_does_not_end_holds_the_exit_only_exit_wait_seconds(tmp_path):
     out = tmp_path / "request"
     proc = subprocess.run(  # a process held for good would time out here
-        [sys.executable, "-c", EXITING, str(out), "stuck", "0.5"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", EXITING, str(out), "stuck", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
     )
     assert proc.returncode == 0, proc.stderr
     assert not out.exists()

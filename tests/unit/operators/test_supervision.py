@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_mpi.operators.supervision import ORPHANED_EXIT_CODE, orphaned, supervisor_pid, until_orphaned
+from localcluster.processes import child_env
 
 REPO = Path(__file__).resolve().parents[3]
 JOB_SECONDS = 60  # the orphan's job: it would end the process by itself after this
@@ -108,7 +109,13 @@ print(child, flush=True)
 os._exit(0)  # the supervisor dies, its task process does not
 """
     supervisor = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, check=True, timeout=120, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+        env=child_env(),
     )
     orphan = int(supervisor.stdout)
     try:
