@@ -20,7 +20,7 @@ from airflowstack import kube
 from airflowstack._proc import StackError
 from airflowstack.stack import AirflowStack
 from airflowstack.trainer_runtime import TRAINER_CONTROLLERS, apply_runtime
-from localcluster.node_container import MPI_IMAGES as IMAGES  # images/mpi targets -> tags
+from localcluster.mpi_images import MPI_IMAGES as IMAGES  # images/mpi targets -> tags
 
 REPO = Path(__file__).resolve().parents[1]
 DAG = "mpi_pi"

@@ -113,7 +113,7 @@ def start(cluster: Cluster) -> Cluster:
     if cluster.owned and cluster.local is not None:
         cluster.local.start()
         if not cluster.simulated:  # a real node pulls nothing: give it the MPI images of images/mpi
-            from localcluster.node_container import build_mpi_images
+            from localcluster.mpi_images import build_mpi_images
 
             targets = cluster.mpi_targets
             cluster.local.load_images(build_mpi_images(*([targets] if targets else [])))

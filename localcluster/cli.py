@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(c.kubeconfig_path)
         elif args.cmd == "node":
             from . import node_container as nc
-            from .node_image import COMPOSE_TAG
+            from .mpi_images import DEFAULT_MPI_TARGETS, build_mpi_images
+            from .node_image import COMPOSE_TAG, build_image, docker
 
             node = nc.NodeCluster(
                 args.name,
@@ -228,18 +229,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.action == "image":
                 compose = args.compose or args.kueue
-                tag = nc.build_image(compose=compose)
+                tag = build_image(compose=compose)
                 if compose:  # what docker-compose.yaml runs (it builds its own when that name is missing)
-                    nc.docker("tag", tag, COMPOSE_TAG)
+                    docker("tag", tag, COMPOSE_TAG)
                 print(tag)
             elif args.action == "mpi-images":
-                print("\n".join(nc.build_mpi_images(args.images or nc.DEFAULT_MPI_TARGETS)))
+                print("\n".join(build_mpi_images(args.images or DEFAULT_MPI_TARGETS)))
             elif args.action == "up":
                 node.start()
                 print(node.kubeconfig_path)
                 print(f"export KUBECONFIG={node.kubeconfig_path}")
             elif args.action == "load":
-                node.load_images(args.images or nc.build_mpi_images())
+                node.load_images(args.images or build_mpi_images())
             else:
                 node.stop()
         elif args.cmd == "serve":

@@ -22,7 +22,7 @@ KUBECTL_DELIVERY_IMAGE = "airflow-mpi/kubectl-delivery:local"
 
 def build_kubectl_delivery_image(verbose: bool = True) -> str:
     """Build the image (Docker's layer cache makes an unchanged rebuild a second or two); returns its ref."""
-    from .node_container import docker, ensure_docker
+    from .node_image import docker, ensure_docker
 
     ensure_docker()
     bin_dir = _build.build(verbose=verbose)

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from .image_archive import binary_archive
-from .node_image_store import image_labels, normalized
+from .node_containerd import CONTAINERD_SOCKET, Containerd
 from .processes import child_env
 
 NODE_NAME = "real-node-0"
@@ -44,10 +44,8 @@ POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"  # the bridge's address: CoreDNS answers here
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "docker.io/airflow-mpi/pause:local"
-CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 CNI_BIN_DIR = "/usr/lib/cni"
 CNI_CONF_DIR = Path("/etc/cni/net.d")
-CTR_NAMESPACE = "k8s.io"  # the CRI plugin's containerd namespace
 
 
 class NodeError(RuntimeError):
@@ -78,6 +76,7 @@ class RealNode:
         self.state_dir = state_dir
         self.logs_dir = logs_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self.containerd = Containerd()
         self._core = None  # kubernetes CoreV1Api, made on first use
 
     # ------------------------------------------------------------------ configuration files
@@ -265,10 +264,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             machine_id.write_text(uuid.uuid4().hex + "\n")
         self._configs = self._write_configs(self._cgroup_root())
         self._start_containerd()
-        if self._forget_containers():  # its CRI plugin loaded them at its start: it forgets them on a new one
+        if (
+            self.containerd.delete_containers()
+        ):  # its CRI plugin loaded them at its start: a new one forgets them
             self._terminate("containerd")
             self._start_containerd()
-        self.import_archive(binary_archive(self.state_dir / "pause.tar", self.bin_dir / "pause", PAUSE_IMAGE))
+        self.containerd.import_archive(
+            binary_archive(self.state_dir / "pause.tar", self.bin_dir / "pause", PAUSE_IMAGE)
+        )
         self._spawn("coredns", self._argv("coredns", self._configs))
         self._spawn("kubelet", self._argv("kubelet", self._configs))
         _wait(self._dns_ready, 60, "CoreDNS", self)
@@ -277,16 +280,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     def _start_containerd(self) -> None:
         self._spawn("containerd", self._argv("containerd", self._configs))
-        _wait(lambda: self._ctr("version").returncode == 0, 60, "containerd", self)
-
-    def _forget_containers(self) -> bool:
-        """Delete the containers (and their snapshots) an earlier node left in this store: a node container
-        started on a kept image store (NodeCluster's ``image_store``) has the images of the node before it, and
-        none of the pods of that node's cluster. Whether there were any."""
-        left = self._ctr("containers", "list", "-q").stdout.split()
-        for container in left:
-            self._ctr("containers", "delete", container)
-        return bool(left)
+        _wait(self.containerd.answers, 60, "containerd", self)
 
     @staticmethod
     def route_api_service(cluster_ip: str, api_port: int) -> None:
@@ -317,7 +311,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         """Stop kubelet, then every pod's containers, then containerd and CoreDNS."""
         self._terminate("kubelet")
         if "containerd" in self.procs and self.procs["containerd"].poll() is None:
-            self._kill_tasks()
+            self.containerd.kill_tasks()
         for name in ("coredns", "containerd"):
             self._terminate(name)
 
@@ -331,38 +325,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-    def _kill_tasks(self) -> None:
-        """Kill the containers of every task in containerd's CRI namespace (their shims would outlive us)."""
-        res = self._ctr("tasks", "list", "-q")
-        for task in res.stdout.split():
-            self._ctr("tasks", "kill", "-s", "SIGKILL", task)
-
-    # ------------------------------------------------------------------ images
-    def _ctr(self, *args: str, stdin=None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["ctr", "--address", CONTAINERD_SOCKET, "--namespace", CTR_NAMESPACE, *args],
-            stdin=stdin,
-            capture_output=True,
-            text=stdin is None,
-            check=False,
-            env=child_env(),
-        )
-
-    def import_archive(self, archive: Path) -> None:
-        with open(archive, "rb") as f:
-            res = self._ctr("images", "import", "-", stdin=f)
-        if res.returncode != 0:
-            raise NodeError(f"ctr images import {archive}: {res.stderr!r}")
-
-    def label_image(self, ref: str, labels: dict[str, str]) -> None:
-        res = self._ctr("images", "label", normalized(ref), *(f"{k}={v}" for k, v in labels.items()))
-        if res.returncode != 0:
-            raise NodeError(f"ctr images label {ref}: {res.stderr!r}")
-
-    def image_labels(self, ref: str) -> dict[str, str] | None:
-        """The labels of the image ``ref`` in containerd; None when it has no such image."""
-        return image_labels(self._ctr("images", "ls", f"name=={normalized(ref)}").stdout, ref)
 
     # ------------------------------------------------------------------ readiness
     @staticmethod

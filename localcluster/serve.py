@@ -30,6 +30,7 @@ from . import atomic_file, component_keeper
 from . import kueue as _kueue
 from .cluster import LocalCluster
 from .image_archive import content_key, exported_archive
+from .node_containerd import Containerd
 from .processes import StopSignal, child_env
 from .realnode import RealNode, node_ip
 from .waiting import wait_until
@@ -51,11 +52,13 @@ def _log(msg: str) -> None:
 CONTENT_KEY_LABEL = "airflow-mpi.content-key"
 
 
-def import_exported_images(node: RealNode, images_dir: Path) -> tuple[list[str], list[str]]:
-    """Import every ``<name>.tar`` + ``<name>.json`` pair written by images/mpi/export-image, but an image the node
-    holds from an export of the same content (its containerd kept in a volume: ``up`` after ``down``, a switch to
-    docker-compose.kubernetes.yaml; an import took about 6 s for Open MPI's 350 MB, its key 1.5 s). Returns the
-    references imported, and those kept."""
+def import_exported_images(
+    containerd: Containerd, images_dir: Path, work_dir: Path
+) -> tuple[list[str], list[str]]:
+    """Import every ``<name>.tar`` + ``<name>.json`` pair written by images/mpi/export-image into the node's
+    ``containerd`` (through an archive made in ``work_dir``), but an image it holds from an export of the same
+    content (its store kept in a volume: ``up`` after ``down``, a switch to docker-compose.kubernetes.yaml; an import
+    took about 6 s for Open MPI's 350 MB, its key 1.5 s). Returns the references imported, and those kept."""
     imported, kept = [], []
     for settings in sorted(images_dir.glob("*.json")) if images_dir.is_dir() else []:
         rootfs = settings.with_suffix(".tar")
@@ -63,15 +66,15 @@ def import_exported_images(node: RealNode, images_dir: Path) -> tuple[list[str],
             continue
         ref = yaml.safe_load(settings.read_text())["ref"]
         key = content_key(rootfs, settings)
-        if (node.image_labels(ref) or {}).get(CONTENT_KEY_LABEL) == key:
+        if (containerd.image_labels(ref) or {}).get(CONTENT_KEY_LABEL) == key:
             kept.append(ref)
             continue
-        archive = node.state_dir / f"{settings.stem}.image.tar"
+        archive = work_dir / f"{settings.stem}.image.tar"
         try:
-            node.import_archive(exported_archive(rootfs, settings, archive))
+            containerd.import_archive(exported_archive(rootfs, settings, archive))
         finally:
             archive.unlink(missing_ok=True)
-        node.label_image(ref, {CONTENT_KEY_LABEL: key})
+        containerd.label_image(ref, {CONTENT_KEY_LABEL: key})
         imported.append(ref)
     return imported, kept
 
@@ -206,7 +209,7 @@ def serve(
         apply_manifests(cluster, apply)
         node.start()
         route_api_service(cluster, node)
-        imported, kept = import_exported_images(node, images_dir)
+        imported, kept = import_exported_images(node.containerd, images_dir, node.state_dir)
         if imported:
             _log(f"imported images: {', '.join(imported)}")
         if kept:

@@ -144,7 +144,7 @@ def _remove_replaced(docker, before: dict[str, str], after: dict[str, str]) -> N
 def compose_stack():
     from python_on_whales import DockerClient
 
-    from localcluster.node_container import build_image
+    from localcluster.node_image import build_image
 
     # ensures Docker (scripts/docker-setup); this worktree's node image with its add-ons inside, as compose builds it
     kube_image = build_image(compose=True)

@@ -147,11 +147,11 @@ def test_the_labels_of_an_image_from_ctr_s_listing():
     assert image_labels(listing(cri), "airflow-mpi/mpi-pi:mpich") is None
 
 
-class Node:
-    """Stand-in for RealNode's image calls: an import makes the image, with no labels; ``label_image`` sets them."""
+class Containerd:
+    """Stand-in for the node's containerd (localcluster/node_containerd.py): an import makes the image, with no
+    labels; ``label_image`` sets them."""
 
-    def __init__(self, state_dir: Path):
-        self.state_dir = state_dir
+    def __init__(self):
         self.labels: dict[str, dict[str, str]] = {}
         self.imports: list[str] = []
 
@@ -168,17 +168,17 @@ class Node:
 
 
 def test_the_node_keeps_an_image_exported_again_and_imports_a_changed_one(tmp_path):
-    node = Node(tmp_path)
+    node = Containerd()
     images = tmp_path / "images"
     export(rootfs(tmp_path, "a", container_time=IMAGE_TIME + 100, hostname="aaa"), images)
-    assert import_exported_images(node, images) == ([REF], [])
+    assert import_exported_images(node, images, tmp_path) == ([REF], [])
     # the next `up`: the exporter ran again, in a new container
     export(rootfs(tmp_path, "b", container_time=IMAGE_TIME + 900, hostname="bbb"), images)
-    assert import_exported_images(node, images) == ([], [REF])
+    assert import_exported_images(node, images, tmp_path) == ([], [REF])
     # the image rebuilt with a changed file: imported again
     root = rootfs(tmp_path, "c", container_time=IMAGE_TIME + 900)
     (root / "usr/bin/pi").write_bytes(b"\x7fELF p2")
     export(root, images)
-    assert import_exported_images(node, images) == ([REF], [])
+    assert import_exported_images(node, images, tmp_path) == ([REF], [])
     assert len(node.imports) == 2
     assert not list(tmp_path.glob("*.image.tar"))  # the archives made for ctr are removed

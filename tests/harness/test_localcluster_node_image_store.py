@@ -169,14 +169,13 @@ def test_an_image_the_node_holds_is_not_saved_and_imported_again(monkeypatch):
     assert saves == [["docker", "save", "airflow-mpi/mpi-pi:openmpi"]]
 
 
-def test_a_node_on_a_kept_store_deletes_the_containers_the_node_before_it_left(tmp_path, monkeypatch):
-    """RealNode (inside the node container): containers in the store belong to pods of an earlier node's cluster;
-    they are deleted, and reported so that containerd starts again with its CRI plugin forgetting them."""
-    from localcluster.realnode import RealNode
+def test_a_node_on_a_kept_store_deletes_the_containers_the_node_before_it_left(monkeypatch):
+    """The node's containerd (inside the node container): containers in the store belong to pods of an earlier
+    node's cluster; they are deleted, and reported so that containerd starts again with its CRI plugin forgetting
+    them."""
+    from localcluster.node_containerd import Containerd
 
-    node = RealNode(
-        tmp_path / "bin", tmp_path / "kubeconfig", tmp_path / "pki", tmp_path / "state", tmp_path / "logs"
-    )
+    containerd = Containerd()
     store = {"c0ffee", "deadbeef"}
     calls = []
 
@@ -188,7 +187,9 @@ def test_a_node_on_a_kept_store_deletes_the_containers_the_node_before_it_left(t
             store.discard(args[2])
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(node, "_ctr", ctr)
-    assert node._forget_containers() is True
+    monkeypatch.setattr(containerd, "ctr", ctr)
+    assert containerd.delete_containers() is True
     assert store == set() and ("containers", "delete", "c0ffee") in calls
-    assert node._forget_containers() is False  # a new store, or a clean one: containerd is not started again
+    assert (
+        containerd.delete_containers() is False
+    )  # a new store, or a clean one: containerd is not started again

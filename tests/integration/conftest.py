@@ -329,7 +329,8 @@ def real_node():
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
     from localcluster.controllers import addons
-    from localcluster.node_container import NodeCluster, build_mpi_images
+    from localcluster.mpi_images import build_mpi_images
+    from localcluster.node_container import NodeCluster
     from tests.integration.trainjob_runtime import TRAINER_CONTROLLERS
 
     node = NodeCluster(
@@ -374,7 +375,8 @@ def kueue_real_node():
     .artifacts/integration/real-node-kueue/."""
     if REAL_KUBECONFIG:
         pytest.skip("AIRFLOW_MPI_KUBECONFIG is set: the real-node tests run against the local node container")
-    from localcluster.node_container import NodeCluster, build_mpi_images
+    from localcluster.mpi_images import build_mpi_images
+    from localcluster.node_container import NodeCluster
 
     images = build_mpi_images(["openmpi-upstream"])
     node = NodeCluster(f"it-realkueue-{os.getpid()}", kueue=True, image_store="real-node-kueue")

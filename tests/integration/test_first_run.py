@@ -31,7 +31,8 @@ import pytest
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, TaskDeferred
-from localcluster.node_container import UPSTREAM_IMAGES, await_image
+from localcluster.mpi_images import UPSTREAM_IMAGES
+from localcluster.node_container import await_image
 from tests.integration.test_operator import Background, record, run_trigger  # noqa: F401
 from tests.integration.test_real_mpi import PI_LINE, launcher_pods
 from tests.unit.upstream import example

@@ -21,7 +21,7 @@ from kubernetes import config as kconfig
 
 from airflow_mpi.operators import MPIJobOperator
 from localcluster import kueue as lk
-from localcluster.node_container import UPSTREAM_IMAGES
+from localcluster.mpi_images import UPSTREAM_IMAGES
 from tests.integration.kueue_history import WorkloadHistory, assert_told_as_workloads, kueue_lines
 from tests.integration.test_kueue_cluster import Jobs, _admitted, _true
 from tests.integration.test_operator import Background, Recorder, ctx

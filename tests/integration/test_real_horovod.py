@@ -13,7 +13,8 @@ import pytest
 
 from airflow_mpi.function_task.rank_runner import MARKER
 from airflow_mpi.operators import HorovodJobOperator
-from localcluster.node_container import HOROVOD_IMAGE, await_image
+from localcluster.mpi_images import HOROVOD_IMAGE
+from localcluster.node_container import await_image
 from tests.integration.test_operator import record  # noqa: F401
 from tests.integration.test_real_mpi import launcher_pods, pod_log, real_job
 from tests.integration.test_task_mpi import decorated, run

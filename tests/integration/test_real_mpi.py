@@ -17,7 +17,8 @@ from kubernetes import client
 from airflow_mpi.operators import MPIJobOperator
 from airflow_mpi.triggers import MPIJobTrigger
 from airflow_mpi.version_compat import AirflowException, AirflowFailException, TaskDeferred
-from localcluster.node_container import MPI_IMAGES, await_image
+from localcluster.mpi_images import MPI_IMAGES
+from localcluster.node_container import await_image
 from tests.integration.test_cluster_smoke import watch_mpijob
 from tests.integration.test_operator import Background, ctx, record, run_trigger, true_conditions, wait_gone  # noqa: F401
 

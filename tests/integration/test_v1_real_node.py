@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes import config as kconfig
 
-from localcluster.node_container import MPI_IMAGES
+from localcluster.mpi_images import MPI_IMAGES
 from tests.integration.test_real_mpi import pod_log
 
 pytestmark = pytest.mark.v1_node
