@@ -274,22 +274,28 @@ class MPIJobTrigger(BaseTrigger):
             await outlive_cancellation(self._delete())
 
     async def cleanup(self) -> None:
-        """Before Airflow 3.3 ``on_kill`` is not called: delete only if the task left ``deferred``
+        """Before Airflow 3.3 ``on_kill`` is not called: delete only if this try left ``deferred``
         (a triggerer restart also calls cleanup, and must not kill the job)."""
         if AIRFLOW_V_3_3_PLUS or self._fired or not self.options.owns_job:
             return
         await outlive_cancellation(self._delete_unless_deferred())
 
     async def _delete_unless_deferred(self) -> None:
+        """Keep the job while this trigger's try is still deferred. A task ``deferred`` under a newer try (where the
+        database tells: Airflow 2) was cleared, and its next try reattached to this job before this cleanup ran: the
+        job is deleted, and that try submits a fresh one (operators/submission.deleted_by_earlier_try)."""
         try:
-            state = await self._task_state()
+            state, current_try = await self._task_state()
         except Exception:
             self.log.warning("Could not read the task state; keeping MPIJob %s", self.name, exc_info=True)
             return
-        if state != "deferred":
+        own_try = getattr(self.task_instance, "try_number", None)
+        newer_try = isinstance(current_try, int) and isinstance(own_try, int) and current_try > own_try
+        if state != "deferred" or newer_try:
             await self._delete()
 
-    async def _task_state(self) -> str | None:
+    async def _task_state(self) -> tuple[str | None, int | None]:
+        """The task instance's state now, and its try number where the triggerer can read it (Airflow 2)."""
         from asgiref.sync import sync_to_async
 
         ti = self.task_instance
@@ -302,18 +308,20 @@ class MPIJobTrigger(BaseTrigger):
                 dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
             )
             key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
-            return str(states[ti.run_id][key])
+            return str(states[ti.run_id][key]), None
 
-        def read_state() -> str | None:  # Airflow 2: the triggerer has database access
+        def read_state() -> tuple[str | None, int | None]:  # Airflow 2: the triggerer has database access
             from airflow.models.taskinstance import TaskInstance
             from airflow.utils.session import create_session
 
             with create_session() as session:
                 row = (
-                    session.query(TaskInstance.state)
+                    session.query(TaskInstance.state, TaskInstance.try_number)
                     .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
-                    .scalar()
+                    .one_or_none()
                 )
-                return str(row) if row is not None else None
+                if row is None:
+                    return None, None
+                return (str(row[0]) if row[0] is not None else None), row[1]
 
         return await sync_to_async(read_state)()

@@ -110,7 +110,7 @@ async def test_before_airflow_3_3_the_cleanups_delete_outlives_a_cancellation(mo
         return await delete_live(name, namespace, uid=uid)
 
     async def cleared():
-        return "scheduled"
+        return "scheduled", 2
 
     monkeypatch.setattr(hook, "delete_live_mpijob", slow_delete)
     t = trigger()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -148,15 +149,32 @@ async def test_on_kill_deletes_unless_fired_or_not_owned(monkeypatch):
     assert hook.deleted == []
 
 
-@pytest.mark.parametrize("state, deleted", [("deferred", False), ("failed", True), ("up_for_retry", True)])
-async def test_cleanup_before_airflow_3_3_deletes_only_when_task_left_deferred(monkeypatch, state, deleted):
+@pytest.mark.parametrize(
+    "state, current_try, deleted",
+    [
+        ("deferred", 1, False),  # a triggerer restart: the same try still waits
+        ("deferred", None, False),  # Airflow 3.0-3.2: no try number to compare
+        (
+            "deferred",
+            2,
+            True,
+        ),  # cleared, and the next try reattached to the job and deferred before this cleanup
+        ("failed", 1, True),
+        ("up_for_retry", 1, True),
+        (None, 1, True),  # cleared, not scheduled yet
+    ],
+)
+async def test_cleanup_before_airflow_3_3_deletes_only_when_its_try_left_deferred(
+    monkeypatch, state, current_try, deleted
+):
     monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
     hook = FakeAsyncHook(job_obj=LIVE)
     t = trigger()
+    t.task_instance = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1)
     use_hook(monkeypatch, t, hook)
 
     async def task_state():
-        return state
+        return state, current_try
 
     monkeypatch.setattr(t, "_task_state", task_state)
     await t.cleanup()
