@@ -22,10 +22,20 @@ T = TypeVar("T")
 KILL_BUDGET = 20.0
 
 
-async def outlive_cancellation(work: Awaitable[T], budget: float = KILL_BUDGET) -> T | None:
-    """Await ``work`` until it ends or ``budget`` seconds pass, whatever cancellations of the caller arrive meanwhile;
-    then re-raise the first of those, if any (the caller's cancellation is deferred, never lost). ``work`` runs in a
-    task of its own, which those cancellations do not reach; past the budget it is cancelled and None returned."""
+def kill_budget() -> float:
+    """``KILL_BUDGET``, or the triggerer's ``[triggerer] on_kill_timeout`` where it is shorter: a platform that gives
+    kills less time gets its bound kept (the triggerer's own timeout is a cancellation too, which the kill outlives)."""
+    from airflow.configuration import conf
+
+    return min(KILL_BUDGET, conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0))
+
+
+async def outlive_cancellation(work: Awaitable[T], budget: float | None = None) -> T | None:
+    """Await ``work`` until it ends or ``budget`` seconds pass (default ``kill_budget()``), whatever cancellations of
+    the caller arrive meanwhile; then re-raise the first of those, if any (the caller's cancellation is deferred, never
+    lost). ``work`` runs in a task of its own, which those cancellations do not reach; past the budget it is cancelled
+    and None returned."""
+    budget = kill_budget() if budget is None else budget
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget

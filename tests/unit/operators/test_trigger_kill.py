@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from airflow_mpi.triggers.cancellation import outlive_cancellation
+from airflow_mpi.triggers.cancellation import KILL_BUDGET, kill_budget, outlive_cancellation
 from tests.unit.fakes import FakeAsyncHook
 from tests.unit.operators.test_trigger_sensor import LIVE, trigger, use_hook
 
@@ -51,6 +51,29 @@ async def test_past_its_budget_the_work_is_cancelled_and_nothing_returned():
             stopped.set()
 
     assert await outlive_cancellation(forever(), budget=0.05) is None
+    await asyncio.wait_for(stopped.wait(), 5)
+
+
+def test_the_budget_keeps_a_shorter_on_kill_timeout_of_the_triggerer(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "5")
+    assert kill_budget() == 5
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "120")
+    assert kill_budget() == KILL_BUDGET
+    monkeypatch.delenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT")
+    assert kill_budget() == KILL_BUDGET  # the default: 30 s
+
+
+async def test_a_kill_past_a_short_on_kill_timeout_is_given_up(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "0.05")
+    stopped = asyncio.Event()
+
+    async def hanging_delete():
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    assert await outlive_cancellation(hanging_delete()) is None
     await asyncio.wait_for(stopped.wait(), 5)
 
 
