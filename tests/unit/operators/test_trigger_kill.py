@@ -41,16 +41,22 @@ async def test_without_a_cancellation_the_works_value_is_returned_and_its_error_
         await outlive_cancellation(fails())
 
 
-async def test_past_its_budget_the_work_is_cancelled_and_nothing_returned():
+@pytest.mark.parametrize("on_kill_timeout, budget", [(None, 0.05), ("0.05", None)])
+async def test_past_its_budget_the_work_is_cancelled_and_nothing_returned(
+    monkeypatch, on_kill_timeout, budget
+):
+    """The budget given, or by default the triggerer's on_kill_timeout where it is shorter than KILL_BUDGET."""
+    if on_kill_timeout:
+        monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", on_kill_timeout)
     stopped = asyncio.Event()
 
-    async def forever():
+    async def hanging_delete():
         try:
             await asyncio.Event().wait()
         finally:
             stopped.set()
 
-    assert await outlive_cancellation(forever(), budget=0.05) is None
+    assert await outlive_cancellation(hanging_delete(), budget) is None
     await asyncio.wait_for(stopped.wait(), 5)
 
 
@@ -61,20 +67,6 @@ def test_the_budget_keeps_a_shorter_on_kill_timeout_of_the_triggerer(monkeypatch
     assert kill_budget() == KILL_BUDGET
     monkeypatch.delenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT")
     assert kill_budget() == KILL_BUDGET  # the default: 30 s
-
-
-async def test_a_kill_past_a_short_on_kill_timeout_is_given_up(monkeypatch):
-    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "0.05")
-    stopped = asyncio.Event()
-
-    async def hanging_delete():
-        try:
-            await asyncio.Event().wait()
-        finally:
-            stopped.set()
-
-    assert await outlive_cancellation(hanging_delete()) is None
-    await asyncio.wait_for(stopped.wait(), 5)
 
 
 triggerer = pytest.importorskip("airflow.jobs.triggerer_job_runner")
