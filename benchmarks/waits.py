@@ -94,7 +94,7 @@ class Worker:
             + (["--api-version", api_version] if api_version else [])
         )
         # KUBECONFIG too: the peer's async hook reads the default kubeconfig when its connection is not set
-        env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": kubeconfig}
+        env = child_env(PYTHONPATH=str(REPO), KUBECONFIG=kubeconfig)
         self.stderr = self.out.with_suffix(".stderr")
         # stdout: the waits' own log lines, as a triggerer writes them (kept in ``log`` when given)
         with open(self.stderr, "w") as err, open(log or os.devnull, "w") as out:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .processes import Launch, StopSignal, start_supervised, stop_supervised, supervisor_pid
+from .processes import Launch, StopSignal, child_env, start_supervised, stop_supervised, supervisor_pid
 
 if TYPE_CHECKING:
     from .control_plane import ControlPlane
@@ -41,7 +41,7 @@ def start(plane: ControlPlane) -> int:
     if running is not None:
         return running
     repo = str(Path(__file__).parents[1])  # localcluster/ is a dev-only folder, not installed
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    env = child_env(PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
     argv = [sys.executable, "-m", "localcluster", "keep", "--name", plane.name]
     return start_supervised(NAME, Launch(argv, env), plane.logs_dir / f"{NAME}.log", pid_file(plane))
 

@@ -9,19 +9,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import build as _build
 from . import build_ledger
-from .node_image import REPO, docker, ensure_docker
-
-
-def _log(msg: str) -> None:
-    print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
-
+from .node_image import REPO, docker, ensure_docker, node_log
 
 MPI_DOCKERFILE = REPO / "images" / "mpi" / "Dockerfile"
 # the MPI images of images/mpi/Dockerfile (target -> tag); the example DAGs and tests run them on the real node
@@ -83,7 +77,7 @@ def build_mpi_images(targets: Sequence[str] = DEFAULT_MPI_TARGETS) -> list[str]:
                 str(MPI_DOCKERFILE.parent),
                 timeout=3600,
             )
-        _log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
+        node_log(f"image {IMAGE_TARGETS[target]} ready ({time.monotonic() - t0:.0f}s)")
         build_ledger.note(
             f"image {IMAGE_TARGETS[target]}",
             bool(build_ledger.steps_ran(res.stdout + res.stderr)),

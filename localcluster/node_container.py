@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +25,7 @@ from . import build as _build
 from . import controllers as _controllers
 from .cluster_objects import API_V2BETA1
 from .mpi_images import IMAGE_TARGETS, build_mpi_images
-from .node_image import addon_mounts, build_image, docker
+from .node_image import addon_mounts, build_image, docker, node_log
 from .node_image_store import ImageStore, has_image, images
 from .processes import child_env
 from .state import ClusterPaths
@@ -35,10 +34,6 @@ from .waiting import ClusterError
 LABEL = "airflow-mpi.localcluster"
 NODE_STATE = "/var/lib/airflow-mpi/clusters/node"  # LocalCluster("node") inside the container
 READY_LINE = "[localcluster.serve] ready in"
-
-
-def _log(msg: str) -> None:
-    print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
 
 
 # image ref -> the background loads of it (NodeCluster.provide_images) in this process
@@ -137,7 +132,7 @@ class NodeCluster(ClusterPaths):
                 }
             )
         )
-        _log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
+        node_log(f"{self.name}: up in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig_path}")
         return self
 
     def switch_api(self, api_version: str, controllers: Sequence[str] = ()) -> None:
@@ -152,11 +147,11 @@ class NodeCluster(ClusterPaths):
             f"--api-version={api_version}", *(f"--controller={name}" for name in controllers),
         )  # fmt: skip
         for line in res.stderr.splitlines():
-            _log(f"{self.name}: {line}")
+            node_log(f"{self.name}: {line}")
         self.api_version, self.controllers = api_version, tuple(controllers)
         state = self.state_dir / "state.json"
         state.write_text(json.dumps({**json.loads(state.read_text()), "api_version": api_version}))
-        _log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now ({time.monotonic() - t0:.1f}s)")
+        node_log(f"{self.name}: serves kubeflow.org/{api_version} MPIJobs now ({time.monotonic() - t0:.1f}s)")
 
     def add_controllers(self, controllers: Sequence[str]) -> None:
         """The node's cluster runs the controllers ``controllers`` too from now on (``LocalCluster.add_controllers``
@@ -170,9 +165,9 @@ class NodeCluster(ClusterPaths):
             *(f"--controller={name}" for name in controllers),
         )  # fmt: skip
         for line in res.stderr.splitlines():
-            _log(f"{self.name}: {line}")
+            node_log(f"{self.name}: {line}")
         self.controllers = tuple(dict.fromkeys([*self.controllers, *controllers]))
-        _log(f"{self.name}: runs {', '.join(controllers)} now ({time.monotonic() - t0:.1f}s)")
+        node_log(f"{self.name}: runs {', '.join(controllers)} now ({time.monotonic() - t0:.1f}s)")
 
     def _check_mounted(self, controllers: Sequence[str]) -> None:
         missing = sorted(set(_controllers.addons(controllers)) - set(self.addons))
@@ -221,7 +216,7 @@ class NodeCluster(ClusterPaths):
             t0 = time.monotonic()
             image_id = docker("image", "inspect", "-f", "{{.Id}}", ref, check=False).stdout.strip()
             if has_image(present, ref, image_id):
-                _log(f"{self.name}: has {ref} already (image {image_id[7:19]})")
+                node_log(f"{self.name}: has {ref} already (image {image_id[7:19]})")
                 continue
             save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, env=child_env())
             res = subprocess.run(
@@ -231,7 +226,7 @@ class NodeCluster(ClusterPaths):
             save.stdout.close()
             if save.wait() != 0 or res.returncode != 0:
                 raise ClusterError(f"loading {ref} into {self.container}: {res.stderr.strip()}")
-            _log(f"{self.name}: loaded {ref} ({time.monotonic() - t0:.1f}s)")
+            node_log(f"{self.name}: loaded {ref} ({time.monotonic() - t0:.1f}s)")
 
     def provide_images(self, targets: Sequence[str]) -> None:
         """Build (or find built) and load images/mpi ``targets`` into the node in a background thread, one after

@@ -35,7 +35,8 @@ NODE_TARGET, COMPOSE_TARGET = "node", "with-addons"  # images/kube/Dockerfile's 
 COMPOSE_ADDONS = ("jobset", "kueue", "trainer")
 
 
-def _log(msg: str) -> None:
+def node_log(msg: str) -> None:
+    """A line of the real node's host side (building, loading, starting) in the harness's stderr."""
     print(f"[localcluster.node] {msg}", file=sys.stderr, flush=True)
 
 
@@ -89,10 +90,10 @@ def build_image(verbose: bool = True, compose: bool = False) -> str:
             entry.built = True
             log = build_log.log_path(_build.cache_root(), "node-image")
             if verbose:
-                _log(f"building {what} {tag} (a minute or two the first time); full output: {log}")
+                node_log(f"building {what} {tag} (a minute or two the first time); full output: {log}")
             _docker_build(tag, bin_dir, baked, build_log.begin(log, f"{what}: docker build of {tag}"))
     if verbose:
-        _log(f"{entry.line()}: {tag}")
+        node_log(f"{entry.line()}: {tag}")
     return tag
 
 
@@ -113,7 +114,7 @@ def _docker_build(tag: str, bin_dir: Path, baked: dict[str, Path], log: Path) ->
         build_log.run(
             ["docker", "buildx", "build", "--load", "--progress=plain", "--build-arg", "BINARIES=prebuilt",
              "--target", target, "-f", str(DOCKERFILE), "-t", tag, str(context)],
-            log, _log, what=f"docker build of {tag}", timeout=1800,
+            log, node_log, what=f"docker build of {tag}", timeout=1800,
         )  # fmt: skip
     finally:
         shutil.rmtree(context, ignore_errors=True)

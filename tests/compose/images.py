@@ -33,7 +33,7 @@ def compose_build(services: list[str], project: str, what: str, env: dict[str, s
         ["docker", "compose", "-f", str(REPO / "docker-compose.yaml"), "-p", project, "build", *services],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {}), "BUILDKIT_PROGRESS": "plain"},
+        env=child_env(**{**(env or {}), "BUILDKIT_PROGRESS": "plain"}),
     )
     if res.returncode:
         raise RuntimeError(f"docker compose build failed ({res.returncode}):\n{res.stderr[-4000:]}")

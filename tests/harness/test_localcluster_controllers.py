@@ -123,7 +123,7 @@ def test_a_stop_signal_wakes_its_wait_at_once_and_takes_a_second_signal_in_strid
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        env=child_env(PYTHONPATH=str(Path(__file__).parents[2])),
     )
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)

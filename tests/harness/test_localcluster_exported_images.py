@@ -168,17 +168,17 @@ class Containerd:
 
 
 def test_the_node_keeps_an_image_exported_again_and_imports_a_changed_one(tmp_path):
-    node = Containerd()
+    containerd = Containerd()
     images = tmp_path / "images"
     export(rootfs(tmp_path, "a", container_time=IMAGE_TIME + 100, hostname="aaa"), images)
-    assert import_exported_images(node, images, tmp_path) == ([REF], [])
+    assert import_exported_images(containerd, images, tmp_path) == ([REF], [])
     # the next `up`: the exporter ran again, in a new container
     export(rootfs(tmp_path, "b", container_time=IMAGE_TIME + 900, hostname="bbb"), images)
-    assert import_exported_images(node, images, tmp_path) == ([], [REF])
+    assert import_exported_images(containerd, images, tmp_path) == ([], [REF])
     # the image rebuilt with a changed file: imported again
     root = rootfs(tmp_path, "c", container_time=IMAGE_TIME + 900)
     (root / "usr/bin/pi").write_bytes(b"\x7fELF p2")
     export(root, images)
-    assert import_exported_images(node, images, tmp_path) == ([REF], [])
-    assert len(node.imports) == 2
+    assert import_exported_images(containerd, images, tmp_path) == ([REF], [])
+    assert len(containerd.imports) == 2
     assert not list(tmp_path.glob("*.image.tar"))  # the archives made for ctr are removed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from airflow_mpi.render import RenderError, main, render
+from localcluster.processes import child_env
 from tests.unit.upstream import schema_errors
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
@@ -70,7 +70,7 @@ def test_an_invalid_rendered_value_names_the_parameter(tmp_path, capsys):
 
 
 def test_the_command_prints_only_yaml_on_stdout(tmp_path):
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    env = child_env(AIRFLOW_HOME=str(tmp_path))
     out = subprocess.run(
         [sys.executable, "-m", "airflow_mpi.render", MPI_PI, "pi", "--param", "workers=2"],
         capture_output=True, text=True, timeout=300, env=env, cwd=Path(__file__).resolve().parents[2],
