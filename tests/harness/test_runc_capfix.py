@@ -38,7 +38,7 @@ def test_the_installed_wrapper_names_its_interpreter_and_is_the_scripts_body():
     first, *body = INSTALLED.read_text().splitlines(keepends=True)
     interpreter, *flags = first[2:].split()
     assert first.startswith("#!/") and Path(interpreter).name.startswith("python"), first
-    assert Path(interpreter).resolve() == Path(interpreter).resolve(strict=True)  # it exists
+    assert Path(interpreter).is_file(), first
     assert "shims" not in interpreter and Path(interpreter).name != "env", (
         first
     )  # never looked up through PATH
