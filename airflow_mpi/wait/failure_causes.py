@@ -89,13 +89,23 @@ def _oom_text(pod: PodSummary) -> str:
     return text
 
 
+def _ended_by_deletion(pod: PodSummary) -> bool:
+    """Being deleted, and not known to have ended before the deletion was asked for: a container that ended by itself
+    first may still be reported only after it (a loaded kubelet, the clean-up right after the launcher's failure)."""
+    if not pod.deleting:
+        return False
+    if pod.finished_at is None or pod.deletion_deadline is None or pod.deletion_grace is None:
+        return True
+    return pod.finished_at >= pod.deletion_deadline - timedelta(seconds=pod.deletion_grace)
+
+
 def _ended_text(pod: PodSummary) -> str | None:
     """How the current container ended, when that was a failure."""
     if pod.state != "terminated":
         return None
     if pod.terminated_reason == OOM_KILLED:
         text = _oom_text(pod)
-    elif pod.deleting or not (pod.exit_code or pod.signal):
+    elif _ended_by_deletion(pod) or not (pod.exit_code or pod.signal):
         return None  # ended by the deletion (the clean-up), or ended well
     else:
         text = ", ".join(p for p in (pod.terminated_reason, exit_text(pod.exit_code, pod.signal)) if p)

@@ -32,6 +32,10 @@ def _memory_limit(spec: Any, name: str | None) -> str | None:
     return None
 
 
+def _seconds(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
 def _ended(main: Any) -> dict[str, Any]:
     """The fields of how the main container ended: its current state's and its previous instance's."""
     fields: dict[str, Any] = {}
@@ -40,6 +44,7 @@ def _ended(main: Any) -> dict[str, Any]:
         fields.update(
             terminated_reason=getattr(terminated, "reason", None),
             signal=getattr(terminated, "signal", None),
+            finished_at=getattr(terminated, "finished_at", None),
             termination_message=clip(getattr(terminated, "message", None)),
         )
     last = getattr(getattr(main, "last_state", None), "terminated", None)
@@ -100,7 +105,8 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
         memory_limit=_memory_limit(spec, name),
         deleting=deletion is not None,
         deletion_deadline=deletion,
-        grace_period=float(grace) if grace is not None else None,
+        deletion_grace=_seconds(getattr(metadata, "deletion_grace_period_seconds", None)),
+        grace_period=_seconds(grace),
         disruption=disruption(pod),
         **_ended(main),
     )
@@ -172,8 +178,14 @@ def slim_pod(pod: dict) -> dict:
     owners = [
         {key: ref[key] for key in _OWNER_REF if key in ref} for ref in meta.get("ownerReferences") or []
     ]
+    # the deletion's grace: when the deletion was asked for, against a container's end (failure_causes.py)
+    grace = (
+        {"deletionGracePeriodSeconds": meta["deletionGracePeriodSeconds"]}
+        if "deletionGracePeriodSeconds" in meta
+        else {}
+    )
     return {
-        "metadata": {**{key: meta[key] for key in _META if key in meta}, "ownerReferences": owners},
+        "metadata": {**{key: meta[key] for key in _META if key in meta}, **grace, "ownerReferences": owners},
         "spec": slim_spec,
         "status": slim_status,
     }

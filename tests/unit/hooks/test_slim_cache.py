@@ -10,6 +10,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from airflow_mpi.hooks.answers import sort_newest_first, sort_workers
 from airflow_mpi.jobspec.status import job_state, true_condition_types
+from airflow_mpi.wait.failure_causes import pod_cause
 from airflow_mpi.wait.namespace_watch import _Body
 from airflow_mpi.wait.summaries import object_meta as _meta
 from airflow_mpi.wait.summaries import pod_role, pod_summary, slim_mpijob, slim_pod
@@ -103,6 +104,20 @@ def evicted_pod(name: str) -> dict:
     return pod
 
 
+def cleaned_up_after_its_own_end(name: str) -> dict:
+    """A worker that exited by itself (code 3), reported only once the clean-up's deletion was under way: the end
+    came before the deletion was asked for (deletionTimestamp less its grace period), so it is a cause."""
+    pod = full_pod(
+        name,
+        role="worker",
+        phase="Running",
+        index="3",
+        state={"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": "2026-11-23T10:01:29Z"}},
+    )
+    pod["metadata"].update(deletionTimestamp="2026-11-23T10:02:00Z", deletionGracePeriodSeconds=30)
+    return pod
+
+
 PODS = [
     full_pod(
         "job-launcher-a",
@@ -127,6 +142,7 @@ PODS = [
     ),
     full_pod("job-worker-0", role="worker", phase="Running", state={"running": {}}),
     evicted_pod("job-worker-2"),
+    cleaned_up_after_its_own_end("job-worker-3"),
 ]
 
 
@@ -143,6 +159,10 @@ async def test_the_slim_pod_reads_as_the_full_pod_does(raw):
     assert pod_summary(slim).disruption == (
         "EvictionByEvictionAPI: Eviction API: evicting" if raw["metadata"]["name"] == "job-worker-2" else None
     )
+    if raw["metadata"]["name"] == "job-worker-3":
+        assert pod_summary(slim).deletion_grace == 30 and pod_cause(pod_summary(slim)) == (
+            "worker pod job-worker-3 (container worker): Error, exit code 3"
+        )
     assert pod_role(slim) == pod_role(full)
     assert slim.metadata.uid == full.metadata.uid and slim.metadata.labels == full.metadata.labels
 

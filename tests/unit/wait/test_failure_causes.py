@@ -87,6 +87,28 @@ def test_a_disruption_is_a_cause_but_a_plain_deletion_by_the_clean_up_is_not():
     assert fc.causes([failed], [evicted, evicted]) == [fc.pod_cause(evicted), fc.pod_cause(failed)]
 
 
+def test_an_end_before_the_clean_up_asked_for_the_deletion_is_a_cause_even_if_seen_after_it():
+    """Seen first on a pod being deleted (the kubelet, loaded, reported the exit after the mpi-operator's clean-up
+    had begun: run R38), a container that ended before the deletion was asked for failed by itself; one that ended
+    at or after it was ended by the clean-up (timestamps are whole seconds: a tie is the clean-up's)."""
+    asked = T0 + timedelta(seconds=40)
+    being_deleted = {
+        "deleting": True,
+        "deletion_deadline": asked + timedelta(seconds=30),
+        "deletion_grace": 30.0,
+    }
+    before = ended(
+        exit_code=3, terminated_reason="Error", finished_at=asked - timedelta(seconds=1), **being_deleted
+    )
+    assert fc.pod_cause(before) == "worker pod pi-worker-1 (container worker): Error, exit code 3"
+    assert fc.failed_pods([before]) == [before]
+    for at in (asked, asked + timedelta(seconds=2)):
+        assert fc.pod_cause(replace(before, finished_at=at)) is None  # the clean-up's end, whatever its code
+    # what it cannot tell apart stays the clean-up's: no end time, or no grace period known
+    assert fc.pod_cause(replace(before, finished_at=None)) is None
+    assert fc.pod_cause(replace(before, deletion_grace=None)) is None
+
+
 def test_oom_of_the_main_process_names_limit_exit_code_and_signal():
     pod = ended(exit_code=137, terminated_reason="OOMKilled", memory_limit="1Gi", phase="Failed")
     assert fc.pod_cause(pod) == (
