@@ -95,7 +95,7 @@ def _ended_by_deletion(pod: PodSummary) -> bool:
     if not pod.deleting:
         return False
     if pod.finished_at is None or pod.deletion_deadline is None or pod.deletion_grace is None:
-        return True
+        return True  # nothing to tell the two apart by: the clean-up's, as before
     return pod.finished_at >= pod.deletion_deadline - timedelta(seconds=pod.deletion_grace)
 
 

@@ -53,9 +53,8 @@ class PodSummary:
     memory_limit: str | None = None  # the main container's resources.limits.memory
     deleting: bool = False  # metadata.deletionTimestamp is set: the pod is being deleted
     deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: the end of its grace period
-    deletion_grace: float | None = (
-        None  # metadata.deletionGracePeriodSeconds: the deadline less it = when asked
-    )
+    # metadata.deletionGracePeriodSeconds: the deadline less it is when the deletion was asked for
+    deletion_grace: float | None = None
     finished_at: datetime | None = None  # the main container's terminated state's finishedAt
     grace_period: float | None = None  # spec.terminationGracePeriodSeconds
     # the DisruptionTarget condition ("EvictionByEvictionAPI: Eviction API: evicting"): evicted, preempted, ...

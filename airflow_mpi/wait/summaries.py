@@ -114,6 +114,8 @@ def pod_summary(pod: Any, container: str | None = None) -> PodSummary:
 
 #: the metadata the hub's readers use, of pods and MPIJobs alike (what the hub files and matches them by, orderings)
 _META = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+# a pod's, plus its deletion's grace: when the deletion was asked for, against a container's end (failure_causes.py)
+_POD_META = (*_META, "deletionGracePeriodSeconds")
 _OWNER_REF = ("apiVersion", "kind", "name", "uid", "controller")  # whose pod it is (hooks/ownership.py)
 _CONTAINER_STATUS = ("name", "image", "imageID", "ready", "restartCount", "started")
 
@@ -178,14 +180,8 @@ def slim_pod(pod: dict) -> dict:
     owners = [
         {key: ref[key] for key in _OWNER_REF if key in ref} for ref in meta.get("ownerReferences") or []
     ]
-    # the deletion's grace: when the deletion was asked for, against a container's end (failure_causes.py)
-    grace = (
-        {"deletionGracePeriodSeconds": meta["deletionGracePeriodSeconds"]}
-        if "deletionGracePeriodSeconds" in meta
-        else {}
-    )
     return {
-        "metadata": {**{key: meta[key] for key in _META if key in meta}, **grace, "ownerReferences": owners},
+        "metadata": {**{key: meta[key] for key in _POD_META if key in meta}, "ownerReferences": owners},
         "spec": slim_spec,
         "status": slim_status,
     }

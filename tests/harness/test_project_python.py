@@ -12,9 +12,9 @@ from localcluster.processes import child_env
 REPO = Path(__file__).resolve().parents[2]
 
 
-def project_python(**env: str) -> subprocess.CompletedProcess:
+def project_python(env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", ". scripts/python.sh && project_python"], cwd=REPO, capture_output=True,
-                          text=True, env=child_env(**env))  # fmt: skip
+                          text=True, env=env)  # fmt: skip
 
 
 def supported(python: str) -> bool:
@@ -27,12 +27,12 @@ def supported(python: str) -> bool:
 
 
 def test_the_one_asked_for_is_taken():
-    res = project_python(AIRFLOW_MPI_PYTHON=sys.executable)
+    res = project_python(child_env(AIRFLOW_MPI_PYTHON=sys.executable))
     assert (res.returncode, res.stdout.strip()) == (0, sys.executable)
 
 
 def test_an_unsupported_one_is_refused_naming_it_and_the_setting():
-    res = project_python(AIRFLOW_MPI_PYTHON="/bin/false")
+    res = project_python(child_env(AIRFLOW_MPI_PYTHON="/bin/false"))
     assert res.returncode == 1 and res.stdout == ""
     assert "/bin/false is not Python 3.10-3.13" in res.stderr and "AIRFLOW_MPI_PYTHON" in res.stderr
 
@@ -40,8 +40,7 @@ def test_an_unsupported_one_is_refused_naming_it_and_the_setting():
 def test_by_default_the_distributions_python_else_a_real_executable_never_a_shim():
     env = child_env()
     env.pop("AIRFLOW_MPI_PYTHON", None)
-    res = subprocess.run(["bash", "-c", ". scripts/python.sh && project_python"], cwd=REPO, capture_output=True,
-                         text=True, env=env)  # fmt: skip
+    res = project_python(env)
     chosen = res.stdout.strip()
     assert res.returncode == 0, res.stderr
     if Path("/usr/bin/python3").is_file() and supported("/usr/bin/python3"):
